@@ -1,0 +1,15 @@
+/// \file EigenAttention.hpp
+/// The umbrella header: include this one.
+///
+/// EigenAttention computes scaled dot-product attention, softmax(Q K^T / sqrt(d_k)) V, on
+/// Eigen matrices: exactly (no approximation), with optional causal masking, in a fused form
+/// that never forms the T_q x T_k weights and a decomposed form that returns them.
+/// See Attention.hpp for the calls and their semantics.
+#pragma once
+
+#include <EigenAttention/Version.hpp>
+#include <EigenAttention/Kernels.hpp>
+#include <EigenAttention/Options.hpp>
+#include <EigenAttention/Types.hpp>
+#include <EigenAttention/Compiled.hpp>
+#include <EigenAttention/Attention.hpp>

@@ -1,0 +1,41 @@
+/// \file Options.hpp
+/// How an attention call is computed: causal masking, its alignment, the scale, the kernel.
+#pragma once
+
+#include <optional>
+
+#include <EigenAttention/Kernels.hpp>
+
+namespace EigenAttention {
+
+/// Where the causal frontier sits when T_q != T_k.
+///
+/// With `offset = 0` for TopLeft and `offset = T_k - T_q` for BottomRight, query row i may
+/// see key row j exactly when `j <= i + offset`. For T_q == T_k both are the same mask.
+enum class CausalAlignment {
+  TopLeft,     ///< query i sees keys j <= i (PyTorch's `is_causal=True`).
+  BottomRight  ///< query i sees keys j <= i + (T_k - T_q): the last query sees every key,
+               ///< as when the queries are the newest tokens appended to a KV cache.
+};
+
+/// Options of an attention call. An aggregate: set the fields you need.
+///
+/// \code
+/// EigenAttention::Options opt;
+/// opt.causal = true;
+/// opt.alignment = EigenAttention::CausalAlignment::BottomRight;
+/// opt.scale = 0.125;  // default: 1 / sqrt(d_k)
+/// \endcode
+struct Options {
+  /// Mask every key that lies after the query (see CausalAlignment). Default: no mask.
+  bool causal = false;
+  /// Alignment of the causal frontier; ignored when `causal` is false.
+  CausalAlignment alignment = CausalAlignment::TopLeft;
+  /// Multiplies the logits Q K^T. Must be finite and > 0. When empty: 1 / sqrt(d_k), which
+  /// then requires d_k > 0.
+  std::optional<double> scale;
+  /// Implementation to use; see Kernel. Default: Auto.
+  Kernel kernel = Kernel::Auto;
+};
+
+}  // namespace EigenAttention

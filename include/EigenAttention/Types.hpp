@@ -1,0 +1,44 @@
+/// \file Types.hpp
+/// The matrix and view types that EigenAttention returns and takes.
+#pragma once
+
+#include <Eigen/Core>
+
+namespace EigenAttention {
+
+/// A dense row-major matrix: one row per token, each row contiguous. All results are of
+/// this type; assigning one to an `Eigen::MatrixXd` (column-major) converts it.
+template <typename Scalar>
+using RowMatrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// A dense column vector (one entry per query row, e.g. the log-sum-exp).
+template <typename Scalar>
+using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+
+/// A read-only view of any dense matrix in memory: element (i, j) is at
+/// `data()[i * rowStride + j * colStride]` (Eigen calls these the outer and inner strides of a
+/// row-major map). It describes row- and column-major matrices, maps and blocks alike, without
+/// copying. This is what the compiled entry points in Compiled.hpp take.
+template <typename Scalar>
+using ConstStridedMap =
+    Eigen::Map<const RowMatrix<Scalar>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+
+/// A writable view of any dense matrix in memory; see ConstStridedMap.
+template <typename Scalar>
+using StridedMap =
+    Eigen::Map<RowMatrix<Scalar>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+
+/// What attention_decomposed() returns.
+template <typename Scalar>
+struct DecomposedResult {
+  /// SCORES: T_q x T_k softmax weights. Row i sums to 1, or is all zero when query i sees no
+  /// key. Entries of masked keys are exactly 0.
+  RowMatrix<Scalar> scores;
+  /// ATTN = SCORES * V: T_q x d_v.
+  RowMatrix<Scalar> attn;
+  /// T_q log-sum-exps: lse(i) = log(sum_j exp(scale * (Q K^T)(i, j))) over the keys query i
+  /// sees; -infinity when it sees none. SCORES(i, j) = exp(scale * (Q K^T)(i, j) - lse(i)).
+  Vector<Scalar> lse;
+};
+
+}  // namespace EigenAttention

@@ -1,0 +1,28 @@
+/// \file Version.hpp
+/// EigenAttention's version, and the check that the Eigen in use is new enough.
+#pragma once
+
+#include <Eigen/Core>
+
+// The single source of the version number: CMake reads these three lines.
+#define EIGEN_ATTENTION_VERSION_MAJOR 0
+#define EIGEN_ATTENTION_VERSION_MINOR 1
+#define EIGEN_ATTENTION_VERSION_PATCH 0
+
+/// The version as one integer, e.g. 100 for 0.1.0 (major * 10000 + minor * 100 + patch).
+#define EIGEN_ATTENTION_VERSION                                           \
+  (EIGEN_ATTENTION_VERSION_MAJOR * 10000 + EIGEN_ATTENTION_VERSION_MINOR * 100 + \
+   EIGEN_ATTENTION_VERSION_PATCH)
+
+// Eigen 3.4.0's CMake version file rejects version ranges, so the minimum is checked here.
+#if !EIGEN_VERSION_AT_LEAST(3, 4, 0)
+#error "EigenAttention needs Eigen 3.4.0 or newer"
+#endif
+
+namespace EigenAttention {
+
+/// The library's version as "major.minor.patch", as compiled into the library.
+/// Compare with the EIGEN_ATTENTION_VERSION_* macros to detect a header/library mismatch.
+const char* version();
+
+}  // namespace EigenAttention

@@ -1,0 +1,88 @@
+/// \file detail/FrontDoor.hpp
+/// Helpers of the template front doors: turn any Eigen dense expression into a strided view,
+/// and check scalar types at compile time. Not part of the documented API.
+#pragma once
+
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include <EigenAttention/Types.hpp>
+
+namespace EigenAttention {
+namespace detail {
+
+template <class Derived>
+inline constexpr bool kHasDirectAccess =
+    (int(Eigen::internal::traits<Derived>::Flags) & Eigen::DirectAccessBit) != 0;
+
+template <class Derived>
+inline constexpr bool kIsWritable =
+    kHasDirectAccess<Derived> && (int(Eigen::internal::traits<Derived>::Flags) & Eigen::LvalueBit) != 0;
+
+template <class Derived>
+inline constexpr bool kIsResizable = std::is_base_of_v<Eigen::PlainObjectBase<Derived>, Derived>;
+
+/// Compile-time checks shared by every front door.
+template <typename Scalar, typename... Others>
+constexpr void check_scalars() {
+  static_assert((std::is_same_v<Scalar, Others> && ...),
+                "EigenAttention: Q, K, V (and the outputs) must have the same scalar type; "
+                "convert one with .template cast<float>() or .template cast<double>()");
+  static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>,
+                "EigenAttention: the scalar type must be float or double");
+}
+
+/// A read-only strided view of an input. Expressions with direct memory access (matrices, maps,
+/// blocks, Refs, transposes of those) are viewed in place; anything else (a product, a sum, a
+/// cast) is evaluated once into a row-major temporary that this object owns.
+template <class Derived, bool = kHasDirectAccess<Derived>>
+class InputView {
+ public:
+  using Scalar = typename Derived::Scalar;
+  explicit InputView(const Derived& m)
+      : map_(m.data(), m.rows(), m.cols(),
+             Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.rowStride(), m.colStride())) {}
+  const ConstStridedMap<Scalar>& map() const { return map_; }
+
+ private:
+  ConstStridedMap<Scalar> map_;
+};
+
+template <class Derived>
+class InputView<Derived, false> {
+ public:
+  using Scalar = typename Derived::Scalar;
+  explicit InputView(const Derived& m)
+      : copy_(m),
+        map_(copy_.data(), copy_.rows(), copy_.cols(),
+             Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(copy_.cols(), 1)) {}
+  const ConstStridedMap<Scalar>& map() const { return map_; }
+
+ private:
+  RowMatrix<Scalar> copy_;
+  ConstStridedMap<Scalar> map_;
+};
+
+/// A writable strided view of an output. Eigen's idiom: outputs arrive as `const MatrixBase&`
+/// so that temporaries such as `M.block(...)` bind, and the constness is cast away here.
+/// A resizable output (an Eigen::Matrix) is first resized to rows x cols, which allocates only
+/// when its size changes; any other output must already have that shape (checked later).
+template <class Derived>
+StridedMap<typename Derived::Scalar> output_view(const Eigen::MatrixBase<Derived>& out,
+                                                 Eigen::Index rows, Eigen::Index cols) {
+  static_assert(kIsWritable<Derived>,
+                "EigenAttention: an output must be writable dense storage with direct access "
+                "(an Eigen::Matrix, Map, Ref or a block of one)");
+  Derived& o = const_cast<Derived&>(out.derived());
+  if constexpr (kIsResizable<Derived>) {
+    constexpr int kRows = Derived::RowsAtCompileTime, kCols = Derived::ColsAtCompileTime;
+    const bool fits = (kRows == Eigen::Dynamic || kRows == rows) && (kCols == Eigen::Dynamic || kCols == cols);
+    if (fits && (o.rows() != rows || o.cols() != cols)) o.resize(rows, cols);
+  }
+  return StridedMap<typename Derived::Scalar>(
+      o.data(), o.rows(), o.cols(), Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(o.rowStride(), o.colStride()));
+}
+
+}  // namespace detail
+}  // namespace EigenAttention
