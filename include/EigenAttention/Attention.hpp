@@ -83,7 +83,7 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
-  compiled::validate<Scalar>(q.map(), k.map(), &v.map(), opt);
+  compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
   const auto o = detail::output_view(out, Q.rows(), V.cols());
   compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, nullptr, opt);
 }
@@ -101,7 +101,7 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
-  compiled::validate<Scalar>(q.map(), k.map(), &v.map(), opt);
+  compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
   const auto o = detail::output_view(out, Q.rows(), V.cols());
   const auto l = detail::output_view(lse, Q.rows(), 1);
   compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, &l, opt);
@@ -139,7 +139,7 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
-  compiled::validate<Scalar>(q.map(), k.map(), &v.map(), opt);
+  compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   const auto o = detail::output_view(attn, Q.rows(), V.cols());
   compiled::attention_decomposed_into<Scalar>(q.map(), k.map(), v.map(), s, o, nullptr, opt);
@@ -157,7 +157,7 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
-  compiled::validate<Scalar>(q.map(), k.map(), &v.map(), opt);
+  compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   const auto o = detail::output_view(attn, Q.rows(), V.cols());
   const auto l = detail::output_view(lse, Q.rows(), 1);
@@ -185,7 +185,7 @@ void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBa
   detail::check_scalars<Scalar, typename DK::Scalar, typename DS::Scalar>();
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
-  compiled::validate<Scalar>(q.map(), k.map(), nullptr, opt);
+  compiled::validate<Scalar>("attention_scores_into", q.map(), k.map(), nullptr, opt);
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   compiled::attention_scores_into<Scalar>(q.map(), k.map(), s, nullptr, opt);
 }

@@ -16,10 +16,11 @@ namespace EigenAttention {
 namespace compiled {
 
 /// Checks Q (T_q x d_k), K (T_k x d_k) and, when `v` is not null, V (T_k x d_v) against each
-/// other and `opt` (scale finite and > 0, or d_k > 0 for the default scale).
+/// other and `opt` (scale finite and > 0, or d_k > 0 for the default scale). `api` names the
+/// calling function in the message. The front doors call it before resizing any output.
 /// \throws std::invalid_argument naming the shapes or the value at fault.
 template <typename Scalar>
-void validate(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
+void validate(const char* api, const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
               const ConstStridedMap<Scalar>* v, const Options& opt);
 
 /// ATTN (T_q x d_v), never forming T_q x T_k (unless opt.kernel is Kernel::Reference).
@@ -61,7 +62,7 @@ void attention_scores_into(const ConstStridedMap<Scalar>& q, const ConstStridedM
                            const Options& opt);
 
 #define EIGEN_ATTENTION_DECLARE_COMPILED(Scalar)                                                   \
-  extern template void validate<Scalar>(const ConstStridedMap<Scalar>&, const ConstStridedMap<Scalar>&, \
+  extern template void validate<Scalar>(const char*, const ConstStridedMap<Scalar>&, const ConstStridedMap<Scalar>&, \
                                         const ConstStridedMap<Scalar>*, const Options&);           \
   extern template RowMatrix<Scalar> attention<Scalar>(const ConstStridedMap<Scalar>&,              \
                                                       const ConstStridedMap<Scalar>&,              \

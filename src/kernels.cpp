@@ -1,0 +1,45 @@
+// Which kernels exist, which this CPU runs, and the dispatch to them.
+#include <stdexcept>
+#include <string>
+
+#include "kernel.hpp"
+
+namespace EigenAttention {
+
+std::vector<Kernel> available_kernels() { return {Kernel::Portable, Kernel::Reference}; }
+
+const char* kernel_name(Kernel kernel) {
+  switch (kernel) {
+    case Kernel::Auto: return "auto";
+    case Kernel::Reference: return "reference";
+    case Kernel::Portable: return "portable";
+  }
+  return "unknown";
+}
+
+namespace internal {
+
+Kernel resolve_kernel(const char* api, Kernel requested) {
+  const std::vector<Kernel> available = available_kernels();
+  if (requested == Kernel::Auto) return available.front();
+  for (Kernel k : available) {
+    if (k == requested) return k;
+  }
+  throw std::invalid_argument(std::string("EigenAttention::") + api + ": kernel '" +
+                              kernel_name(requested) + "' is not available on this CPU");
+}
+
+template <typename T>
+void run_kernel(Kernel kernel, const Problem<T>& p, const Outputs<T>& out) {
+  switch (kernel) {
+    case Kernel::Reference: reference_kernel(p, out); return;
+    case Kernel::Portable:
+    case Kernel::Auto: portable_kernel(p, out); return;
+  }
+}
+
+template void run_kernel<float>(Kernel, const Problem<float>&, const Outputs<float>&);
+template void run_kernel<double>(Kernel, const Problem<double>&, const Outputs<double>&);
+
+}  // namespace internal
+}  // namespace EigenAttention
