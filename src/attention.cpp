@@ -57,7 +57,7 @@ RowMatrix<T> attention(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
   const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
   RowMatrix<T> attn(p.tq(), p.dv());
   StridedMap<T> a = view_of(attn);
-  internal::run_kernel(kernel, p, Outputs<T>{nullptr, &a, nullptr});
+  internal::run_kernel(kernel, p, Outputs<T>{nullptr, &a, nullptr}, opt.threads);
   return attn;
 }
 
@@ -75,7 +75,7 @@ void attention_into(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
                      {{"Q", region_of(q)}, {"K", region_of(k)}, {"V", region_of(v)}});
   StridedMap<T> a = out;
   StridedMap<T> l = lse != nullptr ? *lse : out;
-  internal::run_kernel(kernel, p, Outputs<T>{nullptr, &a, lse != nullptr ? &l : nullptr});
+  internal::run_kernel(kernel, p, Outputs<T>{nullptr, &a, lse != nullptr ? &l : nullptr}, opt.threads);
 }
 
 template <typename T>
@@ -86,7 +86,7 @@ DecomposedResult<T> attention_decomposed(const ConstStridedMap<T>& q, const Cons
   const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
   DecomposedResult<T> r{RowMatrix<T>(p.tq(), p.tk()), RowMatrix<T>(p.tq(), p.dv()), Vector<T>(p.tq())};
   StridedMap<T> s = view_of(r.scores), a = view_of(r.attn), l = view_of(r.lse);
-  internal::run_kernel(kernel, p, Outputs<T>{&s, &a, &l});
+  internal::run_kernel(kernel, p, Outputs<T>{&s, &a, &l}, opt.threads);
   return r;
 }
 
@@ -108,7 +108,7 @@ void attention_decomposed_into(const ConstStridedMap<T>& q, const ConstStridedMa
                      {{"Q", region_of(q)}, {"K", region_of(k)}, {"V", region_of(v)}});
   StridedMap<T> s = scores, a = attn;
   StridedMap<T> l = lse != nullptr ? *lse : attn;
-  internal::run_kernel(kernel, p, Outputs<T>{&s, &a, lse != nullptr ? &l : nullptr});
+  internal::run_kernel(kernel, p, Outputs<T>{&s, &a, lse != nullptr ? &l : nullptr}, opt.threads);
 }
 
 template <typename T>
@@ -119,7 +119,7 @@ RowMatrix<T> attention_scores(const ConstStridedMap<T>& q, const ConstStridedMap
   const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
   RowMatrix<T> scores(p.tq(), p.tk());
   StridedMap<T> s = view_of(scores);
-  internal::run_kernel(kernel, p, Outputs<T>{&s, nullptr, nullptr});
+  internal::run_kernel(kernel, p, Outputs<T>{&s, nullptr, nullptr}, opt.threads);
   return scores;
 }
 
@@ -137,7 +137,7 @@ void attention_scores_into(const ConstStridedMap<T>& q, const ConstStridedMap<T>
                      {{"Q", region_of(q)}, {"K", region_of(k)}});
   StridedMap<T> s = scores;
   StridedMap<T> l = lse != nullptr ? *lse : scores;
-  internal::run_kernel(kernel, p, Outputs<T>{&s, nullptr, lse != nullptr ? &l : nullptr});
+  internal::run_kernel(kernel, p, Outputs<T>{&s, nullptr, lse != nullptr ? &l : nullptr}, opt.threads);
 }
 
 #define EIGEN_ATTENTION_INSTANTIATE(T)                                                            \

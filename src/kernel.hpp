@@ -23,17 +23,13 @@ struct Outputs {
 template <typename T>
 void reference_kernel(const Problem<T>& p, const Outputs<T>& out);
 
-/// Tiled, online-softmax attention in portable Eigen code (portable_kernel.cpp).
-template <typename T>
-void portable_kernel(const Problem<T>& p, const Outputs<T>& out);
-
 /// The kernel `requested` resolves to on this CPU (Auto: the fastest available).
 /// Throws std::invalid_argument when it is not available here.
 Kernel resolve_kernel(const char* api, Kernel requested);
 
-/// Runs `kernel` (already resolved) on p.
+/// Runs `kernel` (already resolved) on p with up to `threads` threads (Options::threads).
 template <typename T>
-void run_kernel(Kernel kernel, const Problem<T>& p, const Outputs<T>& out);
+void run_kernel(Kernel kernel, const Problem<T>& p, const Outputs<T>& out, int threads);
 
 }  // namespace internal
 }  // namespace EigenAttention

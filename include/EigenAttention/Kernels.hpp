@@ -10,16 +10,21 @@ namespace EigenAttention {
 /// function; the choice changes speed, memory and the last bits of rounding only.
 enum class Kernel {
   Auto,       ///< the fastest kernel this CPU supports (the default).
-  Reference,  ///< plain Eigen expressions that read like the formula; slow, and it forms
-              ///< T_q x T_k even in the fused call. The yardstick the others are tested against.
-  Portable    ///< tiled online-softmax kernel in portable Eigen code; never forms T_q x T_k.
+  Reference,  ///< plain Eigen expressions that read like the formula; slow, single-threaded, and
+              ///< it forms T_q x T_k even in the fused call. The yardstick for the others.
+              ///< The tiled kernels below: query tiles x key tiles with an online softmax; the
+              ///< fused call never forms T_q x T_k; Options::threads splits the query tiles.
+  Portable,   ///< the tiled kernel compiled for the baseline instruction set (runs anywhere).
+  Avx2,       ///< the tiled kernel compiled for AVX2 + FMA (x86-64 only).
+  Avx512      ///< the tiled kernel compiled for AVX-512 F/DQ/BW/VL (x86-64 only).
 };
 
 /// The kernels this build can run on this CPU, fastest first; Kernel::Auto means the first.
-/// Always contains Kernel::Portable and Kernel::Reference, in that order, at the end.
+/// Always ends with Kernel::Portable then Kernel::Reference. Avx2 and Avx512 appear when the
+/// library was built with them (x86-64 with GCC or Clang) and this CPU and OS support them.
 std::vector<Kernel> available_kernels();
 
-/// A short lower-case name: "auto", "reference", "portable".
+/// A short lower-case name: "auto", "reference", "portable", "avx2", "avx512".
 const char* kernel_name(Kernel kernel);
 
 }  // namespace EigenAttention

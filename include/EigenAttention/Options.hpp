@@ -34,8 +34,14 @@ struct Options {
   /// Multiplies the logits Q K^T. Must be finite and > 0. When empty: 1 / sqrt(d_k), which
   /// then requires d_k > 0.
   std::optional<double> scale;
-  /// Implementation to use; see Kernel. Default: Auto.
+  /// Implementation to use; see Kernel. Default: Auto. Asking for a kernel this CPU cannot
+  /// run throws std::invalid_argument.
   Kernel kernel = Kernel::Auto;
+  /// Threads for one call: 1 (the default) runs on the calling thread only; n > 1 splits the
+  /// query tiles over up to n threads of a pool the library keeps; 0 means one per hardware
+  /// thread. Small problems use fewer. Results are bitwise identical for every value.
+  /// Negative values throw std::invalid_argument.
+  int threads = 1;
 };
 
 }  // namespace EigenAttention

@@ -1,0 +1,103 @@
+#include "thread_pool.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+
+namespace EigenAttention {
+namespace internal {
+
+struct ThreadPool::Job {
+  const std::function<void(std::ptrdiff_t)>* task;
+  std::ptrdiff_t tasks;
+  std::atomic<std::ptrdiff_t> next{0};
+  int unfinished_workers;
+  std::mutex error_mutex;
+  std::exception_ptr error;
+
+  void work() {
+    for (std::ptrdiff_t i; (i = next.fetch_add(1)) < tasks;) {
+      try {
+        (*task)(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next.store(tasks);  // hand out no more tasks
+      }
+    }
+  }
+};
+
+ThreadPool& ThreadPool::instance() {
+  static ThreadPool pool;
+  return pool;
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::worker(int id) {
+  unsigned long seen = 0;
+  for (;;) {
+    Job* job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stop_ || (job_ != nullptr && generation_ != seen && id < wanted_); });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+    }
+    job->work();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--job->unfinished_workers == 0) done_.notify_all();
+    }
+  }
+}
+
+void ThreadPool::run(std::ptrdiff_t tasks, int threads, const std::function<void(std::ptrdiff_t)>& task) {
+  threads = static_cast<int>(std::min<std::ptrdiff_t>(threads, tasks));
+  std::unique_lock<std::mutex> busy(busy_, std::defer_lock);
+  if (threads > 1) busy.try_lock();
+  if (!busy.owns_lock()) {
+    for (std::ptrdiff_t i = 0; i < tasks; ++i) task(i);
+    return;
+  }
+  Job job;
+  job.task = &task;
+  job.tasks = tasks;
+  job.unfinished_workers = threads - 1;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    while (static_cast<int>(workers_.size()) < threads - 1) {
+      const int id = static_cast<int>(workers_.size());
+      workers_.emplace_back([this, id] { worker(id); });
+    }
+    job_ = &job;
+    wanted_ = threads - 1;
+    ++generation_;
+  }
+  wake_.notify_all();
+  job.work();
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return job.unfinished_workers == 0; });
+    job_ = nullptr;
+  }
+  if (job.error) std::rethrow_exception(job.error);
+}
+
+int resolve_threads(int requested) {
+  if (requested > 0) return requested;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+}  // namespace internal
+}  // namespace EigenAttention

@@ -1,0 +1,48 @@
+// A small persistent pool of worker threads for splitting one call over query tiles. Internal.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace EigenAttention {
+namespace internal {
+
+class ThreadPool {
+ public:
+  /// The process-wide pool; its workers start on first use and stop at exit.
+  static ThreadPool& instance();
+
+  /// Runs task(i) for every i in [0, tasks), on at most `threads` threads counting the caller,
+  /// and returns when all are done. Tasks are handed out in index order. When another call is
+  /// using the pool, this one runs on the calling thread alone (results do not depend on it).
+  /// The first exception a task throws is rethrown here, after every task has stopped.
+  void run(std::ptrdiff_t tasks, int threads, const std::function<void(std::ptrdiff_t)>& task);
+
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  ~ThreadPool();
+
+ private:
+  struct Job;
+  ThreadPool() = default;
+  void worker(int id);
+
+  std::mutex busy_;  // held by the call that owns the workers
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> workers_;
+  Job* job_ = nullptr;
+  unsigned long generation_ = 0;
+  int wanted_ = 0;  // workers 0 .. wanted_-1 join the current job
+  bool stop_ = false;
+};
+
+/// The number of threads Options::threads asks for: 0 means every hardware thread.
+int resolve_threads(int requested);
+
+}  // namespace internal
+}  // namespace EigenAttention

@@ -1,0 +1,332 @@
+// The tiled attention kernel, written once and compiled once per instruction set
+// (kernel_portable.cpp, kernel_avx2.cpp, kernel_avx512.cpp). Internal.
+//
+// A file that includes this one may first rename Eigen's namespace (#define Eigen ...), so that
+// the Eigen templates it instantiates with its own -m flags never merge with those of another
+// translation unit; everything here is in an anonymous namespace for the same reason. Only
+// kernel_abi.hpp's plain types cross the boundary.
+//
+// Fused call (ATTN only). For each tile of kRows query rows, stream over tiles of kCols keys,
+// keeping for each row a running maximum m, a running sum l of exp(logit - m) and an
+// accumulator acc = sum_j exp(logit_j - m) V_j, rescaled by exp(m_old - m_new) whenever m grows
+// (the online softmax). Nothing of size T_q x T_k exists: the working set per thread is
+// O((kRows + kCols) * d + kRows * kCols).
+//
+// Decomposed call (SCORES too). For each tile of query rows, its whole row of logits is written
+// once, straight into SCORES when SCORES has unit column stride (else into per-thread scratch
+// that is then copied), normalised in place, and multiplied by V tile by tile.
+//
+// Causal masking. Key tiles past the last key a row tile sees are never computed. Tiles that
+// cross the frontier are masked row by row with -inf before the softmax; their product with V
+// runs as one GEMM when the masked V rows are finite (masked weights are exact zeros, so the
+// result is the same), else row by row over each row's visible keys, so that a masked NaN or
+// Inf in V never reaches a row that does not see it.
+//
+// The tile products use Eigen's GEMM (general_matrix_matrix_product) with packing buffers taken
+// from per-thread scratch, so that no call allocates once the scratch has grown.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "kernel_abi.hpp"
+
+namespace EigenAttention {
+namespace internal {
+namespace {
+
+constexpr index_t kRows = 128;  // query rows per tile
+constexpr index_t kCols = 512;  // keys per tile
+
+template <typename T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename T>
+using TileMap = Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <typename T>
+using StridedMap = Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+
+/// Per-thread scratch, 64-byte aligned, grown on demand and kept for the next call.
+template <typename T>
+class Arena {
+ public:
+  explicit Arena(std::size_t elements) {
+    thread_local std::vector<T, Eigen::aligned_allocator<T>> buffer;
+    if (buffer.size() < elements) {
+      buffer = std::vector<T, Eigen::aligned_allocator<T>>();
+      buffer.resize(elements);
+    }
+    next_ = buffer.data();
+  }
+  /// Room for n elements, keeping 64-byte alignment for the next one.
+  T* take(index_t n) {
+    T* p = next_;
+    next_ += round(n);
+    return p;
+  }
+  static std::size_t round(index_t n) {
+    constexpr index_t per_line = 64 / sizeof(T);
+    return static_cast<std::size_t>((n + per_line - 1) / per_line * per_line);
+  }
+
+ private:
+  T* next_;
+};
+
+/// Eigen's GEMM blocking with packing buffers that we own: C (m x n) += A (m x k) B (k x n)
+/// for row-major C. Eigen evaluates a row-major product as its transpose, so m and n swap.
+template <typename T>
+class Blocking : public Eigen::internal::level3_blocking<T, T> {
+ public:
+  Blocking(index_t m, index_t n, index_t k) {
+    this->m_mc = std::max<index_t>(n, 1);
+    this->m_nc = std::max<index_t>(m, 1);
+    this->m_kc = std::max<index_t>(k, 1);
+    Eigen::internal::computeProductBlockingSizes<T, T, 1>(this->m_kc, this->m_mc, this->m_nc, 1);
+  }
+  index_t size_a() const { return this->m_kc * this->m_mc; }
+  index_t size_b() const { return this->m_kc * this->m_nc; }
+  void use(T* a, T* b) {
+    this->m_blockA = a;
+    this->m_blockB = b;
+  }
+};
+
+/// C (m x n, row stride ldc) += alpha * A (m x k, row stride lda) * B^T, B being n x k (ldb).
+template <typename T>
+void gemm_abt(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* b, index_t ldb,
+              T* c, index_t ldc, T alpha, Blocking<T>& blocking) {
+  if (m == 0 || n == 0 || k == 0) return;
+  Eigen::internal::general_matrix_matrix_product<index_t, T, Eigen::RowMajor, false, T, Eigen::ColMajor,
+                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb,
+                                                                                 c, 1, ldc, alpha,
+                                                                                 blocking);
+}
+
+/// C (m x n, row stride ldc) += A (m x k, row stride lda) * B, B being k x n (ldb).
+template <typename T>
+void gemm_ab(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* b, index_t ldb, T* c,
+             index_t ldc, Blocking<T>& blocking) {
+  if (m == 0 || n == 0 || k == 0) return;
+  Eigen::internal::general_matrix_matrix_product<index_t, T, Eigen::RowMajor, false, T, Eigen::RowMajor,
+                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb,
+                                                                                 c, 1, ldc, T(1),
+                                                                                 blocking);
+}
+
+/// Rows [first, first + n) of m as a row-major block with unit column stride: in place when the
+/// input has one, else copied into `scratch` (n x m.cols).
+template <typename T>
+Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> rows_of(const RawMatrix<const T>& m,
+                                                                            index_t first, index_t n,
+                                                                            T* scratch) {
+  using Result = Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+  if ((m.col_stride == 1 || m.cols <= 1) && (m.row_stride >= m.cols || n <= 1)) {
+    const index_t ld = n <= 1 ? std::max<index_t>(m.cols, 1) : m.row_stride;
+    return Result(m.data + first * m.row_stride, n, m.cols, Eigen::OuterStride<>(ld));
+  }
+  for (index_t i = 0; i < n; ++i) {
+    const T* src = m.data + (first + i) * m.row_stride;
+    for (index_t j = 0; j < m.cols; ++j) scratch[i * m.cols + j] = src[j * m.col_stride];
+  }
+  return Result(scratch, n, m.cols, Eigen::OuterStride<>(std::max<index_t>(m.cols, 1)));
+}
+
+template <typename T>
+StridedMap<T> map_of(const RawMatrix<T>& m) {
+  return StridedMap<T>(m.data, m.rows, m.cols, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
+}
+
+/// exp(x - shift), with exp(-inf) exactly 0 (Eigen's vectorised exp returns a tiny subnormal
+/// there on some instruction sets, and masked weights must be exact zeros).
+template <class Row, typename T>
+void exp_shifted(Row&& row, T shift) {
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  row = (row.array() == minus_inf).select(T(0), (row.array() - shift).exp()).matrix();
+}
+
+/// Sets to -inf the logits of the keys each row does not see. `s` holds keys [j0, j0+cols)
+/// of query rows [i0, i0 + rows).
+template <typename T, class Tile>
+void mask_tile(const RawProblem<T>& p, index_t i0, index_t j0, Tile&& s) {
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  for (index_t r = 0; r < s.rows(); ++r) {
+    const index_t seen = std::clamp<index_t>(p.visible(i0 + r) - j0, 0, s.cols());
+    s.row(r).tail(s.cols() - seen).setConstant(minus_inf);
+  }
+}
+
+/// acc (rows x d_v) += P (rows x cols) V (cols x d_v) over keys [j0, j0 + cols) of query rows
+/// [i0, i0 + rows), each row using only the keys it sees.
+template <typename T, class PTile, class VTile>
+void accumulate(const RawProblem<T>& p, index_t i0, index_t j0, const PTile& P, index_t ldp,
+                const VTile& V, T* acc, index_t dv, Blocking<T>& blocking) {
+  const index_t rows = P.rows(), cols = P.cols();
+  const index_t seen_by_all = std::clamp<index_t>(p.visible(i0) - j0, 0, cols);
+  if (seen_by_all == cols || V.bottomRows(cols - seen_by_all).allFinite()) {
+    gemm_ab(rows, dv, cols, P.data(), ldp, V.data(), V.outerStride(), acc, dv, blocking);
+    return;
+  }
+  Eigen::Map<RowMat<T>> A(acc, rows, dv);
+  for (index_t r = 0; r < rows; ++r) {
+    const index_t seen = std::clamp<index_t>(p.visible(i0 + r) - j0, 0, cols);
+    if (seen > 0) A.row(r).noalias() += P.row(r).head(seen) * V.topRows(seen);
+  }
+}
+
+template <typename T>
+void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  const index_t dk = p.q.cols, dv = p.v.cols;
+  Blocking<T> qk(kRows, kCols, dk), pv(kRows, dv, kCols);
+  Arena<T> arena(Arena<T>::round(kRows * dk) + Arena<T>::round(kCols * dk) + Arena<T>::round(kCols * dv) +
+                 Arena<T>::round(kRows * kCols) + Arena<T>::round(kRows * dv) + 2 * Arena<T>::round(kRows) +
+                 Arena<T>::round(std::max(qk.size_a(), pv.size_a())) +
+                 Arena<T>::round(std::max(qk.size_b(), pv.size_b())));
+  T* const q_buf = arena.take(kRows * dk);
+  T* const k_buf = arena.take(kCols * dk);
+  T* const v_buf = arena.take(kCols * dv);
+  T* const s_buf = arena.take(kRows * kCols);
+  T* const acc_buf = arena.take(kRows * dv);
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> m(arena.take(kRows), kRows), l(arena.take(kRows), kRows);
+  T* const block_a = arena.take(std::max(qk.size_a(), pv.size_a()));
+  T* const block_b = arena.take(std::max(qk.size_b(), pv.size_b()));
+  qk.use(block_a, block_b);
+  pv.use(block_a, block_b);
+  StridedMap<T> attn = map_of(p.attn);
+
+  for (index_t i0 = first; i0 < first + count; i0 += kRows) {
+    const index_t rows = std::min(kRows, first + count - i0);
+    const index_t keys_any = p.visible(i0 + rows - 1);  // keys some row of the tile sees
+    const index_t keys_all = p.visible(i0);             // keys every row of the tile sees
+    const auto Q = rows_of(p.q, i0, rows, q_buf);
+    Eigen::Map<RowMat<T>> acc(acc_buf, rows, dv);
+    acc.setZero();
+    m.head(rows).setConstant(minus_inf);
+    l.head(rows).setZero();
+
+    for (index_t j0 = 0; j0 < keys_any; j0 += kCols) {
+      const index_t cols = std::min(kCols, keys_any - j0);
+      const auto K = rows_of(p.k, j0, cols, k_buf);
+      const auto V = rows_of(p.v, j0, cols, v_buf);
+      Eigen::Map<RowMat<T>> S(s_buf, rows, cols);
+      S.setZero();
+      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf, cols, p.scale, qk);
+      if (j0 + cols > keys_all) mask_tile(p, i0, j0, S);
+
+      for (index_t r = 0; r < rows; ++r) {
+        const T new_max = std::max(m(r), S.row(r).maxCoeff());
+        if (new_max == minus_inf) {  // nothing visible to this row yet
+          S.row(r).setZero();
+          continue;
+        }
+        const T rescale = std::exp(m(r) - new_max);  // 0 on the row's first visible tile
+        exp_shifted(S.row(r), new_max);
+        l(r) = rescale * l(r) + S.row(r).sum();
+        if (rescale != T(1)) acc.row(r) *= rescale;
+        m(r) = new_max;
+      }
+      accumulate(p, i0, j0, S, cols, V, acc_buf, dv, pv);
+    }
+
+    for (index_t r = 0; r < rows; ++r) {
+      if (m(r) == minus_inf) {  // the row sees no key
+        attn.row(i0 + r).setZero();
+        if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = minus_inf;
+      } else {
+        attn.row(i0 + r) = acc.row(r) / l(r);
+        if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = m(r) + std::log(l(r));
+      }
+    }
+  }
+}
+
+template <typename T>
+void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  const index_t tk = p.k.rows, dk = p.q.cols;
+  const bool want_attn = p.want_attn;
+  const index_t dv = want_attn ? p.v.cols : 0;
+  // Logits go straight into SCORES when its rows are contiguous; else into scratch.
+  const bool in_place = p.scores.col_stride == 1 || tk <= 1;
+  Blocking<T> qk(kRows, kCols, dk), pv(kRows, dv, kCols);
+  Arena<T> arena(Arena<T>::round(kRows * dk) + Arena<T>::round(kCols * dk) + Arena<T>::round(kCols * dv) +
+                 Arena<T>::round(in_place ? 0 : kRows * tk) + Arena<T>::round(kRows * dv) +
+                 Arena<T>::round(std::max(qk.size_a(), pv.size_a())) +
+                 Arena<T>::round(std::max(qk.size_b(), pv.size_b())));
+  T* const q_buf = arena.take(kRows * dk);
+  T* const k_buf = arena.take(kCols * dk);
+  T* const v_buf = arena.take(kCols * dv);
+  T* const s_scratch = arena.take(in_place ? 0 : kRows * tk);
+  T* const acc_buf = arena.take(kRows * dv);
+  T* const block_a = arena.take(std::max(qk.size_a(), pv.size_a()));
+  T* const block_b = arena.take(std::max(qk.size_b(), pv.size_b()));
+  qk.use(block_a, block_b);
+  pv.use(block_a, block_b);
+  StridedMap<T> scores = map_of(p.scores);
+
+  for (index_t i0 = first; i0 < first + count; i0 += kRows) {
+    const index_t rows = std::min(kRows, first + count - i0);
+    const index_t keys_any = p.visible(i0 + rows - 1);
+    const index_t keys_all = p.visible(i0);
+    const auto Q = rows_of(p.q, i0, rows, q_buf);
+    T* const s_data = in_place ? p.scores.data + i0 * p.scores.row_stride : s_scratch;
+    const index_t lds = in_place ? (rows <= 1 ? std::max<index_t>(tk, 1) : p.scores.row_stride) : std::max<index_t>(tk, 1);
+    TileMap<T> S(s_data, rows, keys_any, Eigen::OuterStride<>(lds));
+
+    // Scaled logits, tile by tile, masked where a tile crosses the frontier.
+    S.setZero();
+    for (index_t j0 = 0; j0 < keys_any; j0 += kCols) {
+      const index_t cols = std::min(kCols, keys_any - j0);
+      const auto K = rows_of(p.k, j0, cols, k_buf);
+      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_data + j0, lds, p.scale, qk);
+      if (j0 + cols > keys_all) mask_tile(p, i0, j0, S.middleCols(j0, cols));
+    }
+    // Row softmax in place, subtracting the row maximum.
+    for (index_t r = 0; r < rows; ++r) {
+      const T row_max = keys_any > 0 ? S.row(r).maxCoeff() : minus_inf;
+      T lse = minus_inf;
+      if (row_max == minus_inf) {
+        S.row(r).setZero();
+      } else {
+        exp_shifted(S.row(r), row_max);
+        const T sum = S.row(r).sum();
+        S.row(r) /= sum;
+        lse = row_max + std::log(sum);
+      }
+      if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = lse;
+    }
+    if (!in_place) scores.middleRows(i0, rows).leftCols(keys_any) = S;
+    scores.middleRows(i0, rows).rightCols(tk - keys_any).setZero();
+
+    if (!want_attn) continue;
+    Eigen::Map<RowMat<T>> acc(acc_buf, rows, dv);
+    acc.setZero();
+    for (index_t j0 = 0; j0 < keys_any; j0 += kCols) {
+      const index_t cols = std::min(kCols, keys_any - j0);
+      const auto V = rows_of(p.v, j0, cols, v_buf);
+      const auto P = S.middleCols(j0, cols);
+      accumulate(p, i0, j0, P, lds, V, acc_buf, dv, pv);
+    }
+    map_of(p.attn).middleRows(i0, rows) = acc;
+  }
+}
+
+/// The kernel entry: fused or decomposed, by whether SCORES are wanted.
+template <typename T>
+void tiled_rows(const RawProblem<T>& p, index_t first, index_t count) {
+  if (count <= 0) return;
+  if (!p.want_scores) {
+    fused_rows(p, first, count);
+  } else {
+    decomposed_rows(p, first, count);
+  }
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace EigenAttention
