@@ -45,6 +45,14 @@ void mask_tile(const Problem<T>& p, Index i0, Index j0, Block&& s) {
   }
 }
 
+// row = exp(row - shift), with exp(-inf) exactly 0 (Eigen's vectorised exp returns a tiny
+// subnormal there on SSE, and masked weights must be exact zeros).
+template <class Row, typename T>
+void exp_shifted(Row&& row, T shift) {
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  row = (row.array() == minus_inf).select(T(0), (row.array() - shift).exp()).matrix();
+}
+
 // acc += P V over a key tile, where row r of P may only use the keys it sees.
 template <typename T, class PBlock, class VBlock, class AccBlock>
 void accumulate(const Problem<T>& p, Index i0, Index j0, bool crosses_frontier, const PBlock& P,
@@ -103,7 +111,7 @@ void fused(const Problem<T>& p, StridedMap<T>& attn, StridedMap<T>* lse) {
           continue;
         }
         const T rescale = std::exp(m(r) - new_max);  // 0 on the first visible tile
-        S.row(r) = (S.row(r).array() - new_max).exp().matrix();
+        exp_shifted(S.row(r), new_max);
         l(r) = rescale * l(r) + S.row(r).sum();
         if (rescale != T(1)) acc.row(r) *= rescale;
         m(r) = new_max;
@@ -161,7 +169,7 @@ void decomposed(const Problem<T>& p, StridedMap<T>& scores, StridedMap<T>* attn,
         if (lse != nullptr) (*lse)(i0 + r, 0) = minus_inf;
         continue;
       }
-      S.row(r) = (S.row(r).array() - row_max).exp().matrix();
+      exp_shifted(S.row(r), row_max);
       const T sum = S.row(r).sum();
       S.row(r) /= sum;
       if (lse != nullptr) (*lse)(i0 + r, 0) = row_max + std::log(sum);
