@@ -50,7 +50,9 @@ void reference_kernel(const Problem<T>& p, const Outputs<T>& out) {
       lse(i) = minus_inf;
       continue;
     }
-    scores.row(i) = (logits.row(i).array() - row_max).exp().matrix();
+    // exp(-inf) must be exactly 0: Eigen's vectorised exp gives a tiny subnormal on SSE.
+    const auto row = logits.row(i).array();
+    scores.row(i) = (row == minus_inf).select(T(0), (row - row_max).exp()).matrix();
     const T sum = scores.row(i).sum();
     scores.row(i) /= sum;
     lse(i) = row_max + std::log(sum);
