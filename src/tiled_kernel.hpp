@@ -86,7 +86,7 @@ class Blocking : public Eigen::internal::level3_blocking<T, T> {
     this->m_mc = std::max<index_t>(n, 1);
     this->m_nc = std::max<index_t>(m, 1);
     this->m_kc = std::max<index_t>(k, 1);
-    Eigen::internal::computeProductBlockingSizes<T, T, 1>(this->m_kc, this->m_mc, this->m_nc, 1);
+    Eigen::internal::computeProductBlockingSizes<T, T, 1, index_t>(this->m_kc, this->m_mc, this->m_nc, 1);
   }
   index_t size_a() const { return this->m_kc * this->m_mc; }
   index_t size_b() const { return this->m_kc * this->m_nc; }
@@ -219,7 +219,9 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
       if (j0 + cols > keys_all) mask_tile(p, i0, j0, S);
 
       for (index_t r = 0; r < rows; ++r) {
-        const T new_max = std::max(m(r), S.row(r).maxCoeff());
+        // A NaN logit must make the row NaN, never pass for "no visible key": propagate it.
+        const T tile_max = S.row(r).template maxCoeff<Eigen::PropagateNaN>();
+        const T new_max = std::isnan(tile_max) || tile_max > m(r) ? tile_max : m(r);
         if (new_max == minus_inf) {  // nothing visible to this row yet
           S.row(r).setZero();
           continue;
@@ -288,7 +290,7 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
     }
     // Row softmax in place, subtracting the row maximum.
     for (index_t r = 0; r < rows; ++r) {
-      const T row_max = keys_any > 0 ? S.row(r).maxCoeff() : minus_inf;
+      const T row_max = keys_any > 0 ? S.row(r).template maxCoeff<Eigen::PropagateNaN>() : minus_inf;
       T lse = minus_inf;
       if (row_max == minus_inf) {
         S.row(r).setZero();

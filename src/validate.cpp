@@ -66,6 +66,7 @@ Problem<T> make_problem(const char* api, const ConstStridedMap<T>& q, const Cons
     }
     scale = 1.0 / std::sqrt(static_cast<double>(q.cols()));
   }
+  if (opt.threads < 0) fail(api, "threads must be >= 0 (0 means all hardware threads), got " + std::to_string(opt.threads));
   const ConstStridedMap<T> no_v(nullptr, 0, 0, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(0, 0));
   const Index offset =
       opt.alignment == CausalAlignment::BottomRight ? k.rows() - q.rows() : Index(0);
