@@ -6,7 +6,17 @@
 
 namespace EigenAttention {
 
-std::vector<Kernel> available_kernels() { return {Kernel::Portable, Kernel::Reference}; }
+namespace {
+
+// Built once: resolving a kernel must not allocate (the _into calls allocate nothing).
+const std::vector<Kernel>& kernels_here() {
+  static const std::vector<Kernel> kernels{Kernel::Portable, Kernel::Reference};
+  return kernels;
+}
+
+}  // namespace
+
+std::vector<Kernel> available_kernels() { return kernels_here(); }
 
 const char* kernel_name(Kernel kernel) {
   switch (kernel) {
@@ -20,7 +30,7 @@ const char* kernel_name(Kernel kernel) {
 namespace internal {
 
 Kernel resolve_kernel(const char* api, Kernel requested) {
-  const std::vector<Kernel> available = available_kernels();
+  const std::vector<Kernel>& available = kernels_here();
   if (requested == Kernel::Auto) return available.front();
   for (Kernel k : available) {
     if (k == requested) return k;

@@ -104,8 +104,9 @@ void fused(const Problem<T>& p, StridedMap<T>& attn, StridedMap<T>* lse) {
       if (crosses_frontier) mask_tile(p, i0, j0, S);
 
       for (Index r = 0; r < rows; ++r) {
-        const T tile_max = S.row(r).maxCoeff();
-        const T new_max = std::max(m(r), tile_max);
+        // A NaN logit must make the row NaN, never pass for "no visible key": propagate it.
+        const T tile_max = S.row(r).template maxCoeff<Eigen::PropagateNaN>();
+        const T new_max = std::isnan(tile_max) || tile_max > m(r) ? tile_max : m(r);
         if (new_max == minus_inf) {  // nothing visible to this row yet
           S.row(r).setZero();
           continue;
@@ -163,7 +164,7 @@ void decomposed(const Problem<T>& p, StridedMap<T>& scores, StridedMap<T>* attn,
     }
     // Row softmax in place, subtracting the row maximum.
     for (Index r = 0; r < rows; ++r) {
-      const T row_max = keys_any > 0 ? S.row(r).maxCoeff() : minus_inf;
+      const T row_max = keys_any > 0 ? S.row(r).template maxCoeff<Eigen::PropagateNaN>() : minus_inf;
       if (row_max == minus_inf) {
         S.row(r).setZero();
         if (lse != nullptr) (*lse)(i0 + r, 0) = minus_inf;
