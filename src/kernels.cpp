@@ -30,9 +30,8 @@ bool cpu_has_avx512() {
 #endif
 }
 
-}  // namespace
-
-std::vector<Kernel> available_kernels() {
+// Built once: resolving a kernel must not allocate (the _into calls allocate nothing).
+const std::vector<Kernel>& kernels_here() {
   static const std::vector<Kernel> kernels = [] {
     std::vector<Kernel> k;
     if (cpu_has_avx512()) k.push_back(Kernel::Avx512);
@@ -43,6 +42,10 @@ std::vector<Kernel> available_kernels() {
   }();
   return kernels;
 }
+
+}  // namespace
+
+std::vector<Kernel> available_kernels() { return kernels_here(); }
 
 const char* kernel_name(Kernel kernel) {
   switch (kernel) {
@@ -90,7 +93,7 @@ RawMatrix<const T> raw_input(const ConstStridedMap<T>& m) {
 }  // namespace
 
 Kernel resolve_kernel(const char* api, Kernel requested) {
-  const std::vector<Kernel>& available = available_kernels();
+  const std::vector<Kernel>& available = kernels_here();
   if (requested == Kernel::Auto) return available.front();
   if (std::find(available.begin(), available.end(), requested) != available.end()) return requested;
   throw std::invalid_argument(std::string("EigenAttention::") + api + ": kernel '" +

@@ -44,7 +44,8 @@ void reference_kernel(const Problem<T>& p, const Outputs<T>& out) {
   RowMatrix<T> scores(tq, tk);
   Vector<T> lse(tq);
   for (Index i = 0; i < tq; ++i) {
-    const T row_max = tk > 0 ? logits.row(i).maxCoeff() : minus_inf;
+    // PropagateNaN: a NaN logit must make the row NaN, never pass for "no visible key".
+    const T row_max = tk > 0 ? logits.row(i).template maxCoeff<Eigen::PropagateNaN>() : minus_inf;
     if (row_max == minus_inf) {
       scores.row(i).setZero();
       lse(i) = minus_inf;

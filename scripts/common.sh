@@ -1,0 +1,55 @@
+# shellcheck shell=bash
+# Shared by scripts/demo and scripts/test (sourced, not run). Bash; the callers set -euo pipefail.
+#
+# After sourcing: the working directory is the repository root, and
+#   EA_ROOT    the repository root
+#   BUILD_DIR  the build directory: $BUILD_DIR from the environment (relative to the directory
+#              the script was started from), or ./build in the repository root
+#   EA_JOBS    parallel build jobs (nproc)
+# and the functions ea_require_packages, ea_configure and ea_build are defined.
+
+EA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [[ -n "${BUILD_DIR:-}" && "${BUILD_DIR}" != /* ]]; then
+  BUILD_DIR="${PWD}/${BUILD_DIR}"
+fi
+BUILD_DIR="${BUILD_DIR:-${EA_ROOT}/build}"
+EA_JOBS="$(nproc 2>/dev/null || echo 2)"
+cd "${EA_ROOT}" || exit 1
+
+# What building and testing needs, as Debian 12 packages.
+EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev)
+
+# Installs the packages of EA_PACKAGES that are missing (as root), or says how to (otherwise).
+ea_require_packages() {
+  if ! command -v dpkg-query >/dev/null 2>&1; then
+    echo "note: not a Debian system; assuming ${EA_PACKAGES[*]} (or their equivalents) are installed" >&2
+    return 0
+  fi
+  local missing=() package
+  for package in "${EA_PACKAGES[@]}"; do
+    if [[ "$(dpkg-query -W -f='${Status}' "${package}" 2>/dev/null || true)" != "install ok installed" ]]; then
+      missing+=("${package}")
+    fi
+  done
+  if ((${#missing[@]} == 0)); then
+    return 0
+  fi
+  if [[ "$(id -u)" -ne 0 ]]; then
+    echo "Missing packages: ${missing[*]}. Install them as root, then run this again:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "Installing missing packages: ${missing[*]}"
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+# Configures BUILD_DIR as a Release build; extra arguments go to cmake.
+ea_configure() {
+  cmake -S "${EA_ROOT}" -B "${BUILD_DIR}" -DCMAKE_BUILD_TYPE=Release "$@"
+}
+
+# Builds BUILD_DIR with EA_JOBS jobs; extra arguments go to cmake --build (e.g. --target X).
+ea_build() {
+  cmake --build "${BUILD_DIR}" --parallel "${EA_JOBS}" "$@"
+}
