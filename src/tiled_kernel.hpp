@@ -16,8 +16,9 @@
 // once, straight into SCORES when SCORES has unit column stride (else into per-thread scratch
 // that is then copied), normalised in place, and multiplied by V tile by tile.
 //
-// Causal masking. Key tiles past the last key a row tile sees are never computed. Tiles that
-// cross the frontier are masked row by row with -inf before the softmax; their product with V
+// Causal masking. Key tiles past the last key a row tile sees are never computed. In tiles that
+// cross the frontier, each row's softmax runs over the keys it sees only (the same as setting
+// the others to -inf first) and the others get weight exactly 0; their product with V
 // runs as one GEMM when the masked V rows are finite (masked weights are exact zeros, so the
 // result is the same), else row by row over each row's visible keys, so that a masked NaN or
 // Inf in V never reaches a row that does not see it.
@@ -141,23 +142,21 @@ StridedMap<T> map_of(const RawMatrix<T>& m) {
   return StridedMap<T>(m.data, m.rows, m.cols, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
 }
 
-/// exp(x - shift), with exp(-inf) exactly 0 (Eigen's vectorised exp returns a tiny subnormal
-/// there on some instruction sets, and masked weights must be exact zeros).
-template <class Row, typename T>
-void exp_shifted(Row&& row, T shift) {
-  const T minus_inf = -std::numeric_limits<T>::infinity();
-  row = (row.array() == minus_inf).select(T(0), (row.array() - shift).exp()).matrix();
+/// The largest of a row's logits, or NaN when it holds a NaN and nothing larger: a NaN must
+/// make its row NaN, never pass for "no visible key" (-inf). Eigen's fast max may skip NaNs.
+template <class Row>
+typename Row::Scalar row_max(const Row& row) {
+  using T = typename Row::Scalar;
+  if (row.size() == 0) return -std::numeric_limits<T>::infinity();
+  const T max = row.maxCoeff();
+  if (max == -std::numeric_limits<T>::infinity() && row.hasNaN()) return std::numeric_limits<T>::quiet_NaN();
+  return max;
 }
 
-/// Sets to -inf the logits of the keys each row does not see. `s` holds keys [j0, j0+cols)
-/// of query rows [i0, i0 + rows).
-template <typename T, class Tile>
-void mask_tile(const RawProblem<T>& p, index_t i0, index_t j0, Tile&& s) {
-  const T minus_inf = -std::numeric_limits<T>::infinity();
-  for (index_t r = 0; r < s.rows(); ++r) {
-    const index_t seen = std::clamp<index_t>(p.visible(i0 + r) - j0, 0, s.cols());
-    s.row(r).tail(s.cols() - seen).setConstant(minus_inf);
-  }
+/// How many of the keys [j0, j0 + cols) query row i sees.
+template <typename T>
+index_t seen_in_tile(const RawProblem<T>& p, index_t i, index_t j0, index_t cols) {
+  return std::clamp<index_t>(p.visible(i) - j0, 0, cols);
 }
 
 /// acc (rows x d_v) += P (rows x cols) V (cols x d_v) over keys [j0, j0 + cols) of query rows
@@ -166,14 +165,14 @@ template <typename T, class PTile, class VTile>
 void accumulate(const RawProblem<T>& p, index_t i0, index_t j0, const PTile& P, index_t ldp,
                 const VTile& V, T* acc, index_t dv, Blocking<T>& blocking) {
   const index_t rows = P.rows(), cols = P.cols();
-  const index_t seen_by_all = std::clamp<index_t>(p.visible(i0) - j0, 0, cols);
+  const index_t seen_by_all = seen_in_tile(p, i0, j0, cols);
   if (seen_by_all == cols || V.bottomRows(cols - seen_by_all).allFinite()) {
     gemm_ab(rows, dv, cols, P.data(), ldp, V.data(), V.outerStride(), acc, dv, blocking);
     return;
   }
   Eigen::Map<RowMat<T>> A(acc, rows, dv);
   for (index_t r = 0; r < rows; ++r) {
-    const index_t seen = std::clamp<index_t>(p.visible(i0 + r) - j0, 0, cols);
+    const index_t seen = seen_in_tile(p, i0 + r, j0, cols);
     if (seen > 0) A.row(r).noalias() += P.row(r).head(seen) * V.topRows(seen);
   }
 }
@@ -216,19 +215,21 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
       Eigen::Map<RowMat<T>> S(s_buf, rows, cols);
       S.setZero();
       gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf, cols, p.scale, qk);
-      if (j0 + cols > keys_all) mask_tile(p, i0, j0, S);
 
       for (index_t r = 0; r < rows; ++r) {
-        // A NaN logit must make the row NaN, never pass for "no visible key": propagate it.
-        const T tile_max = S.row(r).template maxCoeff<Eigen::PropagateNaN>();
+        // The mask: keys this row does not see take no part, and weigh exactly 0.
+        const index_t seen = seen_in_tile(p, i0 + r, j0, cols);
+        S.row(r).tail(cols - seen).setZero();
+        auto row = S.row(r).head(seen);
+        const T tile_max = row_max(row);
         const T new_max = std::isnan(tile_max) || tile_max > m(r) ? tile_max : m(r);
         if (new_max == minus_inf) {  // nothing visible to this row yet
-          S.row(r).setZero();
+          row.setZero();
           continue;
         }
         const T rescale = std::exp(m(r) - new_max);  // 0 on the row's first visible tile
-        exp_shifted(S.row(r), new_max);
-        l(r) = rescale * l(r) + S.row(r).sum();
+        row = (row.array() - new_max).exp().matrix();
+        l(r) = rescale * l(r) + row.sum();
         if (rescale != T(1)) acc.row(r) *= rescale;
         m(r) = new_max;
       }
@@ -280,25 +281,27 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
     const index_t lds = in_place ? (rows <= 1 ? std::max<index_t>(tk, 1) : p.scores.row_stride) : std::max<index_t>(tk, 1);
     TileMap<T> S(s_data, rows, keys_any, Eigen::OuterStride<>(lds));
 
-    // Scaled logits, tile by tile, masked where a tile crosses the frontier.
+    // Scaled logits, tile by tile.
     S.setZero();
     for (index_t j0 = 0; j0 < keys_any; j0 += kCols) {
       const index_t cols = std::min(kCols, keys_any - j0);
       const auto K = rows_of(p.k, j0, cols, k_buf);
       gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_data + j0, lds, p.scale, qk);
-      if (j0 + cols > keys_all) mask_tile(p, i0, j0, S.middleCols(j0, cols));
     }
-    // Row softmax in place, subtracting the row maximum.
+    // Mask and row softmax in place: keys a row does not see weigh exactly 0.
     for (index_t r = 0; r < rows; ++r) {
-      const T row_max = keys_any > 0 ? S.row(r).template maxCoeff<Eigen::PropagateNaN>() : minus_inf;
+      const index_t seen = p.visible(i0 + r);
+      S.row(r).tail(keys_any - seen).setZero();
+      auto row = S.row(r).head(seen);
+      const T max = row_max(row);
       T lse = minus_inf;
-      if (row_max == minus_inf) {
-        S.row(r).setZero();
+      if (max == minus_inf) {
+        row.setZero();
       } else {
-        exp_shifted(S.row(r), row_max);
-        const T sum = S.row(r).sum();
-        S.row(r) /= sum;
-        lse = row_max + std::log(sum);
+        row = (row.array() - max).exp().matrix();
+        const T sum = row.sum();
+        row /= sum;
+        lse = max + std::log(sum);
       }
       if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = lse;
     }
