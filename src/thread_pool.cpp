@@ -8,7 +8,7 @@ namespace EigenAttention {
 namespace internal {
 
 struct ThreadPool::Job {
-  const std::function<void(std::ptrdiff_t)>* task;
+  const TaskRef* task;
   std::ptrdiff_t tasks;
   std::atomic<std::ptrdiff_t> next{0};
   int unfinished_workers;
@@ -61,7 +61,7 @@ void ThreadPool::worker(int id) {
   }
 }
 
-void ThreadPool::run(std::ptrdiff_t tasks, int threads, const std::function<void(std::ptrdiff_t)>& task) {
+void ThreadPool::run(std::ptrdiff_t tasks, int threads, TaskRef task) {
   threads = static_cast<int>(std::min<std::ptrdiff_t>(threads, tasks));
   std::unique_lock<std::mutex> busy(busy_, std::defer_lock);
   if (threads > 1) busy.try_lock();

@@ -3,13 +3,27 @@
 
 #include <condition_variable>
 #include <cstddef>
-#include <functional>
+#include <type_traits>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace EigenAttention {
 namespace internal {
+
+/// A non-owning reference to a callable `void(std::ptrdiff_t)`: unlike std::function, making
+/// one never allocates (the _into calls allocate nothing).
+class TaskRef {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, TaskRef>>>
+  TaskRef(const F& f)  // NOLINT: implicit on purpose
+      : callable_(&f), call_([](const void* c, std::ptrdiff_t i) { (*static_cast<const F*>(c))(i); }) {}
+  void operator()(std::ptrdiff_t i) const { call_(callable_, i); }
+
+ private:
+  const void* callable_;
+  void (*call_)(const void*, std::ptrdiff_t);
+};
 
 class ThreadPool {
  public:
@@ -20,7 +34,7 @@ class ThreadPool {
   /// and returns when all are done. Tasks are handed out in index order. When another call is
   /// using the pool, this one runs on the calling thread alone (results do not depend on it).
   /// The first exception a task throws is rethrown here, after every task has stopped.
-  void run(std::ptrdiff_t tasks, int threads, const std::function<void(std::ptrdiff_t)>& task);
+  void run(std::ptrdiff_t tasks, int threads, TaskRef task);
 
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

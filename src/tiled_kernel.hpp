@@ -12,9 +12,10 @@
 // (the online softmax). Nothing of size T_q x T_k exists: the working set per thread is
 // O((kRows + kCols) * d + kRows * kCols).
 //
-// Decomposed call (SCORES too). For each tile of query rows, its whole row of logits is written
-// once, straight into SCORES when SCORES has unit column stride (else into per-thread scratch
-// that is then copied), normalised in place, and multiplied by V tile by tile.
+// Decomposed call (SCORES too). For kDecRows query rows at a time, their whole rows of logits
+// are formed in per-thread scratch, normalised in place, written once into SCORES, and
+// multiplied by V tile by tile. The scratch (rather than SCORES itself) keeps the rounding
+// independent of where the caller's SCORES lie.
 //
 // Causal masking. Key tiles past the last key a row tile sees are never computed. In tiles that
 // cross the frontier, each row's softmax runs over the keys it sees only (the same as setting
@@ -43,6 +44,7 @@ namespace {
 
 constexpr index_t kRows = 128;  // query rows per tile
 constexpr index_t kCols = 512;  // keys per tile
+constexpr index_t kDecRows = 32;  // query rows whose whole logit rows the decomposed call holds
 
 template <typename T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -201,7 +203,6 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
   for (index_t i0 = first; i0 < first + count; i0 += kRows) {
     const index_t rows = std::min(kRows, first + count - i0);
     const index_t keys_any = p.visible(i0 + rows - 1);  // keys some row of the tile sees
-    const index_t keys_all = p.visible(i0);             // keys every row of the tile sees
     const auto Q = rows_of(p.q, i0, rows, q_buf);
     Eigen::Map<RowMat<T>> acc(acc_buf, rows, dv);
     acc.setZero();
@@ -252,41 +253,39 @@ template <typename T>
 void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const index_t tk = p.k.rows, dk = p.q.cols;
-  const bool want_attn = p.want_attn;
-  const index_t dv = want_attn ? p.v.cols : 0;
-  // Logits go straight into SCORES when its rows are contiguous; else into scratch.
-  const bool in_place = p.scores.col_stride == 1 || tk <= 1;
-  Blocking<T> qk(kRows, kCols, dk), pv(kRows, dv, kCols);
-  Arena<T> arena(Arena<T>::round(kRows * dk) + Arena<T>::round(kCols * dk) + Arena<T>::round(kCols * dv) +
-                 Arena<T>::round(in_place ? 0 : kRows * tk) + Arena<T>::round(kRows * dv) +
+  const index_t dv = p.want_attn ? p.v.cols : 0;
+  // The logits of kDecRows query rows at a time, in scratch whose rows start 64-byte aligned:
+  // Eigen's vectorised exp and sums peel scalar steps up to the first aligned element, so doing
+  // them on the caller's SCORES would make the last bits depend on where SCORES lies.
+  const index_t lds = static_cast<index_t>(Arena<T>::round(std::max<index_t>(tk, 1)));
+  Blocking<T> qk(kDecRows, kCols, dk), pv(kDecRows, dv, kCols);
+  Arena<T> arena(Arena<T>::round(kDecRows * dk) + Arena<T>::round(kCols * dk) + Arena<T>::round(kCols * dv) +
+                 Arena<T>::round(kDecRows * lds) + Arena<T>::round(kDecRows * dv) +
                  Arena<T>::round(std::max(qk.size_a(), pv.size_a())) +
                  Arena<T>::round(std::max(qk.size_b(), pv.size_b())));
-  T* const q_buf = arena.take(kRows * dk);
+  T* const q_buf = arena.take(kDecRows * dk);
   T* const k_buf = arena.take(kCols * dk);
   T* const v_buf = arena.take(kCols * dv);
-  T* const s_scratch = arena.take(in_place ? 0 : kRows * tk);
-  T* const acc_buf = arena.take(kRows * dv);
+  T* const s_buf = arena.take(kDecRows * lds);
+  T* const acc_buf = arena.take(kDecRows * dv);
   T* const block_a = arena.take(std::max(qk.size_a(), pv.size_a()));
   T* const block_b = arena.take(std::max(qk.size_b(), pv.size_b()));
   qk.use(block_a, block_b);
   pv.use(block_a, block_b);
   StridedMap<T> scores = map_of(p.scores);
 
-  for (index_t i0 = first; i0 < first + count; i0 += kRows) {
-    const index_t rows = std::min(kRows, first + count - i0);
+  for (index_t i0 = first; i0 < first + count; i0 += kDecRows) {
+    const index_t rows = std::min(kDecRows, first + count - i0);
     const index_t keys_any = p.visible(i0 + rows - 1);
-    const index_t keys_all = p.visible(i0);
     const auto Q = rows_of(p.q, i0, rows, q_buf);
-    T* const s_data = in_place ? p.scores.data + i0 * p.scores.row_stride : s_scratch;
-    const index_t lds = in_place ? (rows <= 1 ? std::max<index_t>(tk, 1) : p.scores.row_stride) : std::max<index_t>(tk, 1);
-    TileMap<T> S(s_data, rows, keys_any, Eigen::OuterStride<>(lds));
+    TileMap<T> S(s_buf, rows, keys_any, Eigen::OuterStride<>(lds));
 
     // Scaled logits, tile by tile.
     S.setZero();
     for (index_t j0 = 0; j0 < keys_any; j0 += kCols) {
       const index_t cols = std::min(kCols, keys_any - j0);
       const auto K = rows_of(p.k, j0, cols, k_buf);
-      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_data + j0, lds, p.scale, qk);
+      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf + j0, lds, p.scale, qk);
     }
     // Mask and row softmax in place: keys a row does not see weigh exactly 0.
     for (index_t r = 0; r < rows; ++r) {
@@ -305,17 +304,17 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
       }
       if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = lse;
     }
-    if (!in_place) scores.middleRows(i0, rows).leftCols(keys_any) = S;
+    // SCORES written once.
+    scores.middleRows(i0, rows).leftCols(keys_any) = S;
     scores.middleRows(i0, rows).rightCols(tk - keys_any).setZero();
 
-    if (!want_attn) continue;
+    if (!p.want_attn) continue;
     Eigen::Map<RowMat<T>> acc(acc_buf, rows, dv);
     acc.setZero();
     for (index_t j0 = 0; j0 < keys_any; j0 += kCols) {
       const index_t cols = std::min(kCols, keys_any - j0);
       const auto V = rows_of(p.v, j0, cols, v_buf);
-      const auto P = S.middleCols(j0, cols);
-      accumulate(p, i0, j0, P, lds, V, acc_buf, dv, pv);
+      accumulate(p, i0, j0, S.middleCols(j0, cols), lds, V, acc_buf, dv, pv);
     }
     map_of(p.attn).middleRows(i0, rows) = acc;
   }
