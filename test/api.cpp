@@ -37,3 +37,32 @@ TEST_CASE("kernel_name: short lower-case names") {
   CHECK(std::strcmp(ea::kernel_name(ea::Kernel::Reference), "reference") == 0);
   CHECK(std::strcmp(ea::kernel_name(ea::Kernel::Portable), "portable") == 0);
 }
+
+TEST_CASE("kernel_name: the instruction-set kernels") {
+  CHECK(std::strcmp(ea::kernel_name(ea::Kernel::Avx2), "avx2") == 0);
+  CHECK(std::strcmp(ea::kernel_name(ea::Kernel::Avx512), "avx512") == 0);
+}
+
+#if EIGEN_ATTENTION_TEST_ISA_KERNELS && (defined(__x86_64__) || defined(_M_X64))
+// The suite tests every kernel in available_kernels(); make sure that list holds every kernel
+// this CPU can run, so that none goes untested here.
+TEST_CASE("available_kernels: lists every instruction-set kernel this CPU supports, best first") {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  std::vector<ea::Kernel> expected;
+  if (avx512) expected.push_back(ea::Kernel::Avx512);
+  if (avx2) expected.push_back(ea::Kernel::Avx2);
+  expected.push_back(ea::Kernel::Portable);
+  expected.push_back(ea::Kernel::Reference);
+  CHECK(ea::available_kernels() == expected);
+}
+#endif
+
+TEST_CASE("Options::kernel: a kernel this build does not know throws std::invalid_argument") {
+  Eigen::MatrixXf Q = Eigen::MatrixXf::Ones(2, 3), K = Eigen::MatrixXf::Ones(2, 3), V = Eigen::MatrixXf::Ones(2, 1);
+  ea::Options opt;
+  opt.kernel = static_cast<ea::Kernel>(99);
+  CHECK_THROWS_WITH_AS(ea::attention(Q, K, V, opt), doctest::Contains("not available"), std::invalid_argument);
+}

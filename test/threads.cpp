@@ -1,0 +1,97 @@
+// Options::threads: results are bitwise identical for every thread count, every run, and when
+// several user threads call the library at once.
+#include <doctest/doctest.h>
+
+#include <EigenAttention/EigenAttention.hpp>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.hpp"
+#include "random.hpp"
+
+namespace ea = EigenAttention;
+using namespace ea_test;
+
+namespace {
+
+// Kernels that split work over threads (the reference kernel ignores Options::threads).
+std::vector<ea::Kernel> tiled_kernels() {
+  std::vector<ea::Kernel> ks;
+  for (ea::Kernel k : ea::available_kernels()) {
+    if (k != ea::Kernel::Reference) ks.push_back(k);
+  }
+  return ks;
+}
+
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("threads: every thread count gives bitwise the same result", T, float, double) {
+  Rng rng(2024);
+  // 700 query rows: several tasks of 128 rows, the last one partial.
+  const auto Q = random_matrix<RowMatrix<T>>(rng, 700, 48);
+  const auto K = random_matrix<RowMatrix<T>>(rng, 650, 48);
+  const auto V = random_matrix<RowMatrix<T>>(rng, 650, 40);
+  for (const MaskSpec& mask : all_masks()) {
+    for (ea::Kernel kernel : tiled_kernels()) {
+      const std::string mname = mask_name(mask), kname = ea::kernel_name(kernel);
+      CAPTURE(mname);
+      CAPTURE(kname);
+      ea::Options opt = make_options(mask, std::nullopt, kernel);
+      opt.threads = 1;
+      const auto attn1 = ea::attention(Q, K, V, opt);
+      const auto dec1 = ea::attention_decomposed(Q, K, V, opt);
+      for (int threads : {2, 3, 4, 0}) {
+        CAPTURE(threads);
+        opt.threads = threads;
+        for (int run = 0; run < 2; ++run) {
+          EA_CHECK_EQUAL(ea::attention(Q, K, V, opt), attn1);
+          const auto dec = ea::attention_decomposed(Q, K, V, opt);
+          EA_CHECK_EQUAL(dec.scores, dec1.scores);
+          EA_CHECK_EQUAL(dec.attn, dec1.attn);
+          EA_CHECK_EQUAL(dec.lse, dec1.lse);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("threads: concurrent callers sharing inputs get the sequential results") {
+  Rng rng(77);
+  const auto Q = random_matrix<RowMatrix<float>>(rng, 300, 32);
+  const auto K = random_matrix<RowMatrix<float>>(rng, 300, 32);
+  const auto V = random_matrix<RowMatrix<float>>(rng, 300, 16);
+  ea::Options opt;
+  opt.causal = true;
+  opt.threads = 2;  // the callers compete for the pool; whoever loses runs alone
+  const auto expected = ea::attention_decomposed(Q, K, V, opt);
+  constexpr int kCallers = 4, kCalls = 5;
+  std::vector<int> mismatches(kCallers, 0);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int i = 0; i < kCalls; ++i) {
+        const auto r = ea::attention_decomposed(Q, K, V, opt);
+        const auto o = ea::attention(Q, K, V, opt);
+        if (r.scores != expected.scores || r.attn != expected.attn || o != ea::attention(Q, K, V, opt)) {
+          ++mismatches[c];
+        }
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) {
+    CAPTURE(c);
+    CHECK(mismatches[c] == 0);
+  }
+}
+
+TEST_CASE("threads: a negative count throws std::invalid_argument naming it") {
+  Eigen::MatrixXd Q = Eigen::MatrixXd::Ones(3, 2), K = Eigen::MatrixXd::Ones(3, 2), V = Eigen::MatrixXd::Ones(3, 2);
+  ea::Options opt;
+  opt.threads = -2;
+  CHECK_THROWS_WITH_AS(ea::attention(Q, K, V, opt), doctest::Contains("-2"), std::invalid_argument);
+  CHECK_THROWS_AS(ea::attention_decomposed(Q, K, V, opt), std::invalid_argument);
+}
