@@ -30,7 +30,9 @@
 /// - attention(): ATTN only. Fastest, and memory stays O(T) however long the sequences.
 /// - attention_decomposed(): ATTN and the T_q x T_k SCORES, for inspecting the weights.
 /// - attention_scores(): SCORES alone; needs no V.
-/// - the `_into` forms write into storage you provide and allocate nothing in a loop.
+/// - the `_into` forms write into storage you provide and allocate nothing in a loop: the
+///   tiled kernels keep a small per-thread workspace that only grows (Kernel::Reference, the
+///   yardstick, does allocate).
 ///
 /// Errors: shape mismatches, a non-finite or non-positive scale, d_k = 0 with the default
 /// scale, outputs of the wrong shape, and outputs that overlap an input or each other throw

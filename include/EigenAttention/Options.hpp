@@ -31,8 +31,9 @@ struct Options {
   bool causal = false;
   /// Alignment of the causal frontier; ignored when `causal` is false.
   CausalAlignment alignment = CausalAlignment::TopLeft;
-  /// Multiplies the logits Q K^T. Must be finite and > 0. When empty: 1 / sqrt(d_k), which
-  /// then requires d_k > 0.
+  /// Multiplies the logits Q K^T. Must be finite and > 0, also once converted to the scalar
+  /// type (1e-50 is 0 as a float and is rejected). When empty: 1 / sqrt(d_k), which then
+  /// requires d_k > 0.
   std::optional<double> scale;
   /// Implementation to use; see Kernel. Default: Auto. Asking for a kernel this CPU cannot
   /// run throws std::invalid_argument.
