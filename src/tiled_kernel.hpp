@@ -31,10 +31,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include <Eigen/Core>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "kernel_abi.hpp"
 
@@ -44,7 +50,7 @@ namespace {
 
 constexpr index_t kRows = 128;  // query rows per tile
 constexpr index_t kCols = 512;  // keys per tile
-constexpr index_t kDecRows = 32;  // query rows whose whole logit rows the decomposed call holds
+constexpr index_t kDecRows = 64;  // query rows whose whole logit rows the decomposed call holds
 
 template <typename T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -142,6 +148,37 @@ Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> rows_of(cons
 template <typename T>
 StridedMap<T> map_of(const RawMatrix<T>& m) {
   return StridedMap<T>(m.data, m.rows, m.cols, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
+}
+
+/// dst[0, n) = src[0, n) (or 0 when src is null). SCORES is written once and not read back
+/// by the kernel, so on x86 the aligned middle goes out with non-temporal stores, which skip
+/// reading each destination line into the cache first (Eigen has no such assignment). A copy
+/// changes no value, so the results stay independent of addresses.
+template <typename T>
+void stream_row(T* dst, const T* src, index_t n) {
+#if defined(__SSE2__)
+  constexpr index_t kAlign = 16;
+  index_t i = 0;
+  for (; i < n && reinterpret_cast<std::uintptr_t>(dst + i) % kAlign != 0; ++i) dst[i] = src ? src[i] : T(0);
+  constexpr index_t kStep = kAlign / static_cast<index_t>(sizeof(T));
+  for (; i + kStep <= n; i += kStep) {
+    if constexpr (std::is_same_v<T, float>) {
+      _mm_stream_ps(dst + i, src ? _mm_loadu_ps(src + i) : _mm_setzero_ps());
+    } else {
+      _mm_stream_pd(dst + i, src ? _mm_loadu_pd(src + i) : _mm_setzero_pd());
+    }
+  }
+  for (; i < n; ++i) dst[i] = src ? src[i] : T(0);
+#else
+  for (index_t i = 0; i < n; ++i) dst[i] = src ? src[i] : T(0);
+#endif
+}
+
+/// Makes the non-temporal stores of stream_row visible before the kernel returns.
+inline void finish_streams() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 /// The largest of a row's logits, or NaN when it holds a NaN and nothing larger: a NaN must
@@ -305,8 +342,16 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
       if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = lse;
     }
     // SCORES written once.
-    scores.middleRows(i0, rows).leftCols(keys_any) = S;
-    scores.middleRows(i0, rows).rightCols(tk - keys_any).setZero();
+    if (p.scores.col_stride == 1) {
+      for (index_t r = 0; r < rows; ++r) {
+        T* dst = p.scores.data + (i0 + r) * p.scores.row_stride;
+        stream_row(dst, s_buf + r * lds, keys_any);
+        stream_row<T>(dst + keys_any, nullptr, tk - keys_any);
+      }
+    } else {
+      scores.middleRows(i0, rows).leftCols(keys_any) = S;
+      scores.middleRows(i0, rows).rightCols(tk - keys_any).setZero();
+    }
 
     if (!p.want_attn) continue;
     Eigen::Map<RowMat<T>> acc(acc_buf, rows, dv);
@@ -318,6 +363,7 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
     }
     map_of(p.attn).middleRows(i0, rows) = acc;
   }
+  finish_streams();
 }
 
 /// The kernel entry: fused or decomposed, by whether SCORES are wanted.
