@@ -4,6 +4,8 @@
 #include <atomic>
 #include <exception>
 
+#include <pthread.h>
+
 namespace EigenAttention {
 namespace internal {
 
@@ -28,28 +30,31 @@ struct ThreadPool::Job {
   }
 };
 
-ThreadPool& ThreadPool::instance() {
-  static ThreadPool pool;
-  return pool;
-}
+namespace {
 
-ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  for (std::thread& t : workers_) t.join();
+std::atomic<ThreadPool*> current_pool{nullptr};
+
+}  // namespace
+
+ThreadPool& ThreadPool::instance() {
+  static const bool registered = [] {
+    current_pool.store(new ThreadPool);
+    // In a forked child only the forking thread exists: start over with an empty pool (the
+    // old one is left behind on purpose: destroying it would join threads that are gone).
+    pthread_atfork(nullptr, nullptr, [] { current_pool.store(new ThreadPool); });
+    return true;
+  }();
+  (void)registered;
+  return *current_pool.load();
 }
 
 void ThreadPool::worker(int id) {
   unsigned long seen = 0;
-  for (;;) {
+  for (;;) {  // workers live as long as the process
     Job* job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || (job_ != nullptr && generation_ != seen && id < wanted_); });
-      if (stop_) return;
+      wake_.wait(lock, [&] { return job_ != nullptr && generation_ != seen && id < wanted_; });
       seen = generation_;
       job = job_;
     }

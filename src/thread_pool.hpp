@@ -27,7 +27,9 @@ class TaskRef {
 
 class ThreadPool {
  public:
-  /// The process-wide pool; its workers start on first use and stop at exit.
+  /// The process-wide pool; its workers start on first use. It is never destroyed (its
+  /// workers sleep until the process ends), and a child process made by fork() gets a fresh,
+  /// empty pool: the parent's workers do not exist there and its locks may be held.
   static ThreadPool& instance();
 
   /// Runs task(i) for every i in [0, tasks), on at most `threads` threads counting the caller,
@@ -38,7 +40,6 @@ class ThreadPool {
 
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
-  ~ThreadPool();
 
  private:
   struct Job;
@@ -52,7 +53,6 @@ class ThreadPool {
   Job* job_ = nullptr;
   unsigned long generation_ = 0;
   int wanted_ = 0;  // workers 0 .. wanted_-1 join the current job
-  bool stop_ = false;
 };
 
 /// The number of threads Options::threads asks for: 0 means every hardware thread.

@@ -95,3 +95,29 @@ TEST_CASE("threads: a negative count throws std::invalid_argument naming it") {
   CHECK_THROWS_WITH_AS(ea::attention(Q, K, V, opt), doctest::Contains("-2"), std::invalid_argument);
   CHECK_THROWS_AS(ea::attention_decomposed(Q, K, V, opt), std::invalid_argument);
 }
+
+#if defined(__unix__)
+#include <sys/wait.h>
+#include <unistd.h>
+
+TEST_CASE("threads: a forked child can use threads after the parent did") {
+  Rng rng(5);
+  const auto Q = random_matrix<RowMatrix<float>>(rng, 400, 16);
+  const auto K = random_matrix<RowMatrix<float>>(rng, 400, 16);
+  const auto V = random_matrix<RowMatrix<float>>(rng, 400, 8);
+  ea::Options opt;
+  opt.threads = 2;
+  const auto expected = ea::attention(Q, K, V, opt);  // starts the pool's workers
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    alarm(30);  // a hang (the parent's workers do not exist here) ends the child
+    const bool same = ea::attention(Q, K, V, opt) == expected;
+    _exit(same ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+#endif
