@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "huge_pages.hpp"
 #include "kernel.hpp"
 #include "validate.hpp"
 
@@ -12,7 +13,6 @@ namespace compiled {
 namespace {
 
 using internal::Index;
-using internal::Outputs;
 using internal::Problem;
 using internal::Region;
 using internal::region_of;
@@ -40,6 +40,14 @@ void check_all_disjoint(const char* api, std::initializer_list<Named> outputs,
   }
 }
 
+// Runs one problem, writing the outputs that are not null.
+template <typename T>
+void run(Kernel kernel, const Problem<T>& p, StridedMap<T>* scores, StridedMap<T>* attn, StridedMap<T>* lse,
+         int threads) {
+  const internal::RawProblem<T> raw = internal::to_raw(p, scores, attn, lse);
+  internal::run_problems<T>(kernel, 1, p.tq(), [&](internal::index_t) { return raw; }, threads);
+}
+
 }  // namespace
 
 template <typename T>
@@ -57,7 +65,7 @@ RowMatrix<T> attention(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
   const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
   RowMatrix<T> attn(p.tq(), p.dv());
   StridedMap<T> a = view_of(attn);
-  internal::run_kernel(kernel, p, Outputs<T>{nullptr, &a, nullptr}, opt.threads);
+  run<T>(kernel, p, nullptr, &a, nullptr, opt.threads);
   return attn;
 }
 
@@ -75,7 +83,7 @@ void attention_into(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
                      {{"Q", region_of(q)}, {"K", region_of(k)}, {"V", region_of(v)}});
   StridedMap<T> a = out;
   StridedMap<T> l = lse != nullptr ? *lse : out;
-  internal::run_kernel(kernel, p, Outputs<T>{nullptr, &a, lse != nullptr ? &l : nullptr}, opt.threads);
+  run<T>(kernel, p, nullptr, &a, lse != nullptr ? &l : nullptr, opt.threads);
 }
 
 template <typename T>
@@ -85,8 +93,9 @@ DecomposedResult<T> attention_decomposed(const ConstStridedMap<T>& q, const Cons
   const Problem<T> p = internal::make_problem(api, q, k, &v, opt);
   const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
   DecomposedResult<T> r{RowMatrix<T>(p.tq(), p.tk()), RowMatrix<T>(p.tq(), p.dv()), Vector<T>(p.tq())};
+  internal::prefer_huge_pages(r.scores.data(), r.scores.size() * sizeof(T));
   StridedMap<T> s = view_of(r.scores), a = view_of(r.attn), l = view_of(r.lse);
-  internal::run_kernel(kernel, p, Outputs<T>{&s, &a, &l}, opt.threads);
+  run<T>(kernel, p, &s, &a, &l, opt.threads);
   return r;
 }
 
@@ -108,7 +117,7 @@ void attention_decomposed_into(const ConstStridedMap<T>& q, const ConstStridedMa
                      {{"Q", region_of(q)}, {"K", region_of(k)}, {"V", region_of(v)}});
   StridedMap<T> s = scores, a = attn;
   StridedMap<T> l = lse != nullptr ? *lse : attn;
-  internal::run_kernel(kernel, p, Outputs<T>{&s, &a, lse != nullptr ? &l : nullptr}, opt.threads);
+  run<T>(kernel, p, &s, &a, lse != nullptr ? &l : nullptr, opt.threads);
 }
 
 template <typename T>
@@ -118,8 +127,9 @@ RowMatrix<T> attention_scores(const ConstStridedMap<T>& q, const ConstStridedMap
   const Problem<T> p = internal::make_problem<T>(api, q, k, nullptr, opt);
   const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
   RowMatrix<T> scores(p.tq(), p.tk());
+  internal::prefer_huge_pages(scores.data(), scores.size() * sizeof(T));
   StridedMap<T> s = view_of(scores);
-  internal::run_kernel(kernel, p, Outputs<T>{&s, nullptr, nullptr}, opt.threads);
+  run<T>(kernel, p, &s, nullptr, nullptr, opt.threads);
   return scores;
 }
 
@@ -137,7 +147,7 @@ void attention_scores_into(const ConstStridedMap<T>& q, const ConstStridedMap<T>
                      {{"Q", region_of(q)}, {"K", region_of(k)}});
   StridedMap<T> s = scores;
   StridedMap<T> l = lse != nullptr ? *lse : scores;
-  internal::run_kernel(kernel, p, Outputs<T>{&s, nullptr, lse != nullptr ? &l : nullptr}, opt.threads);
+  run<T>(kernel, p, &s, nullptr, lse != nullptr ? &l : nullptr, opt.threads);
 }
 
 #define EIGEN_ATTENTION_INSTANTIATE(T)                                                            \

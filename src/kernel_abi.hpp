@@ -19,22 +19,42 @@ struct RawMatrix {
   index_t row_stride, col_stride;
 };
 
-/// One validated problem and where its results go.
+/// One validated single-head problem and where its results go.
+///
+/// Query row i sees the keys [first_key(i), end_key(i)) (both non-decreasing in i), less those
+/// where `mask` is false. The logit of a visible key is, in this order: scale * q.k, soft-capped
+/// (softcap > 0), minus alibi_slope * |i + offset - j| (has_alibi), plus bias(i, j) (bias.data).
 template <typename T>
 struct RawProblem {
   RawMatrix<const T> q, k, v;  // T_q x d_k, T_k x d_k, T_k x d_v
   T scale;
   bool causal;
-  index_t offset;       // key j visible to query i iff !causal or j <= i + offset
+  index_t offset;                      // 0, or T_k - T_q for bottom-right alignment
+  index_t window_left, window_right;   // -1: unbounded
+  T softcap;                           // 0: off
+  bool has_alibi;
+  T alibi_slope;
+  RawMatrix<const T> bias;     // T_q x T_k additive bias, when data is not null
+  RawMatrix<const bool> mask;  // T_q x T_k, true = may attend, when data is not null
   RawMatrix<T> scores;  // T_q x T_k, when want_scores (the decomposed call)
   RawMatrix<T> attn;    // T_q x d_v, when want_attn
   RawMatrix<T> lse;     // T_q x 1, when want_lse
   bool want_scores, want_attn, want_lse;
 
-  index_t visible(index_t i) const {
-    if (!causal) return k.rows;
-    return std::clamp<index_t>(i + offset + 1, 0, k.rows);
+  /// The first key query i may see.
+  index_t first_key(index_t i) const {
+    if (window_left < 0) return 0;
+    return std::clamp<index_t>(i + offset - window_left, 0, k.rows);
   }
+  /// One past the last key query i may see (never below first_key(i)).
+  index_t end_key(index_t i) const {
+    index_t end = k.rows;
+    if (causal) end = std::min(end, i + offset + 1);
+    if (window_right >= 0) end = std::min(end, i + offset + window_right + 1);
+    return std::clamp<index_t>(end, first_key(i), k.rows);
+  }
+  /// Does any logit need more than scale * q.k and the key range?
+  bool has_extras() const { return softcap > 0 || has_alibi || bias.data != nullptr || mask.data != nullptr; }
 };
 
 /// A tiled kernel compiled for one instruction set: computes every output row of

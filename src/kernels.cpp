@@ -59,12 +59,6 @@ const char* kernel_name(Kernel kernel) {
 }
 
 namespace internal {
-namespace {
-
-constexpr index_t kTaskRows = 128;  // query rows per task handed to a thread
-// Below this many multiply-adds per thread (T_q * T_k * (d_k + d_v)), another thread costs
-// more than it saves.
-constexpr double kMinWorkPerThread = 1 << 20;
 
 template <typename T>
 RowsKernel<T> tiled_kernel(Kernel kernel) {
@@ -79,18 +73,8 @@ RowsKernel<T> tiled_kernel(Kernel kernel) {
   }
 }
 
-template <typename M>
-RawMatrix<typename M::Scalar> raw(M* m) {
-  if (m == nullptr) return {nullptr, 0, 0, 0, 0};
-  return {m->data(), m->rows(), m->cols(), m->outerStride(), m->innerStride()};
-}
-
-template <typename T>
-RawMatrix<const T> raw_input(const ConstStridedMap<T>& m) {
-  return {m.data(), m.rows(), m.cols(), m.outerStride(), m.innerStride()};
-}
-
-}  // namespace
+template RowsKernel<float> tiled_kernel<float>(Kernel);
+template RowsKernel<double> tiled_kernel<double>(Kernel);
 
 Kernel resolve_kernel(const char* api, Kernel requested) {
   const std::vector<Kernel>& available = kernels_here();
@@ -100,34 +84,11 @@ Kernel resolve_kernel(const char* api, Kernel requested) {
                               kernel_name(requested) + "' is not available on this CPU or in this build");
 }
 
-template <typename T>
-void run_kernel(Kernel kernel, const Problem<T>& p, const Outputs<T>& out, int threads) {
-  if (kernel == Kernel::Reference) {
-    reference_kernel(p, out);
-    return;
-  }
-  const RawProblem<T> raw_problem{raw_input(p.q), raw_input(p.k), raw_input(p.v), p.scale, p.causal, p.offset,
-                                  raw(out.scores), raw(out.attn), raw(out.lse),
-                                  out.scores != nullptr, out.attn != nullptr, out.lse != nullptr};
-  const RowsKernel<T> rows = tiled_kernel<T>(kernel);
-  const index_t tq = p.tq();
-  const index_t tasks = (tq + kTaskRows - 1) / kTaskRows;
-  const double work = static_cast<double>(tq) * static_cast<double>(p.tk()) *
-                      static_cast<double>(p.dk() + p.dv() + 1) * (p.causal ? 0.5 : 1.0);
-  const int useful = static_cast<int>(std::min<double>(work / kMinWorkPerThread + 1, 1 << 16));
-  const int n_threads = std::min(resolve_threads(threads), useful);
-  // With a causal mask the last query tiles see the most keys: hand those out first, so that
-  // the threads run out of work together.
-  const bool heaviest_last = p.causal;
-  ThreadPool::instance().run(tasks, n_threads, [&](index_t task) {
-    const index_t tile = heaviest_last ? tasks - 1 - task : task;
-    const index_t first = tile * kTaskRows;
-    rows(raw_problem, first, std::min(kTaskRows, tq - first));
-  });
+int useful_threads(int requested, double work) {
+  constexpr double kMinWorkPerThread = 1 << 20;
+  const double useful = std::min<double>(work / kMinWorkPerThread + 1, 1 << 16);
+  return std::max(1, std::min(resolve_threads(requested), static_cast<int>(useful)));
 }
-
-template void run_kernel<float>(Kernel, const Problem<float>&, const Outputs<float>&, int);
-template void run_kernel<double>(Kernel, const Problem<double>&, const Outputs<double>&, int);
 
 }  // namespace internal
 }  // namespace EigenAttention

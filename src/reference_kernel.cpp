@@ -10,37 +10,49 @@ namespace EigenAttention {
 namespace internal {
 namespace {
 
-// Sets every logit strictly above the causal frontier (key j > i + offset) to -inf.
 template <typename T>
-void mask_above_frontier(RowMatrix<T>& logits, Index offset) {
-  const T minus_inf = -std::numeric_limits<T>::infinity();
-  const Index tq = logits.rows(), tk = logits.cols();
-  if (offset >= 0) {
-    // Columns offset+1.. form an upper-triangular region whose diagonal is the first masked key.
-    const Index first = std::min(offset + 1, tk);
-    logits.rightCols(tk - first).template triangularView<Eigen::Upper>().setConstant(minus_inf);
-  } else {
-    // The first -offset queries see no key; below them the frontier is the main diagonal.
-    const Index blind = std::min(-offset, tq);
-    logits.topRows(blind).setConstant(minus_inf);
-    logits.bottomRows(tq - blind).template triangularView<Eigen::StrictlyUpper>().setConstant(minus_inf);
-  }
+using StridedConst = Eigen::Map<const RowMatrix<T>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+
+template <typename T>
+StridedConst<T> view(const RawMatrix<const T>& m) {
+  return StridedConst<T>(m.data, m.rows, m.cols, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
+}
+
+template <typename T>
+StridedMap<T> view(const RawMatrix<T>& m) {
+  return StridedMap<T>(m.data, m.rows, m.cols, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
 }
 
 }  // namespace
 
 template <typename T>
-void reference_kernel(const Problem<T>& p, const Outputs<T>& out) {
+void reference_kernel(const RawProblem<T>& p) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
-  const Index tq = p.tq(), tk = p.tk();
+  const auto Q = view(p.q), K = view(p.k), V = view(p.v);
+  const Index tq = Q.rows(), tk = K.rows();
+  // Is key j visible to query i: inside the causal/window/length range, and allowed by the mask?
+  const auto visible = [&](Index i, Index j) {
+    return j >= p.first_key(i) && j < p.end_key(i) && (p.mask.data == nullptr || view(p.mask)(i, j));
+  };
 
-  // 1. Raw logits Q K^T.
-  RowMatrix<T> logits = p.q * p.k.transpose();
-  // 2. Causal mask: -inf above the frontier.
-  if (p.causal) mask_above_frontier(logits, p.offset);
-  // 3. Scale.
-  logits *= p.scale;
-  // 4. Row softmax, subtracting each row's maximum; a row with no visible key is all zero.
+  // 1. Scaled logits s = scale * Q K^T.
+  RowMatrix<T> logits = p.scale * (Q * K.transpose());
+  // 2. Soft-capping.
+  if (p.softcap > 0) logits = (p.softcap * (logits.array() / p.softcap).tanh()).matrix();
+  // 3. ALiBi and 4. the additive bias.
+  for (Index i = 0; i < tq; ++i) {
+    for (Index j = 0; j < tk; ++j) {
+      if (p.has_alibi) logits(i, j) -= p.alibi_slope * std::abs(static_cast<T>(i + p.offset - j));
+      if (p.bias.data != nullptr) logits(i, j) += view(p.bias)(i, j);
+    }
+  }
+  // 5. Masks: -inf wherever a key is not visible.
+  for (Index i = 0; i < tq; ++i) {
+    for (Index j = 0; j < tk; ++j) {
+      if (!visible(i, j)) logits(i, j) = minus_inf;
+    }
+  }
+  // 6. Row softmax, subtracting each row's maximum; a row with no visible key is all zero.
   RowMatrix<T> scores(tq, tk);
   Vector<T> lse(tq);
   for (Index i = 0; i < tq; ++i) {
@@ -58,20 +70,23 @@ void reference_kernel(const Problem<T>& p, const Outputs<T>& out) {
     scores.row(i) /= sum;
     lse(i) = row_max + std::log(sum);
   }
-  // 5. ATTN = SCORES V, each query summing over the keys it sees (so that a masked key's V row,
+  // 7. ATTN = SCORES V, each query summing over the keys it sees (so that a hidden key's V row,
   //    even NaN, never reaches it).
-  if (out.attn != nullptr) {
+  if (p.want_attn) {
+    auto attn = view(p.attn);
     for (Index i = 0; i < tq; ++i) {
-      const Index seen = p.visible(i);
-      out.attn->row(i).noalias() = scores.row(i).head(seen) * p.v.topRows(seen);
+      attn.row(i).setZero();
+      for (Index j = 0; j < tk; ++j) {
+        if (visible(i, j)) attn.row(i) += scores(i, j) * V.row(j);
+      }
     }
   }
-  if (out.scores != nullptr) *out.scores = scores;
-  if (out.lse != nullptr) *out.lse = lse;
+  if (p.want_scores) view(p.scores) = scores;
+  if (p.want_lse) view(p.lse) = lse;
 }
 
-template void reference_kernel<float>(const Problem<float>&, const Outputs<float>&);
-template void reference_kernel<double>(const Problem<double>&, const Outputs<double>&);
+template void reference_kernel<float>(const RawProblem<float>&);
+template void reference_kernel<double>(const RawProblem<double>&);
 
 }  // namespace internal
 }  // namespace EigenAttention

@@ -192,27 +192,77 @@ typename Row::Scalar row_max(const Row& row) {
   return max;
 }
 
-/// How many of the keys [j0, j0 + cols) query row i sees.
+/// The keys [a, b) of a tile's keys [j0, j0 + cols) that query row i may see (a == b: none).
+struct Span {
+  index_t a, b;
+};
 template <typename T>
-index_t seen_in_tile(const RawProblem<T>& p, index_t i, index_t j0, index_t cols) {
-  return std::clamp<index_t>(p.visible(i) - j0, 0, cols);
+Span span_in_tile(const RawProblem<T>& p, index_t i, index_t j0, index_t cols) {
+  const index_t a = std::clamp<index_t>(p.first_key(i) - j0, 0, cols);
+  const index_t b = std::clamp<index_t>(p.end_key(i) - j0, a, cols);
+  return {a, b};
+}
+
+/// Row i's scaled logits of keys j_first, j_first + 1, ... (the segment s) become the final
+/// logits: soft-capped, minus ALiBi, plus the bias, then -inf where the mask says no.
+template <typename T, class Segment>
+void apply_extras(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& s) {
+  const index_t n = s.size();
+  if (n == 0) return;
+  if (p.softcap > 0) s = (p.softcap * (s.array() / p.softcap).tanh()).matrix();
+  if (p.has_alibi) {
+    // distance |i + offset - j| for j = j_first + t is |c - t|, exact in T
+    const T c = static_cast<T>(i + p.offset - j_first);
+    s.array() -= p.alibi_slope * (c - Eigen::Array<T, 1, Eigen::Dynamic>::LinSpaced(n, T(0), T(n - 1))).abs();
+  }
+  if (p.bias.data != nullptr) {
+    const T* b = p.bias.data + i * p.bias.row_stride + j_first * p.bias.col_stride;
+    s += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
+        b, n, Eigen::InnerStride<>(p.bias.col_stride));
+  }
+  if (p.mask.data != nullptr) {
+    const bool* m = p.mask.data + i * p.mask.row_stride + j_first * p.mask.col_stride;
+    for (index_t t = 0; t < n; ++t) {
+      if (!m[t * p.mask.col_stride]) s(t) = -std::numeric_limits<T>::infinity();
+    }
+  }
+}
+
+/// After the exp: keys the boolean mask hides weigh exactly 0 (Eigen's exp(-inf) may be a
+/// subnormal on some instruction sets).
+template <typename T, class Segment>
+void zero_masked(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& w) {
+  if (p.mask.data == nullptr) return;
+  const bool* m = p.mask.data + i * p.mask.row_stride + j_first * p.mask.col_stride;
+  for (index_t t = 0; t < w.size(); ++t) {
+    if (!m[t * p.mask.col_stride]) w(t) = T(0);
+  }
 }
 
 /// acc (rows x d_v) += P (rows x cols) V (cols x d_v) over keys [j0, j0 + cols) of query rows
-/// [i0, i0 + rows), each row using only the keys it sees.
+/// [i0, i0 + rows). Hidden keys weigh exactly 0, so one GEMM is exact unless a hidden V row
+/// holds a NaN or Inf (0 * NaN); then each row sums over its visible keys only.
 template <typename T, class PTile, class VTile>
 void accumulate(const RawProblem<T>& p, index_t i0, index_t j0, const PTile& P, index_t ldp,
                 const VTile& V, T* acc, index_t dv, Blocking<T>& blocking) {
   const index_t rows = P.rows(), cols = P.cols();
-  const index_t seen_by_all = seen_in_tile(p, i0, j0, cols);
-  if (seen_by_all == cols || V.bottomRows(cols - seen_by_all).allFinite()) {
+  bool hides_keys = p.mask.data != nullptr;
+  for (index_t r = 0; r < rows && !hides_keys; ++r) {
+    const Span span = span_in_tile(p, i0 + r, j0, cols);
+    hides_keys = span.a > 0 || span.b < cols;
+  }
+  if (!hides_keys || V.allFinite()) {
     gemm_ab(rows, dv, cols, P.data(), ldp, V.data(), V.outerStride(), acc, dv, blocking);
     return;
   }
   Eigen::Map<RowMat<T>> A(acc, rows, dv);
   for (index_t r = 0; r < rows; ++r) {
-    const index_t seen = seen_in_tile(p, i0 + r, j0, cols);
-    if (seen > 0) A.row(r).noalias() += P.row(r).head(seen) * V.topRows(seen);
+    const index_t i = i0 + r;
+    const Span span = span_in_tile(p, i, j0, cols);
+    const bool* m = p.mask.data != nullptr ? p.mask.data + i * p.mask.row_stride + j0 * p.mask.col_stride : nullptr;
+    for (index_t t = span.a; t < span.b; ++t) {
+      if (m == nullptr || m[t * p.mask.col_stride]) A.row(r).noalias() += P(r, t) * V.row(t);
+    }
   }
 }
 
@@ -220,6 +270,7 @@ template <typename T>
 void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const index_t dk = p.q.cols, dv = p.v.cols;
+  const bool extras = p.has_extras();
   Blocking<T> qk(kRows, kCols, dk), pv(kRows, dv, kCols);
   Arena<T> arena(Arena<T>::round(kRows * dk) + Arena<T>::round(kCols * dk) + Arena<T>::round(kCols * dv) +
                  Arena<T>::round(kRows * kCols) + Arena<T>::round(kRows * dv) + 2 * Arena<T>::round(kRows) +
@@ -239,15 +290,16 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
 
   for (index_t i0 = first; i0 < first + count; i0 += kRows) {
     const index_t rows = std::min(kRows, first + count - i0);
-    const index_t keys_any = p.visible(i0 + rows - 1);  // keys some row of the tile sees
+    // The keys some row of the tile may see; tiles outside are never computed.
+    const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
     const auto Q = rows_of(p.q, i0, rows, q_buf);
     Eigen::Map<RowMat<T>> acc(acc_buf, rows, dv);
     acc.setZero();
     m.head(rows).setConstant(minus_inf);
     l.head(rows).setZero();
 
-    for (index_t j0 = 0; j0 < keys_any; j0 += kCols) {
-      const index_t cols = std::min(kCols, keys_any - j0);
+    for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
+      const index_t cols = std::min(kCols, key_end - j0);
       const auto K = rows_of(p.k, j0, cols, k_buf);
       const auto V = rows_of(p.v, j0, cols, v_buf);
       Eigen::Map<RowMat<T>> S(s_buf, rows, cols);
@@ -255,10 +307,12 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
       gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf, cols, p.scale, qk);
 
       for (index_t r = 0; r < rows; ++r) {
-        // The mask: keys this row does not see take no part, and weigh exactly 0.
-        const index_t seen = seen_in_tile(p, i0 + r, j0, cols);
-        S.row(r).tail(cols - seen).setZero();
-        auto row = S.row(r).head(seen);
+        // The key range: keys this row does not see take no part, and weigh exactly 0.
+        const Span span = span_in_tile(p, i0 + r, j0, cols);
+        S.row(r).head(span.a).setZero();
+        S.row(r).tail(cols - span.b).setZero();
+        auto row = S.row(r).segment(span.a, span.b - span.a);
+        if (extras) apply_extras(p, i0 + r, j0 + span.a, row);
         const T tile_max = row_max(row);
         const T new_max = std::isnan(tile_max) || tile_max > m(r) ? tile_max : m(r);
         if (new_max == minus_inf) {  // nothing visible to this row yet
@@ -267,6 +321,7 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
         }
         const T rescale = std::exp(m(r) - new_max);  // 0 on the row's first visible tile
         row = (row.array() - new_max).exp().matrix();
+        zero_masked(p, i0 + r, j0 + span.a, row);
         l(r) = rescale * l(r) + row.sum();
         if (rescale != T(1)) acc.row(r) *= rescale;
         m(r) = new_max;
@@ -291,6 +346,7 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const index_t tk = p.k.rows, dk = p.q.cols;
   const index_t dv = p.want_attn ? p.v.cols : 0;
+  const bool extras = p.has_extras();
   // The logits of kDecRows query rows at a time, in scratch whose rows start 64-byte aligned:
   // Eigen's vectorised exp and sums peel scalar steps up to the first aligned element, so doing
   // them on the caller's SCORES would make the last bits depend on where SCORES lies.
@@ -313,53 +369,61 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
 
   for (index_t i0 = first; i0 < first + count; i0 += kDecRows) {
     const index_t rows = std::min(kDecRows, first + count - i0);
-    const index_t keys_any = p.visible(i0 + rows - 1);
+    const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
+    const index_t width = key_end - key_begin;
     const auto Q = rows_of(p.q, i0, rows, q_buf);
-    TileMap<T> S(s_buf, rows, keys_any, Eigen::OuterStride<>(lds));
+    TileMap<T> S(s_buf, rows, width, Eigen::OuterStride<>(lds));  // keys [key_begin, key_end)
 
     // Scaled logits, tile by tile.
     S.setZero();
-    for (index_t j0 = 0; j0 < keys_any; j0 += kCols) {
-      const index_t cols = std::min(kCols, keys_any - j0);
+    for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
+      const index_t cols = std::min(kCols, key_end - j0);
       const auto K = rows_of(p.k, j0, cols, k_buf);
-      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf + j0, lds, p.scale, qk);
+      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf + (j0 - key_begin), lds,
+               p.scale, qk);
     }
-    // Mask and row softmax in place: keys a row does not see weigh exactly 0.
+    // Masks and row softmax in place: keys a row does not see weigh exactly 0.
     for (index_t r = 0; r < rows; ++r) {
-      const index_t seen = p.visible(i0 + r);
-      S.row(r).tail(keys_any - seen).setZero();
-      auto row = S.row(r).head(seen);
+      const index_t i = i0 + r;
+      const Span span = span_in_tile(p, i, key_begin, width);
+      S.row(r).head(span.a).setZero();
+      S.row(r).tail(width - span.b).setZero();
+      auto row = S.row(r).segment(span.a, span.b - span.a);
+      if (extras) apply_extras(p, i, key_begin + span.a, row);
       const T max = row_max(row);
       T lse = minus_inf;
       if (max == minus_inf) {
         row.setZero();
       } else {
         row = (row.array() - max).exp().matrix();
+        zero_masked(p, i, key_begin + span.a, row);
         const T sum = row.sum();
         row /= sum;
         lse = max + std::log(sum);
       }
-      if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = lse;
+      if (p.want_lse) p.lse.data[i * p.lse.row_stride] = lse;
     }
     // SCORES written once.
     if (p.scores.col_stride == 1) {
       for (index_t r = 0; r < rows; ++r) {
         T* dst = p.scores.data + (i0 + r) * p.scores.row_stride;
-        stream_row(dst, s_buf + r * lds, keys_any);
-        stream_row<T>(dst + keys_any, nullptr, tk - keys_any);
+        stream_row<T>(dst, nullptr, key_begin);
+        stream_row(dst + key_begin, s_buf + r * lds, width);
+        stream_row<T>(dst + key_end, nullptr, tk - key_end);
       }
     } else {
-      scores.middleRows(i0, rows).leftCols(keys_any) = S;
-      scores.middleRows(i0, rows).rightCols(tk - keys_any).setZero();
+      scores.middleRows(i0, rows).leftCols(key_begin).setZero();
+      scores.middleRows(i0, rows).middleCols(key_begin, width) = S;
+      scores.middleRows(i0, rows).rightCols(tk - key_end).setZero();
     }
 
     if (!p.want_attn) continue;
     Eigen::Map<RowMat<T>> acc(acc_buf, rows, dv);
     acc.setZero();
-    for (index_t j0 = 0; j0 < keys_any; j0 += kCols) {
-      const index_t cols = std::min(kCols, keys_any - j0);
+    for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
+      const index_t cols = std::min(kCols, key_end - j0);
       const auto V = rows_of(p.v, j0, cols, v_buf);
-      accumulate(p, i0, j0, S.middleCols(j0, cols), lds, V, acc_buf, dv, pv);
+      accumulate(p, i0, j0, S.middleCols(j0 - key_begin, cols), lds, V, acc_buf, dv, pv);
     }
     map_of(p.attn).middleRows(i0, rows) = acc;
   }

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <utility>
 
 namespace EigenAttention {
 namespace internal {
@@ -37,6 +39,44 @@ bool intersect(Index a, Index n, Index b, Index m) { return a < b + m && b < a +
 }  // namespace
 
 template <typename T>
+void check_window_and_softcap(const char* api, const Options& opt) {
+  if (opt.window_left < -1 || opt.window_right < -1) {
+    fail(api, "window sizes must be >= 0, or -1 for unbounded; got window_left = " +
+                  std::to_string(opt.window_left) + ", window_right = " + std::to_string(opt.window_right));
+  }
+  const T cap = static_cast<T>(opt.softcap);
+  if (!(opt.softcap >= 0) || !std::isfinite(opt.softcap) || !std::isfinite(cap) || (opt.softcap > 0 && !(cap > 0))) {
+    std::ostringstream msg;
+    msg.precision(17);
+    msg << "softcap must be 0 (off) or finite and > 0 in the scalar type, got " << opt.softcap;
+    fail(api, msg.str());
+  }
+}
+
+template <typename T>
+T resolve_scale(const char* api, const Options& opt, Index dk, const std::string& where) {
+  if (opt.scale.has_value()) {
+    const double scale = *opt.scale;
+    const T as_t = static_cast<T>(scale);
+    if (!std::isfinite(scale) || !(scale > 0) || !std::isfinite(as_t) || !(as_t > 0)) {
+      std::ostringstream msg;
+      msg.precision(17);
+      msg << "scale must be finite and > 0 in the scalar type, got " << scale;
+      fail(api, msg.str());
+    }
+    return as_t;
+  }
+  if (dk == 0) {
+    fail(api, "d_k is 0 (" + where + "), so the default scale 1/sqrt(d_k) is undefined; set Options::scale");
+  }
+  return static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk)));
+}
+
+void check_threads(const char* api, const Options& opt) {
+  if (opt.threads < 0) fail(api, "threads must be >= 0 (0 means all hardware threads), got " + std::to_string(opt.threads));
+}
+
+template <typename T>
 Problem<T> make_problem(const char* api, const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
                         const ConstStridedMap<T>* v, const Options& opt) {
   if (q.cols() != k.cols()) {
@@ -49,28 +89,15 @@ Problem<T> make_problem(const char* api, const ConstStridedMap<T>& q, const Cons
                   " (T_k must match); K is " + shape(k.rows(), k.cols()) + ", V is " +
                   shape(v->rows(), v->cols()));
   }
-  double scale = 0;
-  if (opt.scale.has_value()) {
-    scale = *opt.scale;
-    const T as_t = static_cast<T>(scale);
-    if (!std::isfinite(scale) || !(scale > 0) || !std::isfinite(as_t) || !(as_t > 0)) {
-      std::ostringstream msg;
-      msg.precision(17);
-      msg << "scale must be finite and > 0 in the scalar type, got " << scale;
-      fail(api, msg.str());
-    }
-  } else {
-    if (q.cols() == 0) {
-      fail(api, "d_k is 0 (Q is " + shape(q.rows(), q.cols()) +
-                    "), so the default scale 1/sqrt(d_k) is undefined; set Options::scale");
-    }
-    scale = 1.0 / std::sqrt(static_cast<double>(q.cols()));
-  }
-  if (opt.threads < 0) fail(api, "threads must be >= 0 (0 means all hardware threads), got " + std::to_string(opt.threads));
+  const T scale = resolve_scale<T>(api, opt, q.cols(), "Q is " + shape(q.rows(), q.cols()));
+  check_threads(api, opt);
   const ConstStridedMap<T> no_v(nullptr, 0, 0, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(0, 0));
   const Index offset =
       opt.alignment == CausalAlignment::BottomRight ? k.rows() - q.rows() : Index(0);
-  return Problem<T>{q, k, v != nullptr ? *v : no_v, static_cast<T>(scale), opt.causal, offset};
+  check_window_and_softcap<T>(api, opt);
+  return Problem<T>{q, k, v != nullptr ? *v : no_v, scale, opt.causal, offset,
+                    static_cast<Index>(opt.window_left), static_cast<Index>(opt.window_right),
+                    static_cast<T>(opt.softcap)};
 }
 
 template <typename T>
@@ -132,11 +159,184 @@ void check_disjoint(const char* api, const char* out_name, const Region& out,
   }
 }
 
+namespace {
+
+template <class View>
+std::string dims(const View& v) {
+  return "[" + std::to_string(v.batch) + ", " + std::to_string(v.heads) + ", " + std::to_string(v.tokens) + ", " +
+         std::to_string(v.dim) + "]";
+}
+
+template <class View>
+void check_sizes(const char* api, const char* name, const View& v) {
+  if (v.batch < 0 || v.heads < 0 || v.tokens < 0 || v.dim < 0) {
+    fail(api, std::string(name) + " has a negative size: " + dims(v));
+  }
+  if (v.data == nullptr && v.batch * v.heads * v.tokens * v.dim != 0) {
+    fail(api, std::string(name) + " " + dims(v) + " has no data");
+  }
+}
+
+template <class View>
+void check_shape(const char* api, const char* name, const View& v, Index batch, Index heads, Index tokens,
+                 Index dim, const char* what) {
+  check_sizes(api, name, v);
+  if (v.batch != batch || v.heads != heads || v.tokens != tokens || v.dim != dim) {
+    fail(api, std::string(name) + " is " + dims(v) + " but must be [" + std::to_string(batch) + ", " +
+                  std::to_string(heads) + ", " + std::to_string(tokens) + ", " + std::to_string(dim) + "] (" +
+                  what + ")");
+  }
+}
+
+template <class Element>
+void check_broadcast(const char* api, const char* name, const BroadcastView<Element>& m, Index batch, Index heads,
+                     Index tq, Index tk) {
+  if (m.empty()) return;
+  const bool batch_ok = m.batch == 1 || m.batch == batch, heads_ok = m.heads == 1 || m.heads == heads;
+  if (!batch_ok || !heads_ok || m.rows != tq || m.cols != tk) {
+    fail(api, std::string(name) + " is [" + std::to_string(m.batch) + ", " + std::to_string(m.heads) + ", " +
+                  std::to_string(m.rows) + ", " + std::to_string(m.cols) + "] but must be [" +
+                  std::to_string(batch) + " or 1, " + std::to_string(heads) + " or 1, " + std::to_string(tq) +
+                  ", " + std::to_string(tk) + "]");
+  }
+}
+
+// The bytes a 4-D view may touch, for a conservative overlap test.
+template <class View>
+bool extent4(const View& v, std::uintptr_t& lo, std::uintptr_t& hi) {
+  if (v.data == nullptr || v.batch * v.heads * v.tokens * v.dim == 0) return false;
+  const Index size = static_cast<Index>(sizeof(*v.data));
+  Index low = 0, high = 0;
+  for (const auto [n, stride] : {std::pair{v.batch, v.batch_stride}, std::pair{v.heads, v.head_stride},
+                                 std::pair{v.tokens, v.token_stride}, std::pair{v.dim, v.dim_stride}}) {
+    const Index reach = (n - 1) * stride * size;
+    low += std::min<Index>(reach, 0);
+    high += std::max<Index>(reach, 0);
+  }
+  lo = reinterpret_cast<std::uintptr_t>(v.data) + low;
+  hi = reinterpret_cast<std::uintptr_t>(v.data) + high + size - 1;
+  return true;
+}
+
+template <class A, class B>
+void check_apart(const char* api, const char* a_name, const A& a, const char* b_name, const B& b) {
+  std::uintptr_t a_lo, a_hi, b_lo, b_hi;
+  if (!extent4(a, a_lo, a_hi) || !extent4(b, b_lo, b_hi)) return;
+  if (a_lo <= b_hi && b_lo <= a_hi) {
+    fail(api, std::string("output ") + a_name + " " + dims(a) + " overlaps " + b_name + " " + dims(b) +
+                  " in memory; outputs must not alias inputs or each other");
+  }
+}
+
+}  // namespace
+
+template <typename T>
+HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsView<const T> k,
+                                   HeadsView<const T> v, HeadsView<T> out, HeadsView<T> lse, HeadsView<T> scores,
+                                   HeadsView<T> average, const Options& opt, const Masks<T>& masks,
+                                   const std::int64_t* cu_q, const std::int64_t* cu_k, Index sequences) {
+  check_sizes(api, "Q", q);
+  check_sizes(api, "K", k);
+  check_sizes(api, "V", v);
+  const bool varlen = cu_q != nullptr || cu_k != nullptr;
+  const Index B = varlen ? sequences : q.batch, H = q.heads;
+  if (k.batch != q.batch || v.batch != q.batch) {
+    fail(api, "batch sizes differ: Q is " + dims(q) + ", K is " + dims(k) + ", V is " + dims(v));
+  }
+  if (k.heads != v.heads) fail(api, "K and V have different head counts: K is " + dims(k) + ", V is " + dims(v));
+  if (k.heads == 0 ? H != 0 : H % k.heads != 0) {
+    fail(api, "query heads (" + std::to_string(H) + ") must be a multiple of key/value heads (" +
+                  std::to_string(k.heads) + "); Q is " + dims(q) + ", K is " + dims(k));
+  }
+  if (k.tokens != v.tokens) {
+    fail(api, "K and V have different token counts (T_k): K is " + dims(k) + ", V is " + dims(v));
+  }
+  if (q.dim != k.dim) {
+    fail(api, "K has d_k = " + std::to_string(k.dim) + " but Q has " + std::to_string(q.dim) + "; Q is " + dims(q) +
+                  ", K is " + dims(k));
+  }
+  const T scale = resolve_scale<T>(api, opt, q.dim, "Q is " + dims(q));
+  check_threads(api, opt);
+  check_window_and_softcap<T>(api, opt);
+  const Index tq = q.tokens, tk = k.tokens;
+  if (!out.empty() || scores.empty()) check_shape(api, "out", out, q.batch, H, tq, v.dim, "[B, H, T_q, d_v]");
+  if (!lse.empty()) check_shape(api, "lse", lse, q.batch, H, tq, 1, "[B, H, T_q, 1]");
+  if (!scores.empty()) check_shape(api, "scores", scores, q.batch, H, tq, tk, "[B, H, T_q, T_k]");
+  if (!average.empty()) check_shape(api, "average_scores", average, q.batch, 1, tq, tk, "[B, 1, T_q, T_k]");
+  if (varlen) {
+    if (cu_q == nullptr || cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
+    if (sequences < 0) fail(api, "the number of sequences is negative: " + std::to_string(sequences));
+    if (q.batch != 1) fail(api, "a packed batch has batch size 1 in its views, but Q is " + dims(q));
+    if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
+      fail(api, "a packed variable-length batch takes no mask, bias or key_lengths (ALiBi, causal and window apply)");
+    }
+    for (const auto& [name, cu, total] : {std::tuple{"cu_seqlens_q", cu_q, tq}, std::tuple{"cu_seqlens_k", cu_k, tk}}) {
+      if (cu[0] != 0) fail(api, std::string(name) + "[0] is " + std::to_string(cu[0]) + " but must be 0");
+      for (Index b = 0; b < sequences; ++b) {
+        if (cu[b + 1] < cu[b]) {
+          fail(api, std::string(name) + " decreases: [" + std::to_string(b) + "] = " + std::to_string(cu[b]) +
+                        " > [" + std::to_string(b + 1) + "] = " + std::to_string(cu[b + 1]));
+        }
+      }
+      if (cu[sequences] > total) {
+        fail(api, std::string(name) + "[" + std::to_string(sequences) + "] = " + std::to_string(cu[sequences]) +
+                      " exceeds the " + std::to_string(total) + " packed tokens");
+      }
+    }
+  } else {
+    check_broadcast(api, "mask", masks.mask, B, H, tq, tk);
+    check_broadcast(api, "bias", masks.bias, B, H, tq, tk);
+    if (masks.key_lengths != nullptr) {
+      for (Index b = 0; b < B; ++b) {
+        if (masks.key_lengths[b] < 0 || masks.key_lengths[b] > tk) {
+          fail(api, "key_lengths[" + std::to_string(b) + "] = " + std::to_string(masks.key_lengths[b]) +
+                        " is outside [0, T_k = " + std::to_string(tk) + "]");
+        }
+      }
+    }
+  }
+  for (const auto& [name, view] : {std::pair{"out", out}, std::pair{"lse", lse}, std::pair{"scores", scores},
+                                   std::pair{"average_scores", average}}) {
+    check_apart(api, name, view, "Q", q);
+    check_apart(api, name, view, "K", k);
+    check_apart(api, name, view, "V", v);
+  }
+  check_apart(api, "out", out, "lse", lse);
+  check_apart(api, "out", out, "scores", scores);
+  check_apart(api, "lse", lse, "scores", scores);
+  check_apart(api, "average_scores", average, "scores", scores);
+  check_apart(api, "average_scores", average, "out", out);
+
+  HeadsProblem<T> p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.out = out;
+  p.lse = lse;
+  p.scores = scores;
+  p.masks = masks;
+  p.scale = scale;
+  p.causal = opt.causal;
+  p.bottom_right = opt.alignment == CausalAlignment::BottomRight;
+  p.window_left = opt.window_left;
+  p.window_right = opt.window_right;
+  p.softcap = static_cast<T>(opt.softcap);
+  p.cu_q = cu_q;
+  p.cu_k = cu_k;
+  p.sequences = B;
+  return p;
+}
+
 #define EIGEN_ATTENTION_INSTANTIATE(T)                                                       \
   template Problem<T> make_problem<T>(const char*, const ConstStridedMap<T>&,                \
                                       const ConstStridedMap<T>&, const ConstStridedMap<T>*,  \
                                       const Options&);                                       \
-  template void check_output<T>(const char*, const char*, const StridedMap<T>&, Index, Index);
+  template void check_output<T>(const char*, const char*, const StridedMap<T>&, Index, Index); \
+  template void check_window_and_softcap<T>(const char*, const Options&);                   \
+  template HeadsProblem<T> make_heads_problem<T>(                                              \
+      const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>, HeadsView<T>, HeadsView<T>, \
+      HeadsView<T>, HeadsView<T>, const Options&, const Masks<T>&, const std::int64_t*, const std::int64_t*, \
+      Index);
 EIGEN_ATTENTION_INSTANTIATE(float)
 EIGEN_ATTENTION_INSTANTIATE(double)
 #undef EIGEN_ATTENTION_INSTANTIATE

@@ -4,6 +4,7 @@
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
 
+#include "heads_problem.hpp"
 #include "problem.hpp"
 
 namespace EigenAttention {
@@ -14,6 +15,20 @@ namespace internal {
 template <typename T>
 Problem<T> make_problem(const char* api, const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
                         const ConstStridedMap<T>* v, const Options& opt);
+
+/// Checks a batched multi-head call (attention_heads*, or attention_varlen when cu_q/cu_k are
+/// given) and returns the resolved problem. Empty output views mean "not wanted" (but `out` is
+/// required unless `scores` is given). Throws std::invalid_argument naming the sizes at fault.
+template <typename T>
+HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsView<const T> k,
+                                   HeadsView<const T> v, HeadsView<T> out, HeadsView<T> lse, HeadsView<T> scores,
+                                   HeadsView<T> average, const Options& opt, const Masks<T>& masks,
+                                   const std::int64_t* cu_q, const std::int64_t* cu_k, Index sequences);
+
+/// Throws std::invalid_argument for a window size below -1 or a softcap that is negative,
+/// not finite, or 0 once converted to T.
+template <typename T>
+void check_window_and_softcap(const char* api, const Options& opt);
 
 /// Throws std::invalid_argument unless `out` is rows x cols and no two of its elements share
 /// memory. `name` is the output's name in messages ("out", "scores", ...).

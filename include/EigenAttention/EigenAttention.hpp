@@ -13,3 +13,6 @@
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/Attention.hpp>
+#include <EigenAttention/HeadsView.hpp>
+#include <EigenAttention/Masks.hpp>
+#include <EigenAttention/MultiHead.hpp>

@@ -2,6 +2,7 @@
 /// How an attention call is computed: causal masking, its alignment, the scale, the kernel.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 
 #include <EigenAttention/Kernels.hpp>
@@ -29,7 +30,8 @@ enum class CausalAlignment {
 struct Options {
   /// Mask every key that lies after the query (see CausalAlignment). Default: no mask.
   bool causal = false;
-  /// Alignment of the causal frontier; ignored when `causal` is false.
+  /// Alignment of the causal frontier, the sliding window and ALiBi when T_q != T_k
+  /// (offset = 0 for TopLeft, T_k - T_q for BottomRight); ignored when none of them is used.
   CausalAlignment alignment = CausalAlignment::TopLeft;
   /// Multiplies the logits Q K^T. Must be finite and > 0, also once converted to the scalar
   /// type (1e-50 is 0 as a float and is rejected). When empty: 1 / sqrt(d_k), which then
@@ -43,6 +45,14 @@ struct Options {
   /// thread. Small problems use fewer. Results are bitwise identical for every value.
   /// Negative values throw std::invalid_argument.
   int threads = 1;
+  /// Sliding window, as FlashAttention's window_size: query i sees key j only when
+  /// i + offset - window_left <= j <= i + offset + window_right (and, when causal,
+  /// j <= i + offset). -1 leaves that side unbounded; other negative values throw.
+  std::ptrdiff_t window_left = -1;
+  std::ptrdiff_t window_right = -1;
+  /// Logit soft-capping: each scaled logit s becomes softcap * tanh(s / softcap) before biases
+  /// and masks. 0 (the default) turns it off; otherwise it must be finite and > 0.
+  double softcap = 0;
 };
 
 }  // namespace EigenAttention

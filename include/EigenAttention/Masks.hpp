@@ -1,0 +1,62 @@
+/// \file Masks.hpp
+/// Per-call masks and biases of the multi-head calls: a boolean mask, an additive bias, key
+/// lengths (right padding) and ALiBi slopes. Window and soft-capping are in Options.
+#pragma once
+
+#include <cstdint>
+
+#include <Eigen/Core>
+
+namespace EigenAttention {
+
+/// A T_q x T_k matrix per (sequence, head), broadcast where a size is 1: shape
+/// [batch, heads, T_q, T_k] with batch 1 or B and heads 1 or H (the query heads). Element
+/// (b, h, i, j) is at `data[b * batch_stride + h * head_stride + i * row_stride + j * col_stride]`;
+/// a broadcast axis has stride 0 by construction.
+template <typename Element>
+struct BroadcastView {
+  const Element* data = nullptr;
+  Eigen::Index batch = 1, heads = 1, rows = 0, cols = 0;
+  Eigen::Index batch_stride = 0, head_stride = 0, row_stride = 0, col_stride = 1;
+
+  /// One contiguous row-major [T_q, T_k] matrix for every sequence and head.
+  static BroadcastView matrix(const Element* data, Eigen::Index rows, Eigen::Index cols) {
+    return {data, 1, 1, rows, cols, 0, 0, cols, 1};
+  }
+  /// A contiguous [batch, 1, T_q, T_k] array: one matrix per sequence, shared by its heads.
+  static BroadcastView per_sequence(const Element* data, Eigen::Index batch, Eigen::Index rows,
+                                    Eigen::Index cols) {
+    return {data, batch, 1, rows, cols, rows * cols, 0, cols, 1};
+  }
+  /// A contiguous [batch, heads, T_q, T_k] array: one matrix per sequence and head.
+  static BroadcastView per_head(const Element* data, Eigen::Index batch, Eigen::Index heads, Eigen::Index rows,
+                                Eigen::Index cols) {
+    return {data, batch, heads, rows, cols, heads * rows * cols, rows * cols, cols, 1};
+  }
+  /// An Eigen matrix (any storage order, direct access) for every sequence and head.
+  template <class Derived>
+  static BroadcastView of(const Eigen::DenseBase<Derived>& m) {
+    return {m.derived().data(), 1, 1, m.rows(), m.cols(), 0, 0, m.derived().rowStride(), m.derived().colStride()};
+  }
+  bool empty() const { return data == nullptr; }
+};
+
+/// Masks and biases of a multi-head call; every member is optional (empty/null = not used).
+/// They apply in FlashAttention's order (see attention_heads() for the whole table):
+/// logits = scale * q.k, soft-capped (Options::softcap), plus ALiBi and `bias`, then every mask
+/// (`mask`, causal, window, `key_lengths`) sets -inf, then the row softmax.
+template <typename Scalar>
+struct Masks {
+  /// Boolean mask, true = may attend (PyTorch SDPA's convention), [T_q, T_k] broadcastable.
+  BroadcastView<bool> mask;
+  /// Additive bias on the logits, [T_q, T_k] broadcastable.
+  BroadcastView<Scalar> bias;
+  /// Right padding: sequence b has key_lengths[b] real keys (0 <= length <= T_k); keys from
+  /// there on are masked, and the causal/window alignment uses that length as T_k.
+  /// `batch` entries.
+  const std::int64_t* key_lengths = nullptr;
+  /// ALiBi: one slope per query head; adds -slope_h * |i + offset - j| to the logits.
+  const Scalar* alibi_slopes = nullptr;
+};
+
+}  // namespace EigenAttention

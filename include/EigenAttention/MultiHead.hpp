@@ -1,0 +1,101 @@
+/// \file MultiHead.hpp
+/// Batched multi-head attention, with grouped/multi-query K/V, masks, biases, key padding,
+/// packed variable-length batches, and the merge of partial results.
+///
+/// Every call takes Q [B, H, T_q, d_k], K [B, H_kv, T_k, d_k], V [B, H_kv, T_k, d_v] and writes
+/// ATTN [B, H, T_q, d_v], all as HeadsView (any layout and strides, nothing copied). H must be a
+/// multiple of H_kv: query head h reads K/V head h / (H / H_kv) (GQA; H_kv = 1 is MQA), and
+/// K/V are never copied per head. With offset = 0 (TopLeft) or T_k - T_q (BottomRight; T_k is
+/// the sequence's key length when `key_lengths` is given), the logits of query i and key j are:
+///
+/// | step | what                                                                            |
+/// |------|---------------------------------------------------------------------------------|
+/// | 1    | s = scale * q_i . k_j (scale: Options::scale, default 1/sqrt(d_k))               |
+/// | 2    | soft-cap: s = softcap * tanh(s / softcap) when Options::softcap > 0              |
+/// | 3    | ALiBi: s -= slope_h * abs(i + offset - j) when Masks::alibi_slopes is set        |
+/// | 4    | bias: s += bias(b, h, i, j) when Masks::bias is set                              |
+/// | 5    | masks: s = -inf where mask(b, h, i, j) is false, where causal and j > i + offset, |
+/// |      | outside the window [i + offset - left, i + offset + right], and for j >= length_b |
+/// | 6    | row softmax subtracting the row maximum; a row with no visible key gives zeros   |
+/// |      | and LSE = -inf, never NaN                                                         |
+/// | 7    | ATTN = weights V, summing over the visible keys only                             |
+///
+/// Work is split over threads by (sequence, head, query tile) (Options::threads); results are
+/// bitwise identical for every thread count. Key tiles that the causal mask, the window or the
+/// key length hide entirely are never computed.
+///
+/// Errors (std::invalid_argument naming the sizes, nothing written): inconsistent batch, head,
+/// token or dim sizes between Q, K, V and the outputs; H not a multiple of H_kv; a mask or bias
+/// whose shape is not [T_q, T_k] with batch 1 or B and heads 1 or H; a negative window other than
+/// -1; a non-positive or non-finite softcap; key lengths outside [0, T_k]; varlen offsets that
+/// decrease or exceed the buffers; outputs that overlap the inputs.
+#pragma once
+
+#include <cstdint>
+
+#include <EigenAttention/HeadsView.hpp>
+#include <EigenAttention/Masks.hpp>
+#include <EigenAttention/Options.hpp>
+
+namespace EigenAttention {
+
+/// ATTN for every sequence and query head, never forming T_q x T_k.
+/// \param out [B, H, T_q, d_v]. \param lse optional [B, H, T_q, 1]: the log-sum-exp per row.
+/// \code
+/// auto Q = EigenAttention::HeadsView<const float>::bhtd(q.data(), B, H, T, D);
+/// auto K = EigenAttention::HeadsView<const float>::bhtd(k.data(), B, H_kv, T, D);
+/// auto V = EigenAttention::HeadsView<const float>::bhtd(v.data(), B, H_kv, T, D);
+/// auto O = EigenAttention::HeadsView<float>::bhtd(o.data(), B, H, T, D);
+/// EigenAttention::Options opt;
+/// opt.causal = true;
+/// EigenAttention::attention_heads(Q, K, V, O, opt);
+/// \endcode
+void attention_heads(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
+                     HeadsView<float> out, const Options& opt = {}, const Masks<float>& masks = {},
+                     HeadsView<float> lse = {});
+void attention_heads(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
+                     HeadsView<double> out, const Options& opt = {}, const Masks<double>& masks = {},
+                     HeadsView<double> lse = {});
+
+/// attention_heads() that also writes the weights of every head into `scores` [B, H, T_q, T_k]
+/// (a HeadsView whose `tokens` is T_q and `dim` is T_k) and, when `average_scores` is not empty,
+/// their mean over the heads into it ([B, 1, T_q, T_k], as nn.MultiheadAttention's
+/// average_attn_weights=True). `out` may be empty when only the weights are wanted.
+void attention_heads_decomposed(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
+                                HeadsView<float> scores, HeadsView<float> out, const Options& opt = {},
+                                const Masks<float>& masks = {}, HeadsView<float> lse = {},
+                                HeadsView<float> average_scores = {});
+void attention_heads_decomposed(HeadsView<const double> q, HeadsView<const double> k,
+                                HeadsView<const double> v, HeadsView<double> scores, HeadsView<double> out,
+                                const Options& opt = {}, const Masks<double>& masks = {},
+                                HeadsView<double> lse = {}, HeadsView<double> average_scores = {});
+
+/// Packed variable-length batch without padding (FlashAttention's varlen interface). Q is
+/// [1, H, total_q, d_k] (e.g. HeadsView::bthd(q, 1, total_q, H, d_k)), K and V
+/// [1, H_kv, total_k, d], out [1, H, total_q, d_v]; sequence b owns query rows
+/// [cu_seqlens_q[b], cu_seqlens_q[b+1]) and key rows [cu_seqlens_k[b], cu_seqlens_k[b+1]), each
+/// array holding batch + 1 non-decreasing offsets from 0. Each sequence is attended on its own
+/// (its own T_q, T_k and alignment offset). Masks may use ALiBi only; mask, bias and
+/// key_lengths must be empty (their shapes would differ per sequence).
+void attention_varlen(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
+                      HeadsView<float> out, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                      Eigen::Index batch, const Options& opt = {}, const Masks<float>& masks = {},
+                      HeadsView<float> lse = {});
+void attention_varlen(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
+                      HeadsView<double> out, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                      Eigen::Index batch, const Options& opt = {}, const Masks<double>& masks = {},
+                      HeadsView<double> lse = {});
+
+/// Merges two partial results over disjoint key sets into the exact result over their union:
+/// with m = max(lse_a, lse_b), w_a = exp(lse_a - m), w_b = exp(lse_b - m),
+/// out = (w_a out_a + w_b out_b) / (w_a + w_b) and lse = m + log(w_a + w_b), row by row. A row
+/// with lse = -inf on one side takes the other side; on both, zeros and -inf. This is what
+/// chunked prefill, split-K decoding and sequence-parallel attention need. out/lse may alias
+/// out_a/lse_a (merging in place). Shapes: out_* [B, H, T, d_v], lse_* [B, H, T, 1].
+void merge_attention(HeadsView<const float> out_a, HeadsView<const float> lse_a, HeadsView<const float> out_b,
+                     HeadsView<const float> lse_b, HeadsView<float> out, HeadsView<float> lse);
+void merge_attention(HeadsView<const double> out_a, HeadsView<const double> lse_a,
+                     HeadsView<const double> out_b, HeadsView<const double> lse_b, HeadsView<double> out,
+                     HeadsView<double> lse);
+
+}  // namespace EigenAttention
