@@ -228,6 +228,25 @@ void apply_extras(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& 
   }
 }
 
+/// row[a, b) = exp(row[a, b) - shift), computed in whole aligned packets: [a, b) is widened to
+/// 64-byte boundaries (the row must start on one and have room up to the next boundary past b),
+/// the extra elements are fed -inf and then zeroed. Eigen would otherwise run its exp scalar on
+/// the unaligned head and tail of every row, which costs as much as the rest when a window
+/// makes every row start elsewhere; and each element's rounding would depend on where its row
+/// segment starts.
+template <typename T>
+void exp_in_packets(T* row, index_t a, index_t b, T shift) {
+  constexpr index_t kLanes = 64 / static_cast<index_t>(sizeof(T));
+  const index_t e0 = a / kLanes * kLanes, e1 = (b + kLanes - 1) / kLanes * kLanes;
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  std::fill(row + e0, row + a, minus_inf);
+  std::fill(row + b, row + e1, minus_inf);
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>, Eigen::Aligned64> w(row + e0, e1 - e0);
+  w = (w - shift).exp();
+  std::fill(row + e0, row + a, T(0));
+  std::fill(row + b, row + e1, T(0));
+}
+
 /// After the exp: keys the boolean mask hides weigh exactly 0 (Eigen's exp(-inf) may be a
 /// subnormal on some instruction sets).
 template <typename T, class Segment>
@@ -239,19 +258,37 @@ void zero_masked(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& w
   }
 }
 
+/// Are all V rows that query rows [first, first + count) may see finite? One pass over them
+/// per call, so that tiles with hidden keys can still use one GEMM.
+template <typename T>
+bool values_finite(const RawProblem<T>& p, index_t first, index_t count) {
+  if (count <= 0) return true;
+  const index_t begin = p.first_key(first), end = p.end_key(first + count - 1);
+  // x * 0 is 0 for finite x and NaN for NaN or +-inf; Eigen's sum of it runs in packets.
+  const StridedMap<T> v(const_cast<T*>(p.v.data), p.v.rows, p.v.cols,
+                        Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(p.v.row_stride, p.v.col_stride));
+  for (index_t j = begin; j < end; ++j) {
+    const T sum = p.v.col_stride == 1 ? (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p.v.data + j * p.v.row_stride, p.v.cols) * T(0)).sum()
+                                      : (v.row(j).array() * T(0)).sum();
+    if (sum != sum) return false;
+  }
+  return true;
+}
+
 /// acc (rows x d_v) += P (rows x cols) V (cols x d_v) over keys [j0, j0 + cols) of query rows
 /// [i0, i0 + rows). Hidden keys weigh exactly 0, so one GEMM is exact unless a hidden V row
-/// holds a NaN or Inf (0 * NaN); then each row sums over its visible keys only.
+/// holds a NaN or Inf (0 * NaN); then each row sums over its visible keys only. `v_finite`:
+/// every V row the caller's rows may see is known to be finite.
 template <typename T, class PTile, class VTile>
 void accumulate(const RawProblem<T>& p, index_t i0, index_t j0, const PTile& P, index_t ldp,
-                const VTile& V, T* acc, index_t dv, Blocking<T>& blocking) {
+                const VTile& V, bool v_finite, T* acc, index_t dv, Blocking<T>& blocking) {
   const index_t rows = P.rows(), cols = P.cols();
   bool hides_keys = p.mask.data != nullptr;
-  for (index_t r = 0; r < rows && !hides_keys; ++r) {
+  for (index_t r = 0; r < rows && !hides_keys && !v_finite; ++r) {
     const Span span = span_in_tile(p, i0 + r, j0, cols);
     hides_keys = span.a > 0 || span.b < cols;
   }
-  if (!hides_keys || V.allFinite()) {
+  if (v_finite || !hides_keys) {
     gemm_ab(rows, dv, cols, P.data(), ldp, V.data(), V.outerStride(), acc, dv, blocking);
     return;
   }
@@ -287,9 +324,13 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
   qk.use(block_a, block_b);
   pv.use(block_a, block_b);
   StridedMap<T> attn = map_of(p.attn);
+  const bool v_finite = values_finite(p, first, count);
+  // A narrow window slides along the diagonal: a tall row tile would compute many keys that
+  // most of its rows do not see, so take shorter row tiles (window / 4 rows, at least 16).
+  const index_t row_step = p.window_left >= 0 ? std::clamp<index_t>(p.window_left / 4, 16, kRows) : kRows;
 
-  for (index_t i0 = first; i0 < first + count; i0 += kRows) {
-    const index_t rows = std::min(kRows, first + count - i0);
+  for (index_t i0 = first; i0 < first + count; i0 += row_step) {
+    const index_t rows = std::min(row_step, first + count - i0);
     // The keys some row of the tile may see; tiles outside are never computed.
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
     const auto Q = rows_of(p.q, i0, rows, q_buf);
@@ -302,9 +343,10 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
       const index_t cols = std::min(kCols, key_end - j0);
       const auto K = rows_of(p.k, j0, cols, k_buf);
       const auto V = rows_of(p.v, j0, cols, v_buf);
-      Eigen::Map<RowMat<T>> S(s_buf, rows, cols);
+      const index_t lds = static_cast<index_t>(Arena<T>::round(cols));  // rows start 64-byte aligned
+      TileMap<T> S(s_buf, rows, cols, Eigen::OuterStride<>(lds));
       S.setZero();
-      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf, cols, p.scale, qk);
+      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf, lds, p.scale, qk);
 
       for (index_t r = 0; r < rows; ++r) {
         // The key range: keys this row does not see take no part, and weigh exactly 0.
@@ -320,13 +362,13 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
           continue;
         }
         const T rescale = std::exp(m(r) - new_max);  // 0 on the row's first visible tile
-        row = (row.array() - new_max).exp().matrix();
+        exp_in_packets(s_buf + r * lds, span.a, span.b, new_max);
         zero_masked(p, i0 + r, j0 + span.a, row);
         l(r) = rescale * l(r) + row.sum();
         if (rescale != T(1)) acc.row(r) *= rescale;
         m(r) = new_max;
       }
-      accumulate(p, i0, j0, S, cols, V, acc_buf, dv, pv);
+      accumulate(p, i0, j0, S, lds, V, v_finite, acc_buf, dv, pv);
     }
 
     for (index_t r = 0; r < rows; ++r) {
@@ -366,6 +408,7 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
   qk.use(block_a, block_b);
   pv.use(block_a, block_b);
   StridedMap<T> scores = map_of(p.scores);
+  const bool v_finite = !p.want_attn || values_finite(p, first, count);
 
   for (index_t i0 = first; i0 < first + count; i0 += kDecRows) {
     const index_t rows = std::min(kDecRows, first + count - i0);
@@ -395,7 +438,7 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
       if (max == minus_inf) {
         row.setZero();
       } else {
-        row = (row.array() - max).exp().matrix();
+        exp_in_packets(s_buf + r * lds, span.a, span.b, max);
         zero_masked(p, i, key_begin + span.a, row);
         const T sum = row.sum();
         row /= sum;
@@ -423,7 +466,7 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
     for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
       const index_t cols = std::min(kCols, key_end - j0);
       const auto V = rows_of(p.v, j0, cols, v_buf);
-      accumulate(p, i0, j0, S.middleCols(j0 - key_begin, cols), lds, V, acc_buf, dv, pv);
+      accumulate(p, i0, j0, S.middleCols(j0 - key_begin, cols), lds, V, v_finite, acc_buf, dv, pv);
     }
     map_of(p.attn).middleRows(i0, rows) = acc;
   }
