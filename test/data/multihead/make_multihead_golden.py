@@ -1,0 +1,344 @@
+#!/usr/bin/python3
+"""Golden cases of the multi-head calls (attention_heads, attention_heads_decomposed,
+attention_varlen), computed by PyTorch in float64.
+
+Needs Debian's python3-torch (1.13); run with /usr/bin/python3 from any directory. It writes
+the cases listed at the end of this script, as <name>.txt next to it. Each case is seeded from
+its own name, so adding a case never changes another.
+
+PyTorch 1.13's F._scaled_dot_product_attention has no GQA, window, ALiBi, soft-cap or
+alignment options, so every case is computed with explicit torch ops, step by step as
+MultiHead.hpp states the semantics (see explicit() below). Wherever SDPA can express the case
+(no soft-cap), the script also runs SDPA and asserts that its output and weights agree with the
+explicit ones to 1e-12 (and that its NaN rows are exactly the fully masked rows):
+  - natively, when only plain attention, a bool mask, a float bias or is_causal (top-left,
+    or T_q == T_k) is involved: the mask/bias/is_causal passed as SDPA's own arguments;
+  - otherwise through one combined float mask (ALiBi term + bias, -inf where masked).
+GQA goes to SDPA as K/V repeated per query head; an explicit scale as Q scaled by
+scale * sqrt(d_k) (SDPA 1.13 always divides by sqrt(d_k)).
+
+FILE FORMAT (text, whitespace-separated tokens; one case per file):
+
+    eigen_attention_multihead_golden 1
+    mode heads|varlen
+    causal 0|1
+    align top_left|bottom_right
+    scale default|<number>           default = 1/sqrt(d_k)
+    window <left> <right>            -1 = unbounded side (both -1: no window)
+    softcap <number>                 0 = off
+    then arrays, each a line "<NAME> <rank> <n_0> ... <n_rank-1>" followed by the
+    n_0*...*n_rank-1 elements in row-major (C) order, one innermost row per line,
+    numbers with 17 significant digits, "-inf" where infinite:
+      optional inputs (absent = not used), in this order when present:
+        MASK 4 b h T_q T_k        0/1 (1 = may attend); b is 1 or B, h is 1 or H
+        BIAS 4 b h T_q T_k        additive bias, same broadcast rules
+        KEY_LENGTHS 1 B           integers in [0, T_k]
+        ALIBI 1 H                 one slope per query head
+        CU_SEQLENS_Q 1 n+1        varlen only: offsets into the packed query rows
+        CU_SEQLENS_K 1 n+1        varlen only: offsets into the packed key rows
+      inputs (always, always in the BHTD layout):
+        Q 4 B H T_q d_k
+        K 4 B H_kv T_k d_k
+        V 4 B H_kv T_k d_v
+      outputs:
+        OUT 4 B H T_q d_v
+        LSE 4 B H T_q 1           -inf for a row that sees no key (its OUT row is 0)
+        SCORES 4 B H T_q T_k      heads mode only: the per-head softmax weights
+        AVG_SCORES 4 B 1 T_q T_k  heads mode only: SCORES averaged over the H heads
+    end
+
+In varlen mode B = 1 and T_q, T_k are the packed totals: sequence s owns query rows
+[CU_SEQLENS_Q[s], CU_SEQLENS_Q[s+1]) and key rows [CU_SEQLENS_K[s], CU_SEQLENS_K[s+1]), and is
+attended on its own (its own T_q, T_k and alignment offset).
+"""
+import math
+import os
+import zlib
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DT = torch.float64
+NEG_INF = float("-inf")
+
+
+# ----------------------------------------------------------------------------- computation
+
+def explicit(q, k, v, causal=False, align="top_left", scale=None, window=(-1, -1), softcap=0.0,
+             mask=None, bias=None, key_lengths=None, alibi=None):
+    """The semantics table of MultiHead.hpp with torch ops. Returns out, lse, weights, visible,
+    and the additive (ALiBi + bias) term for the SDPA check."""
+    B, H, Tq, dk = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    assert H % Hkv == 0
+    g = H // Hkv
+    kr = k.repeat_interleave(g, dim=1)  # query head h reads kv head h // g
+    vr = v.repeat_interleave(g, dim=1)
+    sc = 1.0 / math.sqrt(dk) if scale is None else scale
+    s = sc * (q @ kr.transpose(-1, -2))                        # 1. scaled logits
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)                  # 2. soft-cap
+    additive = torch.zeros(B, H, Tq, Tk, dtype=DT)
+    visible = torch.ones(B, H, Tq, Tk, dtype=torch.bool)
+    i = torch.arange(Tq).unsqueeze(1)
+    j = torch.arange(Tk).unsqueeze(0)
+    for b in range(B):
+        length = Tk if key_lengths is None else key_lengths[b]
+        offset = 0 if align == "top_left" else length - Tq
+        pos = i + offset
+        if alibi is not None:                                  # 3. ALiBi
+            dist = (pos - j).abs().to(DT)
+            additive[b] -= torch.tensor(alibi, dtype=DT).view(H, 1, 1) * dist
+        vis = j < length                                       # 5. key padding
+        if causal:
+            vis = vis & (j <= pos)
+        if window[0] >= 0:
+            vis = vis & (j >= pos - window[0])
+        if window[1] >= 0:
+            vis = vis & (j <= pos + window[1])
+        visible[b] &= vis
+    if bias is not None:                                       # 4. bias
+        additive = additive + bias
+    if mask is not None:
+        visible &= mask
+    s = (s + additive).masked_fill(~visible, NEG_INF)
+    lse = torch.logsumexp(s, dim=-1, keepdim=True)
+    w = torch.softmax(s, dim=-1).nan_to_num(0.0)                # 6. no visible key: zeros
+    out = w @ vr                                                # 7.
+    return out, lse, w, visible, additive
+
+
+def sdpa_check(name, q, k, v, out, w, lse, causal, align, scale, window, softcap, mask, bias,
+               key_lengths, alibi):
+    """Asserts SDPA (1.13) agrees with the explicit computation where it can express the case."""
+    if softcap > 0:
+        return "explicit only (soft-cap)"
+    B, H, Tq, dk = q.shape
+    Tk = k.shape[2]
+    g = H // k.shape[1]
+    kr = k.repeat_interleave(g, dim=1)
+    vr = v.repeat_interleave(g, dim=1)
+    qs = q if scale is None else q * (scale * math.sqrt(dk))
+    native = (alibi is None and window == (-1, -1) and key_lengths is None
+              and not (mask is not None and bias is not None)
+              and not (causal and (mask is not None or bias is not None))
+              and not (causal and align == "bottom_right" and Tq != Tk))
+    if native:
+        attn_mask = None
+        if mask is not None:
+            attn_mask = mask.expand(B, H, Tq, Tk).contiguous()
+        if bias is not None:
+            attn_mask = bias.expand(B, H, Tq, Tk).contiguous()
+        o2, w2 = F._scaled_dot_product_attention(qs, kr, vr, attn_mask, 0.0, True, causal)
+        how = "SDPA native"
+    else:
+        _, _, _, visible, additive = explicit(q, k, v, causal, align, scale, window, softcap, mask,
+                                              bias, key_lengths, alibi)
+        fm = additive.masked_fill(~visible, NEG_INF)
+        o2, w2 = F._scaled_dot_product_attention(qs, kr, vr, fm, 0.0, True, False)
+        how = "SDPA float mask"
+    dead = torch.isinf(lse).squeeze(-1)  # rows with no visible key
+    if dead.any():
+        assert torch.isnan(w2[dead]).all(), name + ": SDPA should give NaN on fully masked rows"
+    assert not torch.isnan(w2[~dead]).any(), name
+    dw = (w2[~dead] - w[~dead]).abs().max().item() if (~dead).any() else 0.0
+    do = (o2[~dead] - out[~dead]).abs().max().item() if (~dead).any() else 0.0
+    assert dw <= 1e-12 and do <= 1e-12, f"{name}: SDPA disagrees: weights {dw}, out {do}"
+    return f"{how} (max diff {max(dw, do):.1e})"
+
+
+# ----------------------------------------------------------------------------- writing
+
+def fmt(x):
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.17g}"
+
+
+def write_array(f, name, t, integer=False):
+    t = torch.as_tensor(t)
+    dims = list(t.shape)
+    f.write(f"{name} {len(dims)} {' '.join(str(d) for d in dims)}\n")
+    if t.numel() == 0:
+        return
+    rows = t.reshape(-1, dims[-1]) if dims[-1] > 0 else None
+    if rows is None:
+        return
+    for row in rows.tolist():
+        if integer:
+            f.write(" ".join(str(int(x)) for x in row) + "\n")
+        else:
+            f.write(" ".join(fmt(float(x)) for x in row) + "\n")
+
+
+def write_header(f, mode, causal, align, scale, window, softcap):
+    f.write("eigen_attention_multihead_golden 1\n")
+    f.write(f"mode {mode}\ncausal {int(causal)}\nalign {align}\n")
+    f.write("scale default\n" if scale is None else f"scale {fmt(scale)}\n")
+    f.write(f"window {window[0]} {window[1]}\n")
+    f.write(f"softcap {fmt(softcap)}\n")
+
+
+def rand(*shape, mag=1.0):
+    return torch.randn(*shape, dtype=DT) * mag
+
+
+def alibi_slopes(H):
+    # The ALiBi paper's geometric slopes 2^(-8 (h+1) / H): exact in float.
+    return [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
+
+
+CASES = []
+
+
+def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", scale=None,
+               window=(-1, -1), softcap=0.0, mask=None, bias=None, key_lengths=None, alibi=False,
+               mag=1.0, dead_row=False):
+    """mask / bias: None or the broadcast shape "1x1", "Bx1", "BxH", "1xH"."""
+    torch.manual_seed(zlib.crc32(name.encode()))
+    q = rand(B, H, Tq, dk, mag=mag)
+    k = rand(B, Hkv, Tk, dk, mag=mag)
+    v = rand(B, Hkv, Tk, dv)
+
+    def bshape(spec):
+        b, h = spec.split("x")
+        return (B if b == "B" else 1, H if h == "H" else 1, Tq, Tk)
+
+    m = None
+    if mask is not None:
+        m = torch.rand(*bshape(mask)) < 0.7
+        if dead_row:
+            m[..., Tq // 2, :] = False  # one fully masked query row everywhere
+    bi = None
+    if bias is not None:
+        bi = rand(*bshape(bias))
+    slopes = alibi_slopes(H) if alibi else None
+    out, lse, w, _, _ = explicit(q, k, v, causal, align, scale, window, softcap, m, bi,
+                                 key_lengths, slopes)
+    how = sdpa_check(name, q, k, v, out, w, lse, causal, align, scale, window, softcap, m, bi,
+                     key_lengths, slopes)
+    with open(os.path.join(HERE, name + ".txt"), "w") as f:
+        write_header(f, "heads", causal, align, scale, window, softcap)
+        if m is not None:
+            write_array(f, "MASK", m.to(torch.int64), integer=True)
+        if bi is not None:
+            write_array(f, "BIAS", bi)
+        if key_lengths is not None:
+            write_array(f, "KEY_LENGTHS", torch.tensor(key_lengths), integer=True)
+        if slopes is not None:
+            write_array(f, "ALIBI", torch.tensor(slopes, dtype=DT))
+        for n, t in (("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse), ("SCORES", w),
+                     ("AVG_SCORES", w.mean(dim=1, keepdim=True))):
+            write_array(f, n, t)
+        f.write("end\n")
+    CASES.append((name, how))
+
+
+def varlen_case(name, H, Hkv, q_lens, k_lens, dk, dv, causal=False, align="top_left", scale=None,
+                window=(-1, -1), softcap=0.0, alibi=False):
+    torch.manual_seed(zlib.crc32(name.encode()))
+    tq, tk = sum(q_lens), sum(k_lens)
+    q = rand(1, H, tq, dk)
+    k = rand(1, Hkv, tk, dk)
+    v = rand(1, Hkv, tk, dv)
+    slopes = alibi_slopes(H) if alibi else None
+    out = torch.zeros(1, H, tq, dv, dtype=DT)
+    lse = torch.full((1, H, tq, 1), NEG_INF, dtype=DT)
+    cq = [0]
+    ck = [0]
+    hows = set()
+    for lq, lk in zip(q_lens, k_lens):
+        cq.append(cq[-1] + lq)
+        ck.append(ck[-1] + lk)
+        qs, ks, vs = q[:, :, cq[-2]:cq[-1]], k[:, :, ck[-2]:ck[-1]], v[:, :, ck[-2]:ck[-1]]
+        if lq == 0:
+            continue
+        o, l, w, _, _ = explicit(qs, ks, vs, causal, align, scale, window, softcap, alibi=slopes)
+        if lk > 0:
+            hows.add(sdpa_check(name, qs, ks, vs, o, w, l, causal, align, scale, window, softcap,
+                                None, None, None, slopes).split(" (")[0])
+        out[:, :, cq[-2]:cq[-1]] = o
+        lse[:, :, cq[-2]:cq[-1]] = l
+    with open(os.path.join(HERE, name + ".txt"), "w") as f:
+        write_header(f, "varlen", causal, align, scale, window, softcap)
+        if slopes is not None:
+            write_array(f, "ALIBI", torch.tensor(slopes, dtype=DT))
+        write_array(f, "CU_SEQLENS_Q", torch.tensor(cq), integer=True)
+        write_array(f, "CU_SEQLENS_K", torch.tensor(ck), integer=True)
+        for n, t in (("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse)):
+            write_array(f, n, t)
+        f.write("end\n")
+    CASES.append((name, ", ".join(sorted(hows))))
+
+
+# ----------------------------------------------------------------------------- the cases
+
+# plain multi-head, odd sizes, default and explicit scale
+heads_case("plain", 2, 3, 3, 5, 7, 6, 4)
+heads_case("plain_scale_odd", 3, 2, 2, 11, 11, 9, 5, scale=0.3)
+heads_case("plain_wide", 1, 2, 2, 37, 40, 24, 17, causal=True, align="bottom_right")
+# grouped / multi-query K/V
+heads_case("gqa_8_2", 2, 8, 2, 6, 9, 8, 5)
+heads_case("mqa_8_1", 1, 8, 1, 7, 10, 12, 3)
+heads_case("gqa_8_2_causal", 2, 8, 2, 6, 6, 8, 5, causal=True)
+# causal with T_q != T_k, both alignments
+heads_case("causal_top_left", 2, 4, 2, 5, 9, 8, 3, causal=True)
+heads_case("causal_bottom_right", 2, 4, 2, 5, 9, 8, 3, causal=True, align="bottom_right")
+heads_case("causal_top_left_more_queries", 2, 4, 2, 9, 5, 8, 3, causal=True)
+heads_case("causal_bottom_right_more_queries", 2, 4, 2, 9, 5, 8, 3, causal=True,
+           align="bottom_right")  # the first 4 query rows see no key
+# boolean masks, three broadcasts (one fully masked row in each)
+heads_case("mask_2d", 2, 3, 3, 6, 8, 7, 4, mask="1x1", dead_row=True)
+heads_case("mask_per_batch", 2, 3, 3, 6, 8, 7, 4, mask="Bx1", dead_row=True)
+heads_case("mask_per_head", 2, 4, 2, 6, 8, 7, 4, mask="BxH", dead_row=True)
+# additive biases, three broadcasts
+heads_case("bias_2d", 2, 3, 3, 6, 8, 7, 4, bias="1x1")
+heads_case("bias_per_batch", 2, 3, 3, 6, 8, 7, 4, bias="Bx1")
+heads_case("bias_per_head", 2, 4, 2, 6, 8, 7, 4, bias="BxH")
+# mask and bias together
+heads_case("mask_and_bias", 2, 4, 2, 6, 8, 7, 4, mask="Bx1", bias="1xH", dead_row=True)
+heads_case("mask_and_bias_causal", 3, 2, 1, 5, 5, 6, 3, causal=True, mask="BxH", bias="Bx1")
+# key lengths (right padding), one sequence of length 0
+heads_case("key_lengths", 3, 4, 2, 5, 7, 6, 4, key_lengths=[7, 0, 4])
+heads_case("key_lengths_causal_bottom_right", 3, 2, 2, 4, 9, 6, 4, causal=True,
+           align="bottom_right", key_lengths=[9, 3, 6])
+heads_case("key_lengths_causal_top_left", 2, 2, 1, 6, 8, 5, 3, causal=True, key_lengths=[3, 8])
+# sliding windows
+heads_case("window_both", 2, 2, 2, 12, 12, 6, 4, window=(2, 1))
+heads_case("window_left_causal_top_left", 2, 2, 1, 6, 10, 6, 4, causal=True, window=(3, -1))
+heads_case("window_left_causal_bottom_right", 2, 2, 1, 6, 10, 6, 4, causal=True,
+           align="bottom_right", window=(3, -1))
+heads_case("window_bottom_right", 2, 2, 1, 6, 10, 6, 4, align="bottom_right", window=(1, 2))
+heads_case("window_right_only_top_left", 1, 3, 3, 7, 9, 5, 4, window=(-1, 2))
+heads_case("window_zero_zero_bottom_right", 1, 2, 2, 7, 5, 5, 4, align="bottom_right",
+           window=(0, 0))  # the diagonal only; the first 2 rows see no key
+# ALiBi
+heads_case("alibi", 2, 4, 4, 9, 9, 6, 4, alibi=True)
+heads_case("alibi_top_left_rect", 1, 4, 2, 5, 11, 6, 4, alibi=True)
+heads_case("alibi_bottom_right_rect", 1, 4, 2, 5, 11, 6, 4, alibi=True, align="bottom_right")
+heads_case("alibi_causal_bottom_right", 2, 4, 2, 5, 11, 6, 4, alibi=True, causal=True,
+           align="bottom_right")
+# soft-capping (large logits so that the cap matters)
+heads_case("softcap", 2, 3, 3, 7, 9, 8, 5, softcap=2.0, mag=3.0)
+heads_case("softcap_causal_gqa", 1, 6, 2, 8, 8, 10, 4, softcap=5.0, causal=True, mag=2.5)
+# combinations
+heads_case("combo_all", 2, 6, 2, 7, 10, 9, 5, causal=True, align="bottom_right", scale=0.4,
+           window=(4, -1), softcap=3.0, mask="BxH", bias="Bx1", key_lengths=[10, 6], alibi=True,
+           mag=1.5)
+heads_case("combo_mqa_window", 3, 4, 1, 6, 9, 7, 6, window=(2, 3), softcap=4.0, mask="1x1",
+           alibi=True, key_lengths=[9, 5, 0], mag=2.0)
+heads_case("combo_no_softcap", 2, 4, 2, 6, 9, 8, 4, causal=True, window=(3, 1), mask="Bx1",
+           bias="BxH", alibi=True, align="bottom_right")
+# packed variable-length batches
+varlen_case("varlen_gqa", 4, 2, [3, 0, 6, 2], [5, 4, 8, 0], 8, 5)
+varlen_case("varlen_causal_bottom_right_alibi", 3, 1, [4, 1, 0, 7], [6, 3, 2, 7], 6, 4,
+            causal=True, align="bottom_right", alibi=True)
+varlen_case("varlen_window_softcap_top_left", 2, 2, [5, 2, 6], [3, 9, 6], 7, 3, causal=True,
+            window=(2, -1), softcap=2.0, scale=0.5)
+
+if __name__ == "__main__":
+    for name, how in CASES:
+        print(f"{name:40s} {how}")
+    total = sum(os.path.getsize(os.path.join(HERE, n + ".txt")) for n, _ in CASES)
+    print(f"{len(CASES)} cases, {total} bytes")

@@ -1,0 +1,425 @@
+// Every bad input to the multi-head calls throws std::invalid_argument whose message names what
+// is wrong (the offending number, and for options and masks the word), and no output is written
+// (every output is filled with a sentinel first and checked afterwards).
+#include <doctest/doctest.h>
+
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "multihead_golden.hpp"
+#include "random.hpp"
+
+using namespace ea_test;
+
+namespace {
+
+template <class F>
+std::string invalid_argument_message(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<wrong exception type: ") + e.what() + ">";
+  } catch (...) {
+    return "<non-standard exception>";
+  }
+  return "<no exception>";
+}
+
+/// The integers written in `s` (maximal runs of digits; a sign is not part of them).
+std::vector<long> integers_in(const std::string& s) {
+  std::vector<long> out;
+  for (size_t i = 0; i < s.size();) {
+    if (std::isdigit(static_cast<unsigned char>(s[i]))) {
+      size_t j = i;
+      while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+      out.push_back(std::stol(s.substr(i, j - i)));
+      i = j;
+    } else {
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+/// A call that must throw; the numbers its message must hold, and groups of words of which
+/// the message must hold at least one per group (case-insensitive).
+struct BadCall {
+  std::string name;
+  std::function<void()> call;
+  std::vector<long> numbers;
+  std::vector<std::vector<std::string>> words;
+};
+
+void check_bad_call(const BadCall& bad, const std::function<bool()>& outputs_untouched) {
+  CAPTURE(bad.name);
+  CHECK_THROWS_AS(bad.call(), std::invalid_argument);
+  const std::string msg = invalid_argument_message(bad.call);
+  CAPTURE(msg);
+  const auto ints = integers_in(msg);
+  for (const long n : bad.numbers) {
+    CAPTURE(n);
+    CHECK(std::find(ints.begin(), ints.end(), n) != ints.end());
+  }
+  for (const auto& group : bad.words) {
+    bool found = false;
+    std::string alternatives;
+    for (const auto& w : group) {
+      found = found || lower(msg).find(lower(w)) != std::string::npos;
+      alternatives += "'" + w + "' ";
+    }
+    CAPTURE(alternatives);
+    CHECK(found);
+  }
+  CHECK_MESSAGE(outputs_untouched(), "an output was written by a call that threw");
+}
+
+template <class T>
+constexpr T kSentinel = T(1234.5);
+
+// The valid problem the bad calls start from; every size differs from the others and from the
+// bad values below, so a number in a message says which size it names.
+constexpr Eigen::Index kB = 2, kH = 12, kHkv = 4, kTq = 5, kTk = 7, kDk = 9, kDv = 3;
+
+const std::vector<std::string> kMaskWord = {"mask"};
+const std::vector<std::string> kBiasWord = {"bias"};
+const std::vector<std::string> kWindowWord = {"window"};
+const std::vector<std::string> kSoftcapWord = {"softcap", "soft-cap", "soft cap"};
+const std::vector<std::string> kLengthWord = {"length"};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad shapes, masks and options", T, float,
+                   double) {
+  Rng rng(3);
+  const auto L = mh::Layout::BHTD;
+  auto random_buffer = [&](Eigen::Index b, Eigen::Index h, Eigen::Index t, Eigen::Index d) {
+    Array4 a(b, h, t, d);
+    for (auto& x : a.v) x = static_cast<T>(rng.normal());
+    return HeadsBuffer<T>(a, L);
+  };
+  const HeadsBuffer<T> Q = random_buffer(kB, kH, kTq, kDk), K = random_buffer(kB, kHkv, kTk, kDk),
+                       V = random_buffer(kB, kHkv, kTk, kDv);
+  // wrong inputs
+  const HeadsBuffer<T> K_b14 = random_buffer(14, kHkv, kTk, kDk), V_b14 = random_buffer(14, kHkv, kTk, kDv);
+  const HeadsBuffer<T> K_dk10 = random_buffer(kB, kHkv, kTk, 10);
+  const HeadsBuffer<T> V_t11 = random_buffer(kB, kHkv, 11, kDv);
+  const HeadsBuffer<T> V_h6 = random_buffer(kB, 6, kTk, kDv);
+  const HeadsBuffer<T> K_h5 = random_buffer(kB, 5, kTk, kDk), V_h5 = random_buffer(kB, 5, kTk, kDv);
+  // outputs, right and wrong, all sentinels
+  auto sentinel = [&](Eigen::Index b, Eigen::Index h, Eigen::Index t, Eigen::Index d) {
+    return HeadsBuffer<T>(L, b, h, t, d, kSentinel<T>);
+  };
+  HeadsBuffer<T> out = sentinel(kB, kH, kTq, kDv), lse = sentinel(kB, kH, kTq, 1);
+  HeadsBuffer<T> scores = sentinel(kB, kH, kTq, kTk), avg = sentinel(kB, 1, kTq, kTk);
+  HeadsBuffer<T> out_b13 = sentinel(13, kH, kTq, kDv), out_h8 = sentinel(kB, 8, kTq, kDv),
+                 out_t15 = sentinel(kB, kH, 15, kDv), out_d16 = sentinel(kB, kH, kTq, 16),
+                 lse_t17 = sentinel(kB, kH, 17, 1), scores_d18 = sentinel(kB, kH, kTq, 18),
+                 avg_t19 = sentinel(kB, 1, 19, kTk), avg_h12 = sentinel(kB, kH, kTq, kTk);
+  const std::vector<HeadsBuffer<T>*> outputs = {&out,    &lse,     &scores,  &avg,        &out_b13, &out_h8,
+                                                &out_t15, &out_d16, &lse_t17, &scores_d18, &avg_t19, &avg_h12};
+  const auto untouched = [&] {
+    for (const auto* o : outputs)
+      if (!o->all_equal_to(kSentinel<T>)) return false;
+    return true;
+  };
+
+  // Masks and biases: the right ones and wrong ones.
+  std::unique_ptr<bool[]> mask_data(new bool[30 * 30 * 30]());
+  std::vector<T> bias_data(30 * 30 * 30, T(0.5));
+  auto mask_view = [&](Eigen::Index b, Eigen::Index h, Eigen::Index r, Eigen::Index c) {
+    return mh::BroadcastView<bool>{mask_data.get(), b, h, r, c, b == 1 ? 0 : h * r * c, h == 1 ? 0 : r * c, c, 1};
+  };
+  auto bias_view = [&](Eigen::Index b, Eigen::Index h, Eigen::Index r, Eigen::Index c) {
+    return mh::BroadcastView<T>{bias_data.data(), b, h, r, c, b == 1 ? 0 : h * r * c, h == 1 ? 0 : r * c, c, 1};
+  };
+  auto with_mask = [&](Eigen::Index b, Eigen::Index h, Eigen::Index r, Eigen::Index c) {
+    mh::Masks<T> m;
+    m.mask = mask_view(b, h, r, c);
+    return m;
+  };
+  auto with_bias = [&](Eigen::Index b, Eigen::Index h, Eigen::Index r, Eigen::Index c) {
+    mh::Masks<T> m;
+    m.bias = bias_view(b, h, r, c);
+    return m;
+  };
+  const std::vector<std::int64_t> lengths_negative = {3, -15}, lengths_too_long = {3, 19};
+  auto with_lengths = [&](const std::vector<std::int64_t>& l) {
+    mh::Masks<T> m;
+    m.key_lengths = l.data();
+    return m;
+  };
+
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    mh::Options opt;
+    opt.kernel = kernel;
+
+    // The base problem is valid, in every form and with every valid broadcast.
+    {
+      HeadsBuffer<T> o = sentinel(kB, kH, kTq, kDv), l = sentinel(kB, kH, kTq, 1), s = sentinel(kB, kH, kTq, kTk),
+                     a = sentinel(kB, 1, kTq, kTk);
+      CHECK_NOTHROW(mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, {}, l.view()));
+      CHECK_NOTHROW(mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), s.view(), o.view(), opt, {},
+                                                   l.view(), a.view()));
+      for (const Eigen::Index b : {Eigen::Index(1), kB})
+        for (const Eigen::Index h : {Eigen::Index(1), kH}) {
+          CHECK_NOTHROW(mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, with_mask(b, h, kTq, kTk)));
+          CHECK_NOTHROW(mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, with_bias(b, h, kTq, kTk)));
+        }
+      mh::Options edge = opt;
+      edge.window_left = 0;
+      edge.window_right = 0;
+      edge.softcap = 1e-3;
+      const std::vector<std::int64_t> lengths_edge = {0, kTk};
+      CHECK_NOTHROW(mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), edge, with_lengths(lengths_edge)));
+    }
+
+    auto heads = [&](const HeadsBuffer<T>& k, const HeadsBuffer<T>& v, HeadsBuffer<T>& o,
+                     const mh::Options& op = {}, const mh::Masks<T>& m = {}) {
+      mh::Options o2 = op;
+      o2.kernel = kernel;
+      const auto kv = k.cview(), vv = v.cview();
+      const auto ov = o.view(), lv = lse.view(), qv = Q.cview();
+      return [=] { mh::attention_heads(qv, kv, vv, ov, o2, m, lv); };
+    };
+    auto opt_with = [&](auto set) {
+      mh::Options o = opt;
+      set(o);
+      return o;
+    };
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+
+    const std::vector<BadCall> bad = {
+        // inconsistent sizes between Q, K, V and the outputs
+        {"K and V with batch 14", heads(K_b14, V_b14, out), {2, 14}, {}},
+        {"V with batch 14", heads(K, V_b14, out), {14}, {}},
+        {"K with d_k 10", heads(K_dk10, V, out), {9, 10}, {}},
+        {"V with 11 tokens", heads(K, V_t11, out), {7, 11}, {}},
+        {"V with 6 heads, K with 4", heads(K, V_h6, out), {4, 6}, {}},
+        {"H = 12 not a multiple of H_kv = 5", heads(K_h5, V_h5, out), {12, 5}, {}},
+        {"out with batch 13", heads(K, V, out_b13), {13}, {}},
+        {"out with 8 heads", heads(K, V, out_h8), {8}, {}},
+        {"out with 15 tokens", heads(K, V, out_t15), {15}, {}},
+        {"out with dim 16", heads(K, V, out_d16), {16}, {}},
+        {"lse with 17 tokens",
+         [&] { mh::attention_heads(Q.cview(), K.cview(), V.cview(), out.view(), opt, {}, lse_t17.view()); }, {17}, {}},
+        {"scores with 18 keys",
+         [&] {
+           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores_d18.view(), out.view(), opt, {},
+                                          lse.view(), avg.view());
+         },
+         {18}, {}},
+        {"average scores with 19 tokens",
+         [&] {
+           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), opt, {},
+                                          lse.view(), avg_t19.view());
+         },
+         {19}, {}},
+        {"average scores with 12 heads (must be 1)",
+         [&] {
+           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), opt, {},
+                                          lse.view(), avg_h12.view());
+         },
+         {12}, {}},
+        {"decomposed, K with d_k 10",
+         [&] {
+           mh::attention_heads_decomposed(Q.cview(), K_dk10.cview(), V.cview(), scores.view(), out.view(), opt, {},
+                                          lse.view(), avg.view());
+         },
+         {9, 10}, {}},
+        {"decomposed, H = 12 not a multiple of H_kv = 5",
+         [&] {
+           mh::attention_heads_decomposed(Q.cview(), K_h5.cview(), V_h5.cview(), scores.view(), out.view(), opt, {},
+                                          lse.view(), avg.view());
+         },
+         {12, 5}, {}},
+        // masks and biases of the wrong shape
+        {"mask with 20 query rows", heads(K, V, out, opt, with_mask(1, 1, 20, kTk)), {20}, {kMaskWord}},
+        {"mask with 21 key columns", heads(K, V, out, opt, with_mask(kB, kH, kTq, 21)), {21}, {kMaskWord}},
+        {"mask with batch 22", heads(K, V, out, opt, with_mask(22, 1, kTq, kTk)), {22}, {kMaskWord}},
+        {"mask with 23 heads", heads(K, V, out, opt, with_mask(1, 23, kTq, kTk)), {23}, {kMaskWord}},
+        {"mask with H_kv = 4 heads (must be 1 or H)", heads(K, V, out, opt, with_mask(kB, kHkv, kTq, kTk)), {},
+         {kMaskWord}},
+        {"bias with 24 query rows", heads(K, V, out, opt, with_bias(kB, 1, 24, kTk)), {24}, {kBiasWord}},
+        {"bias with 25 key columns", heads(K, V, out, opt, with_bias(1, 1, kTq, 25)), {25}, {kBiasWord}},
+        {"bias with batch 26", heads(K, V, out, opt, with_bias(26, kH, kTq, kTk)), {26}, {kBiasWord}},
+        {"bias with 27 heads", heads(K, V, out, opt, with_bias(kB, 27, kTq, kTk)), {27}, {kBiasWord}},
+        {"decomposed, bias with 25 key columns",
+         [&] {
+           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), opt,
+                                          with_bias(1, 1, kTq, 25), lse.view(), avg.view());
+         },
+         {25}, {kBiasWord}},
+        // options
+        {"window_left -17", heads(K, V, out, opt_with([](mh::Options& o) { o.window_left = -17; })), {17},
+         {kWindowWord}},
+        {"window_right -23", heads(K, V, out, opt_with([](mh::Options& o) { o.window_right = -23; })), {23},
+         {kWindowWord}},
+        {"softcap -2.5", heads(K, V, out, opt_with([](mh::Options& o) { o.softcap = -2.5; })), {},
+         {kSoftcapWord, {"2.5"}}},
+        {"softcap NaN", heads(K, V, out, opt_with([&](mh::Options& o) { o.softcap = nan; })), {}, {kSoftcapWord}},
+        {"softcap +inf", heads(K, V, out, opt_with([&](mh::Options& o) { o.softcap = inf; })), {}, {kSoftcapWord}},
+        {"decomposed, window_left -17",
+         [&] {
+           mh::Options o = opt;
+           o.window_left = -17;
+           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), o, {},
+                                          lse.view(), avg.view());
+         },
+         {17}, {kWindowWord}},
+        // key lengths
+        {"key length -15", heads(K, V, out, opt, with_lengths(lengths_negative)), {15}, {kLengthWord}},
+        {"key length 19 > T_k = 7", heads(K, V, out, opt, with_lengths(lengths_too_long)), {19, 7}, {kLengthWord}},
+    };
+    for (const auto& b : bad) check_bad_call(b, untouched);
+  }
+}
+
+TEST_CASE_TEMPLATE("multihead errors: outputs that overlap an input or each other", T, float, double) {
+  Rng rng(5);
+  const auto L = mh::Layout::BHTD;
+  // One buffer holding Q, then K, then V, then room for SCORES; the outputs are placed over parts
+  // of it.
+  const Eigen::Index nq = kB * kH * kTq * kDk, nk = kB * kHkv * kTk * kDk, nv = kB * kHkv * kTk * kDv;
+  std::vector<T> inputs(static_cast<size_t>(nq + nk + nv + kB * kH * kTq * kTk));
+  for (auto& x : inputs) x = static_cast<T>(rng.normal());
+  const std::vector<T> original = inputs;
+  const auto Q = mh::HeadsView<const T>::bhtd(inputs.data(), kB, kH, kTq, kDk);
+  const auto K = mh::HeadsView<const T>::bhtd(inputs.data() + nq, kB, kHkv, kTk, kDk);
+  const auto V = mh::HeadsView<const T>::bhtd(inputs.data() + nq + nk, kB, kHkv, kTk, kDv);
+  HeadsBuffer<T> out(L, kB, kH, kTq, kDv, kSentinel<T>), lse(L, kB, kH, kTq, 1, kSentinel<T>);
+  HeadsBuffer<T> scores(L, kB, kH, kTq, kTk, kSentinel<T>);
+  const auto untouched = [&] {
+    return inputs == original && out.all_equal_to(kSentinel<T>) && lse.all_equal_to(kSentinel<T>) &&
+           scores.all_equal_to(kSentinel<T>);
+  };
+  const auto out_over_q = mh::HeadsView<T>::bhtd(inputs.data(), kB, kH, kTq, kDv);
+  const auto out_over_v = mh::HeadsView<T>::bhtd(inputs.data() + nq + nk, kB, kH, kTq, 1);  // as the LSE
+  const auto lse_over_out = mh::HeadsView<T>::bhtd(out.data.data() + 4, kB, kH, kTq, 1);
+  const std::vector<std::string> word = {"overlap", "alias"};
+  const std::vector<BadCall> bad = {
+      {"out over Q", [&] { mh::attention_heads(Q, K, V, out_over_q); }, {}, {word}},
+      {"lse over V", [&] { mh::attention_heads(Q, K, V, out.view(), {}, {}, out_over_v); }, {}, {word}},
+      {"lse over out", [&] { mh::attention_heads(Q, K, V, out.view(), {}, {}, lse_over_out); }, {}, {word}},
+      {"decomposed, scores over K",
+       [&] {
+         mh::attention_heads_decomposed(Q, K, V, mh::HeadsView<T>::bhtd(inputs.data() + nq, kB, kH, kTq, kTk),
+                                        out.view());
+       },
+       {}, {word}},
+  };
+  for (const auto& b : bad) check_bad_call(b, untouched);
+}
+
+TEST_CASE_TEMPLATE("multihead errors: attention_varlen rejects bad offsets and per-sequence masks", T, float, double) {
+  Rng rng(4);
+  const auto L = mh::Layout::BTHD;
+  constexpr Eigen::Index total_q = 29, total_k = 31;
+  auto random_buffer = [&](Eigen::Index h, Eigen::Index t, Eigen::Index d) {
+    Array4 a(1, h, t, d);
+    for (auto& x : a.v) x = static_cast<T>(rng.normal());
+    return HeadsBuffer<T>(a, L);
+  };
+  const HeadsBuffer<T> Q = random_buffer(kH, total_q, kDk), K = random_buffer(kHkv, total_k, kDk),
+                       V = random_buffer(kHkv, total_k, kDv);
+  HeadsBuffer<T> out(L, 1, kH, total_q, kDv, kSentinel<T>), lse(L, 1, kH, total_q, 1, kSentinel<T>);
+  const auto untouched = [&] { return out.all_equal_to(kSentinel<T>) && lse.all_equal_to(kSentinel<T>); };
+  const std::vector<std::int64_t> cu_q = {0, 12, total_q}, cu_k = {0, 6, total_k};
+
+  std::unique_ptr<bool[]> mask_data(new bool[total_q * total_k]());
+  const std::vector<T> bias_data(total_q * total_k, T(0));
+  const std::vector<std::int64_t> lengths = {6, 25};
+
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    mh::Options opt;
+    opt.kernel = kernel;
+    opt.causal = true;
+    {
+      HeadsBuffer<T> o(L, 1, kH, total_q, kDv, kSentinel<T>), l(L, 1, kH, total_q, 1, kSentinel<T>);
+      CHECK_NOTHROW(mh::attention_varlen(Q.cview(), K.cview(), V.cview(), o.view(), cu_q.data(), cu_k.data(), 2, opt,
+                                         {}, l.view()));
+    }
+    auto varlen = [&](std::vector<std::int64_t> q, std::vector<std::int64_t> k, mh::Masks<T> m = {}) {
+      return [&, q, k, m] {
+        mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), q.data(), k.data(),
+                             static_cast<Eigen::Index>(q.size()) - 1, opt, m, lse.view());
+      };
+    };
+    mh::Masks<T> with_mask, with_bias, with_lengths;
+    with_mask.mask = mh::BroadcastView<bool>::matrix(mask_data.get(), total_q, total_k);
+    with_bias.bias = mh::BroadcastView<T>::matrix(bias_data.data(), total_q, total_k);
+    with_lengths.key_lengths = lengths.data();
+
+    const std::vector<BadCall> bad = {
+        {"query offsets starting at 8", varlen({8, 20, total_q}, cu_k), {8}, {}},
+        {"key offsets starting at 8", varlen(cu_q, {8, 20, total_k}), {8}, {}},
+        {"query offsets 16 then 13", varlen({0, 16, 13}, cu_k), {16, 13}, {}},
+        {"key offsets 26 then 23", varlen(cu_q, {0, 26, 23}), {26, 23}, {}},
+        {"query offsets up to 33 > 29", varlen({0, 12, 33}, cu_k), {33, 29}, {}},
+        {"key offsets up to 37 > 31", varlen(cu_q, {0, 6, 37}), {37, 31}, {}},
+        {"varlen with a mask", varlen(cu_q, cu_k, with_mask), {}, {kMaskWord}},
+        {"varlen with a bias", varlen(cu_q, cu_k, with_bias), {}, {kBiasWord}},
+        {"varlen with key lengths", varlen(cu_q, cu_k, with_lengths), {}, {kLengthWord}},
+        {"varlen, window_right -23",
+         [&] {
+           mh::Options o = opt;
+           o.window_right = -23;
+           mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), cu_q.data(), cu_k.data(), 2, o, {},
+                                lse.view());
+         },
+         {23}, {kWindowWord}},
+    };
+    for (const auto& b : bad) check_bad_call(b, untouched);
+  }
+}
+
+TEST_CASE_TEMPLATE("multihead errors: merge_attention rejects mismatched shapes", T, float, double) {
+  const auto L = mh::Layout::BHTD;
+  const HeadsBuffer<T> oa(L, kB, kH, kTq, kDv, T(1)), la(L, kB, kH, kTq, 1, T(0));
+  const HeadsBuffer<T> ob(L, kB, kH, kTq, kDv, T(2)), lb(L, kB, kH, kTq, 1, T(0));
+  const HeadsBuffer<T> ob_t6(L, kB, kH, 6, kDv, T(2)), lb_t6(L, kB, kH, 6, 1, T(0));
+  const HeadsBuffer<T> ob_d10(L, kB, kH, kTq, 10, T(2));
+  HeadsBuffer<T> out(L, kB, kH, kTq, kDv, kSentinel<T>), lse(L, kB, kH, kTq, 1, kSentinel<T>);
+  HeadsBuffer<T> out_h8(L, kB, 8, kTq, kDv, kSentinel<T>);
+  const auto untouched = [&] {
+    return out.all_equal_to(kSentinel<T>) && lse.all_equal_to(kSentinel<T>) && out_h8.all_equal_to(kSentinel<T>);
+  };
+  {
+    HeadsBuffer<T> o(L, kB, kH, kTq, kDv, kSentinel<T>), l(L, kB, kH, kTq, 1, kSentinel<T>);
+    REQUIRE_NOTHROW(mh::merge_attention(oa.cview(), la.cview(), ob.cview(), lb.cview(), o.view(), l.view()));
+    CHECK(o.all_equal_to(T(1.5)));  // equal LSEs: the mean
+    // equal LSEs 0: log 2, within a few ulps
+    for (const T x : l.data) CHECK(std::fabs(static_cast<long double>(x) - std::log(2.0L)) <= 4 * unit_roundoff<T>());
+  }
+  const std::vector<BadCall> bad = {
+      {"out_b and lse_b with 6 tokens",
+       [&] { mh::merge_attention(oa.cview(), la.cview(), ob_t6.cview(), lb_t6.cview(), out.view(), lse.view()); },
+       {6},
+       {}},
+      {"out_b with dim 10",
+       [&] { mh::merge_attention(oa.cview(), la.cview(), ob_d10.cview(), lb.cview(), out.view(), lse.view()); },
+       {10},
+       {}},
+      {"out with 8 heads",
+       [&] { mh::merge_attention(oa.cview(), la.cview(), ob.cview(), lb.cview(), out_h8.view(), lse.view()); },
+       {8},
+       {}},
+  };
+  for (const auto& b : bad) check_bad_call(b, untouched);
+}

@@ -1,0 +1,206 @@
+// The multi-head golden cases of test/data/multihead/ (PyTorch, float64; see
+// make_multihead_golden.py there): OUT, LSE, SCORES and the head-averaged SCORES from
+// attention_heads, attention_heads_decomposed and attention_varlen, for every kernel, both
+// buffer layouts (the files hold BHTD; the tests also lay them out as BTHD), threads 1 and 2,
+// in float and double. Tolerances: the error model of tolerance.hpp, extended for soft-cap,
+// ALiBi and biases in multihead_reference.hpp (multihead_budget).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <limits>
+#include <string>
+
+#include "common.hpp"
+#include "multihead_golden.hpp"
+
+using namespace ea_test;
+
+namespace {
+
+template <class T>
+constexpr T kSentinel = T(-777.25);
+
+// The budget of the golden case in precision T: set by the float64 inputs' logits (it counts
+// rounding Q, K, V, the bias and the slopes to T).
+template <class T>
+auto attn_budget(const MultiHeadReference& ref) {
+  return [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).attn; };
+}
+template <class T>
+auto lse_budget(const MultiHeadReference& ref) {
+  return [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).lse; };
+}
+template <class T>
+auto scores_budget(const MultiHeadReference& ref) {
+  return [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).scores; };
+}
+template <class T>
+auto avg_budget(const MultiHeadReference& ref) {
+  return [&ref](Eigen::Index b, Eigen::Index) { return average_scores_budget<T>(ref, b); };
+}
+
+/// Checks packed varlen rows: sequence s, head h, rows [cu[s], cu[s+1]) with that group's
+/// budget in precision BT.
+template <class BT, class S>
+void check_varlen_near(const mh::HeadsView<S>& actual, const Array4& expected, const std::vector<std::int64_t>& cu,
+                       const MultiHeadReference& ref, bool is_lse, const std::string& what) {
+  CAPTURE(what);
+  REQUIRE(actual.batch == 1);
+  REQUIRE(actual.heads == expected.n[1]);
+  REQUIRE(actual.tokens == expected.n[2]);
+  REQUIRE(actual.dim == expected.n[3]);
+  for (size_t s = 0; s + 1 < cu.size(); ++s) {
+    const Eigen::Index first = cu[s], count = cu[s + 1] - cu[s];
+    CAPTURE(s);
+    for (Eigen::Index h = 0; h < expected.n[1]; ++h) {
+      CAPTURE(h);
+      const Budget bud = multihead_budget<BT>(ref, static_cast<Eigen::Index>(s) * ref.heads + h);
+      EA_CHECK_NEAR(actual.head(0, h).middleRows(first, count), expected.rows(0, h, first, count),
+                    is_lse ? bud.lse : bud.attn);
+    }
+  }
+}
+
+MultiHeadReference reference_for_golden(const MultiHeadGolden& g) {
+  return g.varlen ? reference_varlen(g.Q, g.K, g.V, g.cu_q, g.cu_k, g.spec) : reference_heads(g.Q, g.K, g.V, g.spec);
+}
+
+}  // namespace
+
+TEST_CASE("multihead golden: the data directory holds all 39 expected cases") {
+  const auto dir = multihead_data_dir();
+  CAPTURE(dir.string());
+  REQUIRE(std::filesystem::is_directory(dir));
+  for (const auto& name : expected_multihead_files()) {
+    CAPTURE(name);
+    CHECK(std::filesystem::is_regular_file(dir / (name + ".txt")));
+  }
+  CHECK(expected_multihead_files().size() == 39);
+  CHECK(multihead_golden_files().size() == expected_multihead_files().size());
+}
+
+TEST_CASE("multihead golden: every case parses and the long-double reference agrees with PyTorch") {
+  const auto files = multihead_golden_files();
+  REQUIRE(files.size() == expected_multihead_files().size());
+  int varlen = 0, dead_rows = 0;
+  for (const auto& path : files) {
+    const std::string file = path.filename().string();
+    CAPTURE(file);
+    MultiHeadGolden g;
+    REQUIRE_NOTHROW(g = load_multihead_golden(path));
+    const auto ref = reference_for_golden(g);
+    // Both are exact up to float64 rounding: the double budget bounds PyTorch's error.
+    check_heads_near(array_view(ref.out), g.out, attn_budget<double>(ref), "reference OUT");
+    if (g.varlen) {
+      ++varlen;
+      check_varlen_near<double>(array_view(ref.lse), g.lse, g.cu_q, ref, true, "reference LSE");
+    } else {
+      check_heads_near(array_view(ref.lse), g.lse, lse_budget<double>(ref), "reference LSE");
+      check_heads_near(array_view(ref.scores), g.scores, scores_budget<double>(ref), "reference SCORES");
+      check_heads_near(array_view(ref.avg_scores), g.avg_scores, avg_budget<double>(ref), "reference AVG_SCORES");
+    }
+    for (const long double x : g.lse.v) dead_rows += x == -std::numeric_limits<long double>::infinity();
+  }
+  // The suite covers what it claims: three varlen cases and rows that see no key.
+  CHECK(varlen == 3);
+  CHECK(dead_rows > 0);
+}
+
+TEST_CASE_TEMPLATE("multihead golden: attention_heads and _decomposed, every kernel, both layouts, threads 1 and 2", T,
+                   float, double) {
+  const auto files = multihead_golden_files();
+  REQUIRE(files.size() == expected_multihead_files().size());
+  int cases = 0;
+  for (const auto& path : files) {
+    const std::string file = path.filename().string();
+    CAPTURE(file);
+    const MultiHeadGolden g = load_multihead_golden(path);
+    if (g.varlen) continue;
+    ++cases;
+    const auto ref = reference_for_golden(g);
+    const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], tk = g.K.n[2], dv = g.V.n[3];
+    const MasksBuffer<T> masks(g.spec);
+    for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
+      const std::string lname = layout_name(layout);
+      CAPTURE(lname);
+      const HeadsBuffer<T> Q(g.Q, layout), K(g.K, layout), V(g.V, layout);
+      for (const auto kernel : kernels_under_test()) {
+        const std::string kname = ea::kernel_name(kernel);
+        CAPTURE(kname);
+        for (const int threads : {1, 2}) {
+          CAPTURE(threads);
+          const mh::Options opt = options_for(g.spec, kernel, threads);
+
+          // attention_heads, with and without LSE
+          HeadsBuffer<T> out(layout, B, H, tq, dv, kSentinel<T>), lse(layout, B, H, tq, 1, kSentinel<T>);
+          mh::attention_heads(Q.cview(), K.cview(), V.cview(), out.view(), opt, masks.masks, lse.view());
+          check_heads_near(out.view(), g.out, attn_budget<T>(ref), "attention_heads OUT");
+          check_heads_near(lse.view(), g.lse, lse_budget<T>(ref), "attention_heads LSE");
+          HeadsBuffer<T> out_only(layout, B, H, tq, dv, kSentinel<T>);
+          mh::attention_heads(Q.cview(), K.cview(), V.cview(), out_only.view(), opt, masks.masks);
+          check_heads_near(out_only.view(), g.out, attn_budget<T>(ref), "attention_heads OUT (no LSE)");
+
+          // attention_heads_decomposed: per-head SCORES, OUT, LSE and the head average
+          HeadsBuffer<T> scores(layout, B, H, tq, tk, kSentinel<T>), avg(layout, B, 1, tq, tk, kSentinel<T>);
+          HeadsBuffer<T> out2(layout, B, H, tq, dv, kSentinel<T>), lse2(layout, B, H, tq, 1, kSentinel<T>);
+          mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out2.view(), opt,
+                                         masks.masks, lse2.view(), avg.view());
+          check_heads_near(scores.view(), g.scores, scores_budget<T>(ref), "decomposed SCORES");
+          check_heads_near(out2.view(), g.out, attn_budget<T>(ref), "decomposed OUT");
+          check_heads_near(lse2.view(), g.lse, lse_budget<T>(ref), "decomposed LSE");
+          check_heads_near(avg.view(), g.avg_scores, avg_budget<T>(ref), "decomposed AVG_SCORES");
+
+          if (threads == 1) {
+            // SCORES alone (out, lse and the average not wanted)
+            HeadsBuffer<T> scores_only(layout, B, H, tq, tk, kSentinel<T>);
+            mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores_only.view(), {}, opt,
+                                           masks.masks);
+            check_heads_near(scores_only.view(), g.scores, scores_budget<T>(ref), "decomposed SCORES alone");
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases == 36);
+}
+
+TEST_CASE_TEMPLATE("multihead golden: attention_varlen, every kernel, both layouts, threads 1 and 2", T, float,
+                   double) {
+  const auto files = multihead_golden_files();
+  REQUIRE(files.size() == expected_multihead_files().size());
+  int cases = 0;
+  for (const auto& path : files) {
+    const std::string file = path.filename().string();
+    CAPTURE(file);
+    const MultiHeadGolden g = load_multihead_golden(path);
+    if (!g.varlen) continue;
+    ++cases;
+    const auto ref = reference_for_golden(g);
+    const Eigen::Index H = g.Q.n[1], tq = g.Q.n[2], dv = g.V.n[3];
+    const Eigen::Index batch = static_cast<Eigen::Index>(g.cu_q.size()) - 1;
+    const MasksBuffer<T> masks(g.spec);  // ALiBi only
+    for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
+      const std::string lname = layout_name(layout);
+      CAPTURE(lname);
+      const HeadsBuffer<T> Q(g.Q, layout), K(g.K, layout), V(g.V, layout);
+      for (const auto kernel : kernels_under_test()) {
+        const std::string kname = ea::kernel_name(kernel);
+        CAPTURE(kname);
+        for (const int threads : {1, 2}) {
+          CAPTURE(threads);
+          const mh::Options opt = options_for(g.spec, kernel, threads);
+          HeadsBuffer<T> out(layout, 1, H, tq, dv, kSentinel<T>), lse(layout, 1, H, tq, 1, kSentinel<T>);
+          mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), g.cu_q.data(), g.cu_k.data(), batch, opt,
+                               masks.masks, lse.view());
+          check_varlen_near<T>(out.view(), g.out, g.cu_q, ref, false, "attention_varlen OUT");
+          check_varlen_near<T>(lse.view(), g.lse, g.cu_q, ref, true, "attention_varlen LSE");
+          HeadsBuffer<T> out_only(layout, 1, H, tq, dv, kSentinel<T>);
+          mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out_only.view(), g.cu_q.data(), g.cu_k.data(), batch,
+                               opt, masks.masks);
+          check_varlen_near<T>(out_only.view(), g.out, g.cu_q, ref, false, "attention_varlen OUT (no LSE)");
+        }
+      }
+    }
+  }
+  CHECK(cases == 3);
+}
