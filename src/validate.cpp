@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace EigenAttention {
@@ -300,6 +301,25 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
     check_apart(api, name, view, "Q", q);
     check_apart(api, name, view, "K", k);
     check_apart(api, name, view, "V", v);
+  }
+  // The masks are inputs too: an output must not write over them.
+  const auto as_heads = [](const auto& m) {
+    using Element = std::remove_pointer_t<decltype(m.data)>;
+    return HeadsView<Element>{m.data, m.batch, m.heads, m.rows, m.cols,
+                              m.batch_stride, m.head_stride, m.row_stride, m.col_stride};
+  };
+  const auto as_vector = [](const auto* data, Index n) {
+    using Element = std::remove_pointer_t<decltype(data)>;
+    return HeadsView<Element>{data, 1, 1, 1, n, 0, 0, 0, 1};
+  };
+  for (const auto& [name, view] : {std::pair{"out", out}, std::pair{"lse", lse}, std::pair{"scores", scores},
+                                   std::pair{"average_scores", average}}) {
+    if (!masks.mask.empty()) check_apart(api, name, view, "mask", as_heads(masks.mask));
+    if (!masks.bias.empty()) check_apart(api, name, view, "bias", as_heads(masks.bias));
+    if (masks.alibi_slopes != nullptr) check_apart(api, name, view, "alibi_slopes", as_vector(masks.alibi_slopes, H));
+    if (masks.key_lengths != nullptr) check_apart(api, name, view, "key_lengths", as_vector(masks.key_lengths, B));
+    if (cu_q != nullptr) check_apart(api, name, view, "cu_seqlens_q", as_vector(cu_q, B + 1));
+    if (cu_k != nullptr) check_apart(api, name, view, "cu_seqlens_k", as_vector(cu_k, B + 1));
   }
   check_apart(api, "out", out, "lse", lse);
   check_apart(api, "out", out, "scores", scores);

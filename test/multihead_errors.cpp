@@ -423,3 +423,50 @@ TEST_CASE_TEMPLATE("multihead errors: merge_attention rejects mismatched shapes"
   };
   for (const auto& b : bad) check_bad_call(b, untouched);
 }
+
+TEST_CASE("multihead errors: an output over the bias, mask or key lengths is rejected, nothing written") {
+  namespace ea = EigenAttention;
+  const Eigen::Index B = 1, H = 2, T = 4, D = 3;
+  std::vector<float> q(B * H * T * D, 0.5f), k(q), v(q);
+  // One buffer holds the bias [T, T] and, overlapping it, the output [B, H, T, D] = 24 floats.
+  std::vector<float> shared(40, 7.0f);
+  const auto Q = ea::HeadsView<const float>::bhtd(q.data(), B, H, T, D);
+  const auto K = ea::HeadsView<const float>::bhtd(k.data(), B, H, T, D);
+  const auto V = ea::HeadsView<const float>::bhtd(v.data(), B, H, T, D);
+  ea::Masks<float> masks;
+  masks.bias = ea::BroadcastView<float>::matrix(shared.data(), T, T);
+  const auto O = ea::HeadsView<float>::bhtd(shared.data() + 8, B, H, T, D);
+  CHECK_THROWS_WITH_AS(ea::attention_heads(Q, K, V, O, {}, masks), doctest::Contains("bias"),
+                       std::invalid_argument);
+  for (float x : shared) CHECK(x == 7.0f);
+
+  std::vector<std::int64_t> lengths_and_out(64, 3);
+  ea::Masks<double> lengths;
+  lengths.key_lengths = lengths_and_out.data();
+  std::vector<double> qd(B * H * T * D, 0.5);
+  const auto Qd = ea::HeadsView<const double>::bhtd(qd.data(), B, H, T, D);
+  const auto Od = ea::HeadsView<double>::bhtd(reinterpret_cast<double*>(lengths_and_out.data()), B, H, T, D);
+  CHECK_THROWS_WITH_AS(ea::attention_heads(Qd, Qd, Qd, Od, {}, lengths), doctest::Contains("key_lengths"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("multihead errors: merge_attention takes in-place merges but rejects partial overlaps") {
+  namespace ea = EigenAttention;
+  const Eigen::Index B = 1, H = 1, T = 4, D = 2;
+  std::vector<float> a(T * D, 1.0f), b(T * D, 3.0f), la(T, 0.0f), lb(T, 0.0f), buffer(T * D + 2, 9.0f);
+  const auto A = ea::HeadsView<float>::bhtd(a.data(), B, H, T, D);
+  const auto Bv = ea::HeadsView<float>::bhtd(b.data(), B, H, T, D);
+  const auto LA = ea::HeadsView<float>::bhtd(la.data(), B, H, T, 1);
+  const auto LB = ea::HeadsView<float>::bhtd(lb.data(), B, H, T, 1);
+  // In place: out is out_a. Equal LSEs: the mean of the two outputs.
+  ea::merge_attention(A, LA, Bv, LB, A, LA);
+  for (float x : a) CHECK(x == doctest::Approx(2.0f));
+  // out shifted by one element into out_b: rejected before anything is written.
+  std::copy(b.begin(), b.end(), buffer.begin());
+  const auto Shifted = ea::HeadsView<float>::bhtd(buffer.data() + 1, B, H, T, D);
+  const auto Bbuf = ea::HeadsView<float>::bhtd(buffer.data(), B, H, T, D);
+  std::vector<float> before = buffer;
+  CHECK_THROWS_WITH_AS(ea::merge_attention(A, LA, Bbuf, LB, Shifted, LA), doctest::Contains("overlaps"),
+                       std::invalid_argument);
+  CHECK(buffer == before);
+}

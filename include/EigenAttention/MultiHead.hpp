@@ -27,8 +27,9 @@
 /// Errors (std::invalid_argument naming the sizes, nothing written): inconsistent batch, head,
 /// token or dim sizes between Q, K, V and the outputs; H not a multiple of H_kv; a mask or bias
 /// whose shape is not [T_q, T_k] with batch 1 or B and heads 1 or H; a negative window other than
-/// -1; a non-positive or non-finite softcap; key lengths outside [0, T_k]; varlen offsets that
-/// decrease or exceed the buffers; outputs that overlap the inputs.
+/// -1; a negative or non-finite softcap; key lengths outside [0, T_k]; varlen offsets that
+/// decrease or exceed the buffers; outputs that overlap the inputs (Q, K, V, and the mask, bias,
+/// ALiBi slopes, key lengths and offsets) or each other (conservatively: by byte range).
 #pragma once
 
 #include <cstdint>
@@ -76,7 +77,8 @@ void attention_heads_decomposed(HeadsView<const double> q, HeadsView<const doubl
 /// [cu_seqlens_q[b], cu_seqlens_q[b+1]) and key rows [cu_seqlens_k[b], cu_seqlens_k[b+1]), each
 /// array holding batch + 1 non-decreasing offsets from 0. Each sequence is attended on its own
 /// (its own T_q, T_k and alignment offset). Masks may use ALiBi only; mask, bias and
-/// key_lengths must be empty (their shapes would differ per sequence).
+/// key_lengths must be empty (their shapes would differ per sequence). Packed rows after
+/// cu_seqlens_q[batch] belong to no sequence and are left untouched.
 void attention_varlen(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
                       HeadsView<float> out, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
                       Eigen::Index batch, const Options& opt = {}, const Masks<float>& masks = {},
@@ -90,8 +92,9 @@ void attention_varlen(HeadsView<const double> q, HeadsView<const double> k, Head
 /// with m = max(lse_a, lse_b), w_a = exp(lse_a - m), w_b = exp(lse_b - m),
 /// out = (w_a out_a + w_b out_b) / (w_a + w_b) and lse = m + log(w_a + w_b), row by row. A row
 /// with lse = -inf on one side takes the other side; on both, zeros and -inf. This is what
-/// chunked prefill, split-K decoding and sequence-parallel attention need. out/lse may alias
-/// out_a/lse_a (merging in place). Shapes: out_* [B, H, T, d_v], lse_* [B, H, T, 1].
+/// chunked prefill, split-K decoding and sequence-parallel attention need. out/lse may be the
+/// very views out_a/lse_a or out_b/lse_b (merging in place); any other overlap throws.
+/// Shapes: out_* [B, H, T, d_v], lse_* [B, H, T, 1].
 void merge_attention(HeadsView<const float> out_a, HeadsView<const float> lse_a, HeadsView<const float> out_b,
                      HeadsView<const float> lse_b, HeadsView<float> out, HeadsView<float> lse);
 void merge_attention(HeadsView<const double> out_a, HeadsView<const double> lse_a,

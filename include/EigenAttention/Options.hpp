@@ -51,7 +51,8 @@ struct Options {
   std::ptrdiff_t window_left = -1;
   std::ptrdiff_t window_right = -1;
   /// Logit soft-capping: each scaled logit s becomes softcap * tanh(s / softcap) before biases
-  /// and masks. 0 (the default) turns it off; otherwise it must be finite and > 0.
+  /// and masks. 0 (the default) turns it off; otherwise it must be finite and > 0, also once
+  /// converted to the scalar type.
   double softcap = 0;
 };
 
