@@ -27,6 +27,10 @@ struct HeadsProblem {
   const std::int64_t* cu_q = nullptr;
   const std::int64_t* cu_k = nullptr;
   index_t sequences = 0;  // B (the batch, or the number of varlen sequences)
+  // attention_varlen_decomposed: packed weights, sequence b's heads from packed_scores +
+  // score_offsets[b] (see MultiHead.hpp).
+  T* packed_scores = nullptr;
+  const index_t* score_offsets = nullptr;
 
   index_t heads() const { return q.heads; }
   index_t problems() const { return sequences * q.heads; }
@@ -78,6 +82,10 @@ struct HeadsProblem {
                     !scores.empty(),
                     !out.empty(),
                     !lse.empty()};
+    if (packed_scores != nullptr) {
+      p.scores = RawMatrix<T>{packed_scores + score_offsets[b] + h * tq * tk, tq, tk, tk, 1};
+      p.want_scores = true;
+    }
     if (!out.empty()) p.attn = head_of(out, h, q_first, tq);
     if (!lse.empty()) p.lse = head_of(lse, h, q_first, tq);
     if (!scores.empty()) {

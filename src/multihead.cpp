@@ -2,6 +2,8 @@
 // problem per (sequence, query head) on the tiled kernels, split over threads.
 #include <EigenAttention/MultiHead.hpp>
 
+#include <vector>
+
 #include "kernel.hpp"
 #include "validate.hpp"
 
@@ -77,7 +79,41 @@ void varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, He
   run(api, p, opt, false);
 }
 
+template <typename T>
+void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, T* scores,
+                       std::size_t scores_size, HeadsView<T> out, const std::int64_t* cu_q, const std::int64_t* cu_k,
+                       Eigen::Index batch, const Options& opt, const Masks<T>& masks, HeadsView<T> lse) {
+  const char* api = "attention_varlen_decomposed";
+  const std::vector<index_t> offsets = internal::varlen_score_offsets(api, cu_q, cu_k, batch, q.heads);
+  HeadsProblem<T> p = internal::make_heads_problem<T>(api, q, k, v, out, lse, {}, {}, opt, masks, cu_q, cu_k, batch);
+  internal::check_packed_scores<T>(api, scores, scores_size, static_cast<std::size_t>(offsets.back()), p);
+  p.packed_scores = scores;
+  p.score_offsets = offsets.data();
+  run(api, p, opt, false);
+}
+
 }  // namespace
+
+std::size_t varlen_scores_size(const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                               Eigen::Index batch, Eigen::Index heads) {
+  return static_cast<std::size_t>(
+      internal::varlen_score_offsets("varlen_scores_size", cu_seqlens_q, cu_seqlens_k, batch, heads).back());
+}
+
+void attention_varlen_decomposed(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
+                                 float* scores, std::size_t scores_size, HeadsView<float> out,
+                                 const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                                 Eigen::Index batch, const Options& opt, const Masks<float>& masks,
+                                 HeadsView<float> lse) {
+  varlen_decomposed(q, k, v, scores, scores_size, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
+}
+void attention_varlen_decomposed(HeadsView<const double> q, HeadsView<const double> k,
+                                 HeadsView<const double> v, double* scores, std::size_t scores_size,
+                                 HeadsView<double> out, const std::int64_t* cu_seqlens_q,
+                                 const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
+                                 const Masks<double>& masks, HeadsView<double> lse) {
+  varlen_decomposed(q, k, v, scores, scores_size, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
+}
 
 void attention_heads(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
                      HeadsView<float> out, const Options& opt, const Masks<float>& masks, HeadsView<float> lse) {

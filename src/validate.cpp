@@ -347,6 +347,49 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
   return p;
 }
 
+std::vector<Index> varlen_score_offsets(const char* api, const std::int64_t* cu_q, const std::int64_t* cu_k,
+                                        Index batch, Index heads) {
+  if (cu_q == nullptr || cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
+  if (batch < 0) fail(api, "the number of sequences is negative: " + std::to_string(batch));
+  if (heads < 0) fail(api, "the number of heads is negative: " + std::to_string(heads));
+  std::vector<Index> offsets(static_cast<std::size_t>(batch) + 1, 0);
+  for (const auto& [name, cu] : {std::pair{"cu_seqlens_q", cu_q}, std::pair{"cu_seqlens_k", cu_k}}) {
+    if (cu[0] != 0) fail(api, std::string(name) + "[0] is " + std::to_string(cu[0]) + " but must be 0");
+    for (Index b = 0; b < batch; ++b) {
+      if (cu[b + 1] < cu[b]) {
+        fail(api, std::string(name) + " decreases: [" + std::to_string(b) + "] = " + std::to_string(cu[b]) +
+                      " > [" + std::to_string(b + 1) + "] = " + std::to_string(cu[b + 1]));
+      }
+    }
+  }
+  for (Index b = 0; b < batch; ++b) {
+    const Index tq = cu_q[b + 1] - cu_q[b], tk = cu_k[b + 1] - cu_k[b];
+    Index block = 0, next = 0;
+    if (__builtin_mul_overflow(tq, tk, &block) || __builtin_mul_overflow(block, heads, &block) ||
+        __builtin_add_overflow(offsets[b], block, &next)) {
+      fail(api, "the packed weights of " + std::to_string(batch) + " sequences overflow the index type");
+    }
+    offsets[b + 1] = next;
+  }
+  return offsets;
+}
+
+template <typename T>
+void check_packed_scores(const char* api, const T* scores, std::size_t size, std::size_t required,
+                         const HeadsProblem<T>& p) {
+  if (size != required) {
+    fail(api, "scores holds " + std::to_string(size) + " elements but the packed weights need " +
+                  std::to_string(required) + " (varlen_scores_size)");
+  }
+  if (required > 0 && scores == nullptr) fail(api, "scores is null");
+  const HeadsView<const T> packed{scores, 1, 1, 1, static_cast<Index>(required), 0, 0, 0, 1};
+  check_apart(api, "scores", packed, "Q", p.q);
+  check_apart(api, "scores", packed, "K", p.k);
+  check_apart(api, "scores", packed, "V", p.v);
+  check_apart(api, "scores", packed, "out", HeadsView<const T>(p.out));
+  check_apart(api, "scores", packed, "lse", HeadsView<const T>(p.lse));
+}
+
 #define EIGEN_ATTENTION_INSTANTIATE(T)                                                       \
   template Problem<T> make_problem<T>(const char*, const ConstStridedMap<T>&,                \
                                       const ConstStridedMap<T>&, const ConstStridedMap<T>*,  \
@@ -356,7 +399,8 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
   template HeadsProblem<T> make_heads_problem<T>(                                              \
       const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>, HeadsView<T>, HeadsView<T>, \
       HeadsView<T>, HeadsView<T>, const Options&, const Masks<T>&, const std::int64_t*, const std::int64_t*, \
-      Index);
+      Index);                                                                                   \
+  template void check_packed_scores<T>(const char*, const T*, std::size_t, std::size_t, const HeadsProblem<T>&);
 EIGEN_ATTENTION_INSTANTIATE(float)
 EIGEN_ATTENTION_INSTANTIATE(double)
 #undef EIGEN_ATTENTION_INSTANTIATE

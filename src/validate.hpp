@@ -2,6 +2,10 @@
 #pragma once
 
 #include <EigenAttention/Options.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
 #include <EigenAttention/Types.hpp>
 
 #include "heads_problem.hpp"
@@ -24,6 +28,18 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
                                    HeadsView<const T> v, HeadsView<T> out, HeadsView<T> lse, HeadsView<T> scores,
                                    HeadsView<T> average, const Options& opt, const Masks<T>& masks,
                                    const std::int64_t* cu_q, const std::int64_t* cu_k, Index sequences);
+
+/// Offsets of each sequence's packed weights (attention_varlen_decomposed), batch + 1 of them,
+/// the last being the size `scores` must have. Checks the cu_seqlens offsets (non-decreasing
+/// from 0) first. Throws std::invalid_argument.
+std::vector<Index> varlen_score_offsets(const char* api, const std::int64_t* cu_q, const std::int64_t* cu_k,
+                                        Index batch, Index heads);
+
+/// Throws std::invalid_argument unless the packed `scores` (size elements of `bytes_each`) has
+/// the required size and lies apart from the problem's inputs and outputs.
+template <typename T>
+void check_packed_scores(const char* api, const T* scores, std::size_t size, std::size_t required,
+                         const HeadsProblem<T>& p);
 
 /// Throws std::invalid_argument for a window size below -1 or a softcap that is negative,
 /// not finite, or 0 once converted to T.

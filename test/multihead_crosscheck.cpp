@@ -587,6 +587,17 @@ TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads cal
         HeadsBuffer<T> out(layout, 1, vc.H, tq, dv, kSentinel<T>), lse(layout, 1, vc.H, tq, 1, kSentinel<T>);
         mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), cu_q.data(), cu_k.data(), n, opt,
                              masks.masks, lse.view());
+        // The decomposed form: the same ATTN, and packed weights equal to each sequence's own.
+        const std::size_t packed_size = mh::varlen_scores_size(cu_q.data(), cu_k.data(), n, vc.H);
+        std::vector<T> packed(packed_size, kSentinel<T>);
+        HeadsBuffer<T> out_d(layout, 1, vc.H, tq, dv, kSentinel<T>);
+        mh::attention_varlen_decomposed(Q.cview(), K.cview(), V.cview(), packed.data(), packed.size(), out_d.view(),
+                                        cu_q.data(), cu_k.data(), n, opt, masks.masks);
+        CHECK_THROWS_AS(mh::attention_varlen_decomposed(Q.cview(), K.cview(), V.cview(), packed.data(),
+                                                        packed.size() + 1, out_d.view(), cu_q.data(), cu_k.data(),
+                                                        n, opt, masks.masks),
+                        std::invalid_argument);
+        std::size_t packed_offset = 0;
         for (Eigen::Index s = 0; s < n; ++s) {
           CAPTURE(s);
           const Eigen::Index q0 = cu_q[s], lq = cu_q[s + 1] - q0, k0 = cu_k[s], lk = cu_k[s + 1] - k0;
@@ -602,8 +613,21 @@ TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads cal
             const MatrixLD o_sep = to_long_double(o.view().head(0, h)), l_sep = to_long_double(l.view().head(0, h));
             EA_CHECK_NEAR(out.view().head(0, h).middleRows(q0, lq), o_sep, 2 * bud.attn);
             EA_CHECK_NEAR(lse.view().head(0, h).middleRows(q0, lq), l_sep, 2 * bud.lse);
+            EA_CHECK_NEAR(out_d.view().head(0, h).middleRows(q0, lq), o_sep, 2 * bud.attn);
+          }
+          HeadsBuffer<T> sc(mh::Layout::BHTD, 1, vc.H, lq, lk, kSentinel<T>);
+          HeadsBuffer<T> o2(layout, 1, vc.H, lq, dv, kSentinel<T>);
+          mh::attention_heads_decomposed(token_subview(Q.cview(), q0, lq), token_subview(K.cview(), k0, lk),
+                                         token_subview(V.cview(), k0, lk), sc.view(), o2.view(), opt, masks.masks);
+          for (Eigen::Index h = 0; h < vc.H; ++h) {
+            CAPTURE(h);
+            const Budget bud = multihead_budget<T>(ref, s * vc.H + h);
+            const Eigen::Map<const ea::RowMatrix<T>> block(packed.data() + packed_offset, lq, lk);
+            EA_CHECK_NEAR(block, to_long_double(sc.view().head(0, h)), 2 * bud.scores);
+            packed_offset += static_cast<std::size_t>(lq * lk);
           }
         }
+        CHECK(packed_offset == packed_size);
       }
     }
   }

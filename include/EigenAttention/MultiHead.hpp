@@ -32,6 +32,7 @@
 /// ALiBi slopes, key lengths and offsets) or each other (conservatively: by byte range).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <EigenAttention/HeadsView.hpp>
@@ -87,6 +88,26 @@ void attention_varlen(HeadsView<const double> q, HeadsView<const double> k, Head
                       HeadsView<double> out, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
                       Eigen::Index batch, const Options& opt = {}, const Masks<double>& masks = {},
                       HeadsView<double> lse = {});
+
+/// The number of elements attention_varlen_decomposed() writes to `scores`: heads times the sum
+/// over sequences of T_q,b * T_k,b. Throws std::invalid_argument for bad offsets.
+std::size_t varlen_scores_size(const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                               Eigen::Index batch, Eigen::Index heads);
+
+/// attention_varlen() that also writes every sequence's per-head weights, packed: sequence b's
+/// head h is a row-major T_q,b x T_k,b matrix starting at element
+/// H * sum_{b' < b} T_q,b' T_k,b' + h * T_q,b T_k,b of `scores`, which must hold exactly
+/// varlen_scores_size(...) elements.
+void attention_varlen_decomposed(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
+                                 float* scores, std::size_t scores_size, HeadsView<float> out,
+                                 const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                                 Eigen::Index batch, const Options& opt = {}, const Masks<float>& masks = {},
+                                 HeadsView<float> lse = {});
+void attention_varlen_decomposed(HeadsView<const double> q, HeadsView<const double> k,
+                                 HeadsView<const double> v, double* scores, std::size_t scores_size,
+                                 HeadsView<double> out, const std::int64_t* cu_seqlens_q,
+                                 const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt = {},
+                                 const Masks<double>& masks = {}, HeadsView<double> lse = {});
 
 /// Merges two partial results over disjoint key sets into the exact result over their union:
 /// with m = max(lse_a, lse_b), w_a = exp(lse_a - m), w_b = exp(lse_b - m),
