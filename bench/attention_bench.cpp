@@ -16,6 +16,8 @@
 // Run with --help for the options.
 #include <EigenAttention/EigenAttention.hpp>
 
+#include "harness.hpp"
+
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -48,7 +50,7 @@
 #endif
 
 namespace ea = EigenAttention;
-using Clock = std::chrono::steady_clock;
+using Clock = bench::Clock;
 using eabench::Idx;
 using eabench::NaiveVariant;
 
@@ -263,47 +265,9 @@ const char* resolved_name(ea::Kernel k) {
 // ---------------------------------------------------------------------------------------------
 // Timing
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-struct Timing {
-  double median = kNaN;  // seconds per call
-  int reps = 0;          // samples
-  int inner = 1;         // calls per sample
-};
-
-// One or two untimed warm-up calls (the first grows workspaces, starts threads, faults pages),
-// then `reps` samples of `inner` back-to-back calls each; the median of the per-call times.
-// Without --reps: samples of about seconds / 5 each, and 3..5 of them, so that a config takes
-// about `seconds` (more for a single call that already takes longer).
-template <class F>
-Timing measure(const Args& a, F&& call) {
-  Clock::time_point t0 = Clock::now();
-  call();
-  double w = seconds_since(t0);
-  if (w < 0.1 && a.seconds > 0) {
-    t0 = Clock::now();
-    call();
-    w = std::min(w, seconds_since(t0));
-  }
-  w = std::max(w, 1e-7);
-  Timing r;
-  const double sample_target = a.seconds / 5;
-  r.inner = static_cast<int>(std::clamp(std::floor(sample_target / w), 1.0, 1e6));
-  r.reps = a.reps > 0 ? a.reps
-                      : static_cast<int>(std::clamp(std::floor(a.seconds / (w * r.inner)), 3.0, 5.0));
-  std::vector<double> samples;
-  for (int rep = 0; rep < r.reps; ++rep) {
-    t0 = Clock::now();
-    for (int j = 0; j < r.inner; ++j) call();
-    samples.push_back(seconds_since(t0) / r.inner);
-  }
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  r.median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  return r;
-}
+using bench::measure;
+using bench::seconds_since;
+using bench::Timing;
 
 double attention_flops(Idx t, Idx d, bool causal) {
   const double f = 4.0 * double(t) * double(t) * double(d);
@@ -350,51 +314,10 @@ void print_row(const char* format, Cols... cols) {
 // ---------------------------------------------------------------------------------------------
 // The machine
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "(unknown)";
-}
-
-std::string cpu_flags_of_interest() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) {
-      std::string out;
-      std::stringstream ss(line.substr(line.find(':') + 1));
-      std::string f;
-      while (ss >> f) {
-        if (f == "avx2" || f == "fma" || f == "avx512f" || f == "avx512dq" || f == "avx512bw" ||
-            f == "avx512vl" || f == "avx512_bf16") {
-          out += (out.empty() ? "" : " ") + f;
-        }
-      }
-      return out;
-    }
-  }
-  return "";
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
-std::string now_string() {
-  const std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&t));
-  return buf;
-}
+using bench::cpu_flags_of_interest;
+using bench::cpu_model;
+using bench::load_average;
+using bench::now_string;
 
 void print_machine(const Args& a, const std::vector<ea::Kernel>& kernels) {
   std::string avail;
@@ -481,7 +404,7 @@ double square_gemm(const Args& a, const char* type, Csv& csv) {
   Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> A(n, n), B(n, n), C(n, n);
   A.setRandom();
   B.setRandom();
-  const Timing t = measure(a, [&] {
+  const Timing t = measure(a.seconds, a.reps, [&] {
     eabench::gemm_square(A.data(), B.data(), C.data(), n);
     g_sink = g_sink + double(C(0, 0));
   });
@@ -510,10 +433,10 @@ void shaped_gemms(const Args& a, const char* type, Idx d, double square, Csv& cs
     Timing tq, tp;
     {
       Mat<T> s(t, t);
-      tq = measure(a, [&] { eabench::gemm_qkt(q.data(), k.data(), s.data(), t, t, d); });
+      tq = measure(a.seconds, a.reps, [&] { eabench::gemm_qkt(q.data(), k.data(), s.data(), t, t, d); });
       rate_qk = gflops(2.0 * double(t) * double(t) * double(d), tq);
       s.setConstant(T(1) / T(t));  // a plausible P: the rows sum to 1
-      tp = measure(a, [&] { eabench::gemm_pv(s.data(), v.data(), o.data(), t, t, d); });
+      tp = measure(a.seconds, a.reps, [&] { eabench::gemm_pv(s.data(), v.data(), o.data(), t, t, d); });
       rate_pv = gflops(2.0 * double(t) * double(t) * double(d), tp);
     }
     print_row("  %-6s %4ld %6ld | %10.1f %8.2f | %10.1f %8.2f\n", type, long(d), long(t), rate_qk, rate_qk / square,
@@ -564,15 +487,15 @@ bool attention_row(const Args& a, const char* type, Idx d, bool causal, ea::Kern
   Mat<T> out(t, d);
   out.setZero();
   Timing fused, into, value;
-  if (a.m_fused) fused = measure(a, [&] { ea::attention_into(in.q, in.k, in.v, out, opt); });
+  if (a.m_fused) fused = measure(a.seconds, a.reps, [&] { ea::attention_into(in.q, in.k, in.v, out, opt); });
   Mat<T> dec_attn;
   if (a.m_into) {
     Mat<T> scores(t, t);
     dec_attn.resize(t, d);
-    into = measure(a, [&] { ea::attention_decomposed_into(in.q, in.k, in.v, scores, dec_attn, opt); });
+    into = measure(a.seconds, a.reps, [&] { ea::attention_decomposed_into(in.q, in.k, in.v, scores, dec_attn, opt); });
   }
   if (a.m_value) {
-    value = measure(a, [&] {
+    value = measure(a.seconds, a.reps, [&] {
       ea::DecomposedResult<T> r = ea::attention_decomposed(in.q, in.k, in.v, opt);
       g_sink = g_sink + double(r.attn(0, 0));
     });
@@ -589,7 +512,7 @@ bool attention_row(const Args& a, const char* type, Idx d, bool causal, ea::Kern
       Mat<T> o(t, d);
       const T scale = T(1) / std::sqrt(T(d));
       NaiveEntry e;
-      e.timing = measure(a, [&] {
+      e.timing = measure(a.seconds, a.reps, [&] {
         eabench::naive_attention(in.q.data(), in.k.data(), in.v.data(), t, t, d, d, causal, scale, o.data(),
                                  a.naive_variant);
       });
@@ -783,7 +706,7 @@ bool scaling_timings(const Args& a, const std::vector<ScalingGroup>& groups, Csv
       {
         const Inputs<T> in(t, d);
         Mat<T> out(t, d);
-        tm = measure(a, [&] { ea::attention_into(in.q, in.k, in.v, out, g.opt); });
+        tm = measure(a.seconds, a.reps, [&] { ea::attention_into(in.q, in.k, in.v, out, g.opt); });
       }
       const double per_t2 = tm.median / (double(t) * double(t));
       if (i == 0) first = per_t2;

@@ -18,6 +18,8 @@
 // call against an exact double-precision softmax. The run exits 1 when one is off.
 #include <EigenAttention/EigenAttention.hpp>
 
+#include "harness.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -40,7 +42,7 @@
 #endif
 
 namespace ea = EigenAttention;
-using Clock = std::chrono::steady_clock;
+using Clock = bench::Clock;
 using Idx = Eigen::Index;
 
 namespace {
@@ -278,93 +280,17 @@ ea::Kernel parse_kernel(const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // Timing (as attention_bench: warm-up, runs of ~seconds/5, the median per call)
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-struct Timing {
-  double median = kNaN;  // seconds per call
-  int reps = 0;          // samples
-  int inner = 1;         // calls per sample
-};
-
-// One or two untimed warm-up calls (the first grows workspaces, starts threads, faults pages),
-// then `reps` samples of `inner` back-to-back calls each; the median of the per-call times.
-// Without --reps: samples of about seconds / 5 each, and 3..5 of them.
-template <class F>
-Timing measure(const Args& a, F&& call) {
-  Clock::time_point t0 = Clock::now();
-  call();
-  double w = seconds_since(t0);
-  if (w < 0.1 && a.seconds > 0) {
-    t0 = Clock::now();
-    call();
-    w = std::min(w, seconds_since(t0));
-  }
-  w = std::max(w, 1e-7);
-  Timing r;
-  const double sample_target = a.seconds / 5;
-  r.inner = static_cast<int>(std::clamp(std::floor(sample_target / w), 1.0, 1e6));
-  r.reps = a.reps > 0 ? a.reps
-                      : static_cast<int>(std::clamp(std::floor(a.seconds / (w * r.inner)), 3.0, 5.0));
-  std::vector<double> samples;
-  for (int rep = 0; rep < r.reps; ++rep) {
-    t0 = Clock::now();
-    for (int j = 0; j < r.inner; ++j) call();
-    samples.push_back(seconds_since(t0) / r.inner);
-  }
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  r.median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-  return r;
-}
+using bench::measure;
+using bench::seconds_since;
+using bench::Timing;
 
 // ---------------------------------------------------------------------------------------------
 // The machine (as attention_bench)
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "(unknown)";
-}
-
-std::string cpu_flags_of_interest() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("flags", 0) == 0) {
-      std::string out;
-      std::stringstream ss(line.substr(line.find(':') + 1));
-      std::string f;
-      while (ss >> f) {
-        if (f == "avx2" || f == "fma" || f == "avx512f" || f == "avx512dq" || f == "avx512bw" ||
-            f == "avx512vl" || f == "avx512_bf16") {
-          out += (out.empty() ? "" : " ") + f;
-        }
-      }
-      return out;
-    }
-  }
-  return "";
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
-std::string now_string() {
-  const std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&t));
-  return buf;
-}
+using bench::cpu_flags_of_interest;
+using bench::cpu_model;
+using bench::load_average;
+using bench::now_string;
 
 void print_machine(const Args& a, ea::Kernel kernel) {
   std::string avail;
@@ -615,7 +541,7 @@ void heads_config(const HeadsCtx& c, Idx t, Idx d, bool causal, int threads, Idx
   const auto K = ea::HeadsView<const T>::bhtd(k.data(), 1, Hkv, t, d);
   const auto V = ea::HeadsView<const T>::bhtd(v.data(), 1, Hkv, t, d);
   const auto O = ea::HeadsView<T>::bhtd(o.data(), 1, H, t, d);
-  const Timing tm = measure(a, [&] {
+  const Timing tm = measure(a.seconds, a.reps, [&] {
     ea::attention_heads(Q, K, V, O, opt);
     g_sink = g_sink + double(o[0]);
   });
@@ -656,7 +582,7 @@ void heads_config(const HeadsCtx& c, Idx t, Idx d, bool causal, int threads, Idx
   const auto Kb = ea::HeadsView<const T>::bthd(kb.data(), 1, t, Hkv, d);
   const auto Vb = ea::HeadsView<const T>::bthd(vb.data(), 1, t, Hkv, d);
   const auto Ob = ea::HeadsView<T>::bthd(ob.data(), 1, t, H, d);
-  const Timing tb = measure(a, [&] {
+  const Timing tb = measure(a.seconds, a.reps, [&] {
     ea::attention_heads(Qb, Kb, Vb, Ob, opt);
     g_sink = g_sink + double(ob[0]);
   });
@@ -697,7 +623,7 @@ void heads_section(const Args& a, const char* type, ea::Kernel kernel, Checks& c
           fill_stream(q1.data(), t * d, 1, 0);
           fill_stream(k1.data(), t * d, 2, 0);
           fill_stream(v1.data(), t * d, 3, 0);
-          const Timing ts = measure(a, [&] {
+          const Timing ts = measure(a.seconds, a.reps, [&] {
             ea::attention_into(q1, k1, v1, o1, opt);
             g_sink = g_sink + double(o1(0, 0));
           });
@@ -745,7 +671,7 @@ void window_section(const Args& a, const char* type, ea::Kernel kernel, Checks& 
         opt.window_left = static_cast<std::ptrdiff_t>(a.window);
         opt.window_right = 0;
       }
-      const Timing tm = measure(a, [&] {
+      const Timing tm = measure(a.seconds, a.reps, [&] {
         ea::attention_heads(Q, K, V, O, opt);
         g_sink = g_sink + double(o[0]);
       });
@@ -846,15 +772,15 @@ void varlen_section(const Args& a, const char* type, ea::Kernel kernel, Checks& 
   for (int threads : a.threads) {
     ea::Options opt = base;
     opt.threads = threads;
-    const Timing tv = measure(a, [&] {
+    const Timing tv = measure(a.seconds, a.reps, [&] {
       ea::attention_varlen(Qb, Kb, Vb, Ob, cu.data(), cu.data(), B, opt);
       g_sink = g_sink + double(ob[0]);
     });
-    const Timing th = measure(a, [&] {
+    const Timing th = measure(a.seconds, a.reps, [&] {
       ea::attention_varlen(Q, K, V, O, cu.data(), cu.data(), B, opt);
       g_sink = g_sink + double(o[0]);
     });
-    const Timing tp = measure(a, [&] {
+    const Timing tp = measure(a.seconds, a.reps, [&] {
       ea::attention_heads(Qp, Kp, Vp, Op, opt, masks);
       g_sink = g_sink + double(op[0]);
     });

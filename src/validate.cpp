@@ -208,7 +208,7 @@ bool extent4(const View& v, std::uintptr_t& lo, std::uintptr_t& hi) {
   if (v.data == nullptr || v.batch * v.heads * v.tokens * v.dim == 0) return false;
   const Index size = static_cast<Index>(sizeof(*v.data));
   Index low = 0, high = 0;
-  for (const auto [n, stride] : {std::pair{v.batch, v.batch_stride}, std::pair{v.heads, v.head_stride},
+  for (const auto& [n, stride] : {std::pair{v.batch, v.batch_stride}, std::pair{v.heads, v.head_stride},
                                  std::pair{v.tokens, v.token_stride}, std::pair{v.dim, v.dim_stride}}) {
     const Index reach = (n - 1) * stride * size;
     low += std::min<Index>(reach, 0);
@@ -347,6 +347,37 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
   return p;
 }
 
+template <typename T>
+void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> lse_a, HeadsView<const T> out_b,
+                 HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse) {
+  const auto same_shape = [&](const char* a_name, const auto& a, const char* b_name, const auto& b) {
+    check_sizes(api, a_name, a);
+    if (a.batch != b.batch || a.heads != b.heads || a.tokens != b.tokens || a.dim != b.dim) {
+      fail(api, std::string(a_name) + " is " + dims(a) + " but " + b_name + " is " + dims(b));
+    }
+  };
+  check_sizes(api, "out_a", out_a);
+  same_shape("out_b", out_b, "out_a", out_a);
+  same_shape("out", out, "out_a", out_a);
+  check_shape(api, "lse_a", lse_a, out_a.batch, out_a.heads, out_a.tokens, 1, "[B, H, T, 1]");
+  same_shape("lse_b", lse_b, "lse_a", lse_a);
+  same_shape("lse", lse, "lse_a", lse_a);
+  // An output may be exactly one of the inputs (merging in place) or apart from all of them: a
+  // partial overlap would read values already overwritten.
+  const auto alias_or_apart = [&](const char* out_name, const auto& o, const char* in_name, const auto& in) {
+    const bool same = static_cast<const void*>(o.data) == static_cast<const void*>(in.data) &&
+                      o.batch_stride == in.batch_stride && o.head_stride == in.head_stride &&
+                      o.token_stride == in.token_stride && o.dim_stride == in.dim_stride && o.dim == in.dim;
+    if (!same) check_apart(api, out_name, o, in_name, in);
+  };
+  for (const auto& [in_name, in] : {std::pair{"out_a", out_a}, std::pair{"lse_a", lse_a}, std::pair{"out_b", out_b},
+                                    std::pair{"lse_b", lse_b}}) {
+    alias_or_apart("out", out, in_name, in);
+    alias_or_apart("lse", lse, in_name, in);
+  }
+  check_apart(api, "out", out, "lse", lse);
+}
+
 std::vector<Index> varlen_score_offsets(const char* api, const std::int64_t* cu_q, const std::int64_t* cu_k,
                                         Index batch, Index heads) {
   if (cu_q == nullptr || cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
@@ -400,7 +431,9 @@ void check_packed_scores(const char* api, const T* scores, std::size_t size, std
       const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>, HeadsView<T>, HeadsView<T>, \
       HeadsView<T>, HeadsView<T>, const Options&, const Masks<T>&, const std::int64_t*, const std::int64_t*, \
       Index);                                                                                   \
-  template void check_packed_scores<T>(const char*, const T*, std::size_t, std::size_t, const HeadsProblem<T>&);
+  template void check_packed_scores<T>(const char*, const T*, std::size_t, std::size_t, const HeadsProblem<T>&); \
+  template void check_merge<T>(const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,         \
+                               HeadsView<const T>, HeadsView<T>, HeadsView<T>);
 EIGEN_ATTENTION_INSTANTIATE(float)
 EIGEN_ATTENTION_INSTANTIATE(double)
 #undef EIGEN_ATTENTION_INSTANTIATE

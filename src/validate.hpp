@@ -41,6 +41,12 @@ template <typename T>
 void check_packed_scores(const char* api, const T* scores, std::size_t size, std::size_t required,
                          const HeadsProblem<T>& p);
 
+/// merge_attention's checks: equal shapes, LSE [B, H, T, 1], and outputs that are either the
+/// very views of an input (merging in place) or apart from every input and each other.
+template <typename T>
+void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> lse_a, HeadsView<const T> out_b,
+                 HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse);
+
 /// Throws std::invalid_argument for a window size below -1 or a softcap that is negative,
 /// not finite, or 0 once converted to T.
 template <typename T>
