@@ -17,12 +17,16 @@
 // multiplied by V tile by tile. The scratch (rather than SCORES itself) keeps the rounding
 // independent of where the caller's SCORES lie.
 //
-// Causal masking. Key tiles past the last key a row tile sees are never computed. In tiles that
-// cross the frontier, each row's softmax runs over the keys it sees only (the same as setting
-// the others to -inf first) and the others get weight exactly 0; their product with V
-// runs as one GEMM when the masked V rows are finite (masked weights are exact zeros, so the
-// result is the same), else row by row over each row's visible keys, so that a masked NaN or
-// Inf in V never reaches a row that does not see it.
+// Masking. Each query row i sees the keys [first_key(i), end_key(i)) (causal frontier, sliding
+// window, key length; both ends non-decreasing in i), less those a boolean mask hides. Key
+// tiles outside the range of a row tile are never computed. Within a tile, each row's softmax
+// runs over its range only (the same as setting the others to -inf first), after the per-logit
+// extras (soft-cap, ALiBi, bias, then -inf where the boolean mask says no), and every hidden key
+// gets weight exactly 0. The product with V then runs as one GEMM when the V rows the task may
+// see are finite (exact zeros times finite values add nothing), else row by row over the
+// visible keys, so that a hidden NaN or Inf in V never reaches a row that does not see it.
+// Narrow windows take shorter row tiles (window / 4 rows), so that a tile computes few keys its
+// rows do not see.
 //
 // The tile products use Eigen's GEMM (general_matrix_matrix_product) with packing buffers taken
 // from per-thread scratch, so that no call allocates once the scratch has grown.
