@@ -13,6 +13,9 @@
 /// |      | m_i the row maximum; LSE(i) = m_i + log(sum_j exp(L(i, j) - m_i))          |
 /// | 5    | ATTN = SCORES V (T_q x d_v), summing over the keys each query sees         |
 ///
+/// - Options::window_left/window_right (sliding window) and Options::softcap apply here too,
+///   in the order of the table in MultiHead.hpp (the mask and scale steps above commute: the
+///   scale is positive). Boolean masks, biases, padding and ALiBi are in MultiHead.hpp.
 /// - A query that sees no key (BottomRight with i < T_q - T_k, or T_k = 0) gets a zero SCORES
 ///   row, a zero ATTN row and LSE = -inf; never NaN.
 /// - T_q = 0 gives empty results of the right shapes; d_v = 0 gives an empty ATTN.
