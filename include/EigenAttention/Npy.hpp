@@ -1,0 +1,90 @@
+/// \file Npy.hpp
+/// Reading and writing NumPy .npy files (format versions 1.0, 2.0, 3.0), into and out of Eigen
+/// matrices and multi-head views. A separate CMake target, EigenAttention::npy, so that the
+/// core library stays free of file I/O.
+///
+/// The reader parses untrusted files: every malformed or hostile input (truncated data, a
+/// header longer than the file, an unsupported dtype such as object or complex, big-endian
+/// data, Fortran order, a non-numeric shape, a shape whose element or byte count overflows)
+/// throws npy::Error whose message names the file and the problem. Stricter than NumPy in two
+/// ways: bytes after the data are rejected (NumPy ignores them), and so are booleans other than
+/// 0 and 1. The writer writes to a
+/// temporary file in the same directory and renames it, so no half-written file is ever left.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include <EigenAttention/HeadsView.hpp>
+#include <EigenAttention/Types.hpp>
+
+namespace EigenAttention {
+namespace npy {
+
+/// A malformed, hostile or unsupported file, or an I/O failure; what() names the file.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// The element types supported (little-endian or byte-order-free only).
+enum class DType { Float32, Float64, Int32, Int64, Bool };
+
+/// "<f4", "<f8", "<i4", "<i8", "|b1".
+const char* dtype_descr(DType dtype);
+/// Bytes per element.
+std::size_t dtype_size(DType dtype);
+
+/// A C-order (row-major) array as read from, or to be written to, a .npy file.
+struct Array {
+  DType dtype = DType::Float64;
+  std::vector<std::int64_t> shape;   ///< empty: a scalar (one element)
+  std::vector<unsigned char> bytes;  ///< the elements, little-endian, C order
+
+  /// The number of elements (the product of the shape; 1 for a scalar).
+  std::int64_t size() const;
+  /// The elements as T (T matching dtype: float for Float32, double for Float64,
+  /// std::int32_t, std::int64_t, bool). Throws Error naming `what` on a dtype mismatch.
+  template <typename T>
+  const T* data(const char* what = "array") const;
+  template <typename T>
+  T* data(const char* what = "array");
+};
+
+/// Reads a .npy file. \throws Error naming the file and the problem.
+Array read(const std::string& path);
+/// Parses the bytes of a .npy file (what read() does after loading it); `name` is used in
+/// messages. \throws Error.
+Array parse(const unsigned char* data, std::size_t size, const std::string& name);
+/// Writes a .npy file (version 1.0, or 2.0 when the header needs it) atomically: to a temporary
+/// file beside `path`, then renamed over it. \throws Error (no file is left behind then).
+void write(const std::string& path, const Array& array);
+
+/// An Array holding a copy of a matrix (2-D, float or double).
+template <class Derived>
+Array from_matrix(const Eigen::MatrixBase<Derived>& m);
+
+/// A 2-D float/double array as a row-major matrix. \throws Error (named `what`) if it is not
+/// 2-D or not of scalar type T.
+template <typename T>
+Eigen::Map<const RowMatrix<T>> as_matrix(const Array& a, const char* what);
+
+/// A 4-D float/double array as a contiguous view in `layout` ([batch, heads, tokens, dim] for
+/// BHTD, [batch, tokens, heads, dim] for BTHD). \throws Error as as_matrix().
+template <typename T>
+HeadsView<const T> as_heads(const Array& a, Layout layout, const char* what);
+
+/// A new zero-filled array of T (float, double, std::int32_t, std::int64_t or bool) with the
+/// given shape. \throws Error for a negative dimension or a size that overflows.
+template <typename T>
+Array zeros(std::vector<std::int64_t> shape);
+
+}  // namespace npy
+}  // namespace EigenAttention
+
+#include <EigenAttention/detail/NpyImpl.hpp>
