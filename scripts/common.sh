@@ -16,8 +16,10 @@ BUILD_DIR="${BUILD_DIR:-${EA_ROOT}/build}"
 EA_JOBS="$(nproc 2>/dev/null || echo 2)"
 cd "${EA_ROOT}" || exit 1
 
-# What building and testing needs, as Debian 12 packages.
-EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev)
+# What building and testing needs, as Debian 12 packages: the library (cmake g++ make
+# libeigen3-dev), its tests (doctest-dev), the eigen-attention tool (libpng-dev libcli11-dev) and
+# the tool's end-to-end tests (python3-numpy).
+EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev libpng-dev libcli11-dev python3-numpy)
 
 # Installs the packages of EA_PACKAGES that are missing (as root), or says how to (otherwise).
 ea_require_packages() {

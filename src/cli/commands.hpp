@@ -1,0 +1,38 @@
+// The subcommands of eigen-attention: their arguments as given on the command line (numbers
+// still as text, parsed and checked by the command), and their entry points. Each returns the
+// exit status on success and throws Failure, npy::Error or std::invalid_argument otherwise.
+#pragma once
+
+#include <string>
+
+namespace EigenAttention {
+namespace cli {
+
+struct RunArgs {
+  std::string q, k, v, out, scores, lse;
+  bool causal = false;
+  std::string align = "top-left";
+  std::string scale, softcap, window;
+  std::string mask, key_lengths, alibi;
+  std::string layout = "bhtd";
+  std::string threads = "0";
+  bool average_heads = false;
+  std::string heatmap, batch, head, tokens;
+  bool quiet = false;
+};
+int run_command(const RunArgs& args);
+
+struct HeatmapArgs {
+  std::string scores, png, tokens, batch, head;
+  std::string layout = "bhtd";
+  bool quiet = false;
+};
+int heatmap_command(const HeatmapArgs& args);
+
+struct BenchArgs {
+  bool quick = false;  ///< T = 256 and 512, shorter timings: a smoke test
+};
+int bench_command(const BenchArgs& args);
+
+}  // namespace cli
+}  // namespace EigenAttention

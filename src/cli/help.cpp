@@ -1,0 +1,145 @@
+// The --help texts of eigen-attention and its commands.
+#include "help.hpp"
+
+namespace EigenAttention {
+namespace cli {
+
+const char* const kToolHelp = R"(Usage: eigen-attention COMMAND [OPTION]...
+       eigen-attention --help | --version
+
+Exact scaled dot-product attention, ATTN = softmax(Q K^T * scale) V, on NumPy .npy files.
+
+Commands:
+  demo      the attention of a six-token sentence, with and without the causal mask,
+            then a timing (the README's demo)
+  run       attention of Q, K and V read from .npy files: writes ATTN, and on request
+            the weights (SCORES), the log-sum-exp (LSE) and a heatmap
+  heatmap   draws attention weights from a SCORES .npy file as a PNG
+  bench     a short throughput table for this machine (a few seconds)
+
+Options:
+  -h, --help     show this help and exit
+      --version  show the version and exit
+
+'eigen-attention COMMAND --help' describes a command.
+
+Exit status: 0 on success, 1 when a command fails (a bad file, inconsistent shapes),
+2 for a bad command line. Errors are one line on stderr:
+'eigen-attention: <file or option>: <problem>'.
+)";
+
+const char* const kDemoHelp = R"(Usage: eigen-attention demo [--quick] [--tokens T] [--dim D] [--runs N] [--heatmap FILE]
+
+Prints the attention weights (SCORES) and outputs (ATTN) of a six-token sentence
+embedded in the program, without and with the causal mask, then times attention()
+and attention_decomposed() on T random tokens of dimension D (float), without and
+with the causal mask. Checks what it shows; exits with 1 when a check fails.
+
+Options:
+      --quick     T = 256 and 3 runs: a fast run, as in the test suite
+      --tokens T  tokens of the timed problem (default 2048)
+      --dim D     d_k = d_v of the timed problem (default 64)
+      --runs N    timed runs per call, after one warm-up (default 7)
+      --heatmap FILE  also draw the sentence's causal SCORES as a PNG
+  -h, --help      show this help and exit
+)";
+
+const char* const kRunHelp = R"(Usage: eigen-attention run --q Q.npy --k K.npy --v V.npy --out ATTN.npy [OPTION]...
+
+Computes ATTN = softmax(Q K^T * scale + masks) V for every sequence and head.
+
+Inputs are float32 or float64 (Q, K and V of one dtype), either 2-D, one head
+(tokens x dim), or 4-D in the layout of --layout: bhtd = (batch, heads, tokens, dim),
+bthd = (batch, tokens, heads, dim). K and V may have fewer heads than Q (grouped-query
+attention: a divisor of Q's heads; 1 = multi-query). Outputs keep the inputs' dtype,
+layout and rank.
+
+Files:
+      --q FILE             queries, [T_q, d_k] or 4-D
+      --k FILE             keys, [T_k, d_k] or 4-D
+      --v FILE             values, [T_k, d_v] or 4-D
+      --out FILE           ATTN: like Q, with d_v as its last dimension
+      --scores FILE        the weights: [T_q, T_k] for 2-D inputs, [batch, heads, T_q, T_k]
+                           for bhtd, [batch, T_q, heads, T_k] for bthd
+      --lse FILE           the log-sum-exp of each row's logits: [T_q] for 2-D inputs,
+                           [batch, heads, T_q] for 4-D ones (either layout); -inf for a row
+                           that sees no key
+
+Masks and biases, applied in this order:
+      --scale X            logits are X * q.k (default 1/sqrt(d_k))
+      --softcap X          then X * tanh(logit / X) (default 0: off)
+      --alibi FILE         then minus slope_h * |i + offset - j|: one float per query head
+      --mask FILE          bool: true = may attend, false = masked; float: added to the
+                           logits (converted to the inputs' dtype). [T_q, T_k], or
+                           [batch or 1, heads or 1, T_q, T_k], always in bhtd order
+                           (batch, heads, T_q, T_k), whatever --layout says
+      --causal             query i sees keys j <= i + offset only
+      --align top-left|bottom-right
+                           where the causal frontier, the window and ALiBi sit when
+                           T_q != T_k: offset = 0 (top-left, the default) or T_k - T_q
+                           (bottom-right: the last query sees every key)
+      --window LEFT,RIGHT  query i sees keys i + offset - LEFT .. i + offset + RIGHT
+                           only; -1 = unbounded on that side (e.g. --window 256,0)
+      --key-lengths FILE   int32 or int64, one per batch entry: keys from that length on
+                           are padding (masked); the alignment then uses it as T_k
+  A row that sees no key gets zero weights, a zero output and LSE = -inf.
+
+Other options:
+      --layout bhtd|bthd   the order of 4-D inputs and outputs (default bhtd)
+      --threads N          threads (default 0: one per hardware thread); the results are
+                           the same bit for bit for every N
+      --average-heads      --scores (and --heatmap) hold the mean of the weights over the
+                           heads: [batch, T_q, T_k] ([T_q, T_k] for 2-D inputs)
+      --heatmap FILE       also draws the weights of one head as a PNG
+      --batch B            the batch entry the heatmap shows (default 0)
+      --head H             the query head the heatmap shows (default 0)
+      --tokens FILE        one token per line, to label the heatmap's axes (both when
+                           T_q = T_k, else the keys); missing lines are labelled by index
+      --quiet              no progress indicator, no summary of the files written
+  -h, --help               show this help and exit
+
+Outputs are written only when everything succeeded: after a failure no output of this
+run is left (an existing file of that name is left as it was).
+
+Example:
+  eigen-attention run --q q.npy --k k.npy --v v.npy --out attn.npy --causal \
+      --scores scores.npy --heatmap scores.png --head 3 --tokens tokens.txt
+)";
+
+const char* const kHeatmapHelp = R"(Usage: eigen-attention heatmap --scores SCORES.npy --png OUT.png [OPTION]...
+
+Draws attention weights as a PNG heatmap: queries are rows (top to bottom), keys are
+columns, colours from dark purple (0) to yellow (the largest weight), masked weights
+(exactly 0) near-black. Large matrices are pooled (block means) to fit.
+
+SCORES is float32 or float64: [T_q, T_k], [batch, T_q, T_k] (the mean over heads, as
+'run --average-heads' writes it), or 4-D in the order of --layout: (batch, heads, T_q,
+T_k) for bhtd, (batch, T_q, heads, T_k) for bthd (as 'run --scores' writes them).
+
+Options:
+      --scores FILE       the weights
+      --png FILE          the image to write
+      --batch B           the batch entry to draw (default 0)
+      --head H            the head to draw (default 0)
+      --layout bhtd|bthd  the order of a 4-D SCORES file (default bhtd)
+      --tokens FILE       one token per line, to label the axes: both when T_q = T_k, else
+                          the keys; lines beyond those needed are ignored, positions without
+                          a line are labelled by their index
+      --quiet             no progress indicator, no summary line
+  -h, --help              show this help and exit
+)";
+
+const char* const kBenchHelp = R"(Usage: eigen-attention bench [--quick]
+
+Prints a short throughput table for this machine (a few seconds): the fused call
+(attention_heads, ATTN only) and the decomposed one (attention_heads_decomposed, also the
+T x T weights), one head, T = 1024 and 2048, d = 64, float, on one thread and on every
+hardware thread. GFLOP/s = 4 T^2 d / time.
+
+Options:
+      --quick  T = 256 and 512, shorter timings: a check that it runs, not a measurement
+  -h, --help   show this help and exit
+)";
+
+}  // namespace cli
+}  // namespace EigenAttention

@@ -1,0 +1,14 @@
+// The --help texts of eigen-attention and its commands.
+#pragma once
+
+namespace EigenAttention {
+namespace cli {
+
+extern const char* const kToolHelp;
+extern const char* const kDemoHelp;
+extern const char* const kRunHelp;
+extern const char* const kHeatmapHelp;
+extern const char* const kBenchHelp;
+
+}  // namespace cli
+}  // namespace EigenAttention

@@ -1,0 +1,155 @@
+#include "plot.hpp"
+
+#include <stdexcept>
+
+#include <EigenAttention/Npy.hpp>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.hpp"
+#include "heatmap.hpp"
+#include "util.hpp"
+
+namespace EigenAttention {
+namespace cli {
+
+template <typename T>
+void draw_weights(const std::string& name, const std::string& path, const T* weights, std::int64_t rows,
+                  std::int64_t cols, std::int64_t row_stride, const std::vector<std::string>& tokens,
+                  const std::string& title) {
+  if (rows < 1 || cols < 1) {
+    throw Failure(name, "the weights are " + std::to_string(rows) + " x " + std::to_string(cols) +
+                              "; there is nothing to draw");
+  }
+  // The renderer takes doubles: copy the rows x cols block (contiguous).
+  std::vector<double> block(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < cols; ++j)
+      block[static_cast<std::size_t>(i * cols + j)] = static_cast<double>(weights[i * row_stride + j]);
+
+  HeatmapOptions options;
+  options.title = title;
+  if (!tokens.empty()) {
+    options.col_labels = axis_labels(tokens, cols);
+    if (rows == cols) options.row_labels = options.col_labels;
+  }
+  try {
+    write_heatmap_png(path, block.data(), static_cast<long>(rows), static_cast<long>(cols), static_cast<long>(cols),
+                      options);
+  } catch (const std::runtime_error& e) {
+    // The renderer names the file it was given (a temporary name); name the user's file instead.
+    std::string what = e.what();
+    if (what.compare(0, path.size() + 2, path + ": ") == 0) what = what.substr(path.size() + 2);
+    throw Failure(name, what);
+  }
+}
+
+template void draw_weights<float>(const std::string&, const std::string&, const float*, std::int64_t, std::int64_t,
+                                  std::int64_t, const std::vector<std::string>&, const std::string&);
+template void draw_weights<double>(const std::string&, const std::string&, const double*, std::int64_t,
+                                   std::int64_t, std::int64_t, const std::vector<std::string>&, const std::string&);
+
+// ---------------------------------------------------------------------------------------------
+// eigen-attention heatmap
+
+namespace {
+
+template <typename T>
+void draw_from(const npy::Array& a, const std::string& name, const std::string& temp, std::int64_t offset,
+               std::int64_t rows, std::int64_t cols, std::int64_t row_stride, const std::vector<std::string>& tokens,
+               const std::string& title) {
+  draw_weights<T>(name, temp, a.data<T>() + offset, rows, cols, row_stride, tokens, title);
+}
+
+std::string range_text(std::int64_t n, const char* one, const char* many) {
+  return n == 1 ? "1 " + std::string(one) + " (0)"
+                : std::to_string(n) + " " + many + " (0.." + std::to_string(n - 1) + ")";
+}
+
+}  // namespace
+
+int heatmap_command(const HeatmapArgs& a) {
+  if (a.scores.empty()) throw usage_error("--scores", "missing: the weights (SCORES.npy) are required");
+  if (a.png.empty()) throw usage_error("--png", "missing: the output file (out.png) is required");
+  Layout layout = Layout::BHTD;
+  if (a.layout == "bthd") {
+    layout = Layout::BTHD;
+  } else if (a.layout != "bhtd") {
+    throw usage_error("--layout", "'" + a.layout + "' is neither bhtd nor bthd");
+  }
+  std::int64_t batch = 0, head = 0;
+  if (!a.batch.empty()) {
+    batch = parse_integer("--batch", a.batch);
+    if (batch < 0) throw usage_error("--batch", "must be >= 0, got " + a.batch);
+  }
+  if (!a.head.empty()) {
+    head = parse_integer("--head", a.head);
+    if (head < 0) throw usage_error("--head", "must be >= 0, got " + a.head);
+  }
+  Progress progress(a.quiet);
+  OutputFiles files;
+  const std::string temp = files.add("--png", a.png);
+
+  progress.phase("reading");
+  const npy::Array s = npy::read(a.scores);
+  if (s.dtype != npy::DType::Float32 && s.dtype != npy::DType::Float64) {
+    throw Failure(a.scores, std::string("dtype ") + dtype_name(s.dtype) + "; weights are float32 or float64");
+  }
+  const auto& d = s.shape;
+  std::int64_t B = 1, H = 1, rows = 0, cols = 0, offset = 0, row_stride = 0;
+  std::string title;
+  if (d.size() == 2) {
+    rows = d[0], cols = d[1];
+  } else if (d.size() == 3) {  // [B, T_q, T_k]: averaged over heads
+    B = d[0], rows = d[1], cols = d[2];
+  } else if (d.size() == 4) {
+    B = d[0];
+    if (layout == Layout::BHTD) {
+      H = d[1], rows = d[2], cols = d[3];
+    } else {
+      rows = d[1], H = d[2], cols = d[3];
+    }
+  } else {
+    throw Failure(a.scores, "shape " + shape_string(d) +
+                                "; expected [T_q, T_k], [batch, T_q, T_k] (averaged over heads) or 4-D (" +
+                                (layout == Layout::BHTD ? "batch, heads, T_q, T_k" : "batch, T_q, heads, T_k") + ")");
+  }
+  if (batch >= B) {
+    throw usage_error("--batch", std::to_string(batch) + " is out of range: " + a.scores + " has " +
+                                     range_text(B, "batch entry", "batch entries"));
+  }
+  if (head >= H) {
+    throw usage_error("--head", std::to_string(head) + " is out of range: " + a.scores + " has " +
+                                    range_text(H, "head", "heads"));
+  }
+  row_stride = d.size() == 4 && layout == Layout::BTHD ? H * cols : cols;
+  offset = d.size() == 4 && layout == Layout::BTHD ? batch * rows * H * cols + head * cols
+                                                   : (batch * H + head) * rows * cols;
+  const std::string file = std::filesystem::path(a.scores).filename().string();
+  if (d.size() == 2) {
+    title = file;
+  } else if (d.size() == 3) {
+    title = file + ": batch " + std::to_string(batch) + ", mean over heads";
+  } else {
+    title = file + ": batch " + std::to_string(batch) + ", head " + std::to_string(head);
+  }
+  const std::vector<std::string> tokens = a.tokens.empty() ? std::vector<std::string>() : read_tokens(a.tokens);
+
+  progress.phase("drawing");
+  if (s.dtype == npy::DType::Float32) {
+    draw_from<float>(s, a.png, temp, offset, rows, cols, row_stride, tokens, title);
+  } else {
+    draw_from<double>(s, a.png, temp, offset, rows, cols, row_stride, tokens, title);
+  }
+  files.commit();
+  progress.stop();
+  if (!a.quiet) {
+    std::printf("%s: heatmap of %s (%lld x %lld)\n", a.png.c_str(), title.c_str(), static_cast<long long>(rows),
+                static_cast<long long>(cols));
+  }
+  return 0;
+}
+
+}  // namespace cli
+}  // namespace EigenAttention

@@ -1,0 +1,107 @@
+// Shared pieces of the eigen-attention tool: its error type, output files written all or
+// nothing, the progress indicator, token files and shape formatting.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <EigenAttention/Npy.hpp>
+
+namespace EigenAttention {
+namespace cli {
+
+/// A failure the tool reports as the one line `eigen-attention: <subject>: <problem>`.
+/// `usage` marks a bad command line (exit status 2, with a hint to --help); otherwise the
+/// exit status is 1.
+class Failure : public std::runtime_error {
+ public:
+  Failure(const std::string& subject, const std::string& problem, bool usage = false)
+      : std::runtime_error(subject + ": " + problem), usage_(usage) {}
+  bool usage() const { return usage_; }
+
+ private:
+  bool usage_;
+};
+
+/// A bad command line: exit status 2.
+inline Failure usage_error(const std::string& option, const std::string& problem) {
+  return Failure(option, problem, true);
+}
+
+/// "[2, 8, 128, 64]".
+std::string shape_string(const std::vector<std::int64_t>& shape);
+
+/// "float32", "float64", "int32", "int64", "bool".
+const char* dtype_name(npy::DType dtype);
+
+/// npy::write(temp, array), its errors naming `name` (the file the user asked for) instead.
+void write_npy(const std::string& name, const std::string& temp, const npy::Array& array);
+
+/// Parses a whole option value; throws a usage Failure naming `option` otherwise.
+double parse_double(const std::string& option, const std::string& text);
+long long parse_integer(const std::string& option, const std::string& text);
+
+/// The outputs of one run, written all or nothing. add() reserves a temporary file beside
+/// each output at once (so an unwritable directory fails before any work); the caller writes
+/// each output to its temporary name; commit() renames them all into place. Until commit()
+/// succeeds, the destructor (and SIGINT, SIGTERM, SIGHUP) removes every temporary file, and a
+/// commit() that fails half-way removes the outputs it had already renamed.
+class OutputFiles {
+ public:
+  OutputFiles() = default;
+  OutputFiles(const OutputFiles&) = delete;
+  OutputFiles& operator=(const OutputFiles&) = delete;
+  ~OutputFiles();
+
+  /// Registers output `path` (given with `option`); returns the temporary name to write.
+  /// Throws Failure when the path is the same file as an earlier output, or its directory
+  /// cannot take a new file.
+  std::string add(const std::string& option, const std::string& path);
+  /// Renames every temporary file to its output name. Throws Failure on an I/O error (and
+  /// leaves no output of this run behind then).
+  void commit();
+
+ private:
+  struct Entry {
+    std::string option, path, temp, key;
+    int slot;
+  };
+  std::vector<Entry> entries_;
+  bool committed_ = false;
+};
+
+/// Shows "eigen-attention: <phase>... 3.2 s" with a spinner on stderr, from a helper thread,
+/// once a run has taken about a second, when stderr is a terminal and not `quiet`; the line is
+/// erased when the indicator stops (destructor or stop()).
+class Progress {
+ public:
+  explicit Progress(bool quiet);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  /// What is happening now (a string literal: it is read by the helper thread).
+  void phase(const char* what) { phase_.store(what); }
+  void stop();
+
+ private:
+  void loop();
+  std::atomic<const char*> phase_{"working"};
+  std::atomic<bool> done_{false};
+  std::chrono::steady_clock::time_point start_;
+  std::thread thread_;
+};
+
+/// The tokens of a text file, one a line (a trailing '\r' dropped). Throws Failure naming the
+/// file when it cannot be read.
+std::vector<std::string> read_tokens(const std::string& path);
+
+/// `count` axis labels: the tokens first, then the index of each position beyond them.
+std::vector<std::string> axis_labels(const std::vector<std::string>& tokens, std::int64_t count);
+
+}  // namespace cli
+}  // namespace EigenAttention
