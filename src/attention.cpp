@@ -63,6 +63,7 @@ RowMatrix<T> attention(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
   const char* api = "attention";
   const Problem<T> p = internal::make_problem(api, q, k, &v, opt);
   const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
+  internal::check_result_size<T>(api, "ATTN", "T_q x d_v", p.tq(), p.dv());
   RowMatrix<T> attn(p.tq(), p.dv());
   StridedMap<T> a = view_of(attn);
   run<T>(kernel, p, nullptr, &a, nullptr, opt.threads);
@@ -92,6 +93,9 @@ DecomposedResult<T> attention_decomposed(const ConstStridedMap<T>& q, const Cons
   const char* api = "attention_decomposed";
   const Problem<T> p = internal::make_problem(api, q, k, &v, opt);
   const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
+  internal::check_result_size<T>(api, "SCORES", "T_q x T_k", p.tq(), p.tk());
+  internal::check_result_size<T>(api, "ATTN", "T_q x d_v", p.tq(), p.dv());
+  internal::check_result_size<T>(api, "LSE", "T_q x 1", p.tq(), 1);
   DecomposedResult<T> r{RowMatrix<T>(p.tq(), p.tk()), RowMatrix<T>(p.tq(), p.dv()), Vector<T>(p.tq())};
   internal::prefer_huge_pages(r.scores.data(), r.scores.size() * sizeof(T));
   StridedMap<T> s = view_of(r.scores), a = view_of(r.attn), l = view_of(r.lse);
@@ -126,6 +130,7 @@ RowMatrix<T> attention_scores(const ConstStridedMap<T>& q, const ConstStridedMap
   const char* api = "attention_scores";
   const Problem<T> p = internal::make_problem<T>(api, q, k, nullptr, opt);
   const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
+  internal::check_result_size<T>(api, "SCORES", "T_q x T_k", p.tq(), p.tk());
   RowMatrix<T> scores(p.tq(), p.tk());
   internal::prefer_huge_pages(scores.data(), scores.size() * sizeof(T));
   StridedMap<T> s = view_of(scores);

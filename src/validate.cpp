@@ -37,7 +37,76 @@ bool empty(const Region& r) { return r.rows == 0 || r.cols == 0; }
 // Do two half-open intervals [a, a + n) and [b, b + m) intersect?
 bool intersect(Index a, Index n, Index b, Index m) { return a < b + m && b < a + n; }
 
+constexpr Index kIndexMax = std::numeric_limits<Index>::max();
+
+// a * b into r, false when it overflows Index.
+bool mul(Index a, Index b, Index& r) { return !__builtin_mul_overflow(a, b, &r); }
+
 }  // namespace
+
+void check_view_size(const char* api, const char* name, int axes, const Index* sizes, const Index* strides,
+                     std::size_t element_bytes, bool zero_as_one) {
+  // Nothing is allocated unless the check fails (the _into calls allocate nothing).
+  const auto what = [&] {
+    std::string list, stride_list;
+    for (int a = 0; a < axes; ++a) {
+      list += (a ? (axes == 2 ? "x" : ", ") : "") + std::to_string(sizes[a]);
+      stride_list += (a ? "," : "") + std::to_string(strides[a]);
+    }
+    const std::string shown = axes == 2 ? " (" + list + ")" : axes == 4 ? " [" + list + "]" : " (" + list + " entries)";
+    return std::string(name) + shown + " with strides (" + stride_list + ")";
+  };
+  // The element count: the product of the sizes.
+  Index count = 1;
+  for (int a = 0; a < axes; ++a) {
+    const Index n = zero_as_one ? std::max<Index>(sizes[a], 1) : sizes[a];
+    if (!mul(count, n, count)) {
+      fail(api, what() + " has more elements than Eigen::Index can count (" + std::to_string(kIndexMax) +
+                    (zero_as_one ? "; a size of 0 counts as 1 here)" : ")"));
+    }
+  }
+  // The byte span: sum over axes of |stride| * max(size, 1) * element_bytes. An upper bound of
+  // every offset the kernels and the overlap checks compute, in bytes.
+  Index span = 0;
+  const auto bytes = static_cast<Index>(element_bytes);
+  for (int a = 0; a < axes; ++a) {
+    Index reach = 0;
+    const bool ok = strides[a] != std::numeric_limits<Index>::min() &&
+                    mul(std::abs(strides[a]), std::max<Index>(sizes[a], 1), reach) && mul(reach, bytes, reach) &&
+                    !__builtin_add_overflow(span, reach, &span);
+    if (!ok) {
+      fail(api, what() + " spans more bytes than Eigen::Index can count (" + std::to_string(kIndexMax) + ")");
+    }
+  }
+}
+
+void check_matrix_size(const char* api, const char* name, Index rows, Index cols, Index row_stride,
+                       Index col_stride, std::size_t element_bytes) {
+  if (rows < 0 || cols < 0) fail(api, std::string(name) + " has a negative size: " + shape(rows, cols));
+  const Index sizes[2] = {rows, cols}, strides[2] = {row_stride, col_stride};
+  check_view_size(api, name, 2, sizes, strides, element_bytes, false);
+}
+
+template <typename T>
+void check_result_size(const char* api, const char* name, const char* what, Index rows, Index cols) {
+  Index bytes = 0;
+  if (!mul(rows, cols, bytes) || !mul(bytes, static_cast<Index>(sizeof(T)), bytes)) {
+    fail(api, std::string(name) + " (" + what + ") would be " + shape(rows, cols) + " elements of " +
+                  std::to_string(sizeof(T)) + " bytes, more than Eigen::Index can count (" +
+                  std::to_string(kIndexMax) + " bytes)");
+  }
+}
+
+template <typename T>
+void check_scratch(const char* api, Index dk, Index dv, Index tk) {
+  for (const auto& [name, n] : {std::pair{"d_k", dk}, std::pair{"d_v", dv}, std::pair{"T_k", tk}}) {
+    if (n > kMaxScratchRowLength<T>) {
+      fail(api, std::string(name) + " = " + std::to_string(n) + " exceeds " + std::to_string(kMaxScratchRowLength<T>) +
+                    ", the most the kernels' per-thread scratch (up to " + std::to_string(kScratchRows) + " rows of " +
+                    name + " elements) can count in Eigen::Index");
+    }
+  }
+}
 
 template <typename T>
 void check_window_and_softcap(const char* api, const Options& opt) {
@@ -90,6 +159,10 @@ Problem<T> make_problem(const char* api, const ConstStridedMap<T>& q, const Cons
                   " (T_k must match); K is " + shape(k.rows(), k.cols()) + ", V is " +
                   shape(v->rows(), v->cols()));
   }
+  check_matrix_size(api, "Q", q);
+  check_matrix_size(api, "K", k);
+  if (v != nullptr) check_matrix_size(api, "V", *v);
+  check_scratch<T>(api, q.cols(), v != nullptr ? v->cols() : 0, k.rows());
   const T scale = resolve_scale<T>(api, opt, q.cols(), "Q is " + shape(q.rows(), q.cols()));
   check_threads(api, opt);
   const ConstStridedMap<T> no_v(nullptr, 0, 0, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(0, 0));
@@ -108,6 +181,7 @@ void check_output(const char* api, const char* name, const StridedMap<T>& out, I
     fail(api, std::string(name) + " is " + shape(out.rows(), out.cols()) + " but must be " +
                   shape(rows, cols));
   }
+  check_matrix_size(api, name, out);
   if (rows == 0 || cols == 0) return;  // nothing is written
   // Two distinct elements must never share an address (a zero stride, or rows interleaved
   // into each other), or the results would overwrite each other.
@@ -168,11 +242,21 @@ std::string dims(const View& v) {
          std::to_string(v.dim) + "]";
 }
 
+// The element count and byte span of a 4-D view fit Eigen::Index (check_view_size; a size of
+// 0 counts as 1, as the scheduler multiplies batch, heads and query tiles whatever dim is).
+template <class View>
+void check_extent(const char* api, const char* name, const View& v) {
+  const Index sizes[4] = {v.batch, v.heads, v.tokens, v.dim};
+  const Index strides[4] = {v.batch_stride, v.head_stride, v.token_stride, v.dim_stride};
+  check_view_size(api, name, 4, sizes, strides, sizeof(*v.data), true);
+}
+
 template <class View>
 void check_sizes(const char* api, const char* name, const View& v) {
   if (v.batch < 0 || v.heads < 0 || v.tokens < 0 || v.dim < 0) {
     fail(api, std::string(name) + " has a negative size: " + dims(v));
   }
+  check_extent(api, name, v);
   if (v.data == nullptr && v.batch * v.heads * v.tokens * v.dim != 0) {
     fail(api, std::string(name) + " " + dims(v) + " has no data");
   }
@@ -200,6 +284,9 @@ void check_broadcast(const char* api, const char* name, const BroadcastView<Elem
                   std::to_string(batch) + " or 1, " + std::to_string(heads) + " or 1, " + std::to_string(tq) +
                   ", " + std::to_string(tk) + "]");
   }
+  const HeadsView<const Element> as_view{m.data, m.batch, m.heads, m.rows, m.cols,
+                                         m.batch_stride, m.head_stride, m.row_stride, m.col_stride};
+  check_extent(api, name, as_view);
 }
 
 // The bytes a 4-D view may touch, for a conservative overlap test.
@@ -221,6 +308,9 @@ bool extent4(const View& v, std::uintptr_t& lo, std::uintptr_t& hi) {
 
 template <class A, class B>
 void check_apart(const char* api, const char* a_name, const A& a, const char* b_name, const B& b) {
+  // extent4's arithmetic must not overflow (a no-op for views already checked).
+  check_extent(api, a_name, a);
+  check_extent(api, b_name, b);
   std::uintptr_t a_lo, a_hi, b_lo, b_hi;
   if (!extent4(a, a_lo, a_hi) || !extent4(b, b_lo, b_hi)) return;
   if (a_lo <= b_hi && b_lo <= a_hi) {
@@ -256,6 +346,7 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
     fail(api, "K has d_k = " + std::to_string(k.dim) + " but Q has " + std::to_string(q.dim) + "; Q is " + dims(q) +
                   ", K is " + dims(k));
   }
+  check_scratch<T>(api, q.dim, v.dim, k.tokens);
   const T scale = resolve_scale<T>(api, opt, q.dim, "Q is " + dims(q));
   check_threads(api, opt);
   check_window_and_softcap<T>(api, opt);
@@ -267,6 +358,10 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
   if (varlen) {
     if (cu_q == nullptr || cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
     if (sequences < 0) fail(api, "the number of sequences is negative: " + std::to_string(sequences));
+    if (sequences > kIndexMax / static_cast<Index>(sizeof(std::int64_t)) - 1) {
+      fail(api, "the number of sequences, " + std::to_string(sequences) +
+                    ", is too large: cu_seqlens of batch + 1 offsets would span more bytes than Eigen::Index can count");
+    }
     if (q.batch != 1) fail(api, "a packed batch has batch size 1 in its views, but Q is " + dims(q));
     if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
       fail(api, "a packed variable-length batch takes no mask, bias or key_lengths (ALiBi, causal and window apply)");
@@ -288,6 +383,8 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
     check_broadcast(api, "mask", masks.mask, B, H, tq, tk);
     check_broadcast(api, "bias", masks.bias, B, H, tq, tk);
     if (masks.key_lengths != nullptr) {
+      const Index sizes[1] = {B}, strides[1] = {1};
+      check_view_size(api, "key_lengths", 1, sizes, strides, sizeof(std::int64_t), false);
       for (Index b = 0; b < B; ++b) {
         if (masks.key_lengths[b] < 0 || masks.key_lengths[b] > tk) {
           fail(api, "key_lengths[" + std::to_string(b) + "] = " + std::to_string(masks.key_lengths[b]) +
@@ -383,6 +480,10 @@ std::vector<Index> varlen_score_offsets(const char* api, const std::int64_t* cu_
   if (cu_q == nullptr || cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
   if (batch < 0) fail(api, "the number of sequences is negative: " + std::to_string(batch));
   if (heads < 0) fail(api, "the number of heads is negative: " + std::to_string(heads));
+  if (batch > kIndexMax / static_cast<Index>(sizeof(std::int64_t)) - 1) {
+    fail(api, "the number of sequences, " + std::to_string(batch) +
+                  ", is too large: cu_seqlens of batch + 1 offsets would span more bytes than Eigen::Index can count");
+  }
   std::vector<Index> offsets(static_cast<std::size_t>(batch) + 1, 0);
   for (const auto& [name, cu] : {std::pair{"cu_seqlens_q", cu_q}, std::pair{"cu_seqlens_k", cu_k}}) {
     if (cu[0] != 0) fail(api, std::string(name) + "[0] is " + std::to_string(cu[0]) + " but must be 0");
@@ -398,7 +499,9 @@ std::vector<Index> varlen_score_offsets(const char* api, const std::int64_t* cu_
     Index block = 0, next = 0;
     if (__builtin_mul_overflow(tq, tk, &block) || __builtin_mul_overflow(block, heads, &block) ||
         __builtin_add_overflow(offsets[b], block, &next)) {
-      fail(api, "the packed weights of " + std::to_string(batch) + " sequences overflow the index type");
+      fail(api, "the packed weights of " + std::to_string(batch) + " sequences overflow Eigen::Index at sequence " +
+                    std::to_string(b) + " (T_q = " + std::to_string(tq) + ", T_k = " + std::to_string(tk) +
+                    ", heads = " + std::to_string(heads) + ")");
     }
     offsets[b + 1] = next;
   }
@@ -426,6 +529,8 @@ void check_packed_scores(const char* api, const T* scores, std::size_t size, std
                                       const ConstStridedMap<T>&, const ConstStridedMap<T>*,  \
                                       const Options&);                                       \
   template void check_output<T>(const char*, const char*, const StridedMap<T>&, Index, Index); \
+  template void check_result_size<T>(const char*, const char*, const char*, Index, Index);   \
+  template void check_scratch<T>(const char*, Index, Index, Index);                         \
   template void check_window_and_softcap<T>(const char*, const Options&);                   \
   template HeadsProblem<T> make_heads_problem<T>(                                              \
       const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>, HeadsView<T>, HeadsView<T>, \

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 #include <EigenAttention/Types.hpp>
 
@@ -52,11 +53,57 @@ void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> l
 template <typename T>
 void check_window_and_softcap(const char* api, const Options& opt);
 
-/// Throws std::invalid_argument unless `out` is rows x cols and no two of its elements share
-/// memory. `name` is the output's name in messages ("out", "scores", ...).
+/// Throws std::invalid_argument unless `out` is rows x cols, its element count and byte span are
+/// representable (check_view_size), and no two of its elements share memory. `name` is the
+/// output's name in messages ("out", "scores", ...).
 template <typename T>
 void check_output(const char* api, const char* name, const StridedMap<T>& out, Index rows,
                   Index cols);
+
+/// Size limits. Every size check runs before anything is allocated or any input is read, and
+/// throws std::invalid_argument naming the sizes (with __builtin_mul_overflow: nothing here may
+/// overflow while checking). What is rejected:
+/// - a view (input or output, 2-D or a HeadsView, mask, bias, vector) whose element count, or
+///   whose byte span sum over axes of |stride| * size * sizeof(element) (a size of 0 counting
+///   as 1), does not fit Eigen::Index: no pointer arithmetic on it could be valid;
+/// - a result the library allocates (rows x cols elements of T) whose bytes do not fit
+///   Eigen::Index (check_result_size); one that fits but cannot be had surfaces as Eigen's
+///   std::bad_alloc;
+/// - d_k, d_v or T_k above kMaxScratchRowLength<T>: the tiled kernels' per-thread scratch holds
+///   fewer than kScratchRows rows of max(d_k, d_v) elements (and the decomposed call's, rows of
+///   T_k), plus constants below kScratchRows^2, and that count must stay representable
+///   (tiled_kernel.hpp: kRows + 2 kCols + ... is far below kScratchRows). T_k is checked for
+///   every call alike.
+constexpr Index kScratchRows = 4096;
+template <typename T>
+constexpr Index kMaxScratchRowLength =
+    std::numeric_limits<Index>::max() / (kScratchRows * static_cast<Index>(sizeof(T))) - kScratchRows;
+
+/// Throws std::invalid_argument unless a strided view of sizes[i] elements with strides[i]
+/// (in elements of `element_bytes`) along `axes` axes is countable: the product of the sizes
+/// (a 0 counting as 1 when `zero_as_one`, as the 4-D views' partial products are used by the
+/// scheduler) and the byte span fit Eigen::Index. The message names the view (`name`), its
+/// sizes and strides. Allocates nothing unless it throws.
+void check_view_size(const char* api, const char* name, int axes, const Index* sizes, const Index* strides,
+                     std::size_t element_bytes, bool zero_as_one);
+
+/// check_view_size for a 2-D strided view (Q, K, V or a single-head output), named with its shape.
+void check_matrix_size(const char* api, const char* name, Index rows, Index cols, Index row_stride,
+                       Index col_stride, std::size_t element_bytes);
+template <class Map>
+void check_matrix_size(const char* api, const char* name, const Map& m) {
+  check_matrix_size(api, name, m.rows(), m.cols(), m.outerStride(), m.innerStride(), sizeof(typename Map::Scalar));
+}
+
+/// Throws std::invalid_argument unless a rows x cols result of T that the library allocates
+/// has a byte count that fits Eigen::Index (hence size_t). `name` and `what` (e.g. "T_q x T_k")
+/// go into the message.
+template <typename T>
+void check_result_size(const char* api, const char* name, const char* what, Index rows, Index cols);
+
+/// Throws std::invalid_argument when d_k, d_v or T_k exceeds kMaxScratchRowLength<T>.
+template <typename T>
+void check_scratch(const char* api, Index dk, Index dv, Index tk);
 
 /// The memory a strided view covers, for overlap checks.
 struct Region {
