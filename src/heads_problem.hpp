@@ -52,16 +52,19 @@ struct HeadsProblem {
     }
     const auto head_of = [&](const auto& view, index_t head, index_t first, index_t rows) {
       using Element = std::remove_pointer_t<decltype(view.data)>;
-      return RawMatrix<Element>{view.data + batch_index * view.batch_stride + head * view.head_stride +
-                                    first * view.token_stride,
-                                rows, view.dim, view.token_stride, view.dim_stride};
+      // An empty head takes no offset: the view's data may be null.
+      if (rows == 0 || view.dim == 0) return raw_matrix<Element>(view.data, rows, view.dim, 0, 0);
+      return raw_matrix<Element>(view.data + batch_index * view.batch_stride + head * view.head_stride +
+                                     first * view.token_stride,
+                                 rows, view.dim, view.token_stride, view.dim_stride);
     };
     const auto broadcast = [&](const auto& m) {
       using Element = std::remove_const_t<std::remove_pointer_t<decltype(m.data)>>;
       if (m.data == nullptr) return RawMatrix<const Element>{nullptr, 0, 0, 0, 0};
+      if (tq == 0 || tk == 0) return raw_matrix<const Element>(m.data, tq, tk, 0, 0);
       const index_t mb = m.batch == 1 ? 0 : b, mh = m.heads == 1 ? 0 : h;
-      return RawMatrix<const Element>{m.data + mb * m.batch_stride + mh * m.head_stride, tq, tk, m.row_stride,
-                                      m.col_stride};
+      return raw_matrix<const Element>(m.data + mb * m.batch_stride + mh * m.head_stride, tq, tk, m.row_stride,
+                                       m.col_stride);
     };
     RawProblem<T> p{head_of(q, h, q_first, tq),
                     head_of(k, kv, k_first, tk),
@@ -83,7 +86,8 @@ struct HeadsProblem {
                     !out.empty(),
                     !lse.empty()};
     if (packed_scores != nullptr) {
-      p.scores = RawMatrix<T>{packed_scores + score_offsets[b] + h * tq * tk, tq, tk, tk, 1};
+      p.scores = tq * tk == 0 ? raw_matrix<T>(packed_scores, tq, tk, 0, 0)
+                              : raw_matrix<T>(packed_scores + score_offsets[b] + h * tq * tk, tq, tk, tk, 1);
       p.want_scores = true;
     }
     if (!out.empty()) p.attn = head_of(out, h, q_first, tq);
@@ -92,6 +96,7 @@ struct HeadsProblem {
       // SCORES keep the full T_k columns: padded keys get weight 0.
       p.scores = head_of(scores, h, q_first, tq);
       p.scores.cols = tk;
+      if (tk == 0) p.scores = raw_matrix<T>(p.scores.data, tq, 0, 0, 0);
     }
     return p;
   }

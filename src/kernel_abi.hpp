@@ -11,6 +11,11 @@ namespace internal {
 
 using index_t = std::ptrdiff_t;  // Eigen::Index
 
+/// The kernels' per-thread scratch holds fewer than kScratchRows rows of max(d_k, d_v, T_k)
+/// elements (tiled_kernel.hpp checks its tile sizes against it); validation rejects sizes for
+/// which that many rows would overflow Eigen::Index (validate.hpp).
+constexpr index_t kScratchRows = 4096;
+
 /// A strided matrix in memory: element (i, j) is data[i * row_stride + j * col_stride].
 template <typename T>
 struct RawMatrix {
@@ -18,6 +23,15 @@ struct RawMatrix {
   index_t rows, cols;
   index_t row_stride, col_stride;
 };
+
+/// A RawMatrix whose strides are 0 when it holds no element: an empty Eigen matrix may have a
+/// null data(), and the kernels' row and column offsets (data + i * row_stride) must then stay
+/// null + 0, which is defined, rather than null + i.
+template <typename T>
+RawMatrix<T> raw_matrix(T* data, index_t rows, index_t cols, index_t row_stride, index_t col_stride) {
+  if (rows == 0 || cols == 0) return {data, rows, cols, 0, 0};
+  return {data, rows, cols, row_stride, col_stride};
+}
 
 /// One validated single-head problem and where its results go.
 ///
@@ -41,16 +55,19 @@ struct RawProblem {
   RawMatrix<T> lse;     // T_q x 1, when want_lse
   bool want_scores, want_attn, want_lse;
 
-  /// The first key query i may see.
+  /// The first key query i may see. (Written so that no window size, up to PTRDIFF_MAX, can
+  /// overflow: i + offset lies in [-T_q, T_k).)
   index_t first_key(index_t i) const {
-    if (window_left < 0) return 0;
-    return std::clamp<index_t>(i + offset - window_left, 0, k.rows);
+    const index_t c = i + offset;
+    if (window_left < 0 || window_left >= c) return 0;
+    return std::min<index_t>(c - window_left, k.rows);
   }
   /// One past the last key query i may see (never below first_key(i)).
   index_t end_key(index_t i) const {
+    const index_t c = i + offset;
     index_t end = k.rows;
-    if (causal) end = std::min(end, i + offset + 1);
-    if (window_right >= 0) end = std::min(end, i + offset + window_right + 1);
+    if (causal) end = std::min(end, c + 1);
+    if (window_right >= 0 && window_right < k.rows - c) end = std::min(end, c + window_right + 1);
     return std::clamp<index_t>(end, first_key(i), k.rows);
   }
   /// Does any logit need more than scale * q.k and the key range?

@@ -45,7 +45,7 @@ void heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<cons
   run(api, p, opt, true);
   const index_t B = q.batch, H = q.heads, tq = q.tokens, tk = k.tokens;
   // Padded keys (beyond key_lengths) were cut from each head's problem: their weights are 0.
-  if (masks.key_lengths != nullptr) {
+  if (masks.key_lengths != nullptr && !scores.empty()) {
     for (index_t b = 0; b < B; ++b)
       for (index_t h = 0; h < H; ++h)
         for (index_t i = 0; i < tq; ++i)

@@ -33,12 +33,12 @@ struct Problem {
 template <class Map>
 RawMatrix<typename Map::Scalar> raw_of(Map* m) {
   if (m == nullptr) return {nullptr, 0, 0, 0, 0};
-  return {m->data(), m->rows(), m->cols(), m->outerStride(), m->innerStride()};
+  return raw_matrix(m->data(), m->rows(), m->cols(), m->outerStride(), m->innerStride());
 }
 
 template <typename T>
 RawMatrix<const T> raw_input(const ConstStridedMap<T>& m) {
-  return {m.data(), m.rows(), m.cols(), m.outerStride(), m.innerStride()};
+  return raw_matrix(m.data(), m.rows(), m.cols(), m.outerStride(), m.innerStride());
 }
 
 /// The kernel's view of p, writing to the outputs that are not null.

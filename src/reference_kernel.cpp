@@ -68,6 +68,12 @@ void reference_kernel(const RawProblem<T>& p) {
     scores.row(i) = (row == minus_inf).select(T(0), (row - row_max).exp()).matrix();
     const T sum = scores.row(i).sum();
     scores.row(i) /= sum;
+    // Hidden keys stay exactly 0 even when the sum is NaN (a NaN logit this row sees).
+    if (std::isnan(sum)) {
+      for (Index j = 0; j < tk; ++j) {
+        if (!visible(i, j)) scores(i, j) = T(0);
+      }
+    }
     lse(i) = row_max + std::log(sum);
   }
   // 7. ATTN = SCORES V, each query summing over the keys it sees (so that a hidden key's V row,

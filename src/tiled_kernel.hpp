@@ -36,7 +36,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -55,6 +57,13 @@ namespace {
 constexpr index_t kRows = 128;  // query rows per tile
 constexpr index_t kCols = 512;  // keys per tile
 constexpr index_t kDecRows = 64;  // query rows whose whole logit rows the decomposed call holds
+// Validation bounds d_k, d_v and T_k so that kScratchRows rows of them fit Eigen::Index
+// (kernel_abi.hpp); the arenas below must take fewer rows than that. Fused: Q, K, V, acc tiles
+// (kRows + 2 kCols + kRows rows of d_k or d_v), m and l, S (kRows x kCols, a constant).
+// Decomposed: Q, K, V, acc tiles and kDecRows rows of T_k logits. The GEMM packing buffers
+// are bounded by Eigen's cache-sized blocking, far below either.
+static_assert(2 * kRows + 2 * kCols + 2 < kScratchRows, "fused tiles too large for the scratch size limit");
+static_assert(2 * kDecRows + 2 * kCols + kDecRows < kScratchRows, "decomposed tiles too large for the scratch size limit");
 
 template <typename T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -63,17 +72,36 @@ using TileMap = Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
 template <typename T>
 using StridedMap = Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
 
-/// Per-thread scratch, 64-byte aligned, grown on demand and kept for the next call.
+/// Per-thread scratch, 64-byte aligned, grown on demand and kept for the next call. (Not
+/// Eigen::aligned_allocator: that aligns only to this translation unit's EIGEN_MAX_ALIGN_BYTES,
+/// 16 in the portable build, while the softmax maps rows as Aligned64.)
 template <typename T>
 class Arena {
  public:
   explicit Arena(std::size_t elements) {
-    thread_local std::vector<T, Eigen::aligned_allocator<T>> buffer;
-    if (buffer.size() < elements) {
-      buffer = std::vector<T, Eigen::aligned_allocator<T>>();
-      buffer.resize(elements);
+    struct Buffer {
+      T* data = nullptr;
+      std::size_t size = 0;
+      ~Buffer() { release(); }
+      void release() {
+        std::free(data);
+        data = nullptr;
+        size = 0;
+      }
+    };
+    thread_local Buffer buffer;
+    if (buffer.size < elements) {
+      buffer.release();
+      // aligned_alloc rather than aligned operator new: a failure is a null pointer that we turn
+      // into std::bad_alloc, which tools that replace the allocator (valgrind) also report so.
+      const std::size_t bytes = (elements * sizeof(T) + 63) / 64 * 64;
+      buffer.data = static_cast<T*>(std::aligned_alloc(64, bytes));
+      if (buffer.data == nullptr) throw std::bad_alloc();
+      // Value-initialised, so that tools such as memcheck never see uninitialised scratch.
+      std::fill_n(buffer.data, elements, T(0));
+      buffer.size = elements;
     }
-    next_ = buffer.data();
+    next_ = buffer.data;
   }
   /// Room for n elements, keeping 64-byte alignment for the next one.
   T* take(index_t n) {
@@ -246,13 +274,15 @@ void exp_in_packets(T* row, index_t a, index_t b, T shift) {
   std::fill(row + e0, row + a, minus_inf);
   std::fill(row + b, row + e1, minus_inf);
   Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>, Eigen::Aligned64> w(row + e0, e1 - e0);
-  w = (w - shift).exp();
+  // exp(-inf) must be exactly 0 (Eigen clamps the argument, which gives a subnormal): a key that
+  // an additive bias of -inf hides weighs nothing.
+  w = (w == minus_inf).select(T(0), (w - shift).exp());
   std::fill(row + e0, row + a, T(0));
   std::fill(row + b, row + e1, T(0));
 }
 
-/// After the exp: keys the boolean mask hides weigh exactly 0 (Eigen's exp(-inf) may be a
-/// subnormal on some instruction sets).
+/// After the division by the row sum: keys the boolean mask hides weigh exactly 0 even when the
+/// sum is NaN (0 / NaN).
 template <typename T, class Segment>
 void zero_masked(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& w) {
   if (p.mask.data == nullptr) return;
@@ -366,8 +396,7 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
           continue;
         }
         const T rescale = std::exp(m(r) - new_max);  // 0 on the row's first visible tile
-        exp_in_packets(s_buf + r * lds, span.a, span.b, new_max);
-        zero_masked(p, i0 + r, j0 + span.a, row);
+        exp_in_packets(s_buf + r * lds, span.a, span.b, new_max);  // masked keys (-inf) give exactly 0
         l(r) = rescale * l(r) + row.sum();
         if (rescale != T(1)) acc.row(r) *= rescale;
         m(r) = new_max;
@@ -443,9 +472,11 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
         row.setZero();
       } else {
         exp_in_packets(s_buf + r * lds, span.a, span.b, max);
-        zero_masked(p, i, key_begin + span.a, row);
         const T sum = row.sum();
         row /= sum;
+        // After the division, so that a NaN sum (a NaN logit this row sees) leaves the keys the
+        // mask hides at exactly 0.
+        zero_masked(p, i, key_begin + span.a, row);
         lse = max + std::log(sum);
       }
       if (p.want_lse) p.lse.data[i * p.lse.row_stride] = lse;

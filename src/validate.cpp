@@ -354,7 +354,10 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
   if (!out.empty() || scores.empty()) check_shape(api, "out", out, q.batch, H, tq, v.dim, "[B, H, T_q, d_v]");
   if (!lse.empty()) check_shape(api, "lse", lse, q.batch, H, tq, 1, "[B, H, T_q, 1]");
   if (!scores.empty()) check_shape(api, "scores", scores, q.batch, H, tq, tk, "[B, H, T_q, T_k]");
-  if (!average.empty()) check_shape(api, "average_scores", average, q.batch, 1, tq, tk, "[B, 1, T_q, T_k]");
+  if (!average.empty()) {
+    check_shape(api, "average_scores", average, q.batch, 1, tq, tk, "[B, 1, T_q, T_k]");
+    if (scores.empty()) fail(api, "average_scores is the mean of the per-head scores, so scores must be given too");
+  }
   if (varlen) {
     if (cu_q == nullptr || cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
     if (sequences < 0) fail(api, "the number of sequences is negative: " + std::to_string(sequences));
@@ -423,6 +426,7 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
   check_apart(api, "lse", lse, "scores", scores);
   check_apart(api, "average_scores", average, "scores", scores);
   check_apart(api, "average_scores", average, "out", out);
+  check_apart(api, "average_scores", average, "lse", lse);
 
   HeadsProblem<T> p;
   p.q = q;
@@ -522,6 +526,15 @@ void check_packed_scores(const char* api, const T* scores, std::size_t size, std
   check_apart(api, "scores", packed, "V", p.v);
   check_apart(api, "scores", packed, "out", HeadsView<const T>(p.out));
   check_apart(api, "scores", packed, "lse", HeadsView<const T>(p.lse));
+  const auto as_vector = [](const auto* data, Index n) {
+    using Element = std::remove_pointer_t<decltype(data)>;
+    return HeadsView<Element>{data, 1, 1, 1, n, 0, 0, 0, 1};
+  };
+  check_apart(api, "scores", packed, "cu_seqlens_q", as_vector(p.cu_q, p.sequences + 1));
+  check_apart(api, "scores", packed, "cu_seqlens_k", as_vector(p.cu_k, p.sequences + 1));
+  if (p.masks.alibi_slopes != nullptr) {
+    check_apart(api, "scores", packed, "alibi_slopes", as_vector(p.masks.alibi_slopes, p.q.heads));
+  }
 }
 
 #define EIGEN_ATTENTION_INSTANTIATE(T)                                                       \

@@ -74,7 +74,7 @@ void check_output(const char* api, const char* name, const StridedMap<T>& out, I
 ///   T_k), plus constants below kScratchRows^2, and that count must stay representable
 ///   (tiled_kernel.hpp: kRows + 2 kCols + ... is far below kScratchRows). T_k is checked for
 ///   every call alike.
-constexpr Index kScratchRows = 4096;
+// kScratchRows is in kernel_abi.hpp, where the kernels check their tiles against it.
 template <typename T>
 constexpr Index kMaxScratchRowLength =
     std::numeric_limits<Index>::max() / (kScratchRows * static_cast<Index>(sizeof(T))) - kScratchRows;

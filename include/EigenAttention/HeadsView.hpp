@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 
 #include <EigenAttention/Types.hpp>
+#include <EigenAttention/detail/StrideProduct.hpp>
 
 namespace EigenAttention {
 
@@ -35,14 +36,20 @@ struct HeadsView {
   Eigen::Index batch_stride = 0, head_stride = 0, token_stride = 0, dim_stride = 1;
 
   /// A contiguous [batch, heads, tokens, dim] buffer.
+  /// \throws std::invalid_argument when a stride overflows Eigen::Index.
   static HeadsView bhtd(Scalar* data, Eigen::Index batch, Eigen::Index heads, Eigen::Index tokens,
                         Eigen::Index dim) {
-    return {data, batch, heads, tokens, dim, heads * tokens * dim, tokens * dim, dim, 1};
+    const auto sizes = {batch, heads, tokens, dim};
+    return {data, batch, heads, tokens, dim, detail::stride_product("HeadsView::bhtd", sizes, {heads, tokens, dim}),
+            detail::stride_product("HeadsView::bhtd", sizes, {tokens, dim}), dim, 1};
   }
   /// A contiguous [batch, tokens, heads, dim] buffer (note the order of the size arguments).
+  /// \throws std::invalid_argument when a stride overflows Eigen::Index.
   static HeadsView bthd(Scalar* data, Eigen::Index batch, Eigen::Index tokens, Eigen::Index heads,
                         Eigen::Index dim) {
-    return {data, batch, heads, tokens, dim, tokens * heads * dim, dim, heads * dim, 1};
+    const auto sizes = {batch, tokens, heads, dim};
+    return {data, batch, heads, tokens, dim, detail::stride_product("HeadsView::bthd", sizes, {tokens, heads, dim}),
+            dim, detail::stride_product("HeadsView::bthd", sizes, {heads, dim}), 1};
   }
   /// A contiguous buffer in either layout, sizes given as (batch, heads, tokens, dim).
   static HeadsView contiguous(Scalar* data, Layout layout, Eigen::Index batch, Eigen::Index heads,
@@ -59,13 +66,14 @@ struct HeadsView {
   template <class Tensor>
   static HeadsView from_tensor(Tensor& t, Layout layout) {
     Eigen::Index size[4], stride[4];
+    for (int axis = 0; axis < 4; ++axis) size[axis] = t.dimension(axis);
+    const auto sizes = {size[0], size[1], size[2], size[3]};
     Eigen::Index step = 1;
     const bool row_major = int(Tensor::Layout) == int(Eigen::RowMajor);
     for (int k = 0; k < 4; ++k) {
       const int axis = row_major ? 3 - k : k;
-      size[axis] = t.dimension(axis);
       stride[axis] = step;
-      step *= size[axis];
+      if (k < 3) step = detail::stride_product("HeadsView::from_tensor", sizes, {step, size[axis]});
     }
     if (layout == Layout::BHTD) {
       return {t.data(), size[0], size[1], size[2], size[3], stride[0], stride[1], stride[2], stride[3]};

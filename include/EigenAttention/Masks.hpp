@@ -7,6 +7,8 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/detail/StrideProduct.hpp>
+
 namespace EigenAttention {
 
 /// A T_q x T_k matrix per (sequence, head), broadcast where a size is 1: shape
@@ -24,14 +26,19 @@ struct BroadcastView {
     return {data, 1, 1, rows, cols, 0, 0, cols, 1};
   }
   /// A contiguous [batch, 1, T_q, T_k] array: one matrix per sequence, shared by its heads.
+  /// (This and per_head throw std::invalid_argument when a stride overflows Eigen::Index.)
   static BroadcastView per_sequence(const Element* data, Eigen::Index batch, Eigen::Index rows,
                                     Eigen::Index cols) {
-    return {data, batch, 1, rows, cols, rows * cols, 0, cols, 1};
+    return {data, batch, 1, rows, cols,
+            detail::stride_product("BroadcastView::per_sequence", {batch, rows, cols}, {rows, cols}), 0, cols, 1};
   }
   /// A contiguous [batch, heads, T_q, T_k] array: one matrix per sequence and head.
   static BroadcastView per_head(const Element* data, Eigen::Index batch, Eigen::Index heads, Eigen::Index rows,
                                 Eigen::Index cols) {
-    return {data, batch, heads, rows, cols, heads * rows * cols, rows * cols, cols, 1};
+    const auto sizes = {batch, heads, rows, cols};
+    return {data, batch, heads, rows, cols,
+            detail::stride_product("BroadcastView::per_head", sizes, {heads, rows, cols}),
+            detail::stride_product("BroadcastView::per_head", sizes, {rows, cols}), cols, 1};
   }
   /// An Eigen matrix (any storage order, direct access) for every sequence and head.
   template <class Derived>

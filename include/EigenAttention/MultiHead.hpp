@@ -62,7 +62,9 @@ void attention_heads(HeadsView<const double> q, HeadsView<const double> k, Heads
 /// attention_heads() that also writes the weights of every head into `scores` [B, H, T_q, T_k]
 /// (a HeadsView whose `tokens` is T_q and `dim` is T_k) and, when `average_scores` is not empty,
 /// their mean over the heads into it ([B, 1, T_q, T_k], as nn.MultiheadAttention's
-/// average_attn_weights=True). `out` may be empty when only the weights are wanted.
+/// average_attn_weights=True). `out` may be empty when only the weights are wanted; `scores`
+/// may be empty when only `out` is (then it is attention_heads()), but not with
+/// `average_scores`, which is computed from it (std::invalid_argument).
 void attention_heads_decomposed(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
                                 HeadsView<float> scores, HeadsView<float> out, const Options& opt = {},
                                 const Masks<float>& masks = {}, HeadsView<float> lse = {},

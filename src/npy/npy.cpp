@@ -435,6 +435,14 @@ void check_array(const Array& a, DType dtype, std::size_t ndim, const char* what
     fail(what, "holds " + std::to_string(a.bytes.size()) + " bytes but shape " + shape_string(a.shape) +
                    " needs " + std::to_string(need));
   }
+  // The strides of a view are products of dimensions; with a zero dimension the others may be
+  // anything, so check the product of the non-zero ones.
+  std::int64_t product = 1;
+  for (std::int64_t d : a.shape) {
+    if (d != 0 && __builtin_mul_overflow(product, d, &product)) {
+      fail(what, "shape " + shape_string(a.shape) + " is too large to view: its strides overflow Eigen::Index");
+    }
+  }
 }
 
 }  // namespace detail

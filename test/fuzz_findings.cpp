@@ -1,0 +1,330 @@
+// What the fuzzers (test/fuzz) found, one case per finding, each reduced to the smallest call
+// that showed it. The inputs that found them stay in test/fuzz/findings/, which scripts/fuzz
+// replays before every campaign; these cases keep the fixes in the ordinary test run (and in the
+// sanitized one, where the undefined behaviour the first ones caused is reported).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "random.hpp"
+
+#if defined(EIGEN_ATTENTION_TEST_NPY)
+#include <EigenAttention/Npy.hpp>
+#endif
+
+using namespace ea_test;
+
+namespace {
+
+using Index = Eigen::Index;
+constexpr std::ptrdiff_t kHuge = std::numeric_limits<std::ptrdiff_t>::max();
+
+template <class T>
+bool same_bits(const RowMatrix<T>& a, const RowMatrix<T>& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+  for (Index i = 0; i < a.rows(); ++i)
+    for (Index j = 0; j < a.cols(); ++j)
+      if (!(a(i, j) == b(i, j) || (std::isnan(a(i, j)) && std::isnan(b(i, j))))) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("fuzz finding window-overflow: windows up to PTRDIFF_MAX are unbounded windows", T, float,
+                   double) {
+  // i + offset - window_left and i + offset + window_right + 1 overflowed in the kernels'
+  // key ranges (signed overflow: undefined behaviour; in practice rows saw no key).
+  Rng rng(11);
+  const auto Q = random_matrix<RowMatrix<T>>(rng, 7, 3), K = random_matrix<RowMatrix<T>>(rng, 5, 3),
+             V = random_matrix<RowMatrix<T>>(rng, 5, 2);
+  for (const bool causal : {false, true}) {
+    for (const auto alignment : {ea::CausalAlignment::TopLeft, ea::CausalAlignment::BottomRight}) {
+      for (const auto kernel : kernels_under_test()) {
+        CAPTURE(causal);
+        CAPTURE(int(alignment));
+        const std::string kname = ea::kernel_name(kernel);
+        CAPTURE(kname);
+        ea::Options plain;
+        plain.causal = causal;
+        plain.alignment = alignment;
+        plain.kernel = kernel;
+        const auto expected = ea::attention_decomposed(Q, K, V, plain);
+        for (const auto& [left, right] : {std::pair{kHuge, kHuge}, std::pair{kHuge, std::ptrdiff_t{-1}},
+                                          std::pair{std::ptrdiff_t{-1}, kHuge}, std::pair{kHuge - 1, kHuge - 7}}) {
+          CAPTURE(left);
+          CAPTURE(right);
+          ea::Options opt = plain;
+          opt.window_left = left;
+          opt.window_right = right;
+          const auto r = ea::attention_decomposed(Q, K, V, opt);
+          CHECK(same_bits<T>(r.scores, expected.scores));
+          CHECK(same_bits<T>(r.attn, expected.attn));
+          CHECK(same_bits<T>(ea::attention(Q, K, V, opt), ea::attention(Q, K, V, plain)));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("fuzz finding hidden-nan: a NaN logit leaves the keys a row does not see at exactly 0", T, float,
+                   double) {
+  // The row sum was NaN and the final division reached the hidden keys' zeros too.
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  RowMatrix<T> Q(2, 1), K(2, 1), V(2, 1);
+  Q << nan, 1;
+  K << 1, 1;
+  V << 1, 2;
+  const T q[2] = {nan, 1}, k[2] = {1, 1}, v[2] = {1, 2};
+  const bool mask[4] = {true, false, true, true};
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    ea::Options opt;
+    opt.kernel = kernel;
+    opt.causal = true;  // query 0 sees key 0 only
+    const auto r = ea::attention_decomposed(Q, K, V, opt);
+    CHECK(std::isnan(r.scores(0, 0)));
+    CHECK(r.scores(0, 1) == 0);
+    CHECK(std::isnan(r.attn(0, 0)));
+    CHECK(r.scores(1, 0) == T(0.5));  // row 1 is untouched
+    // The same through a boolean mask (multi-head call).
+    opt.causal = false;
+    T scores[4], out[2];
+    ea::Masks<T> m;
+    m.mask = ea::BroadcastView<bool>::matrix(mask, 2, 2);
+    ea::attention_heads_decomposed(ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 2, 1),
+                                   ea::HeadsView<const T>::bhtd(v, 1, 1, 2, 1), ea::HeadsView<T>::bhtd(scores, 1, 1, 2, 2),
+                                   ea::HeadsView<T>::bhtd(out, 1, 1, 2, 1), opt, m);
+    CHECK(std::isnan(scores[0]));
+    CHECK(scores[1] == 0);
+    CHECK(scores[2] == T(0.5));
+    CHECK(scores[3] == T(0.5));
+  }
+}
+
+TEST_CASE_TEMPLATE("fuzz finding: an additive bias of -inf gives a weight of exactly 0 on every kernel", T, float,
+                   double) {
+  // Eigen's vectorised exp clamps its argument, so exp(-inf) came out as a subnormal.
+  const T q[2] = {1, 2}, k[3] = {1, 2, 3}, v[3] = {1, 2, 3};
+  const T inf = std::numeric_limits<T>::infinity();
+  const T bias[6] = {0, -inf, 0, -inf, 0, 0};
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    ea::Options opt;
+    opt.kernel = kernel;
+    ea::Masks<T> m;
+    m.bias = ea::BroadcastView<T>::matrix(bias, 2, 3);
+    T scores[6], out[2];
+    ea::attention_heads_decomposed(ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 3, 1),
+                                   ea::HeadsView<const T>::bhtd(v, 1, 1, 3, 1), ea::HeadsView<T>::bhtd(scores, 1, 1, 2, 3),
+                                   ea::HeadsView<T>::bhtd(out, 1, 1, 2, 1), opt, m);
+    CHECK(scores[1] == 0);
+    CHECK(scores[3] == 0);
+    T fused[2];
+    ea::attention_heads(ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 3, 1),
+                        ea::HeadsView<const T>::bhtd(v, 1, 1, 3, 1), ea::HeadsView<T>::bhtd(fused, 1, 1, 2, 1), opt, m);
+    // Row 1 sees keys 1 and 2 only, row 0 keys 0 and 2.
+    const T w0 = 1 / (1 + std::exp(T(2))), w1 = w0;  // logits 1, 3 and 4, 6
+    CHECK(fused[0] == doctest::Approx(double(w0 * 1 + (1 - w0) * 3)));
+    CHECK(fused[1] == doctest::Approx(double(w1 * 2 + (1 - w1) * 3)));
+  }
+}
+
+TEST_CASE_TEMPLATE("fuzz finding null-offset: empty column-major matrices (null data) in every role", T, float,
+                   double) {
+  // An empty Eigen::Matrix has data() == nullptr; the kernels offset it by row * row_stride,
+  // which is undefined behaviour unless the offset is 0 (reported by UBSan).
+  Rng rng(12);
+  const auto Q = random_matrix<ColMatrix<T>>(rng, 4, 3), K = random_matrix<ColMatrix<T>>(rng, 6, 3);
+  const ColMatrix<T> V0(6, 0);
+  REQUIRE(V0.data() == nullptr);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    for (const bool causal : {false, true}) {
+      ea::Options opt;
+      opt.kernel = kernel;
+      opt.causal = causal;
+      ColMatrix<T> out(4, 0), scores(4, 6);
+      ea::Vector<T> lse(4);
+      ea::attention_into(Q, K, V0, out, lse, opt);
+      ea::attention_decomposed_into(Q, K, V0, scores, out, lse, opt);
+      CHECK(out.rows() == 4);
+      CHECK(out.cols() == 0);
+      CHECK((scores.rowwise().sum().array() - 1).abs().maxCoeff() < 1e-5);
+      // d_k = 0: every logit 0, uniform weights over the visible keys.
+      const ColMatrix<T> Q0(4, 0), K0(6, 0);
+      const auto V = random_matrix<ColMatrix<T>>(rng, 6, 2);
+      opt.scale = 1.0;
+      const auto r = ea::attention_decomposed(Q0, K0, V, opt);
+      CHECK(r.scores(0, 0) == (causal ? T(1) : T(1) / 6));
+      // T_k = 0: no key at all, zero rows and LSE -inf.
+      const ColMatrix<T> Ke(0, 3), Ve(0, 2);
+      ColMatrix<T> oute(4, 2), scorese(4, 0);
+      ea::attention_decomposed_into(Q, Ke, Ve, scorese, oute, lse, opt);
+      CHECK(oute.isZero(0));
+      CHECK(lse(0) == -std::numeric_limits<T>::infinity());
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("fuzz finding empty-scores: averaging needs the per-head scores; key padding without them works",
+                   T, float, double) {
+  // With no SCORES view, averaging and key-padding zeroing wrote through its null pointer.
+  Rng rng(13);
+  const Index B = 2, H = 2, tq = 3, tk = 4, d = 2;
+  const auto q = random_matrix<RowMatrix<T>>(rng, B * H * tq, d), k = random_matrix<RowMatrix<T>>(rng, B * H * tk, d),
+             v = random_matrix<RowMatrix<T>>(rng, B * H * tk, d);
+  const auto Q = ea::HeadsView<const T>::bhtd(q.data(), B, H, tq, d);
+  const auto K = ea::HeadsView<const T>::bhtd(k.data(), B, H, tk, d);
+  const auto V = ea::HeadsView<const T>::bhtd(v.data(), B, H, tk, d);
+  std::vector<T> out(B * H * tq * d, T(-7)), average(B * tq * tk, T(-7));
+  const auto Out = ea::HeadsView<T>::bhtd(out.data(), B, H, tq, d);
+  const auto Average = ea::HeadsView<T>::bhtd(average.data(), B, 1, tq, tk);
+  try {
+    ea::attention_heads_decomposed(Q, K, V, {}, Out, {}, {}, {}, Average);
+    FAIL("no exception");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("average_scores") != std::string::npos);
+  }
+  CHECK(out[0] == T(-7));  // nothing written
+  CHECK(average[0] == T(-7));
+
+  const std::int64_t lengths[2] = {2, 4};
+  ea::Masks<T> m;
+  m.key_lengths = lengths;
+  ea::attention_heads_decomposed(Q, K, V, {}, Out, {}, m);
+  std::vector<T> expected(out.size());
+  ea::attention_heads(Q, K, V, ea::HeadsView<T>::bhtd(expected.data(), B, H, tq, d), {}, m);
+  CHECK(out == expected);
+}
+
+TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or ALiBi slopes are rejected", T, float,
+                   double) {
+  Rng rng(14);
+  const Index tq = 3, tk = 3, d = 2;
+  const auto q = random_matrix<RowMatrix<T>>(rng, tq, d), k = random_matrix<RowMatrix<T>>(rng, tk, d),
+             v = random_matrix<RowMatrix<T>>(rng, tk, d);
+  const auto Q = ea::HeadsView<const T>::bhtd(q.data(), 1, 1, tq, d);
+  const auto K = ea::HeadsView<const T>::bhtd(k.data(), 1, 1, tk, d);
+  const auto V = ea::HeadsView<const T>::bhtd(v.data(), 1, 1, tk, d);
+  // average_scores over lse.
+  std::vector<T> scores(tq * tk), out(tq * d), shared(tq * tk, T(-7));
+  const auto check_throws = [](const auto& call, const char* words) {
+    try {
+      call();
+      FAIL("no exception");
+    } catch (const std::invalid_argument& e) {
+      CAPTURE(e.what());
+      CHECK(std::string(e.what()).find(words) != std::string::npos);
+    }
+  };
+  check_throws(
+      [&] {
+        ea::attention_heads_decomposed(Q, K, V, ea::HeadsView<T>::bhtd(scores.data(), 1, 1, tq, tk),
+                                       ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), {}, {},
+                                       ea::HeadsView<T>::bhtd(shared.data(), 1, 1, tq, 1),
+                                       ea::HeadsView<T>::bhtd(shared.data(), 1, 1, tq, tk));
+      },
+      "overlaps lse");
+  CHECK(shared[0] == T(-7));
+
+  // Packed varlen weights over cu_seqlens_q, cu_seqlens_k or the ALiBi slopes: one buffer of
+  // int64 offsets / slopes and weights (the caller's mistake, which must not go unnoticed).
+  const std::int64_t cu[2] = {0, 3};
+  const std::size_t size = ea::varlen_scores_size(cu, cu, 1, 1);
+  REQUIRE(size == 9);
+  static_assert(sizeof(std::int64_t) % sizeof(T) == 0);
+  std::vector<std::int64_t> storage(16);
+  T* const weights = reinterpret_cast<T*>(storage.data());
+  std::int64_t* const cu_in_weights = storage.data() + 1;  // inside the weights' bytes
+  cu_in_weights[0] = 0;
+  cu_in_weights[1] = 3;
+  check_throws(
+      [&] {
+        ea::attention_varlen_decomposed(Q, K, V, weights, size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d),
+                                        cu_in_weights, cu, 1);
+      },
+      "cu_seqlens_q");
+  check_throws(
+      [&] {
+        ea::attention_varlen_decomposed(Q, K, V, weights, size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), cu,
+                                        cu_in_weights, 1);
+      },
+      "cu_seqlens_k");
+  std::vector<T> packed(size + 1);
+  ea::Masks<T> m;
+  m.alibi_slopes = packed.data() + 4;
+  packed[4] = T(0.5);
+  check_throws(
+      [&] {
+        ea::attention_varlen_decomposed(Q, K, V, packed.data(), size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d),
+                                        cu, cu, 1, {}, m);
+      },
+      "alibi_slopes");
+  CHECK(packed[4] == T(0.5));
+}
+
+TEST_CASE_TEMPLATE("fuzz finding merge-empty-side: a side whose LSE is -inf contributes nothing, even NaN", T, float,
+                   double) {
+  // exp(-inf - m) * NaN was NaN: the side that saw no key poisoned the merged row.
+  const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
+  const T out_a[4] = {nan, nan, 1, 2}, lse_a[2] = {-inf, T(0.5)};
+  const T out_b[4] = {3, 4, nan, inf}, lse_b[2] = {T(1.5), -inf};
+  T out[4], lse[2];
+  ea::merge_attention(ea::HeadsView<const T>::bhtd(out_a, 1, 1, 2, 2), ea::HeadsView<const T>::bhtd(lse_a, 1, 1, 2, 1),
+                      ea::HeadsView<const T>::bhtd(out_b, 1, 1, 2, 2), ea::HeadsView<const T>::bhtd(lse_b, 1, 1, 2, 1),
+                      ea::HeadsView<T>::bhtd(out, 1, 1, 2, 2), ea::HeadsView<T>::bhtd(lse, 1, 1, 2, 1));
+  CHECK(out[0] == 3);
+  CHECK(out[1] == 4);
+  CHECK(lse[0] == T(1.5));
+  CHECK(out[2] == 1);
+  CHECK(out[3] == 2);
+  CHECK(lse[1] == T(0.5));
+  // d_v = 0 with null out views: only the LSE is merged.
+  T lse0[2];
+  ea::merge_attention(ea::HeadsView<const T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1}, ea::HeadsView<const T>::bhtd(lse_a, 1, 1, 2, 1),
+                      ea::HeadsView<const T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1}, ea::HeadsView<const T>::bhtd(lse_b, 1, 1, 2, 1),
+                      ea::HeadsView<T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1}, ea::HeadsView<T>::bhtd(lse0, 1, 1, 2, 1));
+  CHECK(lse0[0] == T(1.5));
+  CHECK(lse0[1] == T(0.5));
+}
+
+TEST_CASE("fuzz finding as-heads-overflow: view factories whose strides overflow throw, never wrap") {
+  const Index big = Index{1} << 40;
+  float x = 0;
+  const auto throws_naming = [](const auto& make, const char* factory) {
+    try {
+      make();
+      FAIL("no exception");
+    } catch (const std::invalid_argument& e) {
+      CAPTURE(e.what());
+      CHECK(std::string(e.what()).find(factory) != std::string::npos);
+    }
+  };
+  throws_naming([&] { (void)ea::HeadsView<float>::bhtd(&x, 1, big, big, 1); }, "HeadsView::bhtd");
+  throws_naming([&] { (void)ea::HeadsView<float>::bthd(&x, 0, big, 1, big); }, "HeadsView::bthd");  // H * D
+  throws_naming([&] { (void)ea::BroadcastView<float>::per_sequence(&x, 1, big, big); }, "BroadcastView::per_sequence");
+  throws_naming([&] { (void)ea::BroadcastView<float>::per_head(&x, 1, big, big, 1); }, "BroadcastView::per_head");
+  // A zero size makes the strides that include it 0, whatever the others.
+  const auto empty = ea::HeadsView<float>::bhtd(&x, 1, big, 0, big);
+  CHECK(empty.batch_stride == 0);
+  CHECK(empty.head_stride == 0);
+  CHECK(empty.token_stride == big);
+#if defined(EIGEN_ATTENTION_TEST_NPY)
+  // An .npy array of shape [0, 2^40, 2^40, 2^40] holds no byte, but its views' strides overflow.
+  namespace npy = EigenAttention::npy;
+  npy::Array a;
+  a.dtype = npy::DType::Float32;
+  a.shape = {0, big, big, big};
+  CHECK_THROWS_AS((void)npy::as_heads<float>(a, ea::Layout::BHTD, "a"), npy::Error);
+  CHECK_THROWS_AS((void)npy::as_heads<float>(a, ea::Layout::BTHD, "a"), npy::Error);
+#endif
+}
