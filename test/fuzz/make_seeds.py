@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of the fuzz targets: corpus/attention and corpus/npy.
+
+  /usr/bin/python3 test/fuzz/make_seeds.py            # (re)writes both directories
+  /usr/bin/python3 test/fuzz/make_seeds.py --print    # prints the attention seeds as hex
+
+The attention seeds are byte strings in fuzz_attention.cpp's input format (encoded here field by
+field, in the order the harness decodes them); each decodes into one interesting configuration
+(run one with EA_FUZZ_VERBOSE=1 to see it). The .npy seeds are written by NumPy itself, one per
+dtype and rank, plus a few broken files. Needs NumPy (python3-numpy).
+"""
+import io
+import os
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Calls, in fuzz_attention.cpp's order.
+CALLS = ["attention", "attention_into", "attention_into_lse", "decomposed", "decomposed_into",
+         "decomposed_into_lse", "scores", "scores_into", "scores_into_lse", "heads", "heads_decomposed",
+         "varlen", "varlen_decomposed", "merge"]
+
+
+def options(causal=False, bottom_right=False, scale=0, window=(0, 0), softcap=0, threads=0, kernel=0):
+    """Option bytes. scale: index into the harness's table (0..4 default, 5 = 1.0, 6 = 0.125, 9 = 0.0,
+    11 = NaN, 14 = 1e-45, 18 = FLT_MAX); window: indices (0..4 = -1, 5 = 0, 6 = 1, 7 = 2, 11 = -2,
+    14 = PTRDIFF_MAX); softcap: index (0 = off, 5 = 1, 7 = 30, 9 = NaN, 10 = -1); threads: index
+    (0 = 1, 4 = 2, 6 = 0, 7 = -1); kernel: index (0 = Auto, 4 = Reference, 5 = Portable, 8 = invalid)."""
+    flags = (1 if causal else 0) | (2 if bottom_right else 0)
+    return bytes([flags, scale, window[0], window[1], softcap, threads, kernel])
+
+
+def filler(mode=0, seed=1, p=0, magnitude=2, values=b""):
+    """A tensor's values: mode 0 uniform[-2,2], 1 uniform + specials (probability (p % 64) / 256),
+    2 palette bytes (values), 3 constant palette[p], 4 integers, 5 uniform * magnitude, 6 raw bits."""
+    return bytes([mode]) + struct.pack("<I", seed) + bytes([p, magnitude]) + values
+
+
+def single(call, dtype="f", big=False, tq=4, tk=5, dk=3, dv=2, share=4, fault=0, in_kind=0, out_kind=0,
+           lays=(0, 0, 0), out_lays=(0, 0, 0), claim=0, alias=0, alias_shift=0, opts=None, fills=None):
+    head = (1 if dtype == "d" else 0) | (0x0E if big else 0)
+    b = bytes([head, CALLS.index(call)]) + (opts or options())
+    if big:
+        b += struct.pack("<HH", tq, tk) + bytes([dk - 1, dv])
+    else:
+        b += bytes([tq, tk, dk, dv])
+    b += bytes([share, fault, in_kind, out_kind]) + bytes(lays) + bytes(out_lays) + bytes([claim, alias])
+    if alias % 8 == 7:
+        b += bytes([alias_shift])
+    for f in fills or [filler(), filler(seed=2), filler(seed=3)]:
+        b += f
+    return b
+
+
+def heads(call, dtype="f", B=2, Hkv=1, group=2, tq=4, tk=5, dk=3, dv=2, seqs=(), extra=(0, 0), varlen_fault=0,
+          pres=0, mpres=0, mask_shape=(0, 0), bias_shape=(0, 0), fault=0, h_fault=0, claim=0, claim_value=0,
+          lays=(0,) * 9, alias=0, alias_shift=0, packed=(0, 0), opts=None, fills=None, tail=b""):
+    b = bytes([1 if dtype == "d" else 0, CALLS.index(call)]) + (opts or options())
+    b += bytes([B, Hkv, group - 1, tq, tk, dk, dv])
+    if call.startswith("varlen"):
+        b += bytes([len(seqs)])
+        for lq, lk in seqs:
+            b += bytes([lq, lk])
+        b += bytes([extra[0], extra[1], varlen_fault])
+    b += bytes([pres, mpres, mask_shape[0], mask_shape[1], bias_shape[0], bias_shape[1], fault, h_fault, claim])
+    if claim % 8 == 7:
+        b += bytes([claim_value])
+    b += bytes(lays) + bytes([alias])
+    if alias % 8 == 7:
+        b += bytes([alias_shift])
+    if call == "varlen_decomposed":
+        b += bytes(packed)
+    for f in fills or [filler(), filler(seed=2), filler(seed=3)]:
+        b += f
+    return b + tail
+
+
+def merge(dtype="f", B=1, H=2, T=3, D=4, fault=0, claim=0, lays=(0,) * 6, where=(0, 0, 0), tail=b""):
+    b = bytes([1 if dtype == "d" else 0, CALLS.index("merge"), B, H, T, D, fault, claim])
+    b += bytes(lays) + bytes(where)
+    for s in range(4):
+        b += filler(seed=s + 1) if s % 2 == 0 else struct.pack("<I", s + 7) + bytes([0])
+    return b + tail
+
+
+def attention_seeds():
+    nan_q = filler(mode=2, values=bytes([13, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]))
+    return {
+        "plain_attention": single("attention"),
+        "causal_bottom_right_decomposed": single("decomposed", opts=options(causal=True, bottom_right=True)),
+        "into_lse_colmajor_double": single("attention_into_lse", dtype="d", lays=(2, 2, 2), out_lays=(2, 2, 2)),
+        "scores_into_lse_window": single("scores_into_lse", opts=options(window=(6, 5)), tq=6, tk=6),
+        "decomposed_nan_query_reference": single("decomposed", opts=options(causal=True, kernel=4), fills=[
+            nan_q, filler(seed=2), filler(seed=3)]),
+        "empty_keys_softcap": single("decomposed_into_lse", tk=0, opts=options(softcap=5, scale=5)),
+        "output_over_q": single("attention_into", alias=7, alias_shift=1),
+        "big_tiles_threads": single("attention", big=True, tq=200, tk=700, dk=2, dv=3,
+                                    opts=options(causal=True, threads=4)),
+        "invalid_scale_nan": single("attention", opts=options(scale=11)),
+        "heads_gqa_mask_bias_alibi": heads("heads", B=2, Hkv=2, group=2, pres=1, mpres=0x45, mask_shape=(1, 1),
+                                           bias_shape=(0, 1), tail=bytes([2, 1, 0, 0, 0, 0x80]) + filler(seed=9) +
+                                           filler(seed=10)),
+        "heads_decomposed_key_lengths_average": heads("heads_decomposed", pres=0x23, mpres=0x10,
+                                                      tail=bytes([0, 3, 10])),
+        "varlen_three_sequences": heads("varlen", seqs=((3, 4), (0, 2), (5, 1)), extra=(2, 1),
+                                        opts=options(causal=True, bottom_right=True)),
+        "varlen_decomposed_alibi": heads("varlen_decomposed", seqs=((2, 3), (4, 4)), mpres=0x40,
+                                         tail=filler(seed=11)),
+        "heads_lse_over_q": heads("heads", pres=1, alias=(1 << 3) | 7, alias_shift=2),
+        "merge_in_place": merge(where=(1, 1, 0)),
+        "merge_partial_overlap": merge(where=(3, 0, 1)),
+    }
+
+
+def npy_seeds():
+    import numpy as np
+
+    def save(a, **kw):
+        f = io.BytesIO()
+        np.save(f, a, **kw)
+        return f.getvalue()
+
+    rng = np.random.default_rng(7)
+    seeds = {
+        "f4_2d.npy": save(rng.standard_normal((3, 4)).astype("<f4")),
+        "f8_4d.npy": save(rng.standard_normal((2, 3, 2, 2)).astype("<f8")),
+        "i4_1d.npy": save(np.arange(5, dtype="<i4")),
+        "i8_3d.npy": save(np.arange(24, dtype="<i8").reshape(2, 3, 4)),
+        "b1_2d.npy": save(np.array([[True, False, True], [False, False, True]])),
+        "f4_scalar.npy": save(np.float32(1.5)),
+        "f8_empty.npy": save(np.zeros((0, 3), dtype="<f8")),
+        "f4_fortran_1d.npy": save(np.asfortranarray(np.arange(3, dtype="<f4"))),
+        "f8_special.npy": save(np.array([np.nan, np.inf, -np.inf, -0.0, 5e-324], dtype="<f8")),
+    }
+    # Format version 2.0 and 3.0 headers, as NumPy writes them.
+    f = io.BytesIO()
+    np.lib.format.write_array(f, np.ones((2, 2), dtype="<f4"), version=(2, 0))
+    seeds["f4_v2.npy"] = f.getvalue()
+    f = io.BytesIO()
+    np.lib.format.write_array(f, np.ones(3, dtype="<i8"), version=(3, 0))
+    seeds["i8_v3.npy"] = f.getvalue()
+    # Broken ones.
+    good = seeds["f4_2d.npy"]
+    seeds["broken_truncated.npy"] = good[:-5]
+    seeds["broken_big_endian.npy"] = save(np.arange(4, dtype=">f8"))
+    seeds["broken_fortran_2d.npy"] = save(np.asfortranarray(np.ones((2, 3), dtype="<f4")))
+    seeds["broken_header_len.npy"] = good[:8] + b"\xff\xff" + good[10:]
+    seeds["broken_object.npy"] = save(np.array([1, "a"], dtype=object), allow_pickle=True)
+    seeds["broken_negative_shape.npy"] = good.replace(b"(3, 4)", b"(-3,4)")
+    return seeds
+
+
+def write(directory, seeds):
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        os.remove(os.path.join(directory, name))
+    for name, data in seeds.items():
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+
+
+def main():
+    if "--print" in sys.argv:
+        for name, data in attention_seeds().items():
+            print(name, data.hex())
+        return
+    write(os.path.join(HERE, "corpus", "attention"), attention_seeds())
+    write(os.path.join(HERE, "corpus", "npy"), npy_seeds())
+
+
+if __name__ == "__main__":
+    main()
