@@ -6,7 +6,8 @@
 #   BUILD_DIR  the build directory: $BUILD_DIR from the environment (relative to the directory
 #              the script was started from), or ./build in the repository root
 #   EA_JOBS    parallel build jobs (nproc)
-# and the functions ea_require_packages, ea_configure and ea_build are defined.
+# and EA_PACKAGES, EA_TEST_PACKAGES and the functions ea_require_packages, ea_configure and
+# ea_build are defined.
 
 EA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ -n "${BUILD_DIR:-}" && "${BUILD_DIR}" != /* ]]; then
@@ -20,15 +21,22 @@ cd "${EA_ROOT}" || exit 1
 # libeigen3-dev), its tests (doctest-dev), the eigen-attention tool (libpng-dev libcli11-dev) and
 # the tool's end-to-end tests (python3-numpy).
 EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev libpng-dev libcli11-dev python3-numpy)
+# What the whole test suite needs on top (scripts/test, scripts/memcheck, scripts/fuzz): clang and
+# its libFuzzer runtime for the fuzzers, valgrind for memcheck. (g++ brings the ASan, UBSan and
+# TSan runtimes.)
+# shellcheck disable=SC2034  # used by the scripts that source this file
+EA_TEST_PACKAGES=(clang libclang-rt-14-dev valgrind)
 
-# Installs the packages of EA_PACKAGES that are missing (as root), or says how to (otherwise).
+# Installs the packages of EA_PACKAGES, and of any package names given as arguments, that are
+# missing (as root), or says how to (otherwise).
 ea_require_packages() {
+  local wanted=("${EA_PACKAGES[@]}" "$@")
   if ! command -v dpkg-query >/dev/null 2>&1; then
-    echo "note: not a Debian system; assuming ${EA_PACKAGES[*]} (or their equivalents) are installed" >&2
+    echo "note: not a Debian system; assuming ${wanted[*]} (or their equivalents) are installed" >&2
     return 0
   fi
   local missing=() package
-  for package in "${EA_PACKAGES[@]}"; do
+  for package in "${wanted[@]}"; do
     if [[ "$(dpkg-query -W -f='${Status}' "${package}" 2>/dev/null || true)" != "install ok installed" ]]; then
       missing+=("${package}")
     fi
