@@ -273,10 +273,22 @@ void exp_in_packets(T* row, index_t a, index_t b, T shift) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   std::fill(row + e0, row + a, minus_inf);
   std::fill(row + b, row + e1, minus_inf);
-  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>, Eigen::Aligned64> w(row + e0, e1 - e0);
-  // exp(-inf) must be exactly 0 (Eigen clamps the argument, which gives a subnormal): a key that
-  // an additive bias of -inf hides weighs nothing.
-  w = (w == minus_inf).select(T(0), (w - shift).exp());
+  // exp(-inf) must be exactly 0 (Eigen's exp clamps its argument, which gives a subnormal): a
+  // key that a mask or an additive bias of -inf hides weighs nothing. Eigen 3.4's select() is not
+  // vectorised, so the packets are written out: exp, then zero the lanes that held -inf.
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<T>::type;
+  if constexpr (ei::packet_traits<T>::Vectorizable && ei::packet_traits<T>::HasExp) {
+    constexpr index_t kSize = ei::packet_traits<T>::size;
+    static_assert(kLanes % kSize == 0, "a 64-byte line holds whole packets");
+    const Packet vshift = ei::pset1<Packet>(shift), vminus_inf = ei::pset1<Packet>(minus_inf);
+    for (index_t t = e0; t < e1; t += kSize) {
+      const Packet x = ei::pload<Packet>(row + t);
+      ei::pstore(row + t, ei::pandnot(ei::pexp(ei::psub(x, vshift)), ei::pcmp_eq(x, vminus_inf)));
+    }
+  } else {
+    for (index_t t = e0; t < e1; ++t) row[t] = row[t] == minus_inf ? T(0) : std::exp(row[t] - shift);
+  }
   std::fill(row + e0, row + a, T(0));
   std::fill(row + b, row + e1, T(0));
 }
