@@ -121,3 +121,39 @@ TEST_CASE("threads: a forked child can use threads after the parent did") {
   CHECK(WEXITSTATUS(status) == 0);
 }
 #endif
+
+TEST_CASE_TEMPLATE("determinism: Kernel::Auto and the storage order of the inputs do not change a bit", T, float,
+                   double) {
+  // Auto runs the best available kernel: the very same bits as asking for it by name. The
+  // kernels copy each tile of Q, K and V into contiguous scratch before any arithmetic, so
+  // row-major, column-major and strided inputs give the same bits too.
+  Rng rng(77);
+  const auto Q = random_matrix<RowMatrix<T>>(rng, 300, 40);
+  const auto K = random_matrix<RowMatrix<T>>(rng, 530, 40);
+  const auto V = random_matrix<RowMatrix<T>>(rng, 530, 24);
+  const ColMatrix<T> Qc = Q, Kc = K, Vc = V;
+  ColMatrix<T> Kwide = ColMatrix<T>::Zero(530 * 2, 40);
+  Kwide(Eigen::seq(0, Eigen::last, 2), Eigen::all) = K;  // every other row: a strided view
+  const auto Ks = Kwide(Eigen::seq(0, Eigen::last, 2), Eigen::all);
+  for (const MaskSpec& mask : all_masks()) {
+    for (ea::Kernel kernel : ea::available_kernels()) {
+      const std::string mname = mask_name(mask), kname = ea::kernel_name(kernel);
+      CAPTURE(mname);
+      CAPTURE(kname);
+      const ea::Options opt = make_options(mask, std::nullopt, kernel);
+      const auto fused = ea::attention(Q, K, V, opt);
+      const auto dec = ea::attention_decomposed(Q, K, V, opt);
+      if (kernel == ea::available_kernels().front()) {
+        const ea::Options autoopt = make_options(mask, std::nullopt, ea::Kernel::Auto);
+        EA_CHECK_EQUAL(ea::attention(Q, K, V, autoopt), fused);
+        EA_CHECK_EQUAL(ea::attention_decomposed(Q, K, V, autoopt).scores, dec.scores);
+      }
+      if (kernel == ea::Kernel::Reference) continue;  // plain Eigen products: order-dependent
+      EA_CHECK_EQUAL(ea::attention(Qc, Kc, Vc, opt), fused);
+      EA_CHECK_EQUAL(ea::attention(Q, Ks, V, opt), fused);
+      const auto decc = ea::attention_decomposed(Qc, Kc, Vc, opt);
+      EA_CHECK_EQUAL(decc.scores, dec.scores);
+      EA_CHECK_EQUAL(decc.attn, dec.attn);
+    }
+  }
+}

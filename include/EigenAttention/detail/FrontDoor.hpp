@@ -4,6 +4,7 @@
 #pragma once
 
 #include <type_traits>
+#include <utility>
 
 #include <Eigen/Core>
 
@@ -12,9 +13,19 @@
 namespace EigenAttention {
 namespace detail {
 
+/// Does Derived have data(), rowStride() and colStride()? (Some expressions flagged
+/// DirectAccessBit, such as Eigen 3.4's IndexedView with a stepped sequence, have not.)
+template <class Derived, class = void>
+inline constexpr bool kHasStridedData = false;
+template <class Derived>
+inline constexpr bool kHasStridedData<Derived, std::void_t<decltype(std::declval<const Derived&>().data()),
+                                                           decltype(std::declval<const Derived&>().rowStride()),
+                                                           decltype(std::declval<const Derived&>().colStride())>> =
+    true;
+
 template <class Derived>
 inline constexpr bool kHasDirectAccess =
-    (int(Eigen::internal::traits<Derived>::Flags) & Eigen::DirectAccessBit) != 0;
+    (int(Eigen::internal::traits<Derived>::Flags) & Eigen::DirectAccessBit) != 0 && kHasStridedData<Derived>;
 
 template <class Derived>
 inline constexpr bool kIsWritable =
