@@ -15,18 +15,18 @@ void merge(HeadsView<const T> out_a, HeadsView<const T> lse_a, HeadsView<const T
            HeadsView<T> out, HeadsView<T> lse) {
   internal::check_merge<T>("merge_attention", out_a, lse_a, out_b, lse_b, out, lse);
   const T minus_inf = -std::numeric_limits<T>::infinity();
+  // Row (b, h, i) of a view. An empty row (d_v = 0) takes no offset: its view's data may be null.
   const auto row = [](const auto& v, Eigen::Index b, Eigen::Index h, Eigen::Index i) {
-    return v.data + b * v.batch_stride + h * v.head_stride + i * v.token_stride;
+    return v.dim == 0 ? v.data : v.data + b * v.batch_stride + h * v.head_stride + i * v.token_stride;
   };
   const Eigen::Index dim = out_a.dim;
   for (Eigen::Index b = 0; b < out_a.batch; ++b) {
     for (Eigen::Index h = 0; h < out_a.heads; ++h) {
       for (Eigen::Index i = 0; i < out_a.tokens; ++i) {
         const T la = *row(lse_a, b, h, i), lb = *row(lse_b, b, h, i);
-        // With d_v = 0 the out views may have null data: take no offset of it.
-        const T* oa = dim > 0 ? row(out_a, b, h, i) : nullptr;
-        const T* ob = dim > 0 ? row(out_b, b, h, i) : nullptr;
-        T* o = dim > 0 ? row(out, b, h, i) : nullptr;
+        const T* oa = row(out_a, b, h, i);
+        const T* ob = row(out_b, b, h, i);
+        T* o = row(out, b, h, i);
         T* l = row(lse, b, h, i);
         if (la == minus_inf || lb == minus_inf) {
           // A side that saw no key contributes nothing, whatever its out row holds (it should be

@@ -58,7 +58,7 @@ constexpr index_t kRows = 128;  // query rows per tile
 constexpr index_t kCols = 512;  // keys per tile
 constexpr index_t kDecRows = 64;  // query rows whose whole logit rows the decomposed call holds
 // Validation bounds d_k, d_v and T_k so that kScratchRows rows of them fit Eigen::Index
-// (kernel_abi.hpp); the arenas below must take fewer rows than that. Fused: Q, K, V, acc tiles
+// (kernel_abi.hpp); Scratch below must take fewer rows than that. Fused: Q, K, V, acc tiles
 // (kRows + 2 kCols + kRows rows of d_k or d_v), m and l, S (kRows x kCols, a constant).
 // Decomposed: Q, K, V, acc tiles and kDecRows rows of T_k logits. The GEMM packing buffers
 // are bounded by Eigen's cache-sized blocking, far below either.
@@ -134,6 +134,32 @@ class Blocking : public Eigen::internal::level3_blocking<T, T> {
   void use(T* a, T* b) {
     this->m_blockA = a;
     this->m_blockB = b;
+  }
+};
+
+/// The per-thread buffers of one kernel call, laid out once in the thread's Arena: tiles of
+/// Q (rows x d_k), K (kCols x d_k) and V (kCols x d_v), the logits S (s_size elements), the ATTN
+/// accumulator (rows x d_v), `extra` elements for the caller, and the GEMM packing buffers,
+/// which `qk` and `pv` share (they never run at once).
+template <typename T>
+struct Scratch {
+  T *q, *k, *v, *s, *acc, *extra;
+  Scratch(index_t rows, index_t s_size, index_t extra_size, index_t dk, index_t dv, Blocking<T>& qk,
+          Blocking<T>& pv) {
+    const index_t pack_a = std::max(qk.size_a(), pv.size_a()), pack_b = std::max(qk.size_b(), pv.size_b());
+    Arena<T> arena(Arena<T>::round(rows * dk) + Arena<T>::round(kCols * dk) + Arena<T>::round(kCols * dv) +
+                   Arena<T>::round(s_size) + Arena<T>::round(rows * dv) + Arena<T>::round(extra_size) +
+                   Arena<T>::round(pack_a) + Arena<T>::round(pack_b));
+    q = arena.take(rows * dk);
+    k = arena.take(kCols * dk);
+    v = arena.take(kCols * dv);
+    s = arena.take(s_size);
+    acc = arena.take(rows * dv);
+    extra = arena.take(extra_size);
+    T* const block_a = arena.take(pack_a);
+    T* const block_b = arena.take(pack_b);
+    qk.use(block_a, block_b);
+    pv.use(block_a, block_b);
   }
 };
 
@@ -262,7 +288,7 @@ void apply_extras(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& 
 
 /// row[a, b) = exp(row[a, b) - shift), computed in whole aligned packets: [a, b) is widened to
 /// 64-byte boundaries (the row must start on one and have room up to the next boundary past b),
-/// the extra elements are fed -inf and then zeroed. Eigen would otherwise run its exp scalar on
+/// the extra elements are fed -inf, which gives them exactly 0. Eigen would otherwise run its exp scalar on
 /// the unaligned head and tail of every row, which costs as much as the rest when a window
 /// makes every row start elsewhere; and each element's rounding would depend on where its row
 /// segment starts.
@@ -289,8 +315,6 @@ void exp_in_packets(T* row, index_t a, index_t b, T shift) {
   } else {
     for (index_t t = e0; t < e1; ++t) row[t] = row[t] == minus_inf ? T(0) : std::exp(row[t] - shift);
   }
-  std::fill(row + e0, row + a, T(0));
-  std::fill(row + b, row + e1, T(0));
 }
 
 /// After the division by the row sum: keys the boolean mask hides weigh exactly 0 even when the
@@ -355,20 +379,8 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
   const index_t dk = p.q.cols, dv = p.v.cols;
   const bool extras = p.has_extras();
   Blocking<T> qk(kRows, kCols, dk), pv(kRows, dv, kCols);
-  Arena<T> arena(Arena<T>::round(kRows * dk) + Arena<T>::round(kCols * dk) + Arena<T>::round(kCols * dv) +
-                 Arena<T>::round(kRows * kCols) + Arena<T>::round(kRows * dv) + 2 * Arena<T>::round(kRows) +
-                 Arena<T>::round(std::max(qk.size_a(), pv.size_a())) +
-                 Arena<T>::round(std::max(qk.size_b(), pv.size_b())));
-  T* const q_buf = arena.take(kRows * dk);
-  T* const k_buf = arena.take(kCols * dk);
-  T* const v_buf = arena.take(kCols * dv);
-  T* const s_buf = arena.take(kRows * kCols);
-  T* const acc_buf = arena.take(kRows * dv);
-  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> m(arena.take(kRows), kRows), l(arena.take(kRows), kRows);
-  T* const block_a = arena.take(std::max(qk.size_a(), pv.size_a()));
-  T* const block_b = arena.take(std::max(qk.size_b(), pv.size_b()));
-  qk.use(block_a, block_b);
-  pv.use(block_a, block_b);
+  const Scratch<T> buf(kRows, kRows * kCols, 2 * kRows, dk, dv, qk, pv);  // extra: m and l
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> m(buf.extra, kRows), l(buf.extra + kRows, kRows);
   StridedMap<T> attn = map_of(p.attn);
   const bool v_finite = values_finite(p, first, count);
   // A narrow window slides along the diagonal: a tall row tile would compute many keys that
@@ -379,20 +391,20 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
     const index_t rows = std::min(row_step, first + count - i0);
     // The keys some row of the tile may see; tiles outside are never computed.
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
-    const auto Q = rows_of(p.q, i0, rows, q_buf);
-    Eigen::Map<RowMat<T>> acc(acc_buf, rows, dv);
+    const auto Q = rows_of(p.q, i0, rows, buf.q);
+    Eigen::Map<RowMat<T>> acc(buf.acc, rows, dv);
     acc.setZero();
     m.head(rows).setConstant(minus_inf);
     l.head(rows).setZero();
 
     for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
       const index_t cols = std::min(kCols, key_end - j0);
-      const auto K = rows_of(p.k, j0, cols, k_buf);
-      const auto V = rows_of(p.v, j0, cols, v_buf);
+      const auto K = rows_of(p.k, j0, cols, buf.k);
+      const auto V = rows_of(p.v, j0, cols, buf.v);
       const index_t lds = static_cast<index_t>(Arena<T>::round(cols));  // rows start 64-byte aligned
-      TileMap<T> S(s_buf, rows, cols, Eigen::OuterStride<>(lds));
+      TileMap<T> S(buf.s, rows, cols, Eigen::OuterStride<>(lds));
       S.setZero();
-      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf, lds, p.scale, qk);
+      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), buf.s, lds, p.scale, qk);
 
       for (index_t r = 0; r < rows; ++r) {
         // The key range: keys this row does not see take no part, and weigh exactly 0.
@@ -408,12 +420,12 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
           continue;
         }
         const T rescale = std::exp(m(r) - new_max);  // 0 on the row's first visible tile
-        exp_in_packets(s_buf + r * lds, span.a, span.b, new_max);  // masked keys (-inf) give exactly 0
+        exp_in_packets(buf.s + r * lds, span.a, span.b, new_max);  // masked keys (-inf) give exactly 0
         l(r) = rescale * l(r) + row.sum();
         if (rescale != T(1)) acc.row(r) *= rescale;
         m(r) = new_max;
       }
-      accumulate(p, i0, j0, S, lds, V, v_finite, acc_buf, dv, pv);
+      accumulate(p, i0, j0, S, lds, V, v_finite, buf.acc, dv, pv);
     }
 
     for (index_t r = 0; r < rows; ++r) {
@@ -439,19 +451,7 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
   // them on the caller's SCORES would make the last bits depend on where SCORES lies.
   const index_t lds = static_cast<index_t>(Arena<T>::round(std::max<index_t>(tk, 1)));
   Blocking<T> qk(kDecRows, kCols, dk), pv(kDecRows, dv, kCols);
-  Arena<T> arena(Arena<T>::round(kDecRows * dk) + Arena<T>::round(kCols * dk) + Arena<T>::round(kCols * dv) +
-                 Arena<T>::round(kDecRows * lds) + Arena<T>::round(kDecRows * dv) +
-                 Arena<T>::round(std::max(qk.size_a(), pv.size_a())) +
-                 Arena<T>::round(std::max(qk.size_b(), pv.size_b())));
-  T* const q_buf = arena.take(kDecRows * dk);
-  T* const k_buf = arena.take(kCols * dk);
-  T* const v_buf = arena.take(kCols * dv);
-  T* const s_buf = arena.take(kDecRows * lds);
-  T* const acc_buf = arena.take(kDecRows * dv);
-  T* const block_a = arena.take(std::max(qk.size_a(), pv.size_a()));
-  T* const block_b = arena.take(std::max(qk.size_b(), pv.size_b()));
-  qk.use(block_a, block_b);
-  pv.use(block_a, block_b);
+  const Scratch<T> buf(kDecRows, kDecRows * lds, 0, dk, dv, qk, pv);
   StridedMap<T> scores = map_of(p.scores);
   const bool v_finite = !p.want_attn || values_finite(p, first, count);
 
@@ -459,15 +459,15 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
     const index_t rows = std::min(kDecRows, first + count - i0);
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
     const index_t width = key_end - key_begin;
-    const auto Q = rows_of(p.q, i0, rows, q_buf);
-    TileMap<T> S(s_buf, rows, width, Eigen::OuterStride<>(lds));  // keys [key_begin, key_end)
+    const auto Q = rows_of(p.q, i0, rows, buf.q);
+    TileMap<T> S(buf.s, rows, width, Eigen::OuterStride<>(lds));  // keys [key_begin, key_end)
 
     // Scaled logits, tile by tile.
     S.setZero();
     for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
       const index_t cols = std::min(kCols, key_end - j0);
-      const auto K = rows_of(p.k, j0, cols, k_buf);
-      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf + (j0 - key_begin), lds,
+      const auto K = rows_of(p.k, j0, cols, buf.k);
+      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), buf.s + (j0 - key_begin), lds,
                p.scale, qk);
     }
     // Masks and row softmax in place: keys a row does not see weigh exactly 0.
@@ -483,7 +483,7 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
       if (max == minus_inf) {
         row.setZero();
       } else {
-        exp_in_packets(s_buf + r * lds, span.a, span.b, max);
+        exp_in_packets(buf.s + r * lds, span.a, span.b, max);
         const T sum = row.sum();
         row /= sum;
         // After the division, so that a NaN sum (a NaN logit this row sees) leaves the keys the
@@ -498,7 +498,7 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
       for (index_t r = 0; r < rows; ++r) {
         T* dst = p.scores.data + (i0 + r) * p.scores.row_stride;
         stream_row<T>(dst, nullptr, key_begin);
-        stream_row(dst + key_begin, s_buf + r * lds, width);
+        stream_row(dst + key_begin, buf.s + r * lds, width);
         stream_row<T>(dst + key_end, nullptr, tk - key_end);
       }
     } else {
@@ -508,12 +508,12 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
     }
 
     if (!p.want_attn) continue;
-    Eigen::Map<RowMat<T>> acc(acc_buf, rows, dv);
+    Eigen::Map<RowMat<T>> acc(buf.acc, rows, dv);
     acc.setZero();
     for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
       const index_t cols = std::min(kCols, key_end - j0);
-      const auto V = rows_of(p.v, j0, cols, v_buf);
-      accumulate(p, i0, j0, S.middleCols(j0 - key_begin, cols), lds, V, v_finite, acc_buf, dv, pv);
+      const auto V = rows_of(p.v, j0, cols, buf.v);
+      accumulate(p, i0, j0, S.middleCols(j0 - key_begin, cols), lds, V, v_finite, buf.acc, dv, pv);
     }
     map_of(p.attn).middleRows(i0, rows) = acc;
   }

@@ -319,6 +319,12 @@ void check_apart(const char* api, const char* a_name, const A& a, const char* b_
   }
 }
 
+/// n contiguous elements as a 1 x 1 x 1 x n view, for check_apart.
+template <typename Element>
+HeadsView<Element> as_vector(Element* data, Index n) {
+  return HeadsView<Element>{data, 1, 1, 1, n, 0, 0, 0, 1};
+}
+
 }  // namespace
 
 template <typename T>
@@ -407,10 +413,6 @@ HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsV
     using Element = std::remove_pointer_t<decltype(m.data)>;
     return HeadsView<Element>{m.data, m.batch, m.heads, m.rows, m.cols,
                               m.batch_stride, m.head_stride, m.row_stride, m.col_stride};
-  };
-  const auto as_vector = [](const auto* data, Index n) {
-    using Element = std::remove_pointer_t<decltype(data)>;
-    return HeadsView<Element>{data, 1, 1, 1, n, 0, 0, 0, 1};
   };
   for (const auto& [name, view] : {std::pair{"out", out}, std::pair{"lse", lse}, std::pair{"scores", scores},
                                    std::pair{"average_scores", average}}) {
@@ -520,16 +522,12 @@ void check_packed_scores(const char* api, const T* scores, std::size_t size, std
                   std::to_string(required) + " (varlen_scores_size)");
   }
   if (required > 0 && scores == nullptr) fail(api, "scores is null");
-  const HeadsView<const T> packed{scores, 1, 1, 1, static_cast<Index>(required), 0, 0, 0, 1};
+  const HeadsView<const T> packed = as_vector(scores, static_cast<Index>(required));
   check_apart(api, "scores", packed, "Q", p.q);
   check_apart(api, "scores", packed, "K", p.k);
   check_apart(api, "scores", packed, "V", p.v);
   check_apart(api, "scores", packed, "out", HeadsView<const T>(p.out));
   check_apart(api, "scores", packed, "lse", HeadsView<const T>(p.lse));
-  const auto as_vector = [](const auto* data, Index n) {
-    using Element = std::remove_pointer_t<decltype(data)>;
-    return HeadsView<Element>{data, 1, 1, 1, n, 0, 0, 0, 1};
-  };
   check_apart(api, "scores", packed, "cu_seqlens_q", as_vector(p.cu_q, p.sequences + 1));
   check_apart(api, "scores", packed, "cu_seqlens_k", as_vector(p.cu_k, p.sequences + 1));
   if (p.masks.alibi_slopes != nullptr) {
