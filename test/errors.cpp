@@ -2,79 +2,18 @@
 // fault, and no output is written (each output is filled with a sentinel first).
 #include <doctest/doctest.h>
 
-#include <cctype>
-#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common.hpp"
+#include "errors.hpp"
 #include "random.hpp"
 
 using namespace ea_test;
 
 namespace {
-
-/// The message of the std::invalid_argument that `f` throws, or a marker saying what happened.
-template <class F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<wrong exception type: ") + e.what() + ">";
-  } catch (...) {
-    return "<non-standard exception>";
-  }
-  return "<no exception>";
-}
-
-/// The integers written in `s` (maximal runs of digits).
-std::vector<long> integers_in(const std::string& s) {
-  std::vector<long> out;
-  for (size_t i = 0; i < s.size();) {
-    if (std::isdigit(static_cast<unsigned char>(s[i]))) {
-      size_t j = i;
-      while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
-      out.push_back(std::stol(s.substr(i, j - i)));
-      i = j;
-    } else {
-      ++i;
-    }
-  }
-  return out;
-}
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-/// A call that must throw, the numbers and words (case-insensitive) its message must hold.
-struct BadCall {
-  std::string name;
-  std::function<void()> call;
-  std::vector<long> numbers;
-  std::vector<std::string> words;
-};
-
-void check_bad_call(const BadCall& bad) {
-  CAPTURE(bad.name);
-  CHECK_THROWS_AS(bad.call(), std::invalid_argument);
-  const std::string msg = invalid_argument_message(bad.call);
-  CAPTURE(msg);
-  const auto ints = integers_in(msg);
-  for (const long n : bad.numbers) {
-    CAPTURE(n);
-    CHECK(std::find(ints.begin(), ints.end(), n) != ints.end());
-  }
-  for (const auto& w : bad.words) {
-    CAPTURE(w);
-    CHECK(lower(msg).find(lower(w)) != std::string::npos);
-  }
-}
 
 template <class T>
 constexpr T kSentinel = T(1234.5);
@@ -145,15 +84,15 @@ TEST_CASE_TEMPLATE("errors: a non-finite or non-positive scale is named in the m
   struct BadScale {
     double value;
     std::vector<long> numbers;
-    std::vector<std::string> words;
+    WordGroups words;
   };
   const double inf = std::numeric_limits<double>::infinity();
-  const std::vector<BadScale> scales = {{-2.5, {}, {"-2.5"}},
+  const std::vector<BadScale> scales = {{-2.5, {}, {{"-2.5"}}},
                                         {0.0, {0}, {}},
                                         {-0.0, {0}, {}},
-                                        {std::numeric_limits<double>::quiet_NaN(), {}, {"nan"}},
-                                        {inf, {}, {"inf"}},
-                                        {-inf, {}, {"-inf"}}};
+                                        {std::numeric_limits<double>::quiet_NaN(), {}, {{"nan"}}},
+                                        {inf, {}, {{"inf"}}},
+                                        {-inf, {}, {{"-inf"}}}};
   for (const auto& s : scales) {
     CAPTURE(s.value);
     for (const bool causal : {false, true}) {
@@ -266,7 +205,7 @@ TEST_CASE_TEMPLATE("errors: outputs that overlap an input or each other", T, flo
                good_scores = RowMatrix<T>::Constant(kTq, kTk, kSentinel<T>);
   ea::Vector<T> good_lse = ea::Vector<T>::Constant(kTq, kSentinel<T>);
 
-  const std::vector<std::string> w = {"overlap"};
+  const WordGroups w = {{"overlap"}};
   std::vector<BadCall> bad = {
       // Columns 6..7 of QQ: column 6 is Q's last column.
       {"out overlaps Q", [&] { ea::attention_into(Q, K, V, QQ.middleCols(kDk - 1, kDv)); }, {3, 2, 7}, w},

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "errors.hpp"
 #include "random.hpp"
 
 #if defined(EIGEN_ATTENTION_TEST_NPY)
@@ -24,6 +25,14 @@ namespace {
 
 using Index = Eigen::Index;
 constexpr std::ptrdiff_t kHuge = std::numeric_limits<std::ptrdiff_t>::max();
+
+/// CHECK that `call` throws std::invalid_argument whose message holds `words`.
+template <class F>
+void check_invalid_argument(F&& call, const char* words) {
+  const std::string msg = invalid_argument_message(call);
+  CAPTURE(msg);
+  CHECK(msg.find(words) != std::string::npos);
+}
 
 }  // namespace
 
@@ -179,12 +188,8 @@ TEST_CASE_TEMPLATE("fuzz finding empty-scores: averaging needs the per-head scor
   std::vector<T> out(B * H * tq * d, T(-7)), average(B * tq * tk, T(-7));
   const auto Out = ea::HeadsView<T>::bhtd(out.data(), B, H, tq, d);
   const auto Average = ea::HeadsView<T>::bhtd(average.data(), B, 1, tq, tk);
-  try {
-    ea::attention_heads_decomposed(Q, K, V, {}, Out, {}, {}, {}, Average);
-    FAIL("no exception");
-  } catch (const std::invalid_argument& e) {
-    CHECK(std::string(e.what()).find("average_scores") != std::string::npos);
-  }
+  check_invalid_argument([&] { ea::attention_heads_decomposed(Q, K, V, {}, Out, {}, {}, {}, Average); },
+                         "average_scores");
   CHECK(out[0] == T(-7));  // nothing written
   CHECK(average[0] == T(-7));
 
@@ -208,16 +213,7 @@ TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or A
   const auto V = ea::HeadsView<const T>::bhtd(v.data(), 1, 1, tk, d);
   // average_scores over lse.
   std::vector<T> scores(tq * tk), out(tq * d), shared(tq * tk, T(-7));
-  const auto check_throws = [](const auto& call, const char* words) {
-    try {
-      call();
-      FAIL("no exception");
-    } catch (const std::invalid_argument& e) {
-      CAPTURE(e.what());
-      CHECK(std::string(e.what()).find(words) != std::string::npos);
-    }
-  };
-  check_throws(
+  check_invalid_argument(
       [&] {
         ea::attention_heads_decomposed(Q, K, V, ea::HeadsView<T>::bhtd(scores.data(), 1, 1, tq, tk),
                                        ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), {}, {},
@@ -238,13 +234,13 @@ TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or A
   std::int64_t* const cu_in_weights = storage.data() + 1;  // inside the weights' bytes
   cu_in_weights[0] = 0;
   cu_in_weights[1] = 3;
-  check_throws(
+  check_invalid_argument(
       [&] {
         ea::attention_varlen_decomposed(Q, K, V, weights, size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d),
                                         cu_in_weights, cu, 1);
       },
       "cu_seqlens_q");
-  check_throws(
+  check_invalid_argument(
       [&] {
         ea::attention_varlen_decomposed(Q, K, V, weights, size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), cu,
                                         cu_in_weights, 1);
@@ -254,7 +250,7 @@ TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or A
   ea::Masks<T> m;
   m.alibi_slopes = packed.data() + 4;
   packed[4] = T(0.5);
-  check_throws(
+  check_invalid_argument(
       [&] {
         ea::attention_varlen_decomposed(Q, K, V, packed.data(), size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d),
                                         cu, cu, 1, {}, m);
@@ -291,19 +287,10 @@ TEST_CASE_TEMPLATE("fuzz finding merge-empty-side: a side whose LSE is -inf cont
 TEST_CASE("fuzz finding as-heads-overflow: view factories whose strides overflow throw, never wrap") {
   const Index big = Index{1} << 40;
   float x = 0;
-  const auto throws_naming = [](const auto& make, const char* factory) {
-    try {
-      make();
-      FAIL("no exception");
-    } catch (const std::invalid_argument& e) {
-      CAPTURE(e.what());
-      CHECK(std::string(e.what()).find(factory) != std::string::npos);
-    }
-  };
-  throws_naming([&] { (void)ea::HeadsView<float>::bhtd(&x, 1, big, big, 1); }, "HeadsView::bhtd");
-  throws_naming([&] { (void)ea::HeadsView<float>::bthd(&x, 0, big, 1, big); }, "HeadsView::bthd");  // H * D
-  throws_naming([&] { (void)ea::BroadcastView<float>::per_sequence(&x, 1, big, big); }, "BroadcastView::per_sequence");
-  throws_naming([&] { (void)ea::BroadcastView<float>::per_head(&x, 1, big, big, 1); }, "BroadcastView::per_head");
+  check_invalid_argument([&] { (void)ea::HeadsView<float>::bhtd(&x, 1, big, big, 1); }, "HeadsView::bhtd");
+  check_invalid_argument([&] { (void)ea::HeadsView<float>::bthd(&x, 0, big, 1, big); }, "HeadsView::bthd");  // H * D
+  check_invalid_argument([&] { (void)ea::BroadcastView<float>::per_sequence(&x, 1, big, big); }, "BroadcastView::per_sequence");
+  check_invalid_argument([&] { (void)ea::BroadcastView<float>::per_head(&x, 1, big, big, 1); }, "BroadcastView::per_head");
   // A zero size makes the strides that include it 0, whatever the others.
   const auto empty = ea::HeadsView<float>::bhtd(&x, 1, big, 0, big);
   CHECK(empty.batch_stride == 0);

@@ -5,15 +5,12 @@
 #include <vector>
 
 #include "common.hpp"
+#include "inputs.hpp"
 #include "random.hpp"
 
 using namespace ea_test;
 
 namespace {
-
-struct Shape {
-  Eigen::Index tq, tk, dk, dv;
-};
 
 const std::vector<Shape> kShapes = {{1, 1, 3, 2}, {17, 65, 12, 7}, {70, 33, 9, 16}, {129, 129, 20, 5}};
 
@@ -27,9 +24,7 @@ TEST_CASE_TEMPLATE("into: the _into forms equal the by-value forms", T, float, d
   for (const Shape& s : kShapes) {
     CAPTURE(s.tq);
     CAPTURE(s.tk);
-    const auto Q = random_matrix<RowMatrix<T>>(rng, s.tq, s.dk);
-    const auto K = random_matrix<RowMatrix<T>>(rng, s.tk, s.dk);
-    const auto V = random_matrix<RowMatrix<T>>(rng, s.tk, s.dv);
+    const auto [Q, K, V] = random_inputs<T>(rng, s);
     for (const MaskSpec& mask : all_masks()) {
       const std::string mname = mask_name(mask);
       CAPTURE(mname);
@@ -164,9 +159,7 @@ TEST_CASE_TEMPLATE("into: writing into blocks, Maps and Refs touches only the vi
 TEST_CASE_TEMPLATE("into: resizable outputs are resized, fixed-size ones of the right shape work", T, float, double) {
   Rng rng(43);
   const Eigen::Index tq = 3, tk = 9, dk = 4, dv = 2;
-  const auto Q = random_matrix<RowMatrix<T>>(rng, tq, dk);
-  const auto K = random_matrix<RowMatrix<T>>(rng, tk, dk);
-  const auto V = random_matrix<RowMatrix<T>>(rng, tk, dv);
+  const auto [Q, K, V] = random_inputs<T>(rng, {tq, tk, dk, dv});
   const auto ref = reference_attention(Q, K, V, MaskSpec{true, true});
   const Budget b = budget_for<T>(ref, dk);  // one computed result vs exact: the error model
   const ea::Options opt = make_options(MaskSpec{true, true});

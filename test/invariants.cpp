@@ -8,15 +8,12 @@
 #include <vector>
 
 #include "common.hpp"
+#include "inputs.hpp"
 #include "random.hpp"
 
 using namespace ea_test;
 
 namespace {
-
-struct Shape {
-  Eigen::Index tq, tk, dk, dv;
-};
 
 // T_q < T_k, T_q > T_k (with fully masked rows under bottom-right), one token, tile edges.
 const std::vector<Shape> kShapes = {{37, 129, 24, 16}, {130, 70, 16, 20}, {1, 1, 4, 4}, {65, 65, 9, 3}};
@@ -28,9 +25,7 @@ TEST_CASE_TEMPLATE("invariants: SCORES rows sum to 1, or to 0 when the query see
   for (const Shape& s : kShapes) {
     CAPTURE(s.tq);
     CAPTURE(s.tk);
-    const auto Q = random_matrix<RowMatrix<T>>(rng, s.tq, s.dk);
-    const auto K = random_matrix<RowMatrix<T>>(rng, s.tk, s.dk);
-    const auto V = random_matrix<RowMatrix<T>>(rng, s.tk, s.dv);
+    const auto [Q, K, V] = random_inputs<T>(rng, s);
     for (const MaskSpec& mask : all_masks()) {
       const std::string mname = mask_name(mask);
       CAPTURE(mname);
@@ -66,9 +61,7 @@ TEST_CASE_TEMPLATE("invariants: weights above the causal frontier are exact zero
   for (const Shape& s : kShapes) {
     CAPTURE(s.tq);
     CAPTURE(s.tk);
-    const auto Q = random_matrix<RowMatrix<T>>(rng, s.tq, s.dk);
-    const auto K = random_matrix<RowMatrix<T>>(rng, s.tk, s.dk);
-    const auto V = random_matrix<RowMatrix<T>>(rng, s.tk, s.dv);
+    const auto [Q, K, V] = random_inputs<T>(rng, s);
     for (const MaskSpec& mask : {MaskSpec{true, false}, MaskSpec{true, true}}) {
       const std::string mname = mask_name(mask);
       CAPTURE(mname);
@@ -103,9 +96,7 @@ TEST_CASE_TEMPLATE("invariants: permuting the keys permutes SCORES columns and k
   for (const Shape& s : kShapes) {
     CAPTURE(s.tq);
     CAPTURE(s.tk);
-    const auto Q = random_matrix<RowMatrix<T>>(rng, s.tq, s.dk);
-    const auto K = random_matrix<RowMatrix<T>>(rng, s.tk, s.dk);
-    const auto V = random_matrix<RowMatrix<T>>(rng, s.tk, s.dv);
+    const auto [Q, K, V] = random_inputs<T>(rng, s);
     // Key i of the permuted problem is key perm[i] of the original.
     std::vector<Eigen::Index> perm(static_cast<size_t>(s.tk));
     std::iota(perm.begin(), perm.end(), Eigen::Index{0});
@@ -183,9 +174,7 @@ TEST_CASE_TEMPLATE("invariants: ATTN equals SCORES times V", T, float, double) {
   for (const Shape& s : kShapes) {
     CAPTURE(s.tq);
     CAPTURE(s.tk);
-    const auto Q = random_matrix<RowMatrix<T>>(rng, s.tq, s.dk);
-    const auto K = random_matrix<RowMatrix<T>>(rng, s.tk, s.dk);
-    const auto V = random_matrix<RowMatrix<T>>(rng, s.tk, s.dv);
+    const auto [Q, K, V] = random_inputs<T>(rng, s);
     for (const MaskSpec& mask : all_masks()) {
       const std::string mname = mask_name(mask);
       CAPTURE(mname);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "inputs.hpp"
 #include "random.hpp"
 
 using namespace ea_test;
@@ -73,9 +74,7 @@ TEST_CASE_TEMPLATE("masking: the frontier of each alignment, exactly", T, float,
 TEST_CASE_TEMPLATE("masking: bottom-right with T_q > T_k leaves the first rows seeing no key", T, float, double) {
   Rng rng(22);
   const Eigen::Index tq = 75, tk = 7, dk = 5, dv = 4, blind = tq - tk;  // rows 0..67 see nothing
-  const auto Q = random_matrix<RowMatrix<T>>(rng, tq, dk);
-  const auto K = random_matrix<RowMatrix<T>>(rng, tk, dk);
-  const auto V = random_matrix<RowMatrix<T>>(rng, tk, dv);
+  const auto [Q, K, V] = random_inputs<T>(rng, {tq, tk, dk, dv});
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const auto ref = reference_attention(Q, K, V, MaskSpec{true, true});
   const Budget b = budget_for<T>(ref, dk);  // one computed result vs exact: the error model
@@ -266,9 +265,7 @@ TEST_CASE_TEMPLATE("masking: the alignment is ignored without the mask, and equa
   for (const Sizes& s : kSizes) {
     CAPTURE(s.tq);
     CAPTURE(s.tk);
-    const auto Q = random_matrix<RowMatrix<T>>(rng, s.tq, 8);
-    const auto K = random_matrix<RowMatrix<T>>(rng, s.tk, 8);
-    const auto V = random_matrix<RowMatrix<T>>(rng, s.tk, 5);
+    const auto [Q, K, V] = random_inputs<T>(rng, {s.tq, s.tk, 8, 5});
     for (const auto kernel : kernels_under_test()) {
       const std::string kname = ea::kernel_name(kernel);
       CAPTURE(kname);

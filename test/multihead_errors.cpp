@@ -3,88 +3,20 @@
 // (every output is filled with a sentinel first and checked afterwards).
 #include <doctest/doctest.h>
 
-#include <cctype>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common.hpp"
+#include "errors.hpp"
 #include "multihead_golden.hpp"
 #include "random.hpp"
 
 using namespace ea_test;
 
 namespace {
-
-template <class F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<wrong exception type: ") + e.what() + ">";
-  } catch (...) {
-    return "<non-standard exception>";
-  }
-  return "<no exception>";
-}
-
-/// The integers written in `s` (maximal runs of digits; a sign is not part of them).
-std::vector<long> integers_in(const std::string& s) {
-  std::vector<long> out;
-  for (size_t i = 0; i < s.size();) {
-    if (std::isdigit(static_cast<unsigned char>(s[i]))) {
-      size_t j = i;
-      while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
-      out.push_back(std::stol(s.substr(i, j - i)));
-      i = j;
-    } else {
-      ++i;
-    }
-  }
-  return out;
-}
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-/// A call that must throw; the numbers its message must hold, and groups of words of which
-/// the message must hold at least one per group (case-insensitive).
-struct BadCall {
-  std::string name;
-  std::function<void()> call;
-  std::vector<long> numbers;
-  std::vector<std::vector<std::string>> words;
-};
-
-void check_bad_call(const BadCall& bad, const std::function<bool()>& outputs_untouched) {
-  CAPTURE(bad.name);
-  CHECK_THROWS_AS(bad.call(), std::invalid_argument);
-  const std::string msg = invalid_argument_message(bad.call);
-  CAPTURE(msg);
-  const auto ints = integers_in(msg);
-  for (const long n : bad.numbers) {
-    CAPTURE(n);
-    CHECK(std::find(ints.begin(), ints.end(), n) != ints.end());
-  }
-  for (const auto& group : bad.words) {
-    bool found = false;
-    std::string alternatives;
-    for (const auto& w : group) {
-      found = found || lower(msg).find(lower(w)) != std::string::npos;
-      alternatives += "'" + w + "' ";
-    }
-    CAPTURE(alternatives);
-    CHECK(found);
-  }
-  CHECK_MESSAGE(outputs_untouched(), "an output was written by a call that threw");
-}
 
 template <class T>
 constexpr T kSentinel = T(1234.5);

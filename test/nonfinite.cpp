@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "inputs.hpp"
 #include "random.hpp"
 
 using namespace ea_test;
@@ -125,6 +126,27 @@ struct Case {
 const std::vector<Case> kCases = {{70, 70, {true, false}}, {40, 70, {true, true}}, {70, 40, {true, true}},
                                   {33, 45, {false, false}}};
 
+/// For every case, a random problem (d_k = 8, d_v = 5) and its clean reference; for keys 0,
+/// T_k / 2 - 3 and T_k - 1, `check_key(Q, K, V, mask, clean, j, affected)` poisons row j of an
+/// input, `affected` being the rows that see key j.
+template <class T, class F>
+void for_each_key_row(Rng& rng, F&& check_key) {
+  const Eigen::Index dk = 8, dv = 5;
+  for (const Case& cs : kCases) {
+    CAPTURE(cs.tq);
+    CAPTURE(cs.tk);
+    const std::string mname = mask_name(cs.mask);
+    CAPTURE(mname);
+    const auto [Q, K, V] = random_inputs<T>(rng, {cs.tq, cs.tk, dk, dv});
+    const auto clean = reference_attention(Q, K, V, cs.mask);
+    for (const Eigen::Index j : {Eigen::Index{0}, cs.tk / 2 - 3, cs.tk - 1}) {
+      CAPTURE(j);
+      const auto affected = rows_seeing_key(j, cs.tq, cs.tk, cs.mask);
+      check_key(Q, K, V, cs.mask, clean, j, affected);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a query row reaches only that row", T, float, double) {
@@ -172,53 +194,31 @@ TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a query row reaches only that row",
 
 TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a key row reaches only the queries that see it", T, float, double) {
   Rng rng(32);
-  const Eigen::Index dk = 8, dv = 5;
-  for (const Case& cs : kCases) {
-    CAPTURE(cs.tq);
-    CAPTURE(cs.tk);
-    const std::string mname = mask_name(cs.mask);
-    CAPTURE(mname);
-    const auto Q = random_matrix<RowMatrix<T>>(rng, cs.tq, dk);
-    const auto K0 = random_matrix<RowMatrix<T>>(rng, cs.tk, dk);
-    const auto V = random_matrix<RowMatrix<T>>(rng, cs.tk, dv);
-    const auto clean = reference_attention(Q, K0, V, cs.mask);
-    for (const Eigen::Index j : {Eigen::Index{0}, cs.tk / 2 - 3, cs.tk - 1}) {
-      CAPTURE(j);
-      const auto affected = rows_seeing_key(j, cs.tq, cs.tk, cs.mask);
-      RowMatrix<T> K = K0;
-      K(j, 2) = std::numeric_limits<T>::quiet_NaN();
-      check_propagation<T>(Q, K, V, cs.mask, clean, {"NaN in K(j, 2)", Reach::WholeRow, true, 0, affected});
-      // +Inf in K gives logits +Inf or -Inf depending on the sign of Q(i, 2): the queries that
-      // do not see key j are what the contract speaks of.
-      K = K0;
-      K(j, 2) = std::numeric_limits<T>::infinity();
-      check_propagation<T>(Q, K, V, cs.mask, clean, {"+Inf in K(j, 2)", Reach::OnlyOthersChecked, false, 0, affected});
-    }
-  }
+  for_each_key_row<T>(rng, [](const RowMatrix<T>& Q, const RowMatrix<T>& K0, const RowMatrix<T>& V,
+                              const MaskSpec& mask, const ReferenceResult& clean, Eigen::Index j,
+                              const std::vector<bool>& affected) {
+    RowMatrix<T> K = K0;
+    K(j, 2) = std::numeric_limits<T>::quiet_NaN();
+    check_propagation<T>(Q, K, V, mask, clean, {"NaN in K(j, 2)", Reach::WholeRow, true, 0, affected});
+    // +Inf in K gives logits +Inf or -Inf depending on the sign of Q(i, 2): the queries that
+    // do not see key j are what the contract speaks of.
+    K = K0;
+    K(j, 2) = std::numeric_limits<T>::infinity();
+    check_propagation<T>(Q, K, V, mask, clean, {"+Inf in K(j, 2)", Reach::OnlyOthersChecked, false, 0, affected});
+  });
 }
 
 TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a value row reaches only that column of the queries that see it", T,
                    float, double) {
   Rng rng(33);
-  const Eigen::Index dk = 8, dv = 5;
-  for (const Case& cs : kCases) {
-    CAPTURE(cs.tq);
-    CAPTURE(cs.tk);
-    const std::string mname = mask_name(cs.mask);
-    CAPTURE(mname);
-    const auto Q = random_matrix<RowMatrix<T>>(rng, cs.tq, dk);
-    const auto K = random_matrix<RowMatrix<T>>(rng, cs.tk, dk);
-    const auto V0 = random_matrix<RowMatrix<T>>(rng, cs.tk, dv);
-    const auto clean = reference_attention(Q, K, V0, cs.mask);
-    for (const Eigen::Index j : {Eigen::Index{0}, cs.tk / 2 - 3, cs.tk - 1}) {
-      CAPTURE(j);
-      const auto affected = rows_seeing_key(j, cs.tq, cs.tk, cs.mask);
-      RowMatrix<T> V = V0;
-      V(j, 1) = std::numeric_limits<T>::quiet_NaN();
-      check_propagation<T>(Q, K, V, cs.mask, clean, {"NaN in V(j, 1)", Reach::VColumn, true, 1, affected});
-      V = V0;
-      V(j, 4) = -std::numeric_limits<T>::infinity();
-      check_propagation<T>(Q, K, V, cs.mask, clean, {"-Inf in V(j, 4)", Reach::VColumn, false, 4, affected});
-    }
-  }
+  for_each_key_row<T>(rng, [](const RowMatrix<T>& Q, const RowMatrix<T>& K, const RowMatrix<T>& V0,
+                              const MaskSpec& mask, const ReferenceResult& clean, Eigen::Index j,
+                              const std::vector<bool>& affected) {
+    RowMatrix<T> V = V0;
+    V(j, 1) = std::numeric_limits<T>::quiet_NaN();
+    check_propagation<T>(Q, K, V, mask, clean, {"NaN in V(j, 1)", Reach::VColumn, true, 1, affected});
+    V = V0;
+    V(j, 4) = -std::numeric_limits<T>::infinity();
+    check_propagation<T>(Q, K, V, mask, clean, {"-Inf in V(j, 4)", Reach::VColumn, false, 4, affected});
+  });
 }

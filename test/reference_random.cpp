@@ -7,15 +7,12 @@
 #include <vector>
 
 #include "common.hpp"
+#include "inputs.hpp"
 #include "random.hpp"
 
 using namespace ea_test;
 
 namespace {
-
-struct Shape {
-  Eigen::Index tq, tk, dk, dv;
-};
 
 // Sizes on both sides of likely tile edges (64) and far from any power of two.
 const std::vector<Shape> kShapes = {
@@ -53,9 +50,7 @@ TEST_CASE_TEMPLATE("random: odd shapes, every mask, default and custom scales, e
     CAPTURE(s.tk);
     CAPTURE(s.dk);
     CAPTURE(s.dv);
-    const auto Q = random_matrix<RowMatrix<T>>(rng, s.tq, s.dk);
-    const auto K = random_matrix<RowMatrix<T>>(rng, s.tk, s.dk);
-    const auto V = random_matrix<RowMatrix<T>>(rng, s.tk, s.dv);
+    const auto [Q, K, V] = random_inputs<T>(rng, s);
     for (const MaskSpec& mask : all_masks()) {
       const std::string mname = mask_name(mask);
       CAPTURE(mname);
@@ -71,9 +66,7 @@ TEST_CASE_TEMPLATE("random: odd shapes, every mask, default and custom scales, e
 
 TEST_CASE_TEMPLATE("random: one long problem (T = 300, d_k = d_v = 64)", T, float, double) {
   Rng rng(77);
-  const auto Q = random_matrix<RowMatrix<T>>(rng, 300, 64);
-  const auto K = random_matrix<RowMatrix<T>>(rng, 300, 64);
-  const auto V = random_matrix<RowMatrix<T>>(rng, 300, 64);
+  const auto [Q, K, V] = random_inputs<T>(rng, {300, 300, 64, 64});
   for (const MaskSpec& mask : {MaskSpec{false, false}, MaskSpec{true, false}}) {
     const std::string mname = mask_name(mask);
     CAPTURE(mname);
