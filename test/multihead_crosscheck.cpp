@@ -232,9 +232,6 @@ std::vector<Config> feature_configs() {
   return cs;
 }
 
-/// Every available kernel, then Kernel::Auto.
-std::vector<mh::Kernel> every_kernel() { return kernels_under_test(); }
-
 }  // namespace
 
 TEST_CASE_TEMPLATE("multihead crosscheck: the long-double reference vs attention_heads and _decomposed", T, float,
@@ -245,7 +242,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: the long-double reference vs attention
     CAPTURE(config);
     const Problem p = make_problem<T>(c, rng);
     const auto ref = reference_heads(p.Q, p.K, p.V, p.spec);
-    for (const auto kernel : every_kernel()) {
+    for (const auto kernel : kernels_under_test()) {
       const std::string kname = ea::kernel_name(kernel);
       CAPTURE(kname);
       for (const int threads : {1, 2}) {
@@ -266,7 +263,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: random configurations vs the long-doub
   // Seeded random shapes and options (every combination of features is likely to come up); each
   // against the reference, fused and decomposed, on a kernel and thread count drawn at random.
   Rng rng(777);
-  const auto kernels = every_kernel();
+  const auto kernels = kernels_under_test();
   for (int n = 0; n < 200; ++n) {
     Config c{"random", 0, 0, 0, 0, 0, 0, 0};
     // one in 10 spans several query tiles (128 rows) and key tiles (512 keys)
@@ -343,7 +340,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: causal == a boolean lower-triangular m
       for (Eigen::Index i = 0; i < s.tq; ++i)
         for (Eigen::Index j = 0; j < s.tk; ++j) tri(i, j) = j <= i + offset;
       const auto ref = reference_heads(causal.Q, causal.K, causal.V, causal.spec);
-      for (const auto kernel : every_kernel()) {
+      for (const auto kernel : kernels_under_test()) {
         const std::string kname = ea::kernel_name(kernel);
         CAPTURE(kname);
         for (const bool decomposed : {false, true}) {
@@ -406,7 +403,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: ALiBi == the equivalent additive bias"
         // the reference agrees with itself across the two forms
         const auto ref_bias = reference_heads(with_bias.Q, with_bias.K, with_bias.V, with_bias.spec);
         check_heads_near(array_view(ref_bias.out), ref.out, budget_fn<T>(ref, 1, &Budget::attn), "reference");
-        for (const auto kernel : every_kernel()) {
+        for (const auto kernel : kernels_under_test()) {
           const std::string kname = ea::kernel_name(kernel);
           CAPTURE(kname);
           for (const bool decomposed : {false, true}) {
@@ -438,7 +435,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: a bias of -inf == the boolean mask (ro
   for (auto& x : bias.v) x = x != 0 ? 0 : -kInf;
   biased.spec.bias = bias;
   const auto ref = reference_heads(masked.Q, masked.K, masked.V, masked.spec);
-  for (const auto kernel : every_kernel()) {
+  for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
     for (const bool decomposed : {false, true}) {
@@ -475,7 +472,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: GQA/MQA == K/V copied per query head",
     const auto ref = reference_heads(gqa.Q, gqa.K, gqa.V, gqa.spec);
     const auto ref_rep = reference_heads(rep.Q, rep.K, rep.V, rep.spec);
     EA_CHECK_EQUAL(ref_rep.out.slice(1, 5), ref.out.slice(1, 5));  // the reference indexes K/V heads as stated
-    for (const auto kernel : every_kernel()) {
+    for (const auto kernel : kernels_under_test()) {
       const std::string kname = ea::kernel_name(kernel);
       CAPTURE(kname);
       for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
@@ -506,7 +503,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: multi-head == a loop of single-head at
       if (tq == 6) c.scale = 0.7;
       const Problem p = make_problem<T>(c, rng);
       const auto ref = reference_heads(p.Q, p.K, p.V, p.spec);
-      for (const auto kernel : every_kernel()) {
+      for (const auto kernel : kernels_under_test()) {
         const std::string kname = ea::kernel_name(kernel);
         CAPTURE(kname);
         const mh::Options opt = options_for(p.spec, kernel);
@@ -576,7 +573,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads cal
       for (Eigen::Index h = 0; h < vc.H; ++h) p.spec.alibi.push_back(static_cast<T>(0.3 * (h + 1)));
     const auto ref = reference_varlen(p.Q, p.K, p.V, cu_q, cu_k, p.spec);
     const MasksBuffer<T> masks(p.spec);
-    for (const auto kernel : every_kernel()) {
+    for (const auto kernel : kernels_under_test()) {
       const std::string kname = ea::kernel_name(kernel);
       CAPTURE(kname);
       const mh::Options opt = options_for(p.spec, kernel);
@@ -666,7 +663,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: merge of a split of the keys == attent
   const long double merged_attn_tol = 2 * attn_tol + 2 * lse_tol * (1 + max_lse) * max_v + 4 * u * max_v;
   const long double merged_lse_tol = 2 * lse_tol + 4 * u;
 
-  for (const auto kernel : every_kernel()) {
+  for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
     const mh::Options opt = options_for(p.spec, kernel);
@@ -748,7 +745,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: threads 1, 2 and 0 give bitwise the sa
   pv.spec.alibi = p.spec.alibi;
   pv.spec.window_left = 30;
   const MasksBuffer<T> vmasks(pv.spec);
-  for (const auto kernel : every_kernel()) {
+  for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
     for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
@@ -784,7 +781,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: BHTD and BTHD buffers give bitwise the
     const std::string config = c.name;
     CAPTURE(config);
     const Problem p = make_problem<T>(c, rng);
-    for (const auto kernel : every_kernel()) {
+    for (const auto kernel : kernels_under_test()) {
       const std::string kname = ea::kernel_name(kernel);
       CAPTURE(kname);
       for (const bool decomposed : {false, true}) {
@@ -825,7 +822,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: views into one fused, padded QKV buffe
         }
       }
   const MasksBuffer<T> masks(p.spec);
-  for (const auto kernel : every_kernel()) {
+  for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
     const mh::Options opt = options_for(p.spec, kernel, 2);
@@ -904,7 +901,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: Eigen tensors through HeadsView::from_
   c.mask = "BxH";
   const Problem p = make_problem<T>(c, rng);
   const auto ref = reference_heads(p.Q, p.K, p.V, p.spec);
-  for (const auto kernel : every_kernel()) {
+  for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
     for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
@@ -926,7 +923,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: no query, no key, all keys padded: emp
                    double) {
   Rng rng(20);
   const Eigen::Index B = 2, H = 4, Hkv = 2, dk = 5, dv = 3;
-  for (const auto kernel : every_kernel()) {
+  for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
     for (const auto& [tq, tk] : {std::pair<Eigen::Index, Eigen::Index>{0, 6}, {4, 0}, {0, 0}}) {
