@@ -24,7 +24,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -39,15 +38,10 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "baseline.hpp"
-
-#ifndef EA_BENCH_BUILD_TYPE
-#define EA_BENCH_BUILD_TYPE "(unknown)"
-#endif
 
 namespace ea = EigenAttention;
 using Clock = bench::Clock;
@@ -84,7 +78,11 @@ struct Args {
   bool t_given = false, d_given = false, type_given = false, threads_given = false, causal_given = false;
 };
 
-const char* const kUsage =
+}  // namespace
+
+// For the command-line helpers of harness.hpp.
+const char* const bench::kProgram = "eigen_attention_bench";
+const char* const bench::kUsage =
     "usage: eigen_attention_bench [options]\n"
     "  --t LIST           sequence lengths T (T_q = T_k = T), comma list\n"
     "                     (default 512,1024,2048,4096,8192,16384)\n"
@@ -112,40 +110,14 @@ const char* const kUsage =
     "                     all results agree\n"
     "  --help\n";
 
-[[noreturn]] void usage_error(const std::string& what) {
-  std::fprintf(stderr, "eigen_attention_bench: %s\n%s", what.c_str(), kUsage);
-  std::exit(2);
-}
+namespace {
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  if (out.empty()) usage_error("empty list '" + s + "'");
-  return out;
-}
-
-long long parse_int(const std::string& s, const char* what) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || end == s.c_str() || *end != '\0') usage_error(std::string("bad ") + what + " '" + s + "'");
-  return v;
-}
-
-template <typename I>
-std::vector<I> parse_ints(const std::string& s, const char* what, long long lo, long long hi) {
-  std::vector<I> out;
-  for (const std::string& item : split(s)) {
-    const long long v = parse_int(item, what);
-    if (v < lo || v > hi) usage_error(std::string(what) + " " + item + " out of range");
-    out.push_back(static_cast<I>(v));
-  }
-  return out;
-}
+using bench::kUsage;
+using bench::parse_int;
+using bench::parse_ints;
+using bench::resolved_name;
+using bench::split;
+using bench::usage_error;
 
 NaiveVariant parse_variant(const std::string& s) {
   for (NaiveVariant v : {NaiveVariant::RowLoop, NaiveVariant::ColMajor, NaiveVariant::RowMajorExpr}) {
@@ -156,56 +128,39 @@ NaiveVariant parse_variant(const std::string& s) {
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    const std::size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto next = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      return argv[++i];
-    };
+  bench::ArgReader args(argc, argv);
+  while (args.next()) {
+    const std::string& arg = args.name();
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
     } else if (arg == "--t") {
-      a.ts = parse_ints<Idx>(next(), "T", 1, Idx(1) << 24);
+      a.ts = parse_ints<Idx>(args.value(), "T", 1, Idx(1) << 24);
       a.t_given = true;
     } else if (arg == "--quick") {
       a.ts = {512, 1024};
       a.t_given = true;
     } else if (arg == "--d") {
-      a.ds = parse_ints<Idx>(next(), "d", 1, 65536);
+      a.ds = parse_ints<Idx>(args.value(), "d", 1, 65536);
       a.d_given = true;
     } else if (arg == "--type") {
-      a.types = split(next());
-      for (const std::string& t : a.types) {
-        if (t != "float" && t != "double") usage_error("unknown type '" + t + "'");
-      }
+      a.types = bench::parse_types(args.value());
       a.type_given = true;
     } else if (arg == "--threads") {
-      a.threads = parse_ints<int>(next(), "threads", 0, 4096);
+      a.threads = parse_ints<int>(args.value(), "threads", 0, 4096);
       a.threads_given = true;
     } else if (arg == "--causal") {
-      a.causal = parse_ints<int>(next(), "causal", 0, 1);
+      a.causal = parse_ints<int>(args.value(), "causal", 0, 1);
       a.causal_given = true;
     } else if (arg == "--kernel") {
-      a.kernel = next();
+      a.kernel = args.value();
     } else if (arg == "--reps") {
-      a.reps = static_cast<int>(parse_int(next(), "reps"));
-      if (a.reps < 1) usage_error("--reps must be >= 1");
+      a.reps = bench::parse_reps(args.value());
     } else if (arg == "--seconds") {
-      a.seconds = std::atof(next().c_str());
-      if (!(a.seconds >= 0)) usage_error("bad --seconds");
+      a.seconds = bench::parse_seconds(args.value());
     } else if (arg == "--methods") {
       a.m_fused = a.m_into = a.m_value = a.m_naive = a.m_shapes = false;
-      for (const std::string& m : split(next())) {
+      for (const std::string& m : split(args.value())) {
         if (m == "fused") a.m_fused = true;
         else if (m == "into") a.m_into = true;
         else if (m == "value") a.m_value = true;
@@ -214,15 +169,15 @@ Args parse_args(int argc, char** argv) {
         else usage_error("unknown method '" + m + "'");
       }
     } else if (arg == "--naive-max-t") {
-      a.naive_max_t = static_cast<Idx>(parse_int(next(), "naive-max-t"));
+      a.naive_max_t = static_cast<Idx>(parse_int(args.value(), "naive-max-t"));
     } else if (arg == "--naive-variant") {
-      a.naive_variant = parse_variant(next());
+      a.naive_variant = parse_variant(args.value());
     } else if (arg == "--gemm-n") {
-      a.gemm_n = static_cast<Idx>(parse_int(next(), "gemm-n"));
+      a.gemm_n = static_cast<Idx>(parse_int(args.value(), "gemm-n"));
       if (a.gemm_n < 1) usage_error("--gemm-n must be >= 1");
     } else if (arg == "--csv") {
       a.csv = true;
-      if (has_value) a.csv_path = value;
+      if (args.has_value()) a.csv_path = args.value();
     } else if (arg == "--scaling") {
       a.scaling = true;
     } else if (arg == "--memory-probe") {
@@ -230,36 +185,21 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--smoke") {
       a.smoke = true;
     } else {
-      usage_error("unknown option '" + std::string(argv[i]) + "'");
+      usage_error("unknown option '" + std::string(args.given()) + "'");
     }
   }
   return a;
 }
 
 std::vector<ea::Kernel> kernels_to_run(const std::string& name) {
-  const std::vector<ea::Kernel> available = ea::available_kernels();
   if (name == "all") {
     std::vector<ea::Kernel> out;
-    for (ea::Kernel k : available) {
+    for (ea::Kernel k : ea::available_kernels()) {
       if (k != ea::Kernel::Reference) out.push_back(k);
     }
     return out;
   }
-  for (ea::Kernel k : {ea::Kernel::Auto, ea::Kernel::Reference, ea::Kernel::Portable, ea::Kernel::Avx2,
-                       ea::Kernel::Avx512}) {
-    if (name == ea::kernel_name(k)) {
-      if (k != ea::Kernel::Auto && std::find(available.begin(), available.end(), k) == available.end()) {
-        std::fprintf(stderr, "eigen_attention_bench: kernel '%s' is not available here\n", name.c_str());
-        std::exit(2);
-      }
-      return {k};
-    }
-  }
-  usage_error("unknown kernel '" + name + "'");
-}
-
-const char* resolved_name(ea::Kernel k) {
-  return ea::kernel_name(k == ea::Kernel::Auto ? ea::available_kernels().front() : k);
+  return {bench::parse_kernel(name)};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -314,34 +254,10 @@ void print_row(const char* format, Cols... cols) {
 // ---------------------------------------------------------------------------------------------
 // The machine
 
-using bench::cpu_flags_of_interest;
-using bench::cpu_model;
 using bench::load_average;
-using bench::now_string;
 
 void print_machine(const Args& a, const std::vector<ea::Kernel>& kernels) {
-  std::string avail;
-  for (ea::Kernel k : ea::available_kernels()) avail += (avail.empty() ? "" : ", ") + std::string(ea::kernel_name(k));
-  std::string chosen;
-  for (ea::Kernel k : kernels) {
-    chosen += (chosen.empty() ? "" : ", ") + std::string(ea::kernel_name(k));
-    if (k == ea::Kernel::Auto) chosen += std::string(" = ") + resolved_name(k);
-  }
-  std::printf("EigenAttention benchmark  %s\n", now_string().c_str());
-  std::printf("  cpu       %s  (%u hardware threads; %s)\n", cpu_model().c_str(),
-              std::thread::hardware_concurrency(), cpu_flags_of_interest().c_str());
-  std::printf("  load      %s (1/5/15 min, at start)\n", load_average().c_str());
-  std::printf("  library   EigenAttention %s, Eigen %d.%d.%d, %s, bench build %s\n", ea::version(),
-              EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION,
-#if defined(__clang__)
-              "clang " __clang_version__,
-#elif defined(__GNUC__)
-              "gcc " __VERSION__,
-#else
-              "(compiler)",
-#endif
-              EA_BENCH_BUILD_TYPE);
-  std::printf("  kernels   available: %s; measured: %s\n", avail.c_str(), chosen.c_str());
+  bench::print_machine_common("EigenAttention benchmark", kernels);
   std::printf("  baseline  naive path and GEMM: Eigen compiled with '%s' (SIMD: %s); "
               "naive softmax: %s\n",
               eabench::baseline_flags(), eabench::baseline_simd(), eabench::naive_variant_name(a.naive_variant));

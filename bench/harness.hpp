@@ -1,18 +1,158 @@
-// What the benchmark programs share: timing (warm-up, samples, medians) and a description of
-// the machine for the header of their output.
+// What the benchmark programs share: the command-line helpers, timing (warm-up, samples,
+// medians), and a description of the machine and the build for the header of their output.
 #pragma once
 
+#include <EigenAttention/EigenAttention.hpp>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#ifndef EA_BENCH_BUILD_TYPE
+#define EA_BENCH_BUILD_TYPE "(unknown)"
+#endif
+
 namespace bench {
+
+namespace ea = EigenAttention;
+
+// ---------------------------------------------------------------------------------------------
+// Command line. A program that uses these defines bench::kProgram (its name, which starts its
+// error messages) and bench::kUsage (its --help text).
+
+extern const char* const kProgram;
+extern const char* const kUsage;
+
+// "<program>: <what>" and the usage on stderr; exit status 2.
+[[noreturn]] inline void usage_error(const std::string& what) {
+  std::fprintf(stderr, "%s: %s\n%s", kProgram, what.c_str(), kUsage);
+  std::exit(2);
+}
+
+// The arguments one option at a time: "--name value", "--name=value" or a flag.
+class ArgReader {
+ public:
+  ArgReader(int argc, char** argv) : argc_(argc), argv_(argv) {}
+
+  // Moves to the next option; false after the last.
+  bool next() {
+    if (++i_ >= argc_) return false;
+    given_ = argv_[i_];
+    name_ = given_;
+    inline_value_.clear();
+    has_value_ = false;
+    const std::size_t eq = name_.find('=');
+    if (name_.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value_ = name_.substr(eq + 1);
+      name_ = name_.substr(0, eq);
+      has_value_ = true;
+    }
+    return true;
+  }
+  const std::string& name() const { return name_; }  // without "=value"
+  const char* given() const { return given_; }       // as given, with "=value"
+  bool has_value() const { return has_value_; }      // given as --name=value
+  // The value after '=', else the next argument (which next() then skips); a usage error when
+  // there is none.
+  std::string value() {
+    if (has_value_) return inline_value_;
+    if (i_ + 1 >= argc_) usage_error(name_ + " needs a value");
+    return argv_[++i_];
+  }
+
+ private:
+  int argc_;
+  char** argv_;
+  int i_ = 0;
+  const char* given_ = nullptr;
+  std::string name_, inline_value_;
+  bool has_value_ = false;
+};
+
+// The non-empty items of a `sep`-separated list; a usage error when there are none.
+inline std::vector<std::string> split(const std::string& s, char sep = ',') {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  if (out.empty()) usage_error("empty list '" + s + "'");
+  return out;
+}
+
+inline long long parse_int(const std::string& s, const char* what) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || *end != '\0') usage_error(std::string("bad ") + what + " '" + s + "'");
+  return v;
+}
+
+// A comma list of integers, each in [lo, hi].
+template <typename I>
+std::vector<I> parse_ints(const std::string& s, const char* what, long long lo, long long hi) {
+  std::vector<I> out;
+  for (const std::string& item : split(s)) {
+    const long long v = parse_int(item, what);
+    if (v < lo || v > hi) usage_error(std::string(what) + " " + item + " out of range");
+    out.push_back(static_cast<I>(v));
+  }
+  return out;
+}
+
+// --type: float, double or both.
+inline std::vector<std::string> parse_types(const std::string& s) {
+  std::vector<std::string> types = split(s);
+  for (const std::string& t : types) {
+    if (t != "float" && t != "double") usage_error("unknown type '" + t + "'");
+  }
+  return types;
+}
+
+// --reps: at least 1.
+inline int parse_reps(const std::string& s) {
+  const int reps = static_cast<int>(parse_int(s, "reps"));
+  if (reps < 1) usage_error("--reps must be >= 1");
+  return reps;
+}
+
+// --seconds: not negative (read with atof, so a word is 0).
+inline double parse_seconds(const std::string& s) {
+  const double seconds = std::atof(s.c_str());
+  if (!(seconds >= 0)) usage_error("bad --seconds");
+  return seconds;
+}
+
+// --kernel: auto, reference, portable, avx2 or avx512; exit status 2 when that kernel is not
+// available on this machine.
+inline ea::Kernel parse_kernel(const std::string& name) {
+  const std::vector<ea::Kernel> available = ea::available_kernels();
+  for (ea::Kernel k : {ea::Kernel::Auto, ea::Kernel::Reference, ea::Kernel::Portable, ea::Kernel::Avx2,
+                       ea::Kernel::Avx512}) {
+    if (name == ea::kernel_name(k)) {
+      if (k != ea::Kernel::Auto && std::find(available.begin(), available.end(), k) == available.end()) {
+        std::fprintf(stderr, "%s: kernel '%s' is not available here\n", kProgram, name.c_str());
+        std::exit(2);
+      }
+      return k;
+    }
+  }
+  usage_error("unknown kernel '" + name + "'");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timing
 
 using Clock = std::chrono::steady_clock;
 
@@ -56,6 +196,9 @@ Timing measure(double seconds, int reps, F&& call) {
   r.median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
   return r;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The machine and the build
 
 inline std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -101,6 +244,38 @@ inline std::string now_string() {
   char buf[64];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&t));
   return buf;
+}
+
+// The name of kernel k, Kernel::Auto as the kernel it picks here.
+inline const char* resolved_name(ea::Kernel k) {
+  return ea::kernel_name(k == ea::Kernel::Auto ? ea::available_kernels().front() : k);
+}
+
+// The first lines of a program's header: `title` and the date, the machine, the library and the
+// build, the kernels available and the `measured` ones.
+inline void print_machine_common(const char* title, const std::vector<ea::Kernel>& measured) {
+  std::string avail;
+  for (ea::Kernel k : ea::available_kernels()) avail += (avail.empty() ? "" : ", ") + std::string(ea::kernel_name(k));
+  std::string chosen;
+  for (ea::Kernel k : measured) {
+    chosen += (chosen.empty() ? "" : ", ") + std::string(ea::kernel_name(k));
+    if (k == ea::Kernel::Auto) chosen += std::string(" = ") + resolved_name(k);
+  }
+  std::printf("%s  %s\n", title, now_string().c_str());
+  std::printf("  cpu       %s  (%u hardware threads; %s)\n", cpu_model().c_str(),
+              std::thread::hardware_concurrency(), cpu_flags_of_interest().c_str());
+  std::printf("  load      %s (1/5/15 min, at start)\n", load_average().c_str());
+  std::printf("  library   EigenAttention %s, Eigen %d.%d.%d, %s, bench build %s\n", ea::version(),
+              EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION,
+#if defined(__clang__)
+              "clang " __clang_version__,
+#elif defined(__GNUC__)
+              "gcc " __VERSION__,
+#else
+              "(compiler)",
+#endif
+              EA_BENCH_BUILD_TYPE);
+  std::printf("  kernels   available: %s; measured: %s\n", avail.c_str(), chosen.c_str());
 }
 
 }  // namespace bench

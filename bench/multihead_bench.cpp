@@ -21,7 +21,6 @@
 #include "harness.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -31,15 +30,9 @@
 #include <exception>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
-
-#ifndef EA_BENCH_BUILD_TYPE
-#define EA_BENCH_BUILD_TYPE "(unknown)"
-#endif
 
 namespace ea = EigenAttention;
 using Clock = bench::Clock;
@@ -79,7 +72,11 @@ struct Args {
   bool seconds_given = false;
 };
 
-const char* const kUsage =
+}  // namespace
+
+// For the command-line helpers of harness.hpp.
+const char* const bench::kProgram = "eigen_attention_multihead_bench";
+const char* const bench::kUsage =
     "usage: eigen_attention_multihead_bench [options]\n"
     "  --quick            small sizes everywhere (T = 512,1024, H = 4,8, d = 64, GQA 8:2; window\n"
     "                     at T = 2048; varlen 4 sequences of 64..1024) and --seconds 0.3\n"
@@ -105,40 +102,13 @@ const char* const kUsage =
     "  --varlen-shape H,d (default 8,64)\n"
     "  --help\n";
 
-[[noreturn]] void usage_error(const std::string& what) {
-  std::fprintf(stderr, "eigen_attention_multihead_bench: %s\n%s", what.c_str(), kUsage);
-  std::exit(2);
-}
+namespace {
 
-std::vector<std::string> split(const std::string& s, char sep = ',') {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) {
-    if (!item.empty()) out.push_back(item);
-  }
-  if (out.empty()) usage_error("empty list '" + s + "'");
-  return out;
-}
-
-long long parse_int(const std::string& s, const char* what) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || end == s.c_str() || *end != '\0') usage_error(std::string("bad ") + what + " '" + s + "'");
-  return v;
-}
-
-template <typename I>
-std::vector<I> parse_ints(const std::string& s, const char* what, long long lo, long long hi) {
-  std::vector<I> out;
-  for (const std::string& item : split(s)) {
-    const long long v = parse_int(item, what);
-    if (v < lo || v > hi) usage_error(std::string(what) + " " + item + " out of range");
-    out.push_back(static_cast<I>(v));
-  }
-  return out;
-}
+using bench::kUsage;
+using bench::parse_int;
+using bench::parse_ints;
+using bench::split;
+using bench::usage_error;
 
 std::vector<Idx> parse_tuple(const std::string& s, const char* what, std::size_t n) {
   const std::vector<Idx> v = parse_ints<Idx>(s, what, 1, Idx(1) << 24);
@@ -151,21 +121,9 @@ Args parse_args(int argc, char** argv) {
   bool t_given = false, h_given = false, d_given = false, gqa_given = false, window_given = false,
        wshape_given = false, vseqs_given = false, vrange_given = false, vshape_given = false;
   bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool has_value = false;
-    const std::size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto next = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      return argv[++i];
-    };
+  bench::ArgReader args(argc, argv);
+  while (args.next()) {
+    const std::string& arg = args.name();
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -173,27 +131,27 @@ Args parse_args(int argc, char** argv) {
       quick = true;
     } else if (arg == "--sections") {
       a.s_heads = a.s_window = a.s_varlen = false;
-      for (const std::string& s : split(next())) {
+      for (const std::string& s : split(args.value())) {
         if (s == "heads") a.s_heads = true;
         else if (s == "window") a.s_window = true;
         else if (s == "varlen") a.s_varlen = true;
         else usage_error("unknown section '" + s + "'");
       }
     } else if (arg == "--t") {
-      a.ts = parse_ints<Idx>(next(), "T", 1, Idx(1) << 24);
+      a.ts = parse_ints<Idx>(args.value(), "T", 1, Idx(1) << 24);
       t_given = true;
     } else if (arg == "--h") {
-      a.hs = parse_ints<Idx>(next(), "H", 1, 4096);
+      a.hs = parse_ints<Idx>(args.value(), "H", 1, 4096);
       h_given = true;
     } else if (arg == "--d") {
-      a.ds = parse_ints<Idx>(next(), "d", 1, 65536);
+      a.ds = parse_ints<Idx>(args.value(), "d", 1, 65536);
       d_given = true;
     } else if (arg == "--causal") {
-      a.causal = parse_ints<int>(next(), "causal", 0, 1);
+      a.causal = parse_ints<int>(args.value(), "causal", 0, 1);
     } else if (arg == "--gqa") {
       a.gqa.clear();
       gqa_given = true;
-      const std::string v = next();
+      const std::string v = args.value();
       if (v != "none") {
         for (const std::string& pair : split(v)) {
           const std::vector<std::string> hk = split(pair, ':');
@@ -204,46 +162,41 @@ Args parse_args(int argc, char** argv) {
         }
       }
     } else if (arg == "--bthd-t") {
-      a.bthd_t = static_cast<Idx>(parse_int(next(), "bthd-t"));
+      a.bthd_t = static_cast<Idx>(parse_int(args.value(), "bthd-t"));
     } else if (arg == "--window") {
-      a.window = static_cast<Idx>(parse_int(next(), "window"));
+      a.window = static_cast<Idx>(parse_int(args.value(), "window"));
       if (a.window < 0) usage_error("--window must be >= 0");
       window_given = true;
     } else if (arg == "--window-shape") {
-      const std::vector<Idx> v = parse_tuple(next(), "window-shape", 3);
+      const std::vector<Idx> v = parse_tuple(args.value(), "window-shape", 3);
       a.window_t = v[0], a.window_h = v[1], a.window_d = v[2];
       wshape_given = true;
     } else if (arg == "--varlen-seqs") {
-      a.varlen_seqs = static_cast<Idx>(parse_int(next(), "varlen-seqs"));
+      a.varlen_seqs = static_cast<Idx>(parse_int(args.value(), "varlen-seqs"));
       if (a.varlen_seqs < 1) usage_error("--varlen-seqs must be >= 1");
       vseqs_given = true;
     } else if (arg == "--varlen-range") {
-      const std::vector<Idx> v = parse_tuple(next(), "varlen-range", 2);
+      const std::vector<Idx> v = parse_tuple(args.value(), "varlen-range", 2);
       if (v[0] > v[1]) usage_error("--varlen-range: MIN > MAX");
       a.varlen_min = v[0], a.varlen_max = v[1];
       vrange_given = true;
     } else if (arg == "--varlen-shape") {
-      const std::vector<Idx> v = parse_tuple(next(), "varlen-shape", 2);
+      const std::vector<Idx> v = parse_tuple(args.value(), "varlen-shape", 2);
       a.varlen_h = v[0], a.varlen_d = v[1];
       vshape_given = true;
     } else if (arg == "--type") {
-      a.types = split(next());
-      for (const std::string& t : a.types) {
-        if (t != "float" && t != "double") usage_error("unknown type '" + t + "'");
-      }
+      a.types = bench::parse_types(args.value());
     } else if (arg == "--threads") {
-      a.threads = parse_ints<int>(next(), "threads", 0, 4096);
+      a.threads = parse_ints<int>(args.value(), "threads", 0, 4096);
     } else if (arg == "--kernel") {
-      a.kernel = next();
+      a.kernel = args.value();
     } else if (arg == "--reps") {
-      a.reps = static_cast<int>(parse_int(next(), "reps"));
-      if (a.reps < 1) usage_error("--reps must be >= 1");
+      a.reps = bench::parse_reps(args.value());
     } else if (arg == "--seconds") {
-      a.seconds = std::atof(next().c_str());
-      if (!(a.seconds >= 0)) usage_error("bad --seconds");
+      a.seconds = bench::parse_seconds(args.value());
       a.seconds_given = true;
     } else {
-      usage_error("unknown option '" + std::string(argv[i]) + "'");
+      usage_error("unknown option '" + std::string(args.given()) + "'");
     }
   }
   if (quick) {  // explicit options win
@@ -262,21 +215,6 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-ea::Kernel parse_kernel(const std::string& name) {
-  const std::vector<ea::Kernel> available = ea::available_kernels();
-  for (ea::Kernel k : {ea::Kernel::Auto, ea::Kernel::Reference, ea::Kernel::Portable, ea::Kernel::Avx2,
-                       ea::Kernel::Avx512}) {
-    if (name == ea::kernel_name(k)) {
-      if (k != ea::Kernel::Auto && std::find(available.begin(), available.end(), k) == available.end()) {
-        std::fprintf(stderr, "eigen_attention_multihead_bench: kernel '%s' is not available here\n", name.c_str());
-        std::exit(2);
-      }
-      return k;
-    }
-  }
-  usage_error("unknown kernel '" + name + "'");
-}
-
 // ---------------------------------------------------------------------------------------------
 // Timing (as attention_bench: warm-up, runs of ~seconds/5, the median per call)
 
@@ -287,31 +225,10 @@ using bench::Timing;
 // ---------------------------------------------------------------------------------------------
 // The machine (as attention_bench)
 
-using bench::cpu_flags_of_interest;
-using bench::cpu_model;
 using bench::load_average;
-using bench::now_string;
 
 void print_machine(const Args& a, ea::Kernel kernel) {
-  std::string avail;
-  for (ea::Kernel k : ea::available_kernels()) avail += (avail.empty() ? "" : ", ") + std::string(ea::kernel_name(k));
-  std::string chosen = ea::kernel_name(kernel);
-  if (kernel == ea::Kernel::Auto) chosen += std::string(" = ") + ea::kernel_name(ea::available_kernels().front());
-  std::printf("EigenAttention multi-head benchmark  %s\n", now_string().c_str());
-  std::printf("  cpu       %s  (%u hardware threads; %s)\n", cpu_model().c_str(),
-              std::thread::hardware_concurrency(), cpu_flags_of_interest().c_str());
-  std::printf("  load      %s (1/5/15 min, at start)\n", load_average().c_str());
-  std::printf("  library   EigenAttention %s, Eigen %d.%d.%d, %s, bench build %s\n", ea::version(),
-              EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION,
-#if defined(__clang__)
-              "clang " __clang_version__,
-#elif defined(__GNUC__)
-              "gcc " __VERSION__,
-#else
-              "(compiler)",
-#endif
-              EA_BENCH_BUILD_TYPE);
-  std::printf("  kernels   available: %s; measured: %s\n", avail.c_str(), chosen.c_str());
+  bench::print_machine_common("EigenAttention multi-head benchmark", {kernel});
   std::printf("  timing    after 1-2 warm-up calls, median of %s, each run = enough back-to-back calls "
               "to last ~%.2g s;\n            GFLOP/s = 4 * (computed pairs) * d / time, computed pairs = the "
               "(i, j) pairs no mask hides\n",
@@ -507,6 +424,28 @@ std::string check_cell(double diff, double tol, Checks& checks) {
 
 volatile double g_sink = 0;
 
+// attention_heads(q, k, v, out, opt, masks), timed (its first output element kept alive).
+template <typename T>
+Timing time_heads(const Args& a, const ea::HeadsView<const T>& q, const ea::HeadsView<const T>& k,
+                  const ea::HeadsView<const T>& v, const ea::HeadsView<T>& out, const ea::Options& opt,
+                  const ea::Masks<T>& masks = {}) {
+  return measure(a.seconds, a.reps, [&] {
+    ea::attention_heads(q, k, v, out, opt, masks);
+    g_sink = g_sink + double(out.data[0]);
+  });
+}
+
+// Sampled rows of the first and the last query head of sequence 0 (the last with its K/V head
+// under GQA) against the exact rows.
+template <typename T>
+double exact_first_last_heads(const ea::HeadsView<const T>& q, const ea::HeadsView<const T>& k,
+                              const ea::HeadsView<const T>& v, const ea::HeadsView<const T>& out,
+                              const ea::Options& opt) {
+  const Idx last = q.heads - 1, last_kv = last / (q.heads / k.heads);
+  return worst(exact_rows_diff<T>(q, k, v, out, 0, 0, 0, 0, q.tokens, k.tokens, opt),
+               exact_rows_diff<T>(q, k, v, out, 0, last, last_kv, 0, q.tokens, k.tokens, opt));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Section 1: attention_heads against the single-head call
 
@@ -525,6 +464,29 @@ void print_heads_header() {
   std::fflush(stdout);
 }
 
+// One row of the table, for the call timed `tm` on these views: its rate against the single-head
+// rate, the `ref` check and sampled rows against exact, and a note when below the 0.9 target.
+template <typename T>
+void heads_row(const HeadsCtx& c, const char* layout, const ea::HeadsView<const T>& q,
+               const ea::HeadsView<const T>& k, const ea::HeadsView<const T>& v, const ea::HeadsView<const T>& out,
+               const ea::Options& opt, const Timing& tm, double single_rate, double ref) {
+  const Idx t = q.tokens, d = q.dim, H = q.heads, Hkv = k.heads;
+  const double exact = exact_first_last_heads<T>(q, k, v, out, opt);
+  const double rate = gflops(computed_pairs(t, t, opt), d, H, tm.median);
+  const double ratio = rate / single_rate;
+  std::printf("%-6s %4ld %3d %3d %6ld %4ld %4ld %-7s | %9.2f %9.1f %9.1f %5.2f%s | %9s %9s\n", c.type, long(d),
+              int(opt.causal), opt.threads, long(t), long(H), long(Hkv), layout, tm.median * 1e3, rate, single_rate,
+              ratio, ratio < 0.9 ? "*" : " ", check_cell(ref, ref_tolerance<T>(), *c.checks).c_str(),
+              check_cell(exact, exact_tolerance<T>(), *c.checks).c_str());
+  std::fflush(stdout);
+  if (ratio < 0.9) {
+    char what[160];
+    std::snprintf(what, sizeof what, "%s d=%ld causal=%d threads=%d T=%ld H=%ld H_kv=%ld %s: %.2f", c.type, long(d),
+                  int(opt.causal), opt.threads, long(t), long(H), long(Hkv), layout, ratio);
+    c.checks->below_target.push_back(what);
+  }
+}
+
 // MHA or GQA (H, H_kv) at one (T, d, causal, threads): the BHTD row, and the BTHD row when asked.
 template <typename T>
 void heads_config(const HeadsCtx& c, Idx t, Idx d, bool causal, int threads, Idx H, Idx Hkv, bool with_bthd,
@@ -534,21 +496,17 @@ void heads_config(const HeadsCtx& c, Idx t, Idx d, bool causal, int threads, Idx
   opt.causal = causal;
   opt.kernel = c.kernel;
   opt.threads = threads;
-  const double pairs = computed_pairs(t, t, opt);
   const std::vector<T> q = make_heads<T>(H, t, d, 1), k = make_heads<T>(Hkv, t, d, 2), v = make_heads<T>(Hkv, t, d, 3);
   std::vector<T> o(q.size(), T(0));
   const auto Q = ea::HeadsView<const T>::bhtd(q.data(), 1, H, t, d);
   const auto K = ea::HeadsView<const T>::bhtd(k.data(), 1, Hkv, t, d);
   const auto V = ea::HeadsView<const T>::bhtd(v.data(), 1, Hkv, t, d);
   const auto O = ea::HeadsView<T>::bhtd(o.data(), 1, H, t, d);
-  const Timing tm = measure(a.seconds, a.reps, [&] {
-    ea::attention_heads(Q, K, V, O, opt);
-    g_sink = g_sink + double(o[0]);
-  });
+  const Timing tm = time_heads<T>(a, Q, K, V, O, opt);
   const ea::HeadsView<const T> Oc = O;
 
   // Head 0 against the single-head call (the same inputs), the last head against its own
-  // single-head call (catches a wrong GQA head mapping), sampled rows against the exact rows.
+  // single-head call (catches a wrong GQA head mapping); heads_row adds sampled rows against exact.
   const Idx last = H - 1, last_kv = last / (H / Hkv);
   double ref = rows_diff<T>(Oc, 0, 0, 0, ea::HeadsView<const T>::single(single_out), 0, 0, 0, t);
   {
@@ -558,50 +516,19 @@ void heads_config(const HeadsCtx& c, Idx t, Idx d, bool causal, int threads, Idx
     const auto L = ea::HeadsView<const T>::single(out_last);
     ref = worst(ref, rows_diff<T>(Oc, 0, last, 0, L, 0, 0, 0, t));
   }
-  const double exact = worst(exact_rows_diff<T>(Q, K, V, Oc, 0, 0, 0, 0, t, t, opt),
-                                exact_rows_diff<T>(Q, K, V, Oc, 0, last, last_kv, 0, t, t, opt));
-  const double rate = gflops(pairs, d, H, tm.median);
-  const double ratio = rate / single_rate;
-  const char* mark = ratio < 0.9 ? "*" : " ";
-  std::printf("%-6s %4ld %3d %3d %6ld %4ld %4ld %-7s | %9.2f %9.1f %9.1f %5.2f%s | %9s %9s\n", c.type, long(d),
-              int(causal), threads, long(t), long(H), long(Hkv), "BHTD", tm.median * 1e3, rate, single_rate, ratio, mark,
-              check_cell(ref, ref_tolerance<T>(), *c.checks).c_str(),
-              check_cell(exact, exact_tolerance<T>(), *c.checks).c_str());
-  std::fflush(stdout);
-  char what[160];
-  if (ratio < 0.9) {
-    std::snprintf(what, sizeof what, "%s d=%ld causal=%d threads=%d T=%ld H=%ld H_kv=%ld BHTD: %.2f", c.type, long(d),
-                  int(causal), threads, long(t), long(H), long(Hkv), ratio);
-    c.checks->below_target.push_back(what);
-  }
+  heads_row<T>(c, "BHTD", Q, K, V, Oc, opt, tm, single_rate, ref);
   if (!with_bthd) return;
 
+  // The same inputs in BTHD buffers, every head against the BHTD result.
   const std::vector<T> qb = to_bthd(q, H, t, d), kb = to_bthd(k, Hkv, t, d), vb = to_bthd(v, Hkv, t, d);
   std::vector<T> ob(o.size(), T(0));
   const auto Qb = ea::HeadsView<const T>::bthd(qb.data(), 1, t, H, d);
   const auto Kb = ea::HeadsView<const T>::bthd(kb.data(), 1, t, Hkv, d);
   const auto Vb = ea::HeadsView<const T>::bthd(vb.data(), 1, t, Hkv, d);
   const auto Ob = ea::HeadsView<T>::bthd(ob.data(), 1, t, H, d);
-  const Timing tb = measure(a.seconds, a.reps, [&] {
-    ea::attention_heads(Qb, Kb, Vb, Ob, opt);
-    g_sink = g_sink + double(ob[0]);
-  });
+  const Timing tb = time_heads<T>(a, Qb, Kb, Vb, Ob, opt);
   const ea::HeadsView<const T> Obc = Ob;
-  const double ref_b = all_heads_diff<T>(Obc, Oc);
-  const double exact_b = worst(exact_rows_diff<T>(Qb, Kb, Vb, Obc, 0, 0, 0, 0, t, t, opt),
-                                  exact_rows_diff<T>(Qb, Kb, Vb, Obc, 0, last, last_kv, 0, t, t, opt));
-  const double rate_b = gflops(pairs, d, H, tb.median);
-  const double ratio_b = rate_b / single_rate;
-  std::printf("%-6s %4ld %3d %3d %6ld %4ld %4ld %-7s | %9.2f %9.1f %9.1f %5.2f%s | %9s %9s\n", c.type, long(d),
-              int(causal), threads, long(t), long(H), long(Hkv), "BTHD", tb.median * 1e3, rate_b, single_rate, ratio_b,
-              ratio_b < 0.9 ? "*" : " ", check_cell(ref_b, ref_tolerance<T>(), *c.checks).c_str(),
-              check_cell(exact_b, exact_tolerance<T>(), *c.checks).c_str());
-  std::fflush(stdout);
-  if (ratio_b < 0.9) {
-    std::snprintf(what, sizeof what, "%s d=%ld causal=%d threads=%d T=%ld H=%ld H_kv=%ld BTHD: %.2f", c.type,
-                  long(d), int(causal), threads, long(t), long(H), long(Hkv), ratio_b);
-    c.checks->below_target.push_back(what);
-  }
+  heads_row<T>(c, "BTHD", Qb, Kb, Vb, Obc, opt, tb, single_rate, all_heads_diff<T>(Obc, Oc));
 }
 
 template <typename T>
@@ -671,18 +598,14 @@ void window_section(const Args& a, const char* type, ea::Kernel kernel, Checks& 
         opt.window_left = static_cast<std::ptrdiff_t>(a.window);
         opt.window_right = 0;
       }
-      const Timing tm = measure(a.seconds, a.reps, [&] {
-        ea::attention_heads(Q, K, V, O, opt);
-        g_sink = g_sink + double(o[0]);
-      });
+      const Timing tm = time_heads<T>(a, Q, K, V, O, opt);
       const double pairs = computed_pairs(t, t, opt);
       // Head 0 against the single-head call with the same options, sampled rows against exact.
       Mat<T> o1(t, d);
       ea::attention_into(ConstMap<T>(q.data(), t, d), ConstMap<T>(k.data(), t, d), ConstMap<T>(v.data(), t, d), o1,
                          opt);
       const double ref = rows_diff<T>(Oc, 0, 0, 0, ea::HeadsView<const T>::single(o1), 0, 0, 0, t);
-      const double exact = worst(exact_rows_diff<T>(Q, K, V, Oc, 0, 0, 0, 0, t, t, opt),
-                                    exact_rows_diff<T>(Q, K, V, Oc, 0, H - 1, H - 1, 0, t, t, opt));
+      const double exact = exact_first_last_heads<T>(Q, K, V, Oc, opt);
       char call[64];
       if (w == 0) std::snprintf(call, sizeof call, "causal");
       else std::snprintf(call, sizeof call, "window %ld,0", long(a.window));
@@ -780,10 +703,7 @@ void varlen_section(const Args& a, const char* type, ea::Kernel kernel, Checks& 
       ea::attention_varlen(Q, K, V, O, cu.data(), cu.data(), B, opt);
       g_sink = g_sink + double(o[0]);
     });
-    const Timing tp = measure(a.seconds, a.reps, [&] {
-      ea::attention_heads(Qp, Kp, Vp, Op, opt, masks);
-      g_sink = g_sink + double(op[0]);
-    });
+    const Timing tp = time_heads<T>(a, Qp, Kp, Vp, Op, opt, masks);
     // Both varlen calls against padded (real rows only), against each other, and sampled rows
     // of the first and last sequence, first and last head, against exact.
     const double ref_layouts = all_heads_diff<T>(Obc, Oc);
@@ -860,7 +780,7 @@ void run_type(const Args& a, const char* type, ea::Kernel kernel, Checks& checks
 int main(int argc, char** argv) {
   try {
     const Args a = parse_args(argc, argv);
-    const ea::Kernel kernel = parse_kernel(a.kernel);
+    const ea::Kernel kernel = bench::parse_kernel(a.kernel);
     print_machine(a, kernel);
     Checks checks;
     for (const std::string& type : a.types) {
