@@ -1,4 +1,6 @@
-// The compiled entry points (Compiled.hpp): validate once, pick the kernel, run it.
+// The compiled single-head entry points (Compiled.hpp): validate once, pick the kernel, run it.
+// What arrives is plain views (MatrixView); the by-value results are allocated by the inline
+// functions of Compiled.hpp, in the caller's translation unit.
 #include <EigenAttention/Compiled.hpp>
 
 #include <initializer_list>
@@ -17,14 +19,20 @@ using internal::Problem;
 using internal::Region;
 using internal::region_of;
 
+using Strides = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
+
+// A view as the library's Eigen map, once its sizes and strides are known to be countable (a
+// negative size or an overflowing span throws, naming `name`, before any Map is formed).
 template <typename T>
-StridedMap<T> view_of(RowMatrix<T>& m) {
-  return StridedMap<T>(m.data(), m.rows(), m.cols(), Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.cols(), 1));
+ConstStridedMap<T> input_map(const char* api, const char* name, MatrixView<const T> m) {
+  internal::check_matrix_size(api, name, m.rows, m.cols, m.row_stride, m.col_stride, sizeof(T));
+  return ConstStridedMap<T>(m.data, m.rows, m.cols, Strides(m.row_stride, m.col_stride));
 }
 
 template <typename T>
-StridedMap<T> view_of(Vector<T>& v) {
-  return StridedMap<T>(v.data(), v.rows(), 1, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(1, 1));
+StridedMap<T> output_map(const char* api, const char* name, MatrixView<T> m) {
+  internal::check_matrix_size(api, name, m.rows, m.cols, m.row_stride, m.col_stride, sizeof(T));
+  return StridedMap<T>(m.data, m.rows, m.cols, Strides(m.row_stride, m.col_stride));
 }
 
 using Named = std::pair<const char*, Region>;
@@ -40,142 +48,82 @@ void check_all_disjoint(const char* api, std::initializer_list<Named> outputs,
   }
 }
 
-// Runs one problem, writing the outputs that are not null.
 template <typename T>
-void run(Kernel kernel, const Problem<T>& p, StridedMap<T>* scores, StridedMap<T>* attn, StridedMap<T>* lse,
-         int threads) {
-  const internal::RawProblem<T> raw = internal::to_raw(p, scores, attn, lse);
-  internal::run_problems<T>(kernel, 1, p.tq(), [&](internal::index_t) { return raw; }, threads);
+void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
+                    const Options& opt) {
+  const ConstStridedMap<T> qm = input_map(api, "Q", q), km = input_map(api, "K", k);
+  if (v != nullptr) {
+    const ConstStridedMap<T> vm = input_map(api, "V", *v);
+    internal::make_problem(api, qm, km, &vm, opt);
+  } else {
+    internal::make_problem<T>(api, qm, km, nullptr, opt);
+  }
+  internal::resolve_kernel(api, opt.kernel);
+}
+
+// Validates everything (inputs, options, output shapes, overlaps), then runs the one problem,
+// writing the outputs that are not null.
+template <typename T>
+void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
+               const MatrixView<T>* scores, const MatrixView<T>* attn, const MatrixView<T>* lse, const Options& opt) {
+  if (scores == nullptr && attn == nullptr) {
+    throw std::invalid_argument(std::string("EigenAttention::") + api + ": neither SCORES nor ATTN is asked for");
+  }
+  if (attn != nullptr && v == nullptr) {
+    throw std::invalid_argument(std::string("EigenAttention::") + api + ": ATTN is asked for without V");
+  }
+  const ConstStridedMap<T> qm = input_map(api, "Q", q), km = input_map(api, "K", k);
+  const ConstStridedMap<T> no_v(nullptr, 0, 0, Strides(0, 0));
+  const ConstStridedMap<T> vm = v != nullptr ? input_map(api, "V", *v) : no_v;
+  const Problem<T> p = internal::make_problem(api, qm, km, v != nullptr ? &vm : nullptr, opt);
+  const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
+  const char* attn_name = scores != nullptr ? "attn" : "out";
+  // Maps are bound once (assigning one Map to another would copy elements).
+  const auto bind = [&](const MatrixView<T>* m, const char* name) {
+    return m != nullptr ? output_map(api, name, *m) : StridedMap<T>(nullptr, 0, 0, Strides(0, 0));
+  };
+  StridedMap<T> s = bind(scores, "scores"), a = bind(attn, attn_name), l = bind(lse, "lse");
+  const Region none{nullptr, 0, 0, 0, 0};
+  if (scores != nullptr) internal::check_output(api, "scores", s, p.tq(), p.tk());
+  if (attn != nullptr) internal::check_output(api, attn_name, a, p.tq(), p.dv());
+  if (lse != nullptr) internal::check_output(api, "lse", l, p.tq(), 1);
+  const Region sr = scores != nullptr ? region_of(s) : none, ar = attn != nullptr ? region_of(a) : none,
+               lr = lse != nullptr ? region_of(l) : none;
+  check_all_disjoint(api, {{"scores", sr}, {attn_name, ar}, {"lse", lr}},
+                     {{"Q", region_of(qm)}, {"K", region_of(km)}, {"V", region_of(vm)}});
+  const internal::RawProblem<T> raw = internal::to_raw(p, scores != nullptr ? &s : nullptr,
+                                                       attn != nullptr ? &a : nullptr, lse != nullptr ? &l : nullptr);
+  internal::run_problems<T>(kernel, 1, p.tq(), [&](internal::index_t) { return raw; }, opt.threads);
 }
 
 }  // namespace
 
-template <typename T>
-void validate(const char* api, const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
-              const ConstStridedMap<T>* v, const Options& opt) {
-  internal::make_problem(api, q, k, v, opt);
-  internal::resolve_kernel(api, opt.kernel);
+void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k, const MatrixView<const float>* v,
+              const Options& opt) {
+  validate_views(api, q, k, v, opt);
+}
+void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
+              const MatrixView<const double>* v, const Options& opt) {
+  validate_views(api, q, k, v, opt);
 }
 
-template <typename T>
-RowMatrix<T> attention(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
-                       const ConstStridedMap<T>& v, const Options& opt) {
-  const char* api = "attention";
-  const Problem<T> p = internal::make_problem(api, q, k, &v, opt);
-  const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
-  internal::check_result_size<T>(api, "ATTN", "T_q x d_v", p.tq(), p.dv());
-  RowMatrix<T> attn(p.tq(), p.dv());
-  StridedMap<T> a = view_of(attn);
-  run<T>(kernel, p, nullptr, &a, nullptr, opt.threads);
-  return attn;
+void run(const char* api, MatrixView<const float> q, MatrixView<const float> k, const MatrixView<const float>* v,
+         const MatrixView<float>* scores, const MatrixView<float>* attn, const MatrixView<float>* lse,
+         const Options& opt) {
+  run_views(api, q, k, v, scores, attn, lse, opt);
+}
+void run(const char* api, MatrixView<const double> q, MatrixView<const double> k, const MatrixView<const double>* v,
+         const MatrixView<double>* scores, const MatrixView<double>* attn, const MatrixView<double>* lse,
+         const Options& opt) {
+  run_views(api, q, k, v, scores, attn, lse, opt);
 }
 
-template <typename T>
-void attention_into(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
-                    const ConstStridedMap<T>& v, const StridedMap<T>& out,
-                    const StridedMap<T>* lse, const Options& opt) {
-  const char* api = "attention_into";
-  const Problem<T> p = internal::make_problem(api, q, k, &v, opt);
-  const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
-  internal::check_output(api, "out", out, p.tq(), p.dv());
-  if (lse != nullptr) internal::check_output(api, "lse", *lse, p.tq(), 1);
-  const Region none{nullptr, 0, 0, 0, 0};
-  check_all_disjoint(api, {{"out", region_of(out)}, {"lse", lse ? region_of(*lse) : none}},
-                     {{"Q", region_of(q)}, {"K", region_of(k)}, {"V", region_of(v)}});
-  StridedMap<T> a = out;
-  StridedMap<T> l = lse != nullptr ? *lse : out;
-  run<T>(kernel, p, nullptr, &a, lse != nullptr ? &l : nullptr, opt.threads);
+void check_result_size(const char* api, const char* name, const char* what, std::ptrdiff_t rows, std::ptrdiff_t cols,
+                       std::size_t element_bytes, std::ptrdiff_t max_elements) {
+  internal::check_result_size(api, name, what, rows, cols, element_bytes, max_elements);
 }
 
-template <typename T>
-DecomposedResult<T> attention_decomposed(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
-                                         const ConstStridedMap<T>& v, const Options& opt) {
-  const char* api = "attention_decomposed";
-  const Problem<T> p = internal::make_problem(api, q, k, &v, opt);
-  const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
-  internal::check_result_size<T>(api, "SCORES", "T_q x T_k", p.tq(), p.tk());
-  internal::check_result_size<T>(api, "ATTN", "T_q x d_v", p.tq(), p.dv());
-  internal::check_result_size<T>(api, "LSE", "T_q x 1", p.tq(), 1);
-  DecomposedResult<T> r{RowMatrix<T>(p.tq(), p.tk()), RowMatrix<T>(p.tq(), p.dv()), Vector<T>(p.tq())};
-  internal::prefer_huge_pages(r.scores.data(), r.scores.size() * sizeof(T));
-  StridedMap<T> s = view_of(r.scores), a = view_of(r.attn), l = view_of(r.lse);
-  run<T>(kernel, p, &s, &a, &l, opt.threads);
-  return r;
-}
-
-template <typename T>
-void attention_decomposed_into(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
-                               const ConstStridedMap<T>& v, const StridedMap<T>& scores,
-                               const StridedMap<T>& attn, const StridedMap<T>* lse,
-                               const Options& opt) {
-  const char* api = "attention_decomposed_into";
-  const Problem<T> p = internal::make_problem(api, q, k, &v, opt);
-  const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
-  internal::check_output(api, "scores", scores, p.tq(), p.tk());
-  internal::check_output(api, "attn", attn, p.tq(), p.dv());
-  if (lse != nullptr) internal::check_output(api, "lse", *lse, p.tq(), 1);
-  const Region none{nullptr, 0, 0, 0, 0};
-  check_all_disjoint(api,
-                     {{"scores", region_of(scores)}, {"attn", region_of(attn)},
-                      {"lse", lse ? region_of(*lse) : none}},
-                     {{"Q", region_of(q)}, {"K", region_of(k)}, {"V", region_of(v)}});
-  StridedMap<T> s = scores, a = attn;
-  StridedMap<T> l = lse != nullptr ? *lse : attn;
-  run<T>(kernel, p, &s, &a, lse != nullptr ? &l : nullptr, opt.threads);
-}
-
-template <typename T>
-RowMatrix<T> attention_scores(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
-                              const Options& opt) {
-  const char* api = "attention_scores";
-  const Problem<T> p = internal::make_problem<T>(api, q, k, nullptr, opt);
-  const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
-  internal::check_result_size<T>(api, "SCORES", "T_q x T_k", p.tq(), p.tk());
-  RowMatrix<T> scores(p.tq(), p.tk());
-  internal::prefer_huge_pages(scores.data(), scores.size() * sizeof(T));
-  StridedMap<T> s = view_of(scores);
-  run<T>(kernel, p, &s, nullptr, nullptr, opt.threads);
-  return scores;
-}
-
-template <typename T>
-void attention_scores_into(const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
-                           const StridedMap<T>& scores, const StridedMap<T>* lse,
-                           const Options& opt) {
-  const char* api = "attention_scores_into";
-  const Problem<T> p = internal::make_problem<T>(api, q, k, nullptr, opt);
-  const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
-  internal::check_output(api, "scores", scores, p.tq(), p.tk());
-  if (lse != nullptr) internal::check_output(api, "lse", *lse, p.tq(), 1);
-  const Region none{nullptr, 0, 0, 0, 0};
-  check_all_disjoint(api, {{"scores", region_of(scores)}, {"lse", lse ? region_of(*lse) : none}},
-                     {{"Q", region_of(q)}, {"K", region_of(k)}});
-  StridedMap<T> s = scores;
-  StridedMap<T> l = lse != nullptr ? *lse : scores;
-  run<T>(kernel, p, &s, nullptr, lse != nullptr ? &l : nullptr, opt.threads);
-}
-
-#define EIGEN_ATTENTION_INSTANTIATE(T)                                                            \
-  template void validate<T>(const char*, const ConstStridedMap<T>&, const ConstStridedMap<T>&,    \
-                            const ConstStridedMap<T>*, const Options&);                           \
-  template RowMatrix<T> attention<T>(const ConstStridedMap<T>&, const ConstStridedMap<T>&,        \
-                                     const ConstStridedMap<T>&, const Options&);                  \
-  template void attention_into<T>(const ConstStridedMap<T>&, const ConstStridedMap<T>&,           \
-                                  const ConstStridedMap<T>&, const StridedMap<T>&,                \
-                                  const StridedMap<T>*, const Options&);                          \
-  template DecomposedResult<T> attention_decomposed<T>(                                           \
-      const ConstStridedMap<T>&, const ConstStridedMap<T>&, const ConstStridedMap<T>&, const Options&); \
-  template void attention_decomposed_into<T>(const ConstStridedMap<T>&, const ConstStridedMap<T>&, \
-                                             const ConstStridedMap<T>&, const StridedMap<T>&,     \
-                                             const StridedMap<T>&, const StridedMap<T>*,          \
-                                             const Options&);                                     \
-  template RowMatrix<T> attention_scores<T>(const ConstStridedMap<T>&, const ConstStridedMap<T>&, \
-                                            const Options&);                                      \
-  template void attention_scores_into<T>(const ConstStridedMap<T>&, const ConstStridedMap<T>&,    \
-                                         const StridedMap<T>&, const StridedMap<T>*, const Options&);
-EIGEN_ATTENTION_INSTANTIATE(float)
-EIGEN_ATTENTION_INSTANTIATE(double)
-#undef EIGEN_ATTENTION_INSTANTIATE
+void prefer_huge_pages(void* data, std::size_t bytes) { internal::prefer_huge_pages(data, bytes); }
 
 }  // namespace compiled
 }  // namespace EigenAttention

@@ -3,6 +3,7 @@
 #error "kernel_avx2.cpp must be compiled with -mavx2 -mfma (CMake sets this for this file only)"
 #endif
 // A private copy of Eigen, compiled for AVX2: see tiled_kernel.hpp.
+#undef Eigen  // the library-wide private name (CMake), replaced here
 #define Eigen EigenAttentionAvx2Eigen
 #include "tiled_kernel.hpp"
 

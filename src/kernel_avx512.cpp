@@ -3,6 +3,7 @@
 #error "kernel_avx512.cpp must be compiled with -mavx512f -mavx512dq (CMake sets this for this file only)"
 #endif
 // A private copy of Eigen, compiled for AVX-512: see tiled_kernel.hpp.
+#undef Eigen  // the library-wide private name (CMake), replaced here
 #define Eigen EigenAttentionAvx512Eigen
 #include "tiled_kernel.hpp"
 

@@ -45,7 +45,11 @@ const std::vector<Kernel>& kernels_here() {
 
 }  // namespace
 
-std::vector<Kernel> available_kernels() { return kernels_here(); }
+bool kernel_available(Kernel kernel) {
+  if (kernel == Kernel::Auto) return true;
+  const std::vector<Kernel>& available = kernels_here();
+  return std::find(available.begin(), available.end(), kernel) != available.end();
+}
 
 const char* kernel_name(Kernel kernel) {
   switch (kernel) {

@@ -87,13 +87,18 @@ void check_matrix_size(const char* api, const char* name, Index rows, Index cols
   check_view_size(api, name, 2, sizes, strides, element_bytes, false);
 }
 
-template <typename T>
-void check_result_size(const char* api, const char* name, const char* what, Index rows, Index cols) {
-  Index bytes = 0;
-  if (!mul(rows, cols, bytes) || !mul(bytes, static_cast<Index>(sizeof(T)), bytes)) {
+void check_result_size(const char* api, const char* name, const char* what, Index rows, Index cols,
+                       std::size_t element_bytes, Index max_elements) {
+  Index bytes = 0, count = 0;
+  if (rows < 0 || cols < 0) fail(api, std::string(name) + " (" + what + ") would have a negative size: " + shape(rows, cols));
+  if (!mul(rows, cols, count) || !mul(count, static_cast<Index>(element_bytes), bytes)) {
     fail(api, std::string(name) + " (" + what + ") would be " + shape(rows, cols) + " elements of " +
-                  std::to_string(sizeof(T)) + " bytes, more than Eigen::Index can count (" +
+                  std::to_string(element_bytes) + " bytes, more than Eigen::Index can count (" +
                   std::to_string(kIndexMax) + " bytes)");
+  }
+  if (count > max_elements) {
+    fail(api, std::string(name) + " (" + what + ") would be " + shape(rows, cols) + " elements, more than " +
+                  "the caller's Eigen::Index can count (" + std::to_string(max_elements) + ")");
   }
 }
 
@@ -540,7 +545,6 @@ void check_packed_scores(const char* api, const T* scores, std::size_t size, std
                                       const ConstStridedMap<T>&, const ConstStridedMap<T>*,  \
                                       const Options&);                                       \
   template void check_output<T>(const char*, const char*, const StridedMap<T>&, Index, Index); \
-  template void check_result_size<T>(const char*, const char*, const char*, Index, Index);   \
   template void check_scratch<T>(const char*, Index, Index, Index);                         \
   template void check_window_and_softcap<T>(const char*, const Options&);                   \
   template HeadsProblem<T> make_heads_problem<T>(                                              \

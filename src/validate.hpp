@@ -95,11 +95,12 @@ void check_matrix_size(const char* api, const char* name, const Map& m) {
   check_matrix_size(api, name, m.rows(), m.cols(), m.outerStride(), m.innerStride(), sizeof(typename Map::Scalar));
 }
 
-/// Throws std::invalid_argument unless a rows x cols result of T that the library allocates
-/// has a byte count that fits Eigen::Index (hence size_t). `name` and `what` (e.g. "T_q x T_k")
-/// go into the message.
-template <typename T>
-void check_result_size(const char* api, const char* name, const char* what, Index rows, Index cols);
+/// Throws std::invalid_argument unless a rows x cols result of `element_bytes`-byte elements,
+/// allocated by the caller's inline code (Compiled.hpp), has a byte count that fits Index
+/// (hence size_t) and an element count of at most `max_elements` (the caller's Eigen::Index).
+/// `name` and `what` (e.g. "T_q x T_k") go into the message.
+void check_result_size(const char* api, const char* name, const char* what, Index rows, Index cols,
+                       std::size_t element_bytes, Index max_elements);
 
 /// Throws std::invalid_argument when d_k, d_v or T_k exceeds kMaxScratchRowLength<T>.
 template <typename T>

@@ -15,9 +15,7 @@
 #include "errors.hpp"
 #include "random.hpp"
 
-#if defined(EIGEN_ATTENTION_TEST_NPY)
 #include <EigenAttention/Npy.hpp>
-#endif
 
 using namespace ea_test;
 
@@ -296,7 +294,6 @@ TEST_CASE("fuzz finding as-heads-overflow: view factories whose strides overflow
   CHECK(empty.batch_stride == 0);
   CHECK(empty.head_stride == 0);
   CHECK(empty.token_stride == big);
-#if defined(EIGEN_ATTENTION_TEST_NPY)
   // An .npy array of shape [0, 2^40, 2^40, 2^40] holds no byte, but its views' strides overflow.
   namespace npy = EigenAttention::npy;
   npy::Array a;
@@ -304,5 +301,4 @@ TEST_CASE("fuzz finding as-heads-overflow: view factories whose strides overflow
   a.shape = {0, big, big, big};
   CHECK_THROWS_AS((void)npy::as_heads<float>(a, ea::Layout::BHTD, "a"), npy::Error);
   CHECK_THROWS_AS((void)npy::as_heads<float>(a, ea::Layout::BTHD, "a"), npy::Error);
-#endif
 }

@@ -68,7 +68,7 @@ template <class DQ, class DK, class DV>
 RowMatrix<typename DQ::Scalar> attention(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                                          const Eigen::MatrixBase<DV>& V, const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  detail::check_scalars<Scalar, typename DK::Scalar, typename DV::Scalar>();
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
@@ -77,14 +77,15 @@ RowMatrix<typename DQ::Scalar> attention(const Eigen::MatrixBase<DQ>& Q, const E
 
 /// attention() into caller storage: `out` receives ATTN (T_q x d_v).
 /// `out` may be an Eigen::Matrix (resized if needed; no allocation when it already fits), or a
-/// Map, Ref or block of the right shape. It must not overlap Q, K or V.
+/// Map, Ref or block of the right shape, but not a const object (that does not compile). It must
+/// not overlap Q, K or V.
 /// \throws std::invalid_argument as attention(), or when `out` has the wrong shape or overlaps.
-template <class DQ, class DK, class DV, class DO>
+template <class DQ, class DK, class DV, class DO, detail::EnableIfMatrix<DO> = 0>
 void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                    const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DO>& out,
-                    const Options& opt = {}) {
+                    const Eigen::MatrixBase<DV>& V, DO&& out, const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  detail::check_scalars<Scalar, typename DK::Scalar, typename DV::Scalar, typename DO::Scalar>();
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
+  (void)detail::OutputCheck<DO>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
@@ -96,13 +97,14 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
 /// attention_into() that also writes each query row's log-sum-exp into `lse` (T_q entries;
 /// -inf for a row that sees no key). With (ATTN, LSE) of two disjoint key sets, the result
 /// over their union can be merged exactly.
-template <class DQ, class DK, class DV, class DO, class DL>
+template <class DQ, class DK, class DV, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
 void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                    const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DO>& out,
-                    const Eigen::MatrixBase<DL>& lse, const Options& opt = {}) {
+                    const Eigen::MatrixBase<DV>& V, DO&& out, DL&& lse, const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  detail::check_scalars<Scalar, typename DK::Scalar, typename DV::Scalar, typename DO::Scalar,
-                        typename DL::Scalar>();
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>,
+                        detail::ScalarOf<DL>>{};
+  (void)detail::OutputCheck<DO>{};
+  (void)detail::OutputCheck<DL>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
@@ -125,7 +127,7 @@ DecomposedResult<typename DQ::Scalar> attention_decomposed(const Eigen::MatrixBa
                                                            const Eigen::MatrixBase<DV>& V,
                                                            const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  detail::check_scalars<Scalar, typename DK::Scalar, typename DV::Scalar>();
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
@@ -134,13 +136,14 @@ DecomposedResult<typename DQ::Scalar> attention_decomposed(const Eigen::MatrixBa
 
 /// attention_decomposed() into caller storage: `scores` (T_q x T_k) and `attn` (T_q x d_v).
 /// Outputs as for attention_into(); they must overlap neither the inputs nor each other.
-template <class DQ, class DK, class DV, class DS, class DO>
+template <class DQ, class DK, class DV, class DS, class DO, detail::EnableIfMatrix<DS, DO> = 0>
 void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                               const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DS>& scores,
-                               const Eigen::MatrixBase<DO>& attn, const Options& opt = {}) {
+                               const Eigen::MatrixBase<DV>& V, DS&& scores, DO&& attn, const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  detail::check_scalars<Scalar, typename DK::Scalar, typename DV::Scalar, typename DS::Scalar,
-                        typename DO::Scalar>();
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DS>,
+                        detail::ScalarOf<DO>>{};
+  (void)detail::OutputCheck<DS>{};
+  (void)detail::OutputCheck<DO>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
@@ -151,14 +154,16 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
 }
 
 /// attention_decomposed_into() that also writes the log-sum-exps into `lse` (T_q entries).
-template <class DQ, class DK, class DV, class DS, class DO, class DL>
+template <class DQ, class DK, class DV, class DS, class DO, class DL, detail::EnableIfMatrix<DS, DO, DL> = 0>
 void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                               const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DS>& scores,
-                               const Eigen::MatrixBase<DO>& attn, const Eigen::MatrixBase<DL>& lse,
+                               const Eigen::MatrixBase<DV>& V, DS&& scores, DO&& attn, DL&& lse,
                                const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  detail::check_scalars<Scalar, typename DK::Scalar, typename DV::Scalar, typename DS::Scalar,
-                        typename DO::Scalar, typename DL::Scalar>();
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DS>,
+                        detail::ScalarOf<DO>, detail::ScalarOf<DL>>{};
+  (void)detail::OutputCheck<DS>{};
+  (void)detail::OutputCheck<DO>{};
+  (void)detail::OutputCheck<DL>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
@@ -176,18 +181,19 @@ RowMatrix<typename DQ::Scalar> attention_scores(const Eigen::MatrixBase<DQ>& Q,
                                                 const Eigen::MatrixBase<DK>& K,
                                                 const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  detail::check_scalars<Scalar, typename DK::Scalar>();
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   return compiled::attention_scores<Scalar>(q.map(), k.map(), opt);
 }
 
 /// attention_scores() into caller storage (`scores`, T_q x T_k).
-template <class DQ, class DK, class DS>
-void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                           const Eigen::MatrixBase<DS>& scores, const Options& opt = {}) {
+template <class DQ, class DK, class DS, detail::EnableIfMatrix<DS> = 0>
+void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, DS&& scores,
+                           const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  detail::check_scalars<Scalar, typename DK::Scalar, typename DS::Scalar>();
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, detail::ScalarOf<DS>>{};
+  (void)detail::OutputCheck<DS>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   compiled::validate<Scalar>("attention_scores_into", q.map(), k.map(), nullptr, opt);

@@ -1,92 +1,206 @@
 /// \file Compiled.hpp
 /// The compiled entry points behind the template front doors of Attention.hpp.
 ///
-/// Each is implemented once, in the library, for `float` and `double`; they take strided views
-/// (see Types.hpp) so that one compiled function serves row- and column-major matrices, maps and
-/// blocks. Most callers use Attention.hpp instead; call these directly when you hold raw
-/// buffers with known strides. They validate their arguments (the only place that does) and
-/// throw std::invalid_argument naming the shapes when something does not fit. The semantics
-/// are those documented in Attention.hpp.
+/// The library is compiled once, for `float` and `double`; what it takes and writes crosses the
+/// boundary as MatrixView (a pointer, sizes and strides: no Eigen object), so one compiled
+/// function serves row- and column-major matrices, maps and blocks, and nothing depends on the
+/// flags your code is compiled with. Every Eigen object you hold is allocated by code compiled
+/// in your own translation unit (the inline functions below), never by the library.
+///
+/// Most callers use Attention.hpp instead. Call these when you hold raw buffers with known
+/// strides: the exported functions take MatrixView, and the inline templates take the strided
+/// Eigen maps of Types.hpp. They validate their arguments (the only place that does) and throw
+/// std::invalid_argument naming the shapes when something does not fit. The semantics are those
+/// documented in Attention.hpp.
 #pragma once
+
+#include <cstddef>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include <Eigen/Core>
 
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
+#include <EigenAttention/export.hpp>
 
 namespace EigenAttention {
 namespace compiled {
 
+/// \name Exported functions (plain views)
+/// One overload per scalar type, compiled in the library. `api` names the public call in error
+/// messages (e.g. "attention_into").
+///@{
+
 /// Checks Q (T_q x d_k), K (T_k x d_k) and, when `v` is not null, V (T_k x d_v) against each
-/// other and `opt` (scale finite and > 0, or d_k > 0 for the default scale). `api` names the
-/// calling function in the message. The front doors call it before resizing any output.
+/// other and `opt` (scale finite and > 0, or d_k > 0 for the default scale; window, soft-cap,
+/// threads, kernel). The front doors call it before resizing any output.
 /// \throws std::invalid_argument naming the shapes or the value at fault.
+EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k,
+                                     const MatrixView<const float>* v, const Options& opt);
+/// \copydoc validate(const char*, MatrixView<const float>, MatrixView<const float>, const MatrixView<const float>*, const Options&)
+EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
+                                     const MatrixView<const double>* v, const Options& opt);
+
+/// Computes what is asked for into caller storage: SCORES (T_q x T_k) into `*scores`, ATTN
+/// (T_q x d_v) into `*attn` and the log-sum-exps (T_q x 1) into `*lse`, each when not null
+/// (`v` may be null only when `attn` is). At least one of `scores` and `attn` must be given.
+/// Allocates nothing once the calling thread's small workspace has grown (Kernel::Reference
+/// aside). \throws std::invalid_argument for bad shapes or options, outputs of the wrong shape,
+/// or outputs that overlap an input or each other; nothing is written then.
+EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const float> q, MatrixView<const float> k,
+                                const MatrixView<const float>* v, const MatrixView<float>* scores,
+                                const MatrixView<float>* attn, const MatrixView<float>* lse, const Options& opt);
+/// \copydoc run(const char*, MatrixView<const float>, MatrixView<const float>, const MatrixView<const float>*, const MatrixView<float>*, const MatrixView<float>*, const MatrixView<float>*, const Options&)
+EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const double> q, MatrixView<const double> k,
+                                const MatrixView<const double>* v, const MatrixView<double>* scores,
+                                const MatrixView<double>* attn, const MatrixView<double>* lse,
+                                const Options& opt);
+
+/// Throws std::invalid_argument (naming `api`, the result `name` and its shape `what`, e.g.
+/// "T_q x T_k") unless a rows x cols result of `element_bytes`-byte elements can be counted:
+/// its byte count fits std::ptrdiff_t and its element count is at most `max_elements` (the
+/// largest size the caller's Eigen::Index holds). Called before a by-value result is allocated.
+EIGEN_ATTENTION_EXPORT void check_result_size(const char* api, const char* name, const char* what,
+                                              std::ptrdiff_t rows, std::ptrdiff_t cols,
+                                              std::size_t element_bytes, std::ptrdiff_t max_elements);
+
+/// Asks the OS to back [data, data + bytes) with huge pages when it is large (a T_q x T_k SCORES
+/// result: thousands of page faults fewer). Only a hint; never fails.
+EIGEN_ATTENTION_EXPORT void prefer_huge_pages(void* data, std::size_t bytes);
+///@}
+
+/// The MatrixView of a strided Eigen map (ConstStridedMap, StridedMap, or any Map/Matrix with
+/// direct access: its data(), sizes and strides).
+template <class Derived>
+MatrixView<std::remove_pointer_t<decltype(std::declval<Derived&>().data())>> view(Derived& m) {
+  return {m.data(), static_cast<std::ptrdiff_t>(m.rows()), static_cast<std::ptrdiff_t>(m.cols()),
+          static_cast<std::ptrdiff_t>(m.rowStride()), static_cast<std::ptrdiff_t>(m.colStride())};
+}
+
+/// The writable MatrixView of an output map (outputs arrive as `const StridedMap&`, Eigen's
+/// idiom for writable views).
+template <typename Scalar>
+MatrixView<Scalar> view(const StridedMap<Scalar>& m) {
+  return {const_cast<Scalar*>(m.data()), static_cast<std::ptrdiff_t>(m.rows()), static_cast<std::ptrdiff_t>(m.cols()),
+          static_cast<std::ptrdiff_t>(m.rowStride()), static_cast<std::ptrdiff_t>(m.colStride())};
+}
+
+namespace detail {
+
+/// check_result_size() for a result of Scalar sized by this translation unit's Eigen::Index.
+template <typename Scalar>
+void check_result(const char* api, const char* name, const char* what, std::ptrdiff_t rows,
+                  std::ptrdiff_t cols) {
+  check_result_size(api, name, what, rows, cols, sizeof(Scalar),
+                    static_cast<std::ptrdiff_t>(std::numeric_limits<Eigen::Index>::max()));
+}
+
+/// A new row-major result matrix, allocated here (in the caller's translation unit).
+template <typename Scalar>
+RowMatrix<Scalar> result(std::ptrdiff_t rows, std::ptrdiff_t cols) {
+  return RowMatrix<Scalar>(static_cast<Eigen::Index>(rows), static_cast<Eigen::Index>(cols));
+}
+
+}  // namespace detail
+
+/// \name Inline forms on strided Eigen maps
+/// Compiled into your translation unit; they allocate the by-value results here and call the
+/// exported functions above.
+///@{
+
+/// Checks the inputs as validate() above (V is optional).
 template <typename Scalar>
 void validate(const char* api, const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
-              const ConstStridedMap<Scalar>* v, const Options& opt);
+              const ConstStridedMap<Scalar>* v, const Options& opt) {
+  const MatrixView<const Scalar> vv = v != nullptr ? view(*v) : MatrixView<const Scalar>{};
+  compiled::validate(api, view(q), view(k), v != nullptr ? &vv : nullptr, opt);
+}
 
 /// ATTN (T_q x d_v), never forming T_q x T_k (unless opt.kernel is Kernel::Reference).
 template <typename Scalar>
 RowMatrix<Scalar> attention(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
-                            const ConstStridedMap<Scalar>& v, const Options& opt);
+                            const ConstStridedMap<Scalar>& v, const Options& opt) {
+  const char* api = "attention";
+  const MatrixView<const Scalar> qv = view(q), kv = view(k), vv = view(v);
+  compiled::validate(api, qv, kv, &vv, opt);
+  detail::check_result<Scalar>(api, "ATTN", "T_q x d_v", qv.rows, vv.cols);
+  RowMatrix<Scalar> attn = detail::result<Scalar>(qv.rows, vv.cols);
+  const MatrixView<Scalar> a = view(attn);
+  compiled::run(api, qv, kv, &vv, nullptr, &a, nullptr, opt);
+  return attn;
+}
 
 /// ATTN into `out` (T_q x d_v) and, when `lse` is not null, the log-sum-exps into `*lse`
-/// (T_q x 1). Allocates nothing once the calling thread's small workspace has grown.
-/// \throws std::invalid_argument for bad shapes, wrong output shapes, or outputs that overlap
-/// an input or each other; nothing is written then.
+/// (T_q x 1). \throws std::invalid_argument as run().
 template <typename Scalar>
 void attention_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
                     const ConstStridedMap<Scalar>& v, const StridedMap<Scalar>& out,
-                    const StridedMap<Scalar>* lse, const Options& opt);
+                    const StridedMap<Scalar>* lse, const Options& opt) {
+  const MatrixView<const Scalar> vv = view(v);
+  const MatrixView<Scalar> o = view(out);
+  const MatrixView<Scalar> l = lse != nullptr ? view(*lse) : MatrixView<Scalar>{};
+  compiled::run("attention_into", view(q), view(k), &vv, nullptr, &o, lse != nullptr ? &l : nullptr, opt);
+}
 
 /// SCORES, ATTN and LSE, freshly allocated.
 template <typename Scalar>
 DecomposedResult<Scalar> attention_decomposed(const ConstStridedMap<Scalar>& q,
                                               const ConstStridedMap<Scalar>& k,
-                                              const ConstStridedMap<Scalar>& v, const Options& opt);
+                                              const ConstStridedMap<Scalar>& v, const Options& opt) {
+  const char* api = "attention_decomposed";
+  const MatrixView<const Scalar> qv = view(q), kv = view(k), vv = view(v);
+  compiled::validate(api, qv, kv, &vv, opt);
+  detail::check_result<Scalar>(api, "SCORES", "T_q x T_k", qv.rows, kv.rows);
+  detail::check_result<Scalar>(api, "ATTN", "T_q x d_v", qv.rows, vv.cols);
+  detail::check_result<Scalar>(api, "LSE", "T_q x 1", qv.rows, 1);
+  DecomposedResult<Scalar> r{detail::result<Scalar>(qv.rows, kv.rows), detail::result<Scalar>(qv.rows, vv.cols),
+                             Vector<Scalar>(static_cast<Eigen::Index>(qv.rows))};
+  prefer_huge_pages(r.scores.data(), static_cast<std::size_t>(r.scores.size()) * sizeof(Scalar));
+  const MatrixView<Scalar> s = view(r.scores), a = view(r.attn), l = view(r.lse);
+  compiled::run(api, qv, kv, &vv, &s, &a, &l, opt);
+  return r;
+}
 
 /// SCORES (T_q x T_k) and ATTN (T_q x d_v) into caller storage; LSE too when `lse` is not null.
 template <typename Scalar>
 void attention_decomposed_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
                                const ConstStridedMap<Scalar>& v, const StridedMap<Scalar>& scores,
                                const StridedMap<Scalar>& attn, const StridedMap<Scalar>* lse,
-                               const Options& opt);
+                               const Options& opt) {
+  const MatrixView<const Scalar> vv = view(v);
+  const MatrixView<Scalar> s = view(scores), a = view(attn);
+  const MatrixView<Scalar> l = lse != nullptr ? view(*lse) : MatrixView<Scalar>{};
+  compiled::run("attention_decomposed_into", view(q), view(k), &vv, &s, &a, lse != nullptr ? &l : nullptr, opt);
+}
 
 /// SCORES alone (T_q x T_k), freshly allocated.
 template <typename Scalar>
 RowMatrix<Scalar> attention_scores(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
-                                   const Options& opt);
+                                   const Options& opt) {
+  const char* api = "attention_scores";
+  const MatrixView<const Scalar> qv = view(q), kv = view(k);
+  compiled::validate(api, qv, kv, nullptr, opt);
+  detail::check_result<Scalar>(api, "SCORES", "T_q x T_k", qv.rows, kv.rows);
+  RowMatrix<Scalar> scores = detail::result<Scalar>(qv.rows, kv.rows);
+  prefer_huge_pages(scores.data(), static_cast<std::size_t>(scores.size()) * sizeof(Scalar));
+  const MatrixView<Scalar> s = view(scores);
+  compiled::run(api, qv, kv, nullptr, &s, nullptr, nullptr, opt);
+  return scores;
+}
 
 /// SCORES alone into caller storage; LSE too when `lse` is not null.
 template <typename Scalar>
 void attention_scores_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
                            const StridedMap<Scalar>& scores, const StridedMap<Scalar>* lse,
-                           const Options& opt);
-
-#define EIGEN_ATTENTION_DECLARE_COMPILED(Scalar)                                                   \
-  extern template void validate<Scalar>(const char*, const ConstStridedMap<Scalar>&, const ConstStridedMap<Scalar>&, \
-                                        const ConstStridedMap<Scalar>*, const Options&);           \
-  extern template RowMatrix<Scalar> attention<Scalar>(const ConstStridedMap<Scalar>&,              \
-                                                      const ConstStridedMap<Scalar>&,              \
-                                                      const ConstStridedMap<Scalar>&, const Options&); \
-  extern template void attention_into<Scalar>(                                                     \
-      const ConstStridedMap<Scalar>&, const ConstStridedMap<Scalar>&, const ConstStridedMap<Scalar>&, \
-      const StridedMap<Scalar>&, const StridedMap<Scalar>*, const Options&);                       \
-  extern template DecomposedResult<Scalar> attention_decomposed<Scalar>(                           \
-      const ConstStridedMap<Scalar>&, const ConstStridedMap<Scalar>&, const ConstStridedMap<Scalar>&, \
-      const Options&);                                                                             \
-  extern template void attention_decomposed_into<Scalar>(                                          \
-      const ConstStridedMap<Scalar>&, const ConstStridedMap<Scalar>&, const ConstStridedMap<Scalar>&, \
-      const StridedMap<Scalar>&, const StridedMap<Scalar>&, const StridedMap<Scalar>*, const Options&); \
-  extern template RowMatrix<Scalar> attention_scores<Scalar>(                                      \
-      const ConstStridedMap<Scalar>&, const ConstStridedMap<Scalar>&, const Options&);             \
-  extern template void attention_scores_into<Scalar>(const ConstStridedMap<Scalar>&,               \
-                                                     const ConstStridedMap<Scalar>&,               \
-                                                     const StridedMap<Scalar>&,                    \
-                                                     const StridedMap<Scalar>*, const Options&);
-
-EIGEN_ATTENTION_DECLARE_COMPILED(float)
-EIGEN_ATTENTION_DECLARE_COMPILED(double)
-#undef EIGEN_ATTENTION_DECLARE_COMPILED
+                           const Options& opt) {
+  const MatrixView<Scalar> s = view(scores);
+  const MatrixView<Scalar> l = lse != nullptr ? view(*lse) : MatrixView<Scalar>{};
+  compiled::run("attention_scores_into", view(q), view(k), nullptr, &s, nullptr, lse != nullptr ? &l : nullptr,
+                opt);
+}
+///@}
 
 }  // namespace compiled
-
 }  // namespace EigenAttention

@@ -4,7 +4,9 @@
 /// EigenAttention computes scaled dot-product attention, softmax(Q K^T / sqrt(d_k)) V, on
 /// Eigen matrices: exactly (no approximation), with optional causal masking, in a fused form
 /// that never forms the T_q x T_k weights and a decomposed form that returns them.
-/// See Attention.hpp for the calls and their semantics.
+/// See Attention.hpp for the calls and their semantics, MultiHead.hpp for batched multi-head
+/// attention, and Npy.hpp for NumPy .npy files. One library, one CMake target
+/// (EigenAttention::EigenAttention), one pkg-config name (eigen-attention).
 #pragma once
 
 #include <EigenAttention/Version.hpp>
@@ -16,3 +18,4 @@
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/MultiHead.hpp>
+#include <EigenAttention/Npy.hpp>

@@ -2,6 +2,8 @@
 /// Zero-copy views of batched multi-head tensors: [batch, heads, tokens, dim] in any strides.
 #pragma once
 
+#include <cstddef>
+
 #include <type_traits>
 
 #include <Eigen/Core>
@@ -32,43 +34,45 @@ enum class Layout {
 template <typename Scalar>
 struct HeadsView {
   Scalar* data = nullptr;
-  Eigen::Index batch = 0, heads = 0, tokens = 0, dim = 0;
-  Eigen::Index batch_stride = 0, head_stride = 0, token_stride = 0, dim_stride = 1;
+  std::ptrdiff_t batch = 0, heads = 0, tokens = 0, dim = 0;
+  std::ptrdiff_t batch_stride = 0, head_stride = 0, token_stride = 0, dim_stride = 1;
 
   /// A contiguous [batch, heads, tokens, dim] buffer.
-  /// \throws std::invalid_argument when a stride overflows Eigen::Index.
-  static HeadsView bhtd(Scalar* data, Eigen::Index batch, Eigen::Index heads, Eigen::Index tokens,
-                        Eigen::Index dim) {
+  /// \throws std::invalid_argument when a stride overflows std::ptrdiff_t.
+  static HeadsView bhtd(Scalar* data, std::ptrdiff_t batch, std::ptrdiff_t heads, std::ptrdiff_t tokens,
+                        std::ptrdiff_t dim) {
     const auto sizes = {batch, heads, tokens, dim};
     return {data, batch, heads, tokens, dim, detail::stride_product("HeadsView::bhtd", sizes, {heads, tokens, dim}),
             detail::stride_product("HeadsView::bhtd", sizes, {tokens, dim}), dim, 1};
   }
   /// A contiguous [batch, tokens, heads, dim] buffer (note the order of the size arguments).
-  /// \throws std::invalid_argument when a stride overflows Eigen::Index.
-  static HeadsView bthd(Scalar* data, Eigen::Index batch, Eigen::Index tokens, Eigen::Index heads,
-                        Eigen::Index dim) {
+  /// \throws std::invalid_argument when a stride overflows std::ptrdiff_t.
+  static HeadsView bthd(Scalar* data, std::ptrdiff_t batch, std::ptrdiff_t tokens, std::ptrdiff_t heads,
+                        std::ptrdiff_t dim) {
     const auto sizes = {batch, tokens, heads, dim};
     return {data, batch, heads, tokens, dim, detail::stride_product("HeadsView::bthd", sizes, {tokens, heads, dim}),
             dim, detail::stride_product("HeadsView::bthd", sizes, {heads, dim}), 1};
   }
   /// A contiguous buffer in either layout, sizes given as (batch, heads, tokens, dim).
-  static HeadsView contiguous(Scalar* data, Layout layout, Eigen::Index batch, Eigen::Index heads,
-                              Eigen::Index tokens, Eigen::Index dim) {
+  static HeadsView contiguous(Scalar* data, Layout layout, std::ptrdiff_t batch, std::ptrdiff_t heads,
+                              std::ptrdiff_t tokens, std::ptrdiff_t dim) {
     return layout == Layout::BHTD ? bhtd(data, batch, heads, tokens, dim) : bthd(data, batch, tokens, heads, dim);
   }
-  /// One matrix (a Matrix, Map, Ref or block with direct access) as batch = heads = 1.
+  /// One matrix (a Matrix, Map, Ref or block with direct access, e.g. `M.topRows(2)`) as
+  /// batch = heads = 1. A HeadsView of non-const Scalar needs a writable matrix.
   template <class Derived>
-  static HeadsView single(Derived& m) {
-    return {m.data(), 1, 1, m.rows(), m.cols(), 0, 0, m.rowStride(), m.colStride()};
+  static HeadsView single(Derived&& m) {
+    return {m.data(), 1, 1, static_cast<std::ptrdiff_t>(m.rows()), static_cast<std::ptrdiff_t>(m.cols()), 0, 0,
+            static_cast<std::ptrdiff_t>(m.rowStride()), static_cast<std::ptrdiff_t>(m.colStride())};
   }
   /// A rank-4 Eigen::Tensor or TensorMap whose four dimensions are in `layout`'s order.
   /// (Eigen's tensors are column-major unless declared RowMajor; both are handled.)
   template <class Tensor>
   static HeadsView from_tensor(Tensor& t, Layout layout) {
-    Eigen::Index size[4], stride[4];
-    for (int axis = 0; axis < 4; ++axis) size[axis] = t.dimension(axis);
+    std::ptrdiff_t size[4], stride[4];
+    for (int axis = 0; axis < 4; ++axis) size[axis] = static_cast<std::ptrdiff_t>(t.dimension(axis));
     const auto sizes = {size[0], size[1], size[2], size[3]};
-    Eigen::Index step = 1;
+    std::ptrdiff_t step = 1;
     const bool row_major = int(Tensor::Layout) == int(Eigen::RowMajor);
     for (int k = 0; k < 4; ++k) {
       const int axis = row_major ? 3 - k : k;
@@ -90,10 +94,12 @@ struct HeadsView {
   /// Head h of sequence b as an Eigen matrix view (tokens x dim).
   using HeadMatrix = std::conditional_t<std::is_const_v<Scalar>, const RowMatrix<std::remove_const_t<Scalar>>,
                                         RowMatrix<Scalar>>;
-  Eigen::Map<HeadMatrix, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>> head(Eigen::Index b,
-                                                                                              Eigen::Index h) const {
-    return {data + b * batch_stride + h * head_stride, tokens, dim,
-            Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(token_stride, dim_stride)};
+  Eigen::Map<HeadMatrix, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>> head(std::ptrdiff_t b,
+                                                                                              std::ptrdiff_t h) const {
+    return {data + b * batch_stride + h * head_stride, static_cast<Eigen::Index>(tokens),
+            static_cast<Eigen::Index>(dim),
+            Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(static_cast<Eigen::Index>(token_stride),
+                                                          static_cast<Eigen::Index>(dim_stride))};
   }
 };
 

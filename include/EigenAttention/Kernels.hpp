@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include <EigenAttention/export.hpp>
+
 namespace EigenAttention {
 
 /// Which implementation computes the result (Options::kernel). Every kernel computes the same
@@ -19,12 +21,23 @@ enum class Kernel {
   Avx512      ///< the tiled kernel compiled for AVX-512 F/DQ/BW/VL (x86-64 only).
 };
 
+/// Can this build run `kernel` on this CPU? Auto, Portable and Reference: always. Avx2 and
+/// Avx512: when the library was built with them (x86-64 with GCC or Clang) and this CPU and OS
+/// support them.
+EIGEN_ATTENTION_EXPORT bool kernel_available(Kernel kernel);
+
 /// The kernels this build can run on this CPU, fastest first; Kernel::Auto means the first.
-/// Always ends with Kernel::Portable then Kernel::Reference. Avx2 and Avx512 appear when the
-/// library was built with them (x86-64 with GCC or Clang) and this CPU and OS support them.
-std::vector<Kernel> available_kernels();
+/// Always ends with Kernel::Portable then Kernel::Reference (see kernel_available()).
+/// (Inline: the vector is made by your code, whatever its standard library's debug mode.)
+inline std::vector<Kernel> available_kernels() {
+  std::vector<Kernel> kernels;
+  for (Kernel k : {Kernel::Avx512, Kernel::Avx2, Kernel::Portable, Kernel::Reference}) {
+    if (kernel_available(k)) kernels.push_back(k);
+  }
+  return kernels;
+}
 
 /// A short lower-case name: "auto", "reference", "portable", "avx2", "avx512".
-const char* kernel_name(Kernel kernel);
+EIGEN_ATTENTION_EXPORT const char* kernel_name(Kernel kernel);
 
 }  // namespace EigenAttention

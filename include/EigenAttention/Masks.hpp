@@ -3,6 +3,8 @@
 /// lengths (right padding) and ALiBi slopes. Window and soft-capping are in Options.
 #pragma once
 
+#include <cstddef>
+
 #include <cstdint>
 
 #include <Eigen/Core>
@@ -18,23 +20,23 @@ namespace EigenAttention {
 template <typename Element>
 struct BroadcastView {
   const Element* data = nullptr;
-  Eigen::Index batch = 1, heads = 1, rows = 0, cols = 0;
-  Eigen::Index batch_stride = 0, head_stride = 0, row_stride = 0, col_stride = 1;
+  std::ptrdiff_t batch = 1, heads = 1, rows = 0, cols = 0;
+  std::ptrdiff_t batch_stride = 0, head_stride = 0, row_stride = 0, col_stride = 1;
 
   /// One contiguous row-major [T_q, T_k] matrix for every sequence and head.
-  static BroadcastView matrix(const Element* data, Eigen::Index rows, Eigen::Index cols) {
+  static BroadcastView matrix(const Element* data, std::ptrdiff_t rows, std::ptrdiff_t cols) {
     return {data, 1, 1, rows, cols, 0, 0, cols, 1};
   }
   /// A contiguous [batch, 1, T_q, T_k] array: one matrix per sequence, shared by its heads.
-  /// (This and per_head throw std::invalid_argument when a stride overflows Eigen::Index.)
-  static BroadcastView per_sequence(const Element* data, Eigen::Index batch, Eigen::Index rows,
-                                    Eigen::Index cols) {
+  /// (This and per_head throw std::invalid_argument when a stride overflows std::ptrdiff_t.)
+  static BroadcastView per_sequence(const Element* data, std::ptrdiff_t batch, std::ptrdiff_t rows,
+                                    std::ptrdiff_t cols) {
     return {data, batch, 1, rows, cols,
             detail::stride_product("BroadcastView::per_sequence", {batch, rows, cols}, {rows, cols}), 0, cols, 1};
   }
   /// A contiguous [batch, heads, T_q, T_k] array: one matrix per sequence and head.
-  static BroadcastView per_head(const Element* data, Eigen::Index batch, Eigen::Index heads, Eigen::Index rows,
-                                Eigen::Index cols) {
+  static BroadcastView per_head(const Element* data, std::ptrdiff_t batch, std::ptrdiff_t heads, std::ptrdiff_t rows,
+                                std::ptrdiff_t cols) {
     const auto sizes = {batch, heads, rows, cols};
     return {data, batch, heads, rows, cols,
             detail::stride_product("BroadcastView::per_head", sizes, {heads, rows, cols}),
@@ -43,7 +45,9 @@ struct BroadcastView {
   /// An Eigen matrix (any storage order, direct access) for every sequence and head.
   template <class Derived>
   static BroadcastView of(const Eigen::DenseBase<Derived>& m) {
-    return {m.derived().data(), 1, 1, m.rows(), m.cols(), 0, 0, m.derived().rowStride(), m.derived().colStride()};
+    return {m.derived().data(), 1, 1, static_cast<std::ptrdiff_t>(m.rows()), static_cast<std::ptrdiff_t>(m.cols()),
+            0, 0, static_cast<std::ptrdiff_t>(m.derived().rowStride()),
+            static_cast<std::ptrdiff_t>(m.derived().colStride())};
   }
   bool empty() const { return data == nullptr; }
 };

@@ -1,7 +1,7 @@
 /// \file Npy.hpp
 /// Reading and writing NumPy .npy files (format versions 1.0, 2.0, 3.0), into and out of Eigen
-/// matrices and multi-head views. A separate CMake target, EigenAttention::npy, so that the
-/// core library stays free of file I/O.
+/// matrices and multi-head views. Part of the library (target EigenAttention::EigenAttention)
+/// and of the umbrella header.
 ///
 /// The reader parses untrusted files: every malformed or hostile input (truncated data, a
 /// header longer than the file, an unsupported dtype such as object or complex, big-endian
@@ -10,6 +10,10 @@
 /// ways: bytes after the data are rejected (NumPy ignores them), and so are booleans other than
 /// 0 and 1. The writer writes to a
 /// temporary file in the same directory and renames it, so no half-written file is ever left.
+///
+/// Array holds standard-library containers, so everything that touches one is inline, compiled
+/// in your translation unit with your flags (a consumer built with `-D_GLIBCXX_DEBUG` has
+/// containers of another layout); the library's compiled part sees pointers and sizes only.
 #pragma once
 
 #include <cstddef>
@@ -22,12 +26,13 @@
 
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Types.hpp>
+#include <EigenAttention/export.hpp>
 
 namespace EigenAttention {
 namespace npy {
 
 /// A malformed, hostile or unsupported file, or an I/O failure; what() names the file.
-class Error : public std::runtime_error {
+class EIGEN_ATTENTION_EXPORT Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -36,9 +41,9 @@ class Error : public std::runtime_error {
 enum class DType { Float32, Float64, Int32, Int64, Bool };
 
 /// "<f4", "<f8", "<i4", "<i8", "|b1".
-const char* dtype_descr(DType dtype);
+EIGEN_ATTENTION_EXPORT const char* dtype_descr(DType dtype);
 /// Bytes per element.
-std::size_t dtype_size(DType dtype);
+EIGEN_ATTENTION_EXPORT std::size_t dtype_size(DType dtype);
 
 /// A C-order (row-major) array as read from, or to be written to, a .npy file.
 struct Array {
@@ -47,7 +52,7 @@ struct Array {
   std::vector<unsigned char> bytes;  ///< the elements, little-endian, C order
 
   /// The number of elements (the product of the shape; 1 for a scalar).
-  std::int64_t size() const;
+  inline std::int64_t size() const;
   /// The elements as T (T matching dtype: float for Float32, double for Float64,
   /// std::int32_t, std::int64_t, bool). Throws Error naming `what` on a dtype mismatch.
   template <typename T>
@@ -57,13 +62,13 @@ struct Array {
 };
 
 /// Reads a .npy file. \throws Error naming the file and the problem.
-Array read(const std::string& path);
+inline Array read(const std::string& path);
 /// Parses the bytes of a .npy file (what read() does after loading it); `name` is used in
 /// messages. \throws Error.
-Array parse(const unsigned char* data, std::size_t size, const std::string& name);
+inline Array parse(const unsigned char* data, std::size_t size, const std::string& name);
 /// Writes a .npy file (version 1.0, or 2.0 when the header needs it) atomically: to a temporary
 /// file beside `path`, then renamed over it. \throws Error (no file is left behind then).
-void write(const std::string& path, const Array& array);
+inline void write(const std::string& path, const Array& array);
 
 /// An Array holding a copy of a matrix (2-D, float or double).
 template <class Derived>

@@ -2,6 +2,8 @@
 /// The matrix and view types that EigenAttention returns and takes.
 #pragma once
 
+#include <cstddef>
+
 #include <Eigen/Core>
 
 namespace EigenAttention {
@@ -27,6 +29,20 @@ using ConstStridedMap =
 template <typename Scalar>
 using StridedMap =
     Eigen::Map<RowMatrix<Scalar>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+
+/// A matrix in memory as the library's compiled code sees it: element (i, j) is at
+/// `data[i * row_stride + j * col_stride]`. Plain integers and a pointer, no Eigen type: this is
+/// what crosses the boundary between your code and the compiled library, so that nothing there
+/// depends on how either side was compiled (Eigen's alignment, vectorisation or index type).
+/// The front doors build these from any Eigen matrix; compiled::view() does it for a Map.
+template <typename Scalar>
+struct MatrixView {
+  Scalar* data = nullptr;        ///< element (0, 0); may be null when the matrix is empty
+  std::ptrdiff_t rows = 0;       ///< number of rows
+  std::ptrdiff_t cols = 0;       ///< number of columns
+  std::ptrdiff_t row_stride = 0; ///< elements from (i, j) to (i + 1, j)
+  std::ptrdiff_t col_stride = 0; ///< elements from (i, j) to (i, j + 1)
+};
 
 /// What attention_decomposed() returns.
 template <typename Scalar>

@@ -4,12 +4,14 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/export.hpp>
+
 // The single source of the version number: CMake reads these three lines.
 #define EIGEN_ATTENTION_VERSION_MAJOR 0
-#define EIGEN_ATTENTION_VERSION_MINOR 1
+#define EIGEN_ATTENTION_VERSION_MINOR 2
 #define EIGEN_ATTENTION_VERSION_PATCH 0
 
-/// The version as one integer, e.g. 100 for 0.1.0 (major * 10000 + minor * 100 + patch).
+/// The version as one integer, e.g. 200 for 0.2.0 (major * 10000 + minor * 100 + patch).
 #define EIGEN_ATTENTION_VERSION                                           \
   (EIGEN_ATTENTION_VERSION_MAJOR * 10000 + EIGEN_ATTENTION_VERSION_MINOR * 100 + \
    EIGEN_ATTENTION_VERSION_PATCH)
@@ -23,6 +25,6 @@ namespace EigenAttention {
 
 /// The library's version as "major.minor.patch", as compiled into the library.
 /// Compare with the EIGEN_ATTENTION_VERSION_* macros to detect a header/library mismatch.
-const char* version();
+EIGEN_ATTENTION_EXPORT const char* version();
 
 }  // namespace EigenAttention

@@ -387,7 +387,10 @@ std::size_t dtype_size(DType dtype) {
   throw Error("npy: invalid DType value " + std::to_string(int(dtype)));
 }
 
-std::int64_t Array::size() const {
+namespace detail {
+
+std::int64_t element_count(const std::int64_t* shape_data, std::size_t ndim) {
+  const std::vector<std::int64_t> shape(shape_data, shape_data + ndim);
   std::int64_t n = 0;
   std::size_t b = 0;
   switch (count_bytes(shape, 1, &n, &b)) {
@@ -400,8 +403,6 @@ std::int64_t Array::size() const {
   }
   fail("array", "shape " + shape_string(shape) + " overflows the element count");
 }
-
-namespace detail {
 
 std::size_t byte_count(const std::vector<std::int64_t>& shape, DType dtype, const char* what) {
   const std::size_t elem = dtype_size(dtype);
@@ -418,29 +419,34 @@ std::size_t byte_count(const std::vector<std::int64_t>& shape, DType dtype, cons
   fail(what, "shape " + shape_string(shape) + " of " + describe(dtype) + " overflows the byte count");
 }
 
-void check_dtype(const Array& a, DType dtype, const char* what) {
-  if (a.dtype != dtype) {
-    fail(what, "holds " + describe(a.dtype) + " elements, not " + describe(dtype));
+std::size_t byte_count(const std::int64_t* shape, std::size_t ndim, DType dtype, const char* what) {
+  return byte_count(std::vector<std::int64_t>(shape, shape + ndim), dtype, what);
+}
+
+void check_dtype(DType have, DType dtype, const char* what) {
+  if (have != dtype) {
+    fail(what, "holds " + describe(have) + " elements, not " + describe(dtype));
   }
 }
 
-void check_array(const Array& a, DType dtype, std::size_t ndim, const char* what) {
-  if (a.dtype != dtype || a.shape.size() != ndim) {
+void check_array(ArrayRef a, DType dtype, std::size_t ndim, const char* what, std::int64_t max_index) {
+  const std::vector<std::int64_t> shape(a.shape, a.shape + a.ndim);
+  if (a.dtype != dtype || shape.size() != ndim) {
     fail(what, "expected a " + std::to_string(ndim) + "-D " + describe(dtype) + " array, got a " +
-                   std::to_string(a.shape.size()) + "-D " + describe(a.dtype) + " array of shape " +
-                   shape_string(a.shape));
+                   std::to_string(shape.size()) + "-D " + describe(a.dtype) + " array of shape " +
+                   shape_string(shape));
   }
-  const std::size_t need = byte_count(a.shape, dtype, what);
-  if (a.bytes.size() != need) {
-    fail(what, "holds " + std::to_string(a.bytes.size()) + " bytes but shape " + shape_string(a.shape) +
-                   " needs " + std::to_string(need));
+  const std::size_t need = byte_count(shape, dtype, what);
+  if (a.size != need) {
+    fail(what, "holds " + std::to_string(a.size) + " bytes but shape " + shape_string(shape) + " needs " +
+                   std::to_string(need));
   }
   // The strides of a view are products of dimensions; with a zero dimension the others may be
   // anything, so check the product of the non-zero ones.
   std::int64_t product = 1;
-  for (std::int64_t d : a.shape) {
-    if (d != 0 && __builtin_mul_overflow(product, d, &product)) {
-      fail(what, "shape " + shape_string(a.shape) + " is too large to view: its strides overflow Eigen::Index");
+  for (std::int64_t d : shape) {
+    if (d != 0 && (__builtin_mul_overflow(product, d, &product) || product > max_index)) {
+      fail(what, "shape " + shape_string(shape) + " is too large to view: its strides overflow Eigen::Index");
     }
   }
 }
@@ -449,7 +455,17 @@ void check_array(const Array& a, DType dtype, std::size_t ndim, const char* what
 
 // ---------------------------------------------------------------------------------------------
 
-Array parse(const unsigned char* data, std::size_t size, const std::string& name) {
+namespace {
+
+// A parsed file: its dtype and shape, and where its data lies in the bytes given.
+struct Parsed {
+  DType dtype = DType::Float64;
+  std::vector<std::int64_t> shape;
+  const unsigned char* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+Parsed parse_npy(const unsigned char* data, std::size_t size, const std::string& name) {
   if (size >= 4 && std::memcmp(data, "PK\x03\x04", 4) == 0) {
     fail(name, "a .npz (zip) archive, not a .npy file (bad magic); extract its members first");
   }
@@ -493,7 +509,7 @@ Array parse(const unsigned char* data, std::size_t size, const std::string& name
   if (fortran == nullptr) fail(name, "header is missing the key 'fortran_order'");
   if (shape == nullptr) fail(name, "header is missing the key 'shape'");
 
-  Array a;
+  Parsed a;
   if (descr->kind == Value::List) fail(name, "unsupported dtype: structured arrays are not supported");
   if (descr->kind != Value::String)
     fail(name, std::string("descr is ") + descr->kind_name() + ", not a dtype string");
@@ -549,11 +565,25 @@ Array parse(const unsigned char* data, std::size_t size, const std::string& name
       }
     }
   }
-  a.bytes.assign(data + start, data + start + need);
+  a.data = data + start;
+  a.bytes = need;
   return a;
 }
 
-Array read(const std::string& path) {
+void emit(const Parsed& p, detail::Sink sink) {
+  sink.fill(sink.array, p.dtype, p.shape.data(), p.shape.size(), p.data, p.bytes);
+}
+
+}  // namespace
+
+namespace detail {
+
+void parse_bytes(const unsigned char* data, std::size_t size, const char* name, Sink sink) {
+  emit(parse_npy(data, size, name), sink);
+}
+
+void read_file(const char* path_text, Sink sink) {
+  const std::string path(path_text);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) fail(path, std::string("cannot open: ") + std::strerror(errno));
   std::vector<unsigned char> buf;
@@ -574,14 +604,24 @@ Array read(const std::string& path) {
   const bool bad = std::ferror(f) != 0;
   std::fclose(f);
   if (bad) fail(path, std::string("read error: ") + std::strerror(err));
-  return parse(buf.data(), used, path);
+  emit(parse_npy(buf.data(), used, path), sink);
 }
+
+}  // namespace detail
 
 // ---------------------------------------------------------------------------------------------
 
 namespace {
 
-std::string header_text(const Array& a) {
+// The array to write, its shape as a vector for the helpers above.
+struct Writing {
+  DType dtype;
+  std::vector<std::int64_t> shape;
+  const unsigned char* bytes;
+  std::size_t size;
+};
+
+std::string header_text(const Writing& a) {
   // Exactly NumPy's (format.py, _write_array_header): sorted keys, repr values, a trailing ", ",
   // room to grow the first axis in place, then spaces and '\n' up to a multiple of 64.
   std::string h = std::string("{'descr': '") + dtype_descr(a.dtype) +
@@ -631,7 +671,11 @@ std::atomic<unsigned long> temp_counter{0};
 
 }  // namespace
 
-void write(const std::string& path, const Array& array) {
+namespace detail {
+
+void write_file(const char* path_text, ArrayRef ref) {
+  const std::string path(path_text);
+  const Writing array{ref.dtype, std::vector<std::int64_t>(ref.shape, ref.shape + ref.ndim), ref.bytes, ref.size};
   if (path.empty()) fail("npy::write", "empty path");
   if (!valid_dtype(array.dtype)) fail(path, "cannot write " + describe(array.dtype));
   if (array.shape.size() > kMaxDims) {
@@ -639,8 +683,8 @@ void write(const std::string& path, const Array& array) {
                    std::to_string(kMaxDims) + ")");
   }
   const std::size_t need = detail::byte_count(array.shape, array.dtype, path.c_str());
-  if (array.bytes.size() != need) {
-    fail(path, "cannot write: the array holds " + std::to_string(array.bytes.size()) + " bytes but shape " +
+  if (array.size != need) {
+    fail(path, "cannot write: the array holds " + std::to_string(array.size) + " bytes but shape " +
                    shape_string(array.shape) + " of " + describe(array.dtype) + " needs " +
                    std::to_string(need));
   }
@@ -671,7 +715,7 @@ void write(const std::string& path, const Array& array) {
     fail(path, std::string(step) + ": " + std::strerror(err));
   };
   if (!write_all(fd, prefix.data(), prefix.size()) ||
-      !write_all(fd, array.bytes.data(), array.bytes.size())) {
+      !write_all(fd, array.bytes, array.size)) {
     abandon("write error");
   }
   if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) abandon("cannot flush to disk");
@@ -680,6 +724,8 @@ void write(const std::string& path, const Array& array) {
   if (closed != 0) abandon("write error on close");
   if (std::rename(temp.c_str(), path.c_str()) != 0) abandon("cannot rename the temporary file over it");
 }
+
+}  // namespace detail
 
 }  // namespace npy
 }  // namespace EigenAttention

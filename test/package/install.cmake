@@ -23,7 +23,12 @@ set(_cmake_dir "${PREFIX}/${CMAKE_INSTALL_LIBDIR}/cmake/EigenAttention")
 foreach(_file
     "${_cmake_dir}/EigenAttentionConfig.cmake"
     "${_cmake_dir}/EigenAttentionConfigVersion.cmake"
-    "${_cmake_dir}/EigenAttentionTargets.cmake"
+    "${_cmake_dir}/EigenAttentionSharedTargets.cmake"
+    "${_cmake_dir}/EigenAttentionStaticTargets.cmake"
+    "${PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/EigenAttention/export.hpp"
+    "${PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/eigen-attention.pc"
+    "${PREFIX}/${CMAKE_INSTALL_LIBDIR}/libEigenAttention.a"
+    "${PREFIX}/${CMAKE_INSTALL_LIBDIR}/libEigenAttention.so"
     "${PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/EigenAttention/EigenAttention.hpp")
   if(NOT EXISTS "${_file}")
     message(FATAL_ERROR "The install lacks ${_file}")

@@ -34,15 +34,49 @@ inline constexpr bool kIsWritable =
 template <class Derived>
 inline constexpr bool kIsResizable = std::is_base_of_v<Eigen::PlainObjectBase<Derived>, Derived>;
 
-/// Compile-time checks shared by every front door.
+/// The checks of the scalar types shared by every front door, as a class: a front door
+/// instantiates it first (`(void)ScalarCheck<...>{}`), so that its message is the first error a
+/// mismatch gives (a checking function template's body could be instantiated only at the end
+/// of the translation unit, after the errors the mismatch causes further on).
 template <typename Scalar, typename... Others>
-constexpr void check_scalars() {
+struct ScalarCheck {
   static_assert((std::is_same_v<Scalar, Others> && ...),
                 "EigenAttention: Q, K, V (and the outputs) must have the same scalar type; "
                 "convert one with .template cast<float>() or .template cast<double>()");
   static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>,
                 "EigenAttention: the scalar type must be float or double");
-}
+  static constexpr bool ok =
+      (std::is_same_v<Scalar, Others> && ...) && (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>);
+};
+
+template <class T>
+using RemoveCvref = std::remove_cv_t<std::remove_reference_t<T>>;
+
+/// Is T (after removing references and const) an Eigen matrix expression?
+template <class T, class = void>
+inline constexpr bool kIsMatrix = false;
+template <class T>
+inline constexpr bool kIsMatrix<T, std::void_t<typename RemoveCvref<T>::Scalar>> =
+    std::is_base_of_v<Eigen::MatrixBase<RemoveCvref<T>>, RemoveCvref<T>>;
+
+/// Selects the overloads whose output arguments are Eigen matrices (an Options argument in that
+/// place selects the overload without it).
+template <class... T>
+using EnableIfMatrix = std::enable_if_t<(kIsMatrix<T> && ...), int>;
+
+/// The scalar type of an output argument (a forwarding reference).
+template <class T>
+using ScalarOf = typename RemoveCvref<T>::Scalar;
+
+/// The compile-time checks of an output argument, a forwarding reference `T&&`: writable
+/// dense storage with direct access, and not a const object.
+template <class T>
+struct OutputCheck {
+  static_assert(!std::is_const_v<std::remove_reference_t<T>>,
+                "EigenAttention: an output must not be const: pass a non-const Eigen::Matrix, Map, Ref "
+                "or block");
+  static constexpr bool ok = !std::is_const_v<std::remove_reference_t<T>>;
+};
 
 /// A read-only strided view of an input. Expressions with direct memory access (matrices, maps,
 /// blocks, Refs, transposes of those) are viewed in place; anything else (a product, a sum, a
@@ -75,17 +109,17 @@ class InputView<Derived, false> {
   ConstStridedMap<Scalar> map_;
 };
 
-/// A writable strided view of an output. Eigen's idiom: outputs arrive as `const MatrixBase&`
-/// so that temporaries such as `M.block(...)` bind, and the constness is cast away here.
+/// A writable strided view of an output, which arrives as a forwarding reference so that
+/// temporaries such as `M.block(...)` bind and const objects are rejected (OutputCheck).
 /// A resizable output (an Eigen::Matrix) is first resized to rows x cols, which allocates only
 /// when its size changes; any other output must already have that shape (checked later).
-template <class Derived>
-StridedMap<typename Derived::Scalar> output_view(const Eigen::MatrixBase<Derived>& out,
-                                                 Eigen::Index rows, Eigen::Index cols) {
+template <class Out>
+StridedMap<ScalarOf<Out>> output_view(Out&& out, Eigen::Index rows, Eigen::Index cols) {
+  using Derived = RemoveCvref<Out>;
   static_assert(kIsWritable<Derived>,
                 "EigenAttention: an output must be writable dense storage with direct access "
                 "(an Eigen::Matrix, Map, Ref or a block of one)");
-  Derived& o = const_cast<Derived&>(out.derived());
+  Derived& o = out;
   if constexpr (kIsResizable<Derived>) {
     constexpr int kRows = Derived::RowsAtCompileTime, kCols = Derived::ColsAtCompileTime;
     const bool fits = (kRows == Eigen::Dynamic || kRows == rows) && (kCols == Eigen::Dynamic || kCols == cols);

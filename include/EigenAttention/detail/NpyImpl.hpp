@@ -1,10 +1,13 @@
 /// \file NpyImpl.hpp
-/// The inline template definitions of Npy.hpp (included at its end; not for direct use). The
-/// checks they make are non-template functions compiled once in EigenAttention::npy.
+/// The inline definitions of Npy.hpp (included at its end; not for direct use). The checks,
+/// the parser and the file I/O they call are compiled once in the library, and see pointers and
+/// sizes only.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -35,26 +38,81 @@ constexpr DType dtype_of() {
   return DType::Bool;
 }
 
-/// Throws Error naming `what` unless `a` holds `dtype` elements.
-void check_dtype(const Array& a, DType dtype, const char* what);
+/// An Array as the compiled library sees it: pointers and sizes, no container.
+struct ArrayRef {
+  DType dtype;
+  const std::int64_t* shape;
+  std::size_t ndim;
+  const unsigned char* bytes;
+  std::size_t size;  ///< bytes
+};
+
+inline ArrayRef ref(const Array& a) {
+  return {a.dtype, a.shape.data(), a.shape.size(), a.bytes.data(), a.bytes.size()};
+}
+
+/// Where the compiled reader puts what it parsed: a function compiled here, in the caller's
+/// translation unit, that fills the caller's Array.
+struct Sink {
+  Array* array;
+  void (*fill)(Array* array, DType dtype, const std::int64_t* shape, std::size_t ndim,
+               const unsigned char* bytes, std::size_t size);
+};
+
+inline void fill_array(Array* a, DType dtype, const std::int64_t* shape, std::size_t ndim,
+                       const unsigned char* bytes, std::size_t size) {
+  a->dtype = dtype;
+  a->shape.assign(shape, shape + ndim);
+  a->bytes.assign(bytes, bytes + size);
+}
+
+/// The compiled reader, parser and writer behind read(), parse() and write().
+EIGEN_ATTENTION_EXPORT void read_file(const char* path, Sink sink);
+EIGEN_ATTENTION_EXPORT void parse_bytes(const unsigned char* data, std::size_t size, const char* name, Sink sink);
+EIGEN_ATTENTION_EXPORT void write_file(const char* path, ArrayRef array);
+
+/// The number of elements of `shape` (1 for a scalar). \throws Error for a negative dimension
+/// or a count that overflows.
+EIGEN_ATTENTION_EXPORT std::int64_t element_count(const std::int64_t* shape, std::size_t ndim);
+/// Throws Error naming `what` unless an array holds `dtype` elements (it holds `have`).
+EIGEN_ATTENTION_EXPORT void check_dtype(DType have, DType dtype, const char* what);
 /// Throws Error naming `what` unless `a` holds `dtype` elements in `ndim` dimensions and exactly
-/// the bytes its shape needs.
-void check_array(const Array& a, DType dtype, std::size_t ndim, const char* what);
+/// the bytes its shape needs, and the strides of a view of it (products of its non-zero
+/// dimensions) are at most `max_index` (the caller's Eigen::Index).
+EIGEN_ATTENTION_EXPORT void check_array(ArrayRef a, DType dtype, std::size_t ndim, const char* what,
+                                        std::int64_t max_index);
 /// The bytes an array of `shape` and `dtype` takes. \throws Error naming `what` for a negative
 /// dimension or a count that overflows.
-std::size_t byte_count(const std::vector<std::int64_t>& shape, DType dtype, const char* what);
+EIGEN_ATTENTION_EXPORT std::size_t byte_count(const std::int64_t* shape, std::size_t ndim, DType dtype,
+                                              const char* what);
 
 }  // namespace detail
 
+inline std::int64_t Array::size() const { return detail::element_count(shape.data(), shape.size()); }
+
+inline Array read(const std::string& path) {
+  Array a;
+  detail::read_file(path.c_str(), {&a, &detail::fill_array});
+  return a;
+}
+
+inline Array parse(const unsigned char* data, std::size_t size, const std::string& name) {
+  Array a;
+  detail::parse_bytes(data, size, name.c_str(), {&a, &detail::fill_array});
+  return a;
+}
+
+inline void write(const std::string& path, const Array& array) { detail::write_file(path.c_str(), detail::ref(array)); }
+
 template <typename T>
 const T* Array::data(const char* what) const {
-  detail::check_dtype(*this, detail::dtype_of<T>(), what);
+  detail::check_dtype(dtype, detail::dtype_of<T>(), what);
   return reinterpret_cast<const T*>(bytes.data());
 }
 
 template <typename T>
 T* Array::data(const char* what) {
-  detail::check_dtype(*this, detail::dtype_of<T>(), what);
+  detail::check_dtype(dtype, detail::dtype_of<T>(), what);
   return reinterpret_cast<T*>(bytes.data());
 }
 
@@ -75,7 +133,7 @@ Array from_matrix(const Eigen::MatrixBase<Derived>& m) {
 template <typename T>
 Eigen::Map<const RowMatrix<T>> as_matrix(const Array& a, const char* what) {
   static_assert(detail::is_real_v<T>, "npy::as_matrix: T must be float or double");
-  detail::check_array(a, detail::dtype_of<T>(), 2, what);
+  detail::check_array(detail::ref(a), detail::dtype_of<T>(), 2, what, std::numeric_limits<Eigen::Index>::max());
   return Eigen::Map<const RowMatrix<T>>(reinterpret_cast<const T*>(a.bytes.data()), Eigen::Index(a.shape[0]),
                                         Eigen::Index(a.shape[1]));
 }
@@ -83,9 +141,9 @@ Eigen::Map<const RowMatrix<T>> as_matrix(const Array& a, const char* what) {
 template <typename T>
 HeadsView<const T> as_heads(const Array& a, Layout layout, const char* what) {
   static_assert(detail::is_real_v<T>, "npy::as_heads: T must be float or double");
-  detail::check_array(a, detail::dtype_of<T>(), 4, what);
+  detail::check_array(detail::ref(a), detail::dtype_of<T>(), 4, what, std::numeric_limits<std::ptrdiff_t>::max());
   const T* p = reinterpret_cast<const T*>(a.bytes.data());
-  const auto s = [&](int k) { return Eigen::Index(a.shape[std::size_t(k)]); };
+  const auto s = [&](int k) { return std::ptrdiff_t(a.shape[std::size_t(k)]); };
   // The shape is in the layout's own order: [B, H, T, D] or [B, T, H, D].
   return layout == Layout::BHTD ? HeadsView<const T>::bhtd(p, s(0), s(1), s(2), s(3))
                                 : HeadsView<const T>::bthd(p, s(0), s(1), s(2), s(3));
@@ -95,7 +153,7 @@ template <typename T>
 Array zeros(std::vector<std::int64_t> shape) {
   Array a;
   a.dtype = detail::dtype_of<T>();
-  a.bytes.assign(detail::byte_count(shape, a.dtype, "npy::zeros"), 0);
+  a.bytes.assign(detail::byte_count(shape.data(), shape.size(), a.dtype, "npy::zeros"), 0);
   a.shape = std::move(shape);
   return a;
 }

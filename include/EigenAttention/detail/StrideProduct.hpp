@@ -3,6 +3,8 @@
 /// Not part of the documented API.
 #pragma once
 
+#include <cstddef>
+
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -14,20 +16,20 @@ namespace detail {
 
 /// The product of `factors` (a stride of a contiguous view whose sizes are `sizes`), computed
 /// without overflow. \throws std::invalid_argument naming `factory` and `sizes` when it does not
-/// fit in Eigen::Index. Negative sizes are left to the call's validation, which names them.
-inline Eigen::Index stride_product(const char* factory, std::initializer_list<Eigen::Index> sizes,
-                                   std::initializer_list<Eigen::Index> factors) {
-  for (Eigen::Index f : factors) {
+/// fit in std::ptrdiff_t. Negative sizes are left to the call's validation, which names them.
+inline std::ptrdiff_t stride_product(const char* factory, std::initializer_list<std::ptrdiff_t> sizes,
+                                   std::initializer_list<std::ptrdiff_t> factors) {
+  for (std::ptrdiff_t f : factors) {
     if (f == 0) return 0;  // an empty view: no element is ever addressed
   }
-  Eigen::Index product = 1;
-  for (Eigen::Index f : factors) {
-    Eigen::Index next;
+  std::ptrdiff_t product = 1;
+  for (std::ptrdiff_t f : factors) {
+    std::ptrdiff_t next;
     if (__builtin_mul_overflow(product, f, &next)) {
       std::string shape;
-      for (Eigen::Index s : sizes) shape += (shape.empty() ? "" : " x ") + std::to_string(s);
+      for (std::ptrdiff_t s : sizes) shape += (shape.empty() ? "" : " x ") + std::to_string(s);
       throw std::invalid_argument(std::string("EigenAttention::") + factory + ": a view of " + shape +
-                                  " elements has strides that overflow Eigen::Index");
+                                  " elements has strides that overflow std::ptrdiff_t");
     }
     product = next;
   }

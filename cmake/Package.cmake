@@ -1,0 +1,41 @@
+# Debian packages with CPack: `cmake --build build --target package` (or `cpack -G DEB` in the
+# build tree) makes one .deb per install component (cmake/Install.cmake):
+#   libeigenattention<major>.<minor>  runtime: the shared library
+#   libeigenattention-dev             dev: headers, static library, CMake package, pkg-config file
+#   eigen-attention                   cli: the command-line tool
+# Depends come from dpkg-shlibdeps (libstdc++6, libc6, libpng16-16, ...) plus the packages'
+# dependencies on each other and the dev package's on libeigen3-dev.
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME eigen-attention)
+set(CPACK_PACKAGE_VENDOR "EigenAttention")
+set(CPACK_PACKAGE_CONTACT "EigenAttention developers <eigen-attention@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${PROJECT_DESCRIPTION}")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL runtime dev cli)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# The tool links the shared library of this build: dpkg-shlibdeps finds it here (its dependency
+# is the package's own, below).
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_BINARY_DIR})
+set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
+
+set(_ea_runtime_package libeigenattention${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME ${_ea_runtime_package})
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION libs)
+set(CPACK_COMPONENT_RUNTIME_DESCRIPTION "Exact scaled dot-product attention on Eigen matrices (shared library)")
+
+set(CPACK_DEBIAN_DEV_PACKAGE_NAME libeigenattention-dev)
+set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
+set(CPACK_COMPONENT_DEV_DEPENDS runtime)
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libeigen3-dev (>= 3.4)")
+set(CPACK_COMPONENT_DEV_DESCRIPTION
+    "Exact scaled dot-product attention on Eigen matrices (headers, static library, CMake and pkg-config files)")
+
+set(CPACK_DEBIAN_CLI_PACKAGE_NAME eigen-attention)
+set(CPACK_DEBIAN_CLI_PACKAGE_SECTION science)
+set(CPACK_COMPONENT_CLI_DEPENDS runtime)
+set(CPACK_COMPONENT_CLI_DESCRIPTION "eigen-attention: attention on .npy files, SCORES heatmaps, benchmarks")
+
+include(CPack)
