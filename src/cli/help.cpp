@@ -51,16 +51,17 @@ Computes ATTN = softmax(Q K^T * scale + masks) V for every sequence and head.
 Inputs are float32 or float64 (Q, K and V of one dtype), either 2-D, one head
 (tokens x dim), or 4-D in the layout of --layout: bhtd = (batch, heads, tokens, dim),
 bthd = (batch, tokens, heads, dim). K and V may have fewer heads than Q (grouped-query
-attention: a divisor of Q's heads; 1 = multi-query). Outputs keep the inputs' dtype,
-layout and rank.
+attention: a divisor of Q's heads; 1 = multi-query). Outputs keep the inputs' dtype and
+rank; ATTN keeps their layout too, while SCORES and LSE always put the heads before the
+tokens (PyTorch's and FlashAttention's order for them), whatever --layout says.
 
 Files:
       --q FILE             queries, [T_q, d_k] or 4-D
       --k FILE             keys, [T_k, d_k] or 4-D
       --v FILE             values, [T_k, d_v] or 4-D
-      --out FILE           ATTN: like Q, with d_v as its last dimension
+      --out FILE           ATTN: like Q (same layout), with d_v as its last dimension
       --scores FILE        the weights: [T_q, T_k] for 2-D inputs, [batch, heads, T_q, T_k]
-                           for bhtd, [batch, T_q, heads, T_k] for bthd
+                           for 4-D ones, whatever --layout says (bthd inputs too)
       --lse FILE           the log-sum-exp of each row's logits: [T_q] for 2-D inputs,
                            [batch, heads, T_q] for 4-D ones (either layout); -inf for a row
                            that sees no key
@@ -85,7 +86,8 @@ Masks and biases, applied in this order:
   A row that sees no key gets zero weights, a zero output and LSE = -inf.
 
 Other options:
-      --layout bhtd|bthd   the order of 4-D inputs and outputs (default bhtd)
+      --layout bhtd|bthd   the order of 4-D Q, K, V and ATTN (default bhtd); SCORES and LSE
+                           are [batch, heads, ...] in both
       --threads N          threads (default 0: one per hardware thread); the results are
                            the same bit for bit for every N
       --average-heads      --scores (and --heatmap) hold the mean of the weights over the
@@ -112,16 +114,20 @@ Draws attention weights as a PNG heatmap: queries are rows (top to bottom), keys
 columns, colours from dark purple (0) to yellow (the largest weight), masked weights
 (exactly 0) near-black. Large matrices are pooled (block means) to fit.
 
-SCORES is float32 or float64: [T_q, T_k], [batch, T_q, T_k] (the mean over heads, as
-'run --average-heads' writes it), or 4-D in the order of --layout: (batch, heads, T_q,
-T_k) for bhtd, (batch, T_q, heads, T_k) for bthd (as 'run --scores' writes them).
+SCORES is float32 or float64, as 'run --scores' writes it (with any --layout):
+  [T_q, T_k]                  one head (2-D inputs)
+  [batch, T_q, T_k]           the mean over heads ('run --average-heads')
+  [batch, heads, T_q, T_k]    every head (4-D inputs)
+A 4-D file in the order [batch, T_q, heads, T_k] (made elsewhere) needs --layout bthd.
 
 Options:
       --scores FILE       the weights
       --png FILE          the image to write
       --batch B           the batch entry to draw (default 0)
       --head H            the head to draw (default 0)
-      --layout bhtd|bthd  the order of a 4-D SCORES file (default bhtd)
+      --layout bhtd|bthd  the axis order of a 4-D SCORES file: bhtd = [batch, heads, T_q,
+                          T_k] (the default, and what 'run' writes), bthd = [batch, T_q,
+                          heads, T_k]; 2-D and 3-D files have one order and ignore it
       --tokens FILE       one token per line, to label the axes: both when T_q = T_k, else
                           the keys; lines beyond those needed are ignored, positions without
                           a line are labelled by their index

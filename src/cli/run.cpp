@@ -340,7 +340,9 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
     masks.alibi_slopes = slopes.data();
   }
 
-  // Outputs, in the inputs' dtype, layout and rank.
+  // Outputs, in the inputs' dtype and rank; ATTN in their layout too, LSE and SCORES always
+  // with the heads before the tokens ([B, H, T_q] and [B, H, T_q, T_k], PyTorch's and
+  // FlashAttention's order for them), so that a 4-D SCORES file has one meaning.
   const DType dtype = q.a.dtype;
   const auto per_layout = [&](I64 tokens, I64 dim) -> std::vector<I64> {
     if (g.rank == 2) return {tokens, dim};
@@ -356,22 +358,20 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
     L = HeadsView<T>::bhtd(data_of<T>(lse), g.B, g.H, g.Tq, 1);
   }
 
-  // SCORES: per head in the layout (written to --scores unless averaged), and the mean.
+  // SCORES: per head, [B, H, T_q, T_k] (written to --scores unless averaged), and the mean.
   Array scores, average;
   std::vector<T> scratch;  // per-head weights nobody writes to a file
   HeadsView<T> S, A;
-  const T* heads_data = nullptr;  // the per-head weights, in `scores_layout`
-  Layout scores_layout = layout;
+  const T* heads_data = nullptr;  // the per-head weights, [B, H, T_q, T_k]
   if (s.weights) {
     if (!a.scores.empty() && !a.average_heads) {
-      scores = npy::zeros<T>(per_layout(g.Tq, g.Tk));
+      scores = npy::zeros<T>(g.rank == 2 ? std::vector<I64>{g.Tq, g.Tk} : std::vector<I64>{g.B, g.H, g.Tq, g.Tk});
       heads_data = data_of<T>(scores);
     } else {
       scratch.assign(static_cast<std::size_t>(g.B * g.H * g.Tq * g.Tk), T(0));
-      scores_layout = Layout::BHTD;
       heads_data = scratch.data();
     }
-    S = HeadsView<T>::contiguous(const_cast<T*>(heads_data), scores_layout, g.B, g.H, g.Tq, g.Tk);
+    S = HeadsView<T>::bhtd(const_cast<T*>(heads_data), g.B, g.H, g.Tq, g.Tk);
     if (g.B * g.H * g.Tq * g.Tk == 0) S = {};  // nothing to write
     if (a.average_heads) {
       average = npy::zeros<T>(g.rank == 2 ? std::vector<I64>{g.Tq, g.Tk} : std::vector<I64>{g.B, g.Tq, g.Tk});
@@ -426,10 +426,8 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
     } else {
       title = g.rank == 4 ? "batch " + std::to_string(s.batch) + ", head " + std::to_string(s.head)
                           : std::string("attention weights");
-      const bool bhtd = scores_layout == Layout::BHTD;
-      const T* base = heads_data + (bhtd ? (s.batch * g.H + s.head) * g.Tq * g.Tk
-                                         : s.batch * g.Tq * g.H * g.Tk + s.head * g.Tk);
-      draw_weights<T>(a.heatmap, out_temps[next++], base, g.Tq, g.Tk, bhtd ? g.Tk : g.H * g.Tk, tokens, title);
+      draw_weights<T>(a.heatmap, out_temps[next++], heads_data + (s.batch * g.H + s.head) * g.Tq * g.Tk, g.Tq,
+                      g.Tk, g.Tk, tokens, title);
     }
     written.push_back({"heatmap", a.heatmap, dtype, {}});
   }

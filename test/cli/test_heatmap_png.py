@@ -191,5 +191,54 @@ def run_heatmap(ctx):
           "run --heatmap: unexpected files %s" % ctx.files())
 
 
+def same_below_title(a, b, what):
+    """The images `a` and `b` are the same size and identical below their top 15 % (where a
+    title naming the file or the slice may differ)."""
+    check((a.width, a.height) == (b.width, b.height), "%s: %dx%d pixels, expected %dx%d"
+          % (what, a.width, a.height, b.width, b.height))
+    top = a.height * 15 // 100
+    diff = [y for y in range(top, a.height) if a.rows[y] != b.rows[y]]
+    check(not diff, "%s: differs below the title in rows %d..%d" % (what, diff[0], diff[-1]) if diff else "")
+
+
+@case
+def run_scores_any_layout(ctx):
+    # Per-head SCORES have one meaning, [B, H, T_q, T_k], whatever --layout the run had: `heatmap
+    # --batch b --head h` on the file of a bthd run, without --layout, draws the T_q x T_k weights
+    # of that head (the slice S[b, h]), as `run --heatmap` itself does. `heatmap --layout bthd`
+    # still reads a [B, T_q, H, T_k] file (one made elsewhere).
+    import numpy as np
+    B, T, H, D = 2, 40, 8, 16
+    rng = np.random.default_rng(9)
+    for name in ("Q.npy", "K.npy", "V.npy"):
+        eacli.write_npy(ctx.path(name), 2 * rng.standard_normal((B, T, H, D)))  # bthd
+    ctx.run_ok(["run", "--q", "Q.npy", "--k", "K.npy", "--v", "V.npy", "--layout", "bthd", "--causal",
+                "--out", "ATTN.npy", "--scores", "S.npy", "--heatmap", "run.png", "--batch", "1", "--head", "5"])
+    s = eacli.read_output(ctx.path("S.npy"), "<f8", (B, H, T, T))
+    # S[b, h] is head h's causal weights: lower-triangular rows summing to 1.
+    check(np.allclose(s.sum(axis=3), 1.0) and not np.triu(s, 1).any(),
+          "S.npy of a bthd run: S[b, h] are not causal weight matrices")
+    eacli.write_npy(ctx.path("S15.npy"), s[1, 5])
+    ctx.run_ok(["heatmap", "--scores", "S15.npy", "--png", "slice.png"])
+    r = ctx.run_ok(["heatmap", "--scores", "S.npy", "--batch", "1", "--head", "5", "--png", "b1h5.png"])
+    check("(%d x %d)" % (T, T) in r.stdout, "heatmap --head 5 of a bthd run's SCORES: %r, expected %d x %d"
+          % (r.stdout.strip(), T, T))
+    want = check_heatmap(ctx.path("slice.png"), T, T, "heatmap of the slice S[1, 5]")
+    same_below_title(check_heatmap(ctx.path("b1h5.png"), T, T, "heatmap --batch 1 --head 5"), want,
+                     "heatmap --batch 1 --head 5 of a bthd run's SCORES vs the slice S[1, 5]")
+    same_below_title(check_heatmap(ctx.path("run.png"), T, T, "run --layout bthd --heatmap --head 5"), want,
+                     "run --layout bthd --heatmap --batch 1 --head 5 vs the slice S[1, 5]")
+    # A [B, T_q, H, T_k] file, drawn with --layout bthd, and --layout bhtd (the default) given.
+    eacli.write_npy(ctx.path("S_bthd.npy"), s.transpose(0, 2, 1, 3))
+    ctx.run_ok(["heatmap", "--scores", "S_bthd.npy", "--layout", "bthd", "--batch", "1", "--head", "5",
+                "--png", "bthd.png"])
+    same_below_title(check_heatmap(ctx.path("bthd.png"), T, T, "heatmap --layout bthd"), want,
+                     "heatmap --layout bthd of a [B, T_q, H, T_k] file vs the slice S[1, 5]")
+    ctx.run_ok(["heatmap", "--scores", "S.npy", "--layout", "bhtd", "--batch", "1", "--head", "5",
+                "--png", "bhtd.png"])
+    same_below_title(check_heatmap(ctx.path("bhtd.png"), T, T, "heatmap --layout bhtd"), want,
+                     "heatmap --layout bhtd vs the slice S[1, 5]")
+
+
 if __name__ == "__main__":
     sys.exit(eacli.main(sys.argv))

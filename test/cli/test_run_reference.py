@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """`eigen-attention run` against NumPy: every option, 2-D and 4-D inputs, float32 and float64,
-both layouts, with the dtype, shape and layout of every output file checked.
+both layouts, with the dtype, shape and layout of every output file checked (ATTN in the
+inputs' layout; SCORES [B, H, T_q, T_k] and LSE [B, H, T_q] in both).
 
 Each case is one option (or one combination); inside it the tool runs on 2-D inputs where the
 option applies to them, and on 4-D inputs in both layouts, each in float32 and float64.
@@ -170,10 +171,10 @@ class Run:
                 self.scores = s.reshape(B, Tq, Tk)
                 compare(self.desc + " SCORES (--average-heads)", self.scores, self.want_w.mean(axis=1), dtype)
             else:
-                s_shape = {"2d": (Tq, Tk), "bhtd": (B, H, Tq, Tk), "bthd": (B, Tq, H, Tk)}[layout]
+                # Per-head weights are [B, H, T_q, T_k] whatever the layout of Q, K, V and ATTN.
+                s_shape = (Tq, Tk) if layout == "2d" else (B, H, Tq, Tk)
                 s = eacli.read_output(self.sub.path("SCORES.npy"), descr, s_shape)
-                self.scores = s.reshape(1, 1, Tq, Tk) if layout == "2d" else (
-                    s.transpose(0, 2, 1, 3) if layout == "bthd" else s)
+                self.scores = s.reshape(B, H, Tq, Tk)
                 compare(self.desc + " SCORES", self.scores, self.want_w, dtype)
         if lse:
             l_shape = (Tq,) if layout == "2d" else (B, H, Tq)
