@@ -44,7 +44,8 @@ Options:
   -h, --help      show this help and exit
 )";
 
-const char* const kRunHelp = R"(Usage: eigen-attention run --q Q.npy --k K.npy --v V.npy --out ATTN.npy [OPTION]...
+const char* const kRunHelp = R"(Usage: eigen-attention run --q Q.npy --k K.npy --v V.npy [--out ATTN.npy]
+           [--scores SCORES.npy] [--lse LSE.npy] [--heatmap OUT.png] [OPTION]...
 
 Computes ATTN = softmax(Q K^T * scale + masks) V for every sequence and head.
 
@@ -65,6 +66,8 @@ Files:
       --lse FILE           the log-sum-exp of each row's logits: [T_q] for 2-D inputs,
                            [batch, heads, T_q] for 4-D ones (either layout); -inf for a row
                            that sees no key
+  At least one output is required: --out, --scores, --lse or --heatmap (below); only
+  those given are written.
 
 Masks and biases, applied in this order:
       --scale X            logits are X * q.k (default 1/sqrt(d_k))

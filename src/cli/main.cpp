@@ -105,9 +105,10 @@ int main(int argc, char** argv) {
   run->add_option("--q", run_args.q);
   run->add_option("--k", run_args.k);
   run->add_option("--v", run_args.v);
-  run->add_option("--out", run_args.out);
-  run->add_option("--scores", run_args.scores);
-  run->add_option("--lse", run_args.lse);
+  // The outputs: an empty name is an error, not an output left out (--out is optional).
+  std::vector<CLI::Option*> run_outputs = {run->add_option("--out", run_args.out),
+                                           run->add_option("--scores", run_args.scores),
+                                           run->add_option("--lse", run_args.lse)};
   run->add_flag("--causal", run_args.causal);
   run->add_option("--align", run_args.align);
   run->add_option("--scale", run_args.scale);
@@ -119,7 +120,7 @@ int main(int argc, char** argv) {
   run->add_option("--layout", run_args.layout);
   run->add_option("--threads", run_args.threads);
   run->add_flag("--average-heads", run_args.average_heads);
-  run->add_option("--heatmap", run_args.heatmap);
+  run_outputs.push_back(run->add_option("--heatmap", run_args.heatmap));
   run->add_option("--batch", run_args.batch);
   run->add_option("--head", run_args.head);
   run->add_option("--tokens", run_args.tokens);
@@ -190,6 +191,11 @@ int main(int argc, char** argv) {
       }
       if (*run) {
         check_leftovers(*run, false);
+        for (const CLI::Option* option : run_outputs) {
+          if (option->count() > 0 && option->as<std::string>().empty()) {
+            throw cli::usage_error(option->get_name(), "the file name is empty");
+          }
+        }
         return cli::run_command(run_args);
       }
       if (*heatmap) {

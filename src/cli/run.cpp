@@ -56,7 +56,10 @@ Settings parse_settings(const RunArgs& a) {
   if (a.q.empty()) throw usage_error("--q", "missing: the queries (Q.npy) are required");
   if (a.k.empty()) throw usage_error("--k", "missing: the keys (K.npy) are required");
   if (a.v.empty()) throw usage_error("--v", "missing: the values (V.npy) are required");
-  if (a.out.empty()) throw usage_error("--out", "missing: the output file (ATTN.npy) is required");
+  if (a.out.empty() && a.scores.empty() && a.lse.empty() && a.heatmap.empty()) {
+    throw usage_error("--out", "missing: no output requested; give at least one of --out ATTN.npy, "
+                               "--scores SCORES.npy, --lse LSE.npy, --heatmap OUT.png");
+  }
   s.opt.causal = a.causal;
   if (a.align == "top-left") {
     s.opt.alignment = CausalAlignment::TopLeft;
@@ -405,8 +408,10 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
   progress.phase("writing");
   std::vector<Written> written;
   std::size_t next = 0;
-  write_npy(a.out, out_temps[next++], attn);
-  written.push_back({"ATTN", a.out, dtype, attn.shape});
+  if (!a.out.empty()) {
+    write_npy(a.out, out_temps[next++], attn);
+    written.push_back({"ATTN", a.out, dtype, attn.shape});
+  }
   if (!a.scores.empty()) {
     const Array& what = a.average_heads ? average : scores;
     write_npy(a.scores, out_temps[next++], what);
@@ -456,7 +461,7 @@ int run_command(const RunArgs& a) {
   // Reserve every output first: an unwritable one fails before any work.
   OutputFiles files;
   std::vector<std::string> temps;
-  temps.push_back(files.add("--out", a.out));
+  if (!a.out.empty()) temps.push_back(files.add("--out", a.out));
   if (!a.scores.empty()) temps.push_back(files.add("--scores", a.scores));
   if (!a.lse.empty()) temps.push_back(files.add("--lse", a.lse));
   if (!a.heatmap.empty()) temps.push_back(files.add("--heatmap", a.heatmap));

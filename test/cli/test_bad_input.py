@@ -400,6 +400,31 @@ def missing_options(ctx):
 
 
 @case
+def no_output_requested(ctx):
+    # --out is optional when --scores, --lse or --heatmap is given; with none of the four, the
+    # run is a usage error (exit 2) naming them all, and writes nothing.
+    setup(ctx)
+    for extra in ([], ["--causal"], ["--average-heads"], ["--layout", "bthd"]):
+        args = ["run", "--q", "Q.npy", "--k", "K.npy", "--v", "V.npy"] + extra
+        what = "run without any output" + (" (%s)" % " ".join(extra) if extra else "")
+        before = ctx.files()
+        r = ctx.run(args)
+        eacli.check_one_line_error(r, what, mentions=("--out", "--scores", "--lse", "--heatmap"))
+        check(r.returncode == 2, "%s: exit status %d, expected 2 (a bad command line)" % (what, r.returncode))
+        eacli.check_no_new_files(ctx, before, what)
+    # An empty file name is an error, not an output left out.
+    for option in ("--out", "--scores", "--lse", "--heatmap"):
+        others = [o for o in ("--out", "--scores", "--lse") if o != option][:1]
+        args = ["run", "--q", "Q.npy", "--k", "K.npy", "--v", "V.npy", others[0], "X.npy", option, ""]
+        what = "%s ''" % option
+        before = ctx.files()
+        r = ctx.run(args)
+        eacli.check_one_line_error(r, what, mentions=(option,))
+        check(r.returncode == 2, "%s: exit status %d, expected 2" % (what, r.returncode))
+        eacli.check_no_new_files(ctx, before, what)
+
+
+@case
 def unreadable_inputs(ctx):
     setup(ctx)
     expect_error(ctx, base_args(q="nonexistent.npy"), "Q does not exist", mentions=("nonexistent.npy",))

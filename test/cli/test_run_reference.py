@@ -61,7 +61,7 @@ class Run:
                  causal=False, align=None, scale=None, softcap=None, window=None, mask=None,
                  mask_shape=None, key_lengths=None, kl_dtype="int64", alibi=False,
                  average_heads=False, scores=True, lse=True, threads=None, seed=0, extra=(),
-                 npy_version=None, quiet=False):
+                 npy_version=None, quiet=False, attn=True, heatmap=False):
         import numpy as np
         from reference import reference_attention
         self.tag = tag
@@ -94,14 +94,20 @@ class Run:
 
         for name, a in (("Q.npy", q), ("K.npy", k), ("V.npy", v)):
             eacli.write_npy(self.sub.path(name), to_file(a), version=npy_version)
-        args = ["run", "--q", "Q.npy", "--k", "K.npy", "--v", "V.npy", "--out", "ATTN.npy"]
-        outputs = ["ATTN.npy"]
+        args = ["run", "--q", "Q.npy", "--k", "K.npy", "--v", "V.npy"]
+        outputs = []
+        if attn:
+            args += ["--out", "ATTN.npy"]
+            outputs.append("ATTN.npy")
         if scores:
             args += ["--scores", "SCORES.npy"]
             outputs.append("SCORES.npy")
         if lse:
             args += ["--lse", "LSE.npy"]
             outputs.append("LSE.npy")
+        if heatmap:
+            args += ["--heatmap", "HEAT.png"]
+            outputs.append("HEAT.png")
         if layout != "2d":
             args += ["--layout", layout]
         if causal:
@@ -160,10 +166,12 @@ class Run:
         descr = DESCR[dtype]
         # ATTN: like Q, with d_v.
         attn_shape = {"2d": (Tq, dv), "bhtd": (B, H, Tq, dv), "bthd": (B, Tq, H, dv)}[layout]
-        a = eacli.read_output(self.sub.path("ATTN.npy"), descr, attn_shape)
-        self.out = a.reshape(1, 1, Tq, dv) if layout == "2d" else (a.transpose(0, 2, 1, 3) if layout == "bthd" else a)
-        compare(self.desc + " ATTN", self.out, self.want_out, dtype)
-        self.scores = self.lse = None
+        self.out = self.scores = self.lse = None
+        if attn:
+            a = eacli.read_output(self.sub.path("ATTN.npy"), descr, attn_shape)
+            self.out = a.reshape(1, 1, Tq, dv) if layout == "2d" else (
+                a.transpose(0, 2, 1, 3) if layout == "bthd" else a)
+            compare(self.desc + " ATTN", self.out, self.want_out, dtype)
         if scores:
             if average_heads:
                 s_shape = (Tq, Tk) if layout == "2d" else (B, Tq, Tk)
@@ -183,7 +191,7 @@ class Run:
         # Rows without a visible key: exactly zero / -inf.
         empty = np.isneginf(self.want_lse)
         if empty.any():
-            check(not self.out[empty].any(), "%s: ATTN rows without a visible key are not zero" % self.desc)
+            check(self.out is None or not self.out[empty].any(), "%s: ATTN rows without a visible key are not zero" % self.desc)
             if self.lse is not None:
                 check(np.isneginf(self.lse[empty]).all(), "%s: LSE of empty rows is not -inf" % self.desc)
             if self.scores is not None and not average_heads:
@@ -380,6 +388,20 @@ def outputs(ctx):
     check(got == ["ATTN.npy", "LSE.npy", "SCORES.npy"], "outputs in sub/: %s" % got)
     check(np.array_equal(eacli.read_output(r.sub.path("sub/ATTN.npy"), "<f8", (2, 4, 7, 8)), r.out),
           "ATTN written by absolute path differs")
+
+
+@case
+def outputs_without_out(ctx):
+    # --out is optional when another output is asked for: SCORES, LSE or a heatmap alone (or
+    # together) are written, and nothing else (no ATTN.npy, no temporary file).
+    Run(ctx, "scores-only-2d", "2d", "float64", attn=False, scores=True, lse=False, causal=True, seed=60)
+    Run(ctx, "scores-only-bthd", "bthd", "float32", attn=False, scores=True, lse=False, H=3, seed=61)
+    Run(ctx, "average-only-bthd", "bthd", "float64", attn=False, scores=True, lse=False, average_heads=True,
+        seed=62)
+    Run(ctx, "lse-only-bhtd", "bhtd", "float64", attn=False, scores=False, lse=True, mask="bool", seed=63)
+    Run(ctx, "heatmap-only-2d", "2d", "float64", attn=False, scores=False, lse=False, heatmap=True, Tq=9,
+        Tk=9, seed=64)
+    Run(ctx, "scores-lse-heatmap-bthd", "bthd", "float32", attn=False, heatmap=True, causal=True, seed=65)
 
 
 @case
