@@ -55,6 +55,8 @@ namespace EigenAttention {
 /// \param Q T_q x d_k queries, one row per token.
 /// \param K T_k x d_k keys.
 /// \param V T_k x d_v values.
+/// \param opt causal mask and its alignment, scale, window, soft-cap, kernel, threads
+/// (default: Options{}).
 /// \returns T_q x d_v, row-major.
 /// \throws std::invalid_argument on mismatched shapes or a bad scale (message names them).
 /// \code

@@ -39,7 +39,8 @@ namespace compiled {
 /// \throws std::invalid_argument naming the shapes or the value at fault.
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k,
                                      const MatrixView<const float>* v, const Options& opt);
-/// \copydoc validate(const char*, MatrixView<const float>, MatrixView<const float>, const MatrixView<const float>*, const Options&)
+/// \overload
+/// The same check for double.
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
                                      const MatrixView<const double>* v, const Options& opt);
 
@@ -52,7 +53,8 @@ EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const double> q
 EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const float> q, MatrixView<const float> k,
                                 const MatrixView<const float>* v, const MatrixView<float>* scores,
                                 const MatrixView<float>* attn, const MatrixView<float>* lse, const Options& opt);
-/// \copydoc run(const char*, MatrixView<const float>, MatrixView<const float>, const MatrixView<const float>*, const MatrixView<float>*, const MatrixView<float>*, const MatrixView<float>*, const Options&)
+/// \overload
+/// The same computation for double.
 EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const double> q, MatrixView<const double> k,
                                 const MatrixView<const double>* v, const MatrixView<double>* scores,
                                 const MatrixView<double>* attn, const MatrixView<double>* lse,

@@ -33,9 +33,19 @@ enum class Layout {
 /// \endcode
 template <typename Scalar>
 struct HeadsView {
+  /// Element (0, 0, 0, 0). Null (the default) makes the view empty(): "not wanted".
   Scalar* data = nullptr;
+  ///@{
+  /// Sizes of the four axes: batch (sequences, B), heads (H, or H_kv for K and V), tokens
+  /// (T_q or T_k) and dim (d_k or d_v). Default: 0 each.
   std::ptrdiff_t batch = 0, heads = 0, tokens = 0, dim = 0;
+  ///@}
+  ///@{
+  /// Strides: the distance between neighbours along each axis, in elements (not bytes); any
+  /// sign. 0 repeats one element along that axis, which suits inputs only. Default: 0, except
+  /// dim_stride = 1.
   std::ptrdiff_t batch_stride = 0, head_stride = 0, token_stride = 0, dim_stride = 1;
+  ///@}
 
   /// A contiguous [batch, heads, tokens, dim] buffer.
   /// \throws std::invalid_argument when a stride overflows std::ptrdiff_t.
@@ -91,9 +101,11 @@ struct HeadsView {
   }
   /// Is this the empty "not wanted" view?
   bool empty() const { return data == nullptr; }
-  /// Head h of sequence b as an Eigen matrix view (tokens x dim).
+  /// The matrix type head() maps: a row-major tokens x dim matrix of Scalar, const when Scalar is.
   using HeadMatrix = std::conditional_t<std::is_const_v<Scalar>, const RowMatrix<std::remove_const_t<Scalar>>,
                                         RowMatrix<Scalar>>;
+  /// Head h of sequence b as an Eigen matrix view (tokens x dim) over the same elements,
+  /// strides included. Not bounds-checked: needs 0 <= b < batch and 0 <= h < heads.
   Eigen::Map<HeadMatrix, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>> head(std::ptrdiff_t b,
                                                                                               std::ptrdiff_t h) const {
     return {data + b * batch_stride + h * head_stride, static_cast<Eigen::Index>(tokens),

@@ -19,9 +19,18 @@ namespace EigenAttention {
 /// a broadcast axis has stride 0 by construction.
 template <typename Element>
 struct BroadcastView {
+  /// Element (0, 0, 0, 0). Null (the default) makes the view empty(): the mask or bias is not used.
   const Element* data = nullptr;
+  ///@{
+  /// Sizes: batch (1 or B) and heads (1 or H, the query heads), where 1 broadcasts that axis;
+  /// rows (T_q) and cols (T_k). Default: batch = heads = 1, rows = cols = 0.
   std::ptrdiff_t batch = 1, heads = 1, rows = 0, cols = 0;
+  ///@}
+  ///@{
+  /// Strides: the distance between neighbours along each axis, in elements (not bytes); any sign.
+  /// Default: 0, except col_stride = 1.
   std::ptrdiff_t batch_stride = 0, head_stride = 0, row_stride = 0, col_stride = 1;
+  ///@}
 
   /// One contiguous row-major [T_q, T_k] matrix for every sequence and head.
   static BroadcastView matrix(const Element* data, std::ptrdiff_t rows, std::ptrdiff_t cols) {
@@ -49,6 +58,7 @@ struct BroadcastView {
             0, 0, static_cast<std::ptrdiff_t>(m.derived().rowStride()),
             static_cast<std::ptrdiff_t>(m.derived().colStride())};
   }
+  /// Is this the empty view (data null), i.e. no mask or bias?
   bool empty() const { return data == nullptr; }
 };
 

@@ -42,8 +42,15 @@
 
 namespace EigenAttention {
 
+///@{
 /// ATTN for every sequence and query head, never forming T_q x T_k.
-/// \param out [B, H, T_q, d_v]. \param lse optional [B, H, T_q, 1]: the log-sum-exp per row.
+/// \param q queries [B, H, T_q, d_k].
+/// \param k keys [B, H_kv, T_k, d_k].
+/// \param v values [B, H_kv, T_k, d_v].
+/// \param out [B, H, T_q, d_v]: receives ATTN.
+/// \param opt causal mask and its alignment, scale, window, soft-cap, kernel, threads.
+/// \param masks optional boolean mask, bias, key lengths and ALiBi slopes (default: none).
+/// \param lse optional [B, H, T_q, 1]: the log-sum-exp per row (default: empty, not written).
 /// \code
 /// auto Q = EigenAttention::HeadsView<const float>::bhtd(q.data(), B, H, T, D);
 /// auto K = EigenAttention::HeadsView<const float>::bhtd(k.data(), B, H_kv, T, D);
@@ -59,7 +66,9 @@ EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const float> q, HeadsView<
 EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
                      HeadsView<double> out, const Options& opt = {}, const Masks<double>& masks = {},
                      HeadsView<double> lse = {});
+///@}
 
+///@{
 /// attention_heads() that also writes the weights of every head into `scores` [B, H, T_q, T_k]
 /// (a HeadsView whose `tokens` is T_q and `dim` is T_k) and, when `average_scores` is not empty,
 /// their mean over the heads into it ([B, 1, T_q, T_k], as nn.MultiheadAttention's
@@ -74,7 +83,9 @@ EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(HeadsView<const double> q
                                 HeadsView<const double> v, HeadsView<double> scores, HeadsView<double> out,
                                 const Options& opt = {}, const Masks<double>& masks = {},
                                 HeadsView<double> lse = {}, HeadsView<double> average_scores = {});
+///@}
 
+///@{
 /// Packed variable-length batch without padding (FlashAttention's varlen interface). Q is
 /// [1, H, total_q, d_k] (e.g. HeadsView::bthd(q, 1, total_q, H, d_k)), K and V
 /// [1, H_kv, total_k, d], out [1, H, total_q, d_v]; sequence b owns query rows
@@ -91,12 +102,14 @@ EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const double> q, HeadsVie
                       HeadsView<double> out, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
                       std::ptrdiff_t batch, const Options& opt = {}, const Masks<double>& masks = {},
                       HeadsView<double> lse = {});
+///@}
 
 /// The number of elements attention_varlen_decomposed() writes to `scores`: heads times the sum
 /// over sequences of T_q,b * T_k,b. Throws std::invalid_argument for bad offsets.
 EIGEN_ATTENTION_EXPORT std::size_t varlen_scores_size(const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
                                std::ptrdiff_t batch, std::ptrdiff_t heads);
 
+///@{
 /// attention_varlen() that also writes every sequence's per-head weights, packed: sequence b's
 /// head h is a row-major T_q,b x T_k,b matrix starting at element
 /// H * sum_{b' < b} T_q,b' T_k,b' + h * T_q,b T_k,b of `scores`, which must hold exactly
@@ -111,7 +124,9 @@ EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(HeadsView<const double> 
                                  HeadsView<double> out, const std::int64_t* cu_seqlens_q,
                                  const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt = {},
                                  const Masks<double>& masks = {}, HeadsView<double> lse = {});
+///@}
 
+///@{
 /// Merges two partial results over disjoint key sets into the exact result over their union:
 /// with m = max(lse_a, lse_b), w_a = exp(lse_a - m), w_b = exp(lse_b - m),
 /// out = (w_a out_a + w_b out_b) / (w_a + w_b) and lse = m + log(w_a + w_b), row by row. A row
@@ -124,5 +139,6 @@ EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const float> out_a, HeadsV
 EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const double> out_a, HeadsView<const double> lse_a,
                      HeadsView<const double> out_b, HeadsView<const double> lse_b, HeadsView<double> out,
                      HeadsView<double> lse);
+///@}
 
 }  // namespace EigenAttention

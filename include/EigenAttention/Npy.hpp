@@ -47,18 +47,20 @@ EIGEN_ATTENTION_EXPORT std::size_t dtype_size(DType dtype);
 
 /// A C-order (row-major) array as read from, or to be written to, a .npy file.
 struct Array {
-  DType dtype = DType::Float64;
+  DType dtype = DType::Float64;      ///< the type of every element in `bytes`; default Float64
   std::vector<std::int64_t> shape;   ///< empty: a scalar (one element)
   std::vector<unsigned char> bytes;  ///< the elements, little-endian, C order
 
   /// The number of elements (the product of the shape; 1 for a scalar).
   inline std::int64_t size() const;
+  ///@{
   /// The elements as T (T matching dtype: float for Float32, double for Float64,
   /// std::int32_t, std::int64_t, bool). Throws Error naming `what` on a dtype mismatch.
   template <typename T>
   const T* data(const char* what = "array") const;
   template <typename T>
   T* data(const char* what = "array");
+  ///@}
 };
 
 /// Reads a .npy file. \throws Error naming the file and the problem.

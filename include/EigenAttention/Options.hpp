@@ -48,7 +48,12 @@ struct Options {
   /// Sliding window, as FlashAttention's window_size: query i sees key j only when
   /// i + offset - window_left <= j <= i + offset + window_right (and, when causal,
   /// j <= i + offset). -1 leaves that side unbounded; other negative values throw.
+  /// window_left counts the keys a query may see before its diagonal key i + offset.
+  /// Default: -1 (unbounded).
   std::ptrdiff_t window_left = -1;
+  /// Right side of the sliding window (see window_left): the keys a query may see after its
+  /// diagonal key i + offset; 0 allows none. Default: -1 (unbounded). With `causal` no key after
+  /// the diagonal is seen anyway, so any value >= 0 or -1 gives the same mask.
   std::ptrdiff_t window_right = -1;
   /// Logit soft-capping: each scaled logit s becomes softcap * tanh(s / softcap) before biases
   /// and masks. 0 (the default) turns it off; otherwise it must be finite and > 0, also once

@@ -6,9 +6,13 @@
 
 #include <EigenAttention/export.hpp>
 
-// The single source of the version number: CMake reads these three lines.
+// The single source of the version number: CMake reads these three lines, each of which must
+// end with its number (no trailing comment).
+/// Major version of these headers: the first number of major.minor.patch.
 #define EIGEN_ATTENTION_VERSION_MAJOR 0
+/// Minor version of these headers: the second number of major.minor.patch.
 #define EIGEN_ATTENTION_VERSION_MINOR 2
+/// Patch version of these headers: the third number of major.minor.patch.
 #define EIGEN_ATTENTION_VERSION_PATCH 0
 
 /// The version as one integer, e.g. 200 for 0.2.0 (major * 10000 + minor * 100 + patch).
