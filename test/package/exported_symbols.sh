@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The shared library exports the EigenAttention API and nothing of Eigen; the static library
+# defines nothing in Eigen's own namespace (so none of its Eigen code can merge with a caller's).
+#
+#   exported_symbols.sh LIBDIR [NM]
+#
+# A symbol "of Eigen" is one whose name (the demangled text before its parameter list, without
+# "typeinfo for " and the like) is in namespace Eigen or in one of the library's renamed private
+# copies (EigenAttention*Eigen::); API functions whose parameters name Eigen types would be fine.
+set -euo pipefail
+libdir=$1
+nm=${2:-nm}
+so=$(find "${libdir}" -maxdepth 1 -name 'libEigenAttention.so.*.*.*' | head -n1)
+archive=${libdir}/libEigenAttention.a
+[[ -f "${so}" && -f "${archive}" ]] || { echo "no libEigenAttention.so.x.y.z and .a in ${libdir}"; exit 1; }
+
+# name_of: the demangled symbol's own name.
+name_of() {
+  sed -E 's/^(typeinfo name for|typeinfo for|vtable for|VTT for|guard variable for|construction vtable for) //' |
+    awk '{ depth = 0; out = ""
+           for (i = 1; i <= length($0); ++i) { c = substr($0, i, 1)
+             if (c == "<") ++depth; if (c == ">") --depth
+             if (c == "(" && depth == 0) break
+             out = out c }
+           print out }'
+}
+of_eigen='(^|[^A-Za-z0-9_])(Eigen|EigenAttention[A-Za-z0-9_]*Eigen)::'
+
+exported=$("${nm}" -D -C --defined-only "${so}" | cut -d' ' -f3-)
+count=$(printf '%s\n' "${exported}" | grep -c . || true)
+eigen=$(printf '%s\n' "${exported}" | name_of | grep -E "${of_eigen}" || true)
+not_api=$(printf '%s\n' "${exported}" | name_of | grep -vE '^EigenAttention::' || true)
+echo "${so}: ${count} exported symbols"
+printf '%s\n' "${exported}" | sed 's/^/  /'
+status=0
+if [[ -n "${eigen}" ]]; then
+  echo "FAIL: symbols of Eigen exported ($(printf '%s\n' "${eigen}" | grep -c .)):"
+  printf '%s\n' "${eigen}" | sed 's/^/  /'
+  status=1
+fi
+if [[ -n "${not_api}" ]]; then
+  echo "FAIL: exported symbols outside namespace EigenAttention:"
+  printf '%s\n' "${not_api}" | sed 's/^/  /'
+  status=1
+fi
+
+# In the archive: any defined symbol whose name is in Eigen's own namespace would be merged with
+# the caller's (weak, vague linkage) at static link time.
+in_eigen=$("${nm}" -C --defined-only "${archive}" 2>/dev/null | awk 'NF >= 3' | cut -d' ' -f3- | name_of |
+           grep -E '(^|[^A-Za-z0-9_])Eigen::' | sort -u || true)
+if [[ -n "${in_eigen}" ]]; then
+  echo "FAIL: ${archive} defines symbols in namespace Eigen ($(printf '%s\n' "${in_eigen}" | grep -c .)), e.g.:"
+  printf '%s\n' "${in_eigen}" | head -n 20 | sed 's/^/  /'
+  status=1
+else
+  echo "${archive}: no symbol defined in namespace Eigen"
+fi
+[[ ${status} == 0 ]] && echo "0 symbols of Eigen exported"
+exit "${status}"
