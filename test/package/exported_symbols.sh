@@ -14,15 +14,16 @@ so=$(find "${libdir}" -maxdepth 1 -name 'libEigenAttention.so.*.*.*' | head -n1)
 archive=${libdir}/libEigenAttention.a
 [[ -f "${so}" && -f "${archive}" ]] || { echo "no libEigenAttention.so.x.y.z and .a in ${libdir}"; exit 1; }
 
-# name_of: the demangled symbol's own name.
+# name_of: the demangled symbol's own name: the text before its parameter list, without a
+# template function's return type (the last word outside <...>) or "typeinfo for " and the like.
 name_of() {
   sed -E 's/^(typeinfo name for|typeinfo for|vtable for|VTT for|guard variable for|construction vtable for) //' |
-    awk '{ depth = 0; out = ""
+    awk '{ depth = 0; start = 1; out = ""
            for (i = 1; i <= length($0); ++i) { c = substr($0, i, 1)
              if (c == "<") ++depth; if (c == ">") --depth
              if (c == "(" && depth == 0) break
-             out = out c }
-           print out }'
+             if (c == " " && depth == 0) start = i + 1 }
+           print substr($0, start, i - start) }'
 }
 of_eigen='(^|[^A-Za-z0-9_])(Eigen|EigenAttention[A-Za-z0-9_]*Eigen)::'
 
