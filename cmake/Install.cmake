@@ -34,9 +34,19 @@ install(FILES
   DESTINATION ${_ea_cmake_dir}
   COMPONENT dev)
 
-# pkg-config: the prefix is found from where the .pc file lies (${pcfiledir}).
+# pkg-config: the prefix is found from where the .pc file lies (${pcfiledir}), when the install
+# directories are relative to it (GNUInstallDirs' defaults); absolute ones are written as they are.
 set(_ea_pc_dir ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
-file(RELATIVE_PATH EIGEN_ATTENTION_PC_TO_PREFIX /${_ea_pc_dir} /)
-string(REGEX REPLACE "/$" "" EIGEN_ATTENTION_PC_TO_PREFIX "${EIGEN_ATTENTION_PC_TO_PREFIX}")
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+  set(EIGEN_ATTENTION_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+  set(EIGEN_ATTENTION_PC_LIBDIR "${CMAKE_INSTALL_FULL_LIBDIR}")
+  set(EIGEN_ATTENTION_PC_INCLUDEDIR "${CMAKE_INSTALL_FULL_INCLUDEDIR}")
+else()
+  file(RELATIVE_PATH _ea_pc_to_prefix /${_ea_pc_dir} /)
+  string(REGEX REPLACE "/$" "" _ea_pc_to_prefix "${_ea_pc_to_prefix}")
+  set(EIGEN_ATTENTION_PC_PREFIX "\${pcfiledir}/${_ea_pc_to_prefix}")
+  set(EIGEN_ATTENTION_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
+  set(EIGEN_ATTENTION_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+endif()
 configure_file(cmake/eigen-attention.pc.in ${CMAKE_CURRENT_BINARY_DIR}/eigen-attention.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/eigen-attention.pc DESTINATION ${_ea_pc_dir} COMPONENT dev)

@@ -2,7 +2,9 @@
 // fault, and no output is written (each output is filled with a sentinel first).
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <limits>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -249,4 +251,61 @@ TEST_CASE_TEMPLATE("errors: an output that is the input itself", T, float, doubl
   EA_CHECK_EQUAL(Q, Q0);
   EA_CHECK_EQUAL(K, K0);
   EA_CHECK_EQUAL(V, V0);
+}
+
+TEST_CASE_TEMPLATE("errors: a resizable output that is an input or another output throws before resizing", T, float,
+                   double) {
+  // Resizing such a matrix would free the memory that the other argument's view still points to
+  // (this crashed before the front doors checked it).
+  Rng rng(3);
+  const RowMatrix<T> Q = random_matrix<RowMatrix<T>>(rng, 40, kDk), V = random_matrix<RowMatrix<T>>(rng, 60, kDv);
+  RowMatrix<T> K = random_matrix<RowMatrix<T>>(rng, 60, kDk);
+  const RowMatrix<T> K_before = K;
+  RowMatrix<T> X;  // empty: both outputs would resize it
+  ea::Vector<T> lse;
+  const auto throws_naming = [](const std::function<void()>& call, const std::string& words) {
+    try {
+      call();
+      FAIL("no exception; expected one naming '" << words << "'");
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      CHECK_MESSAGE(what.find(words) != std::string::npos, what);
+    }
+  };
+  throws_naming([&] { ea::attention_decomposed_into(Q, K, V, X, X); }, "scores is the same matrix as attn");
+  throws_naming([&] { ea::attention_decomposed_into(Q, K, V, X, X, lse); }, "scores is the same matrix as attn");
+  throws_naming([&] { ea::attention_into(Q, K, V, K); }, "out is the same matrix as K");
+  throws_naming([&] { ea::attention_into(Q, K, V, K, lse); }, "out is the same matrix as K");
+  throws_naming([&] { ea::attention_scores_into(Q, K, K); }, "scores is the same matrix as K");
+  throws_naming([&] { ea::attention_into(K.topRows(40), K, V, K); }, "out overlaps Q");
+  CHECK(X.size() == 0);
+  CHECK(K == K_before);  // nothing resized, nothing written
+}
+
+TEST_CASE_TEMPLATE("errors: const Maps, Refs and blocks are writable outputs, as in Eigen", T, float, double) {
+  // Only a const Eigen::Matrix is refused (at compile time: test/compile_fail/const_output.cpp).
+  Rng rng(4);
+  const RowMatrix<T> Q = random_matrix<RowMatrix<T>>(rng, kTq, kDk), K = random_matrix<RowMatrix<T>>(rng, kTk, kDk),
+                     V = random_matrix<RowMatrix<T>>(rng, kTk, kDv);
+  const RowMatrix<T> expected = ea::attention(Q, K, V);
+  RowMatrix<T> storage = RowMatrix<T>::Zero(kTq, kDv);
+  const Eigen::Map<RowMatrix<T>> map(storage.data(), kTq, kDv);
+  ea::attention_into(Q, K, V, map);
+  CHECK(storage == expected);
+  storage.setZero();
+  const Eigen::Ref<RowMatrix<T>> ref(storage);
+  ea::attention_into(Q, K, V, ref);
+  CHECK(storage == expected);
+  storage.setZero();
+  const auto block = storage.topLeftCorner(kTq, kDv);
+  ea::attention_into(Q, K, V, block);
+  CHECK(storage == expected);
+  // Eigen's idiom: an output received as const MatrixBase<D>& and const_cast.
+  storage.setZero();
+  const auto write = [&](const auto& out) {
+    using D = std::decay_t<decltype(out.derived())>;
+    ea::attention_into(Q, K, V, const_cast<Eigen::MatrixBase<D>&>(static_cast<const Eigen::MatrixBase<D>&>(out)));
+  };
+  write(storage);
+  CHECK(storage == expected);
 }

@@ -61,4 +61,10 @@ struct Options {
   double softcap = 0;
 };
 
+// Options crosses into the compiled library by reference: its layout must be the library's.
+// Flags such as -fpack-struct=N change it (and would make the library misread every field).
+static_assert(alignof(Options) == alignof(double),
+              "EigenAttention: Options is laid out differently here than in the library "
+              "(a struct packing flag such as -fpack-struct?)");
+
 }  // namespace EigenAttention

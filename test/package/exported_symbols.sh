@@ -27,16 +27,26 @@ name_of() {
 }
 of_eigen='(^|[^A-Za-z0-9_])(Eigen|EigenAttention[A-Za-z0-9_]*Eigen)::'
 
-exported=$("${nm}" -D -C --defined-only "${so}" | cut -d' ' -f3-)
+# Version nodes are absolute symbols (A) of their own; every exported symbol must carry one
+# (name@@EIGEN_ATTENTION_x.y), so that two ABI-incompatible versions in one process do not mix.
+nodes=$("${nm}" -D --defined-only "${so}" | awk '$2 == "A" { print $3 }')
+exported=$("${nm}" -D -C --defined-only "${so}" | awk '$2 != "A"' | cut -d' ' -f3-)
+unversioned=$(printf '%s\n' "${exported}" | grep -v '@@EIGEN_ATTENTION_[0-9]*\.[0-9]*$' || true)
+exported=$(printf '%s\n' "${exported}" | sed -E 's/@@?[A-Za-z0-9_.]+$//')
 count=$(printf '%s\n' "${exported}" | grep -c . || true)
 eigen=$(printf '%s\n' "${exported}" | name_of | grep -E "${of_eigen}" || true)
 not_api=$(printf '%s\n' "${exported}" | name_of | grep -vE '^EigenAttention::' || true)
-echo "${so}: ${count} exported symbols"
+echo "${so}: ${count} exported symbols, version node(s): ${nodes:-none}"
 printf '%s\n' "${exported}" | sed 's/^/  /'
 status=0
 if [[ -n "${eigen}" ]]; then
   echo "FAIL: symbols of Eigen exported ($(printf '%s\n' "${eigen}" | grep -c .)):"
   printf '%s\n' "${eigen}" | sed 's/^/  /'
+  status=1
+fi
+if [[ -z "${nodes}" || -n "${unversioned}" ]]; then
+  echo "FAIL: exported symbols without the version node EIGEN_ATTENTION_<major>.<minor>:"
+  printf '%s\n' "${unversioned}" | head -n 20 | sed 's/^/  /'
   status=1
 fi
 if [[ -n "${not_api}" ]]; then
@@ -55,6 +65,17 @@ if [[ -n "${in_eigen}" ]]; then
   status=1
 else
   echo "${archive}: no symbol defined in namespace Eigen"
+fi
+# Nor a weak (inline) function of the public API: compiled with the library's flags, it would be
+# merged with the caller's copy of the same inline function, compiled with other flags.
+public_weak=$("${nm}" -C --defined-only "${archive}" 2>/dev/null | awk '$2 ~ /^[WVu]$/' | cut -d' ' -f3- | name_of |
+              grep -E '^EigenAttention::' | grep -vE '^EigenAttention::(internal::|npy::Error(::|$))' | sort -u || true)
+if [[ -n "${public_weak}" ]]; then
+  echo "FAIL: ${archive} defines inline functions of the public API:"
+  printf '%s\n' "${public_weak}" | head -n 20 | sed 's/^/  /'
+  status=1
+else
+  echo "${archive}: no inline function of the public API"
 fi
 [[ ${status} == 0 ]] && echo "0 symbols of Eigen exported"
 exit "${status}"

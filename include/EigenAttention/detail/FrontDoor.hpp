@@ -3,6 +3,9 @@
 /// and check scalar types at compile time. Not part of the documented API.
 #pragma once
 
+#include <cstddef>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -52,12 +55,23 @@ struct ScalarCheck {
 template <class T>
 using RemoveCvref = std::remove_cv_t<std::remove_reference_t<T>>;
 
-/// Is T (after removing references and const) an Eigen matrix expression?
+/// The expression an output argument of type T (a forwarding reference) stands for: T itself,
+/// or D when T is Eigen::MatrixBase<D> (Eigen's idiom of passing outputs as MatrixBase
+/// references). void when T is not an Eigen object.
 template <class T, class = void>
-inline constexpr bool kIsMatrix = false;
+struct OutputType {
+  using type = void;
+};
 template <class T>
-inline constexpr bool kIsMatrix<T, std::void_t<typename RemoveCvref<T>::Scalar>> =
-    std::is_base_of_v<Eigen::MatrixBase<RemoveCvref<T>>, RemoveCvref<T>>;
+struct OutputType<T, std::void_t<decltype(std::declval<RemoveCvref<T>&>().derived())>> {
+  using type = RemoveCvref<decltype(std::declval<RemoveCvref<T>&>().derived())>;
+};
+template <class T>
+using OutputOf = typename OutputType<T>::type;
+
+/// Is T (after removing references and const) an Eigen matrix expression?
+template <class T>
+inline constexpr bool kIsMatrix = std::is_base_of_v<Eigen::MatrixBase<OutputOf<T>>, OutputOf<T>>;
 
 /// Selects the overloads whose output arguments are Eigen matrices (an Options argument in that
 /// place selects the overload without it).
@@ -66,17 +80,76 @@ using EnableIfMatrix = std::enable_if_t<(kIsMatrix<T> && ...), int>;
 
 /// The scalar type of an output argument (a forwarding reference).
 template <class T>
-using ScalarOf = typename RemoveCvref<T>::Scalar;
+using ScalarOf = typename OutputOf<T>::Scalar;
 
-/// The compile-time checks of an output argument, a forwarding reference `T&&`: writable
-/// dense storage with direct access, and not a const object.
+/// The compile-time checks of an output argument, a forwarding reference `T&&`: not a const
+/// Eigen::Matrix (a const Map, Ref or block still writes into non-const storage, as in Eigen).
 template <class T>
 struct OutputCheck {
-  static_assert(!std::is_const_v<std::remove_reference_t<T>>,
-                "EigenAttention: an output must not be const: pass a non-const Eigen::Matrix, Map, Ref "
-                "or block");
-  static constexpr bool ok = !std::is_const_v<std::remove_reference_t<T>>;
+  static constexpr bool ok = !(std::is_const_v<std::remove_reference_t<T>> && kIsResizable<OutputOf<T>>);
+  static_assert(ok,
+                "EigenAttention: an output must not be a const Eigen::Matrix: pass it non-const (from a "
+                "`const Eigen::MatrixBase<D>& out` parameter, Eigen's idiom is "
+                "`const_cast<Eigen::MatrixBase<D>&>(out)`)");
 };
+
+/// Where an argument's elements lie, for the checks before a front door resizes an output.
+struct Extent {
+  const char* name;    ///< "Q", "out", ...
+  const void* object;  ///< the Eigen object itself (a resized Matrix frees what views saw)
+  const char* lo;      ///< first byte of its elements; lo == hi when it holds none
+  const char* hi;      ///< one past the last byte
+  bool resizable;      ///< an output that output_view() may resize
+};
+
+/// The bytes [lo, hi) that a data pointer with these sizes and strides (in elements) covers.
+template <typename Scalar>
+Extent extent_of(const char* name, const void* object, const Scalar* data, std::ptrdiff_t rows,
+                 std::ptrdiff_t cols, std::ptrdiff_t row_stride, std::ptrdiff_t col_stride, bool resizable) {
+  if (data == nullptr || rows <= 0 || cols <= 0) return {name, object, nullptr, nullptr, resizable};
+  const std::ptrdiff_t dr = (rows - 1) * row_stride, dc = (cols - 1) * col_stride;
+  const char* base = reinterpret_cast<const char*>(data);
+  const std::ptrdiff_t lo = (dr < 0 ? dr : 0) + (dc < 0 ? dc : 0), hi = (dr > 0 ? dr : 0) + (dc > 0 ? dc : 0);
+  return {name, object, base + lo * std::ptrdiff_t(sizeof(Scalar)), base + (hi + 1) * std::ptrdiff_t(sizeof(Scalar)),
+          resizable};
+}
+
+/// The Extent of an input: the argument `m` and the view the front door took of it.
+template <class Derived, typename Scalar>
+Extent input_extent(const char* name, const Eigen::MatrixBase<Derived>& m, const ConstStridedMap<Scalar>& view) {
+  return extent_of(name, &m.derived(), view.data(), view.rows(), view.cols(), view.outerStride(), view.innerStride(), false);
+}
+
+/// The Extent of an output argument as it is now, before any resize.
+template <class Out>
+Extent output_extent(const char* name, const Out& out) {
+  const auto& o = out.derived();
+  return extent_of(name, &o, o.data(), o.rows(), o.cols(), o.rowStride(), o.colStride(), kIsResizable<OutputOf<Out>>);
+}
+
+/// Throws std::invalid_argument before anything is resized when an output that may be resized
+/// (an Eigen::Matrix) is the same object as, or shares memory with, an input or another output:
+/// resizing it would free memory that the other's view still points to.
+template <std::size_t NIn, std::size_t NOut>
+void check_resizable_apart(const char* api, const Extent (&inputs)[NIn], const Extent (&outputs)[NOut]) {
+  const auto apart = [&](const Extent& out, const Extent& other) {
+    if (out.object == other.object) {
+      throw std::invalid_argument(std::string("EigenAttention::") + api + ": " + out.name + " is the same matrix as " +
+                                  other.name + "; an output must not be an input or another output");
+    }
+    if (out.lo != out.hi && other.lo != other.hi && out.lo < other.hi && other.lo < out.hi) {
+      throw std::invalid_argument(std::string("EigenAttention::") + api + ": " + out.name + " overlaps " + other.name +
+                                  "; an output must not share memory with an input or another output");
+    }
+  };
+  for (std::size_t i = 0; i < NOut; ++i) {
+    if (!outputs[i].resizable) continue;
+    for (const Extent& in : inputs) apart(outputs[i], in);
+    for (std::size_t j = 0; j < NOut; ++j) {
+      if (j != i) apart(outputs[i], outputs[j]);
+    }
+  }
+}
 
 /// A read-only strided view of an input. Expressions with direct memory access (matrices, maps,
 /// blocks, Refs, transposes of those) are viewed in place; anything else (a product, a sum, a
@@ -110,16 +183,18 @@ class InputView<Derived, false> {
 };
 
 /// A writable strided view of an output, which arrives as a forwarding reference so that
-/// temporaries such as `M.block(...)` bind and const objects are rejected (OutputCheck).
-/// A resizable output (an Eigen::Matrix) is first resized to rows x cols, which allocates only
-/// when its size changes; any other output must already have that shape (checked later).
+/// temporaries such as `M.block(...)` bind and const matrices are rejected (OutputCheck). Like
+/// Eigen's own functions, it writes through a const Map, Ref or block (their storage is not
+/// const). A resizable output (an Eigen::Matrix) is first resized to rows x cols, which
+/// allocates only when its size changes (check_resizable_apart() runs before); any other output
+/// must already have that shape (checked later).
 template <class Out>
 StridedMap<ScalarOf<Out>> output_view(Out&& out, Eigen::Index rows, Eigen::Index cols) {
-  using Derived = RemoveCvref<Out>;
+  using Derived = OutputOf<Out>;
   static_assert(kIsWritable<Derived>,
                 "EigenAttention: an output must be writable dense storage with direct access "
                 "(an Eigen::Matrix, Map, Ref or a block of one)");
-  Derived& o = out;
+  Derived& o = const_cast<Derived&>(static_cast<const Derived&>(out.derived()));
   if constexpr (kIsResizable<Derived>) {
     constexpr int kRows = Derived::RowsAtCompileTime, kCols = Derived::ColsAtCompileTime;
     const bool fits = (kRows == Eigen::Dynamic || kRows == rows) && (kCols == Eigen::Dynamic || kCols == cols);

@@ -47,6 +47,10 @@ struct ArrayRef {
   std::size_t size;  ///< bytes
 };
 
+static_assert(alignof(ArrayRef) == alignof(const void*),
+              "EigenAttention: npy::detail::ArrayRef is laid out differently here than in the library "
+              "(a struct packing flag such as -fpack-struct?)");
+
 inline ArrayRef ref(const Array& a) {
   return {a.dtype, a.shape.data(), a.shape.size(), a.bytes.data(), a.bytes.size()};
 }
