@@ -2,7 +2,10 @@
 # The shared library exports the EigenAttention API and nothing of Eigen; the static library
 # defines nothing in Eigen's own namespace (so none of its Eigen code can merge with a caller's).
 #
-#   exported_symbols.sh LIBDIR [NM]
+#   exported_symbols.sh LIBDIR [NM [CXX]]
+#
+# With CXX: a caller's own shared library (a plugin) linking the static library exports none of
+# EigenAttention's symbols either (the static library's objects hide them all).
 #
 # A symbol "of Eigen" is one whose name (the demangled text before its parameter list, without
 # "typeinfo for " and the like) is in namespace Eigen or in one of the library's renamed private
@@ -10,6 +13,7 @@
 set -euo pipefail
 libdir=$1
 nm=${2:-nm}
+cxx=${3:-}
 so=$(find "${libdir}" -maxdepth 1 -name 'libEigenAttention.so.*.*.*' | head -n1)
 archive=${libdir}/libEigenAttention.a
 [[ -f "${so}" && -f "${archive}" ]] || { echo "no libEigenAttention.so.x.y.z and .a in ${libdir}"; exit 1; }
@@ -76,6 +80,29 @@ if [[ -n "${public_weak}" ]]; then
   status=1
 else
   echo "${archive}: no inline function of the public API"
+fi
+if [[ -n "${cxx}" ]]; then
+  work=$(mktemp -d)
+  trap 'rm -rf "${work}"' EXIT
+  cat >"${work}/plugin.cpp" <<'PLUGIN'
+#include <EigenAttention/EigenAttention.hpp>
+extern "C" double plugin_entry() {
+  const Eigen::MatrixXf Q = Eigen::MatrixXf::Random(8, 4);
+  return EigenAttention::attention(Q, Q, Q).sum();
+}
+PLUGIN
+  read -r -a cflags <<<"$(PKG_CONFIG_PATH="${libdir}/pkgconfig" pkg-config --cflags eigen-attention)"
+  "${cxx}" -std=c++17 -O1 -fPIC -shared -DEIGEN_ATTENTION_STATIC_DEFINE "${cflags[@]}" "${work}/plugin.cpp" \
+    "${archive}" -pthread -o "${work}/libplugin.so"
+  # Strong symbols only: the weak ones are the plugin's own instances of inline header code.
+  leaked=$("${nm}" -D -C --defined-only "${work}/libplugin.so" | awk '$2 ~ /^[TDBR]$/' | grep 'EigenAttention' || true)
+  if [[ -n "${leaked}" ]]; then
+    echo "FAIL: a shared library linking ${archive} exports EigenAttention's symbols:"
+    printf '%s\n' "${leaked}" | head -n 20 | sed 's/^/  /'
+    status=1
+  else
+    echo "a plugin linking ${archive} exports none of its symbols"
+  fi
 fi
 [[ ${status} == 0 ]] && echo "0 symbols of Eigen exported"
 exit "${status}"
