@@ -93,37 +93,6 @@ void expect_near(const char* what, const Eigen::MatrixBase<Derived>& actual, con
   ++checks;
 }
 
-void check_double() {
-  const Eigen::MatrixXd Q = Eigen::Map<const EigenAttention::RowMatrix<double>>(kQ, kTq, kDk);
-  const Eigen::MatrixXd K = Eigen::Map<const EigenAttention::RowMatrix<double>>(kK, kTk, kDk);
-  const Eigen::MatrixXd V = Eigen::Map<const EigenAttention::RowMatrix<double>>(kV, kTk, kDv);
-  const double tol = 1e-12;
-
-  expect_near("double attention", EigenAttention::attention(Q, K, V), kAttn, kTq, kDv, tol);
-  const auto r = EigenAttention::attention_decomposed(Q, K, V);
-  expect_near("double attention_decomposed scores", r.scores, kScores, kTq, kTk, tol);
-  expect_near("double attention_decomposed attn", r.attn, kAttn, kTq, kDv, tol);
-  expect_near("double attention_decomposed lse", r.lse, kLse, kTq, 1, tol);
-}
-
-void check_float_maps() {
-  // Plain buffers, as a caller's own storage would be; viewed in place as row-major matrices.
-  float q[kTq * kDk], k[kTk * kDk], v[kTk * kDv];
-  std::transform(kQ, kQ + kTq * kDk, q, [](double x) { return static_cast<float>(x); });
-  std::transform(kK, kK + kTk * kDk, k, [](double x) { return static_cast<float>(x); });
-  std::transform(kV, kV + kTk * kDv, v, [](double x) { return static_cast<float>(x); });
-  using Map = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
-  const Map Q(q, kTq, kDk), K(k, kTk, kDk), V(v, kTk, kDv);
-  const double tol = 1e-6;
-
-  expect_near("float Map attention", EigenAttention::attention(Q, K, V), kAttn, kTq, kDv, tol);
-  const auto r = EigenAttention::attention_decomposed(Q, K, V);
-  expect_near("float Map attention_decomposed scores", r.scores, kScores, kTq, kTk, tol);
-  expect_near("float Map attention_decomposed attn", r.attn, kAttn, kTq, kDv, tol);
-  expect_near("float Map attention_decomposed lse", r.lse, kLse, kTq, 1, tol);
-}
-
-
 // The reference: softmax(scale Q K^T, causal as asked) V, in double, in this translation unit.
 struct Reference {
   Eigen::MatrixXd scores, attn;

@@ -29,6 +29,13 @@ name_of() {
              if (c == " " && depth == 0) start = i + 1 }
            print substr($0, start, i - start) }'
 }
+# fail_with MESSAGE LIST: reports a failure and the first lines of LIST.
+fail_with() {
+  echo "FAIL: $1"
+  printf '%s\n' "$2" | head -n 20 | sed 's/^/  /'
+  status=1
+}
+
 of_eigen='(^|[^A-Za-z0-9_])(Eigen|EigenAttention[A-Za-z0-9_]*Eigen)::'
 
 # Version nodes are absolute symbols (A) of their own; every exported symbol must carry one
@@ -43,30 +50,17 @@ not_api=$(printf '%s\n' "${exported}" | name_of | grep -vE '^EigenAttention::' |
 echo "${so}: ${count} exported symbols, version node(s): ${nodes:-none}"
 printf '%s\n' "${exported}" | sed 's/^/  /'
 status=0
-if [[ -n "${eigen}" ]]; then
-  echo "FAIL: symbols of Eigen exported ($(printf '%s\n' "${eigen}" | grep -c .)):"
-  printf '%s\n' "${eigen}" | sed 's/^/  /'
-  status=1
-fi
-if [[ -z "${nodes}" || -n "${unversioned}" ]]; then
-  echo "FAIL: exported symbols without the version node EIGEN_ATTENTION_<major>.<minor>:"
-  printf '%s\n' "${unversioned}" | head -n 20 | sed 's/^/  /'
-  status=1
-fi
-if [[ -n "${not_api}" ]]; then
-  echo "FAIL: exported symbols outside namespace EigenAttention:"
-  printf '%s\n' "${not_api}" | sed 's/^/  /'
-  status=1
-fi
+[[ -z "${eigen}" ]] || fail_with "symbols of Eigen exported ($(printf '%s\n' "${eigen}" | grep -c .)):" "${eigen}"
+[[ -n "${nodes}" && -z "${unversioned}" ]] ||
+  fail_with "exported symbols without the version node EIGEN_ATTENTION_<major>.<minor>:" "${unversioned}"
+[[ -z "${not_api}" ]] || fail_with "exported symbols outside namespace EigenAttention:" "${not_api}"
 
 # In the archive: any defined symbol whose name is in Eigen's own namespace would be merged with
 # the caller's (weak, vague linkage) at static link time.
 in_eigen=$("${nm}" -C --defined-only "${archive}" 2>/dev/null | awk 'NF >= 3' | cut -d' ' -f3- | name_of |
            grep -E '(^|[^A-Za-z0-9_])Eigen::' | sort -u || true)
 if [[ -n "${in_eigen}" ]]; then
-  echo "FAIL: ${archive} defines symbols in namespace Eigen ($(printf '%s\n' "${in_eigen}" | grep -c .)), e.g.:"
-  printf '%s\n' "${in_eigen}" | head -n 20 | sed 's/^/  /'
-  status=1
+  fail_with "${archive} defines symbols in namespace Eigen ($(printf '%s\n' "${in_eigen}" | grep -c .)), e.g.:" "${in_eigen}"
 else
   echo "${archive}: no symbol defined in namespace Eigen"
 fi
@@ -75,9 +69,7 @@ fi
 public_weak=$("${nm}" -C --defined-only "${archive}" 2>/dev/null | awk '$2 ~ /^[WVu]$/' | cut -d' ' -f3- | name_of |
               grep -E '^EigenAttention::' | grep -vE '^EigenAttention::(internal::|npy::Error(::|$))' | sort -u || true)
 if [[ -n "${public_weak}" ]]; then
-  echo "FAIL: ${archive} defines inline functions of the public API:"
-  printf '%s\n' "${public_weak}" | head -n 20 | sed 's/^/  /'
-  status=1
+  fail_with "${archive} defines inline functions of the public API:" "${public_weak}"
 else
   echo "${archive}: no inline function of the public API"
 fi
@@ -97,9 +89,7 @@ PLUGIN
   # Strong symbols only: the weak ones are the plugin's own instances of inline header code.
   leaked=$("${nm}" -D -C --defined-only "${work}/libplugin.so" | awk '$2 ~ /^[TDBR]$/' | grep 'EigenAttention' || true)
   if [[ -n "${leaked}" ]]; then
-    echo "FAIL: a shared library linking ${archive} exports EigenAttention's symbols:"
-    printf '%s\n' "${leaked}" | head -n 20 | sed 's/^/  /'
-    status=1
+    fail_with "a shared library linking ${archive} exports EigenAttention's symbols:" "${leaked}"
   else
     echo "a plugin linking ${archive} exports none of its symbols"
   fi
