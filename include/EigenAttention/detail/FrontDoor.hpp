@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -97,21 +98,32 @@ struct OutputCheck {
 struct Extent {
   const char* name;    ///< "Q", "out", ...
   const void* object;  ///< the Eigen object itself (a resized Matrix frees what views saw)
-  const char* lo;      ///< first byte of its elements; lo == hi when it holds none
-  const char* hi;      ///< one past the last byte
+  std::uintptr_t lo;   ///< first byte of its elements, as an address; lo == hi when unknown or empty
+  std::uintptr_t hi;   ///< one past the last byte
   bool resizable;      ///< an output that output_view() may resize
 };
 
-/// The bytes [lo, hi) that a data pointer with these sizes and strides (in elements) covers.
+/// The bytes [lo, hi) that a data pointer with these sizes and strides (in elements) covers. A
+/// view whose span does not fit std::ptrdiff_t gets no range (the library rejects it, naming
+/// it); only its object is compared then.
 template <typename Scalar>
 Extent extent_of(const char* name, const void* object, const Scalar* data, std::ptrdiff_t rows,
                  std::ptrdiff_t cols, std::ptrdiff_t row_stride, std::ptrdiff_t col_stride, bool resizable) {
-  if (data == nullptr || rows <= 0 || cols <= 0) return {name, object, nullptr, nullptr, resizable};
-  const std::ptrdiff_t dr = (rows - 1) * row_stride, dc = (cols - 1) * col_stride;
-  const char* base = reinterpret_cast<const char*>(data);
-  const std::ptrdiff_t lo = (dr < 0 ? dr : 0) + (dc < 0 ? dc : 0), hi = (dr > 0 ? dr : 0) + (dc > 0 ? dc : 0);
-  return {name, object, base + lo * std::ptrdiff_t(sizeof(Scalar)), base + (hi + 1) * std::ptrdiff_t(sizeof(Scalar)),
-          resizable};
+  Extent e{name, object, 0, 0, resizable};
+  if (data == nullptr || rows <= 0 || cols <= 0) return e;
+  std::ptrdiff_t dr, dc, lo, hi, lo_bytes, hi_bytes;
+  const std::ptrdiff_t size = sizeof(Scalar);
+  if (__builtin_mul_overflow(rows - 1, row_stride, &dr) || __builtin_mul_overflow(cols - 1, col_stride, &dc) ||
+      __builtin_add_overflow(dr < 0 ? dr : 0, dc < 0 ? dc : 0, &lo) ||
+      __builtin_add_overflow(dr > 0 ? dr : 0, dc > 0 ? dc : 0, &hi) || __builtin_mul_overflow(lo, size, &lo_bytes) ||
+      __builtin_add_overflow(hi, 1, &hi) || __builtin_mul_overflow(hi, size, &hi_bytes)) {
+    return e;
+  }
+  // Addresses as integers: the span may lie outside any object the compiler knows of.
+  const auto base = reinterpret_cast<std::uintptr_t>(data);
+  e.lo = base + static_cast<std::uintptr_t>(lo_bytes);
+  e.hi = base + static_cast<std::uintptr_t>(hi_bytes);
+  return e;
 }
 
 /// The Extent of an input: the argument `m` and the view the front door took of it.
