@@ -19,17 +19,16 @@ cd "${EA_ROOT}" || exit 1
 
 # What building and testing needs, as Debian 12 packages: the library (cmake g++ make
 # libeigen3-dev), its tests (doctest-dev), the eigen-attention tool (libpng-dev libcli11-dev), the
-# tool's end-to-end tests (python3-numpy), the API reference (doxygen), and the package tests:
-# the pkg-config consumers (pkgconf), the Debian packages (dpkg-dev for dpkg-shlibdeps, file for
-# CPack's ELF detection).
-EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev libpng-dev libcli11-dev python3-numpy doxygen
-             pkgconf dpkg-dev file)
+# tool's end-to-end tests (python3-numpy), and pkg-config for the package tests' consumers
+# (pkgconf).
+EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev libpng-dev libcli11-dev python3-numpy pkgconf)
 # What the whole test suite needs on top (scripts/test, scripts/memcheck, scripts/fuzz): clang and
 # its libFuzzer runtime for the fuzzers (clang++ is also a compiler of the consumer matrix, whose
-# clang cells are skipped without it), valgrind for memcheck. (g++ brings the ASan, UBSan and
-# TSan runtimes.)
+# clang cells are skipped without it), valgrind for memcheck, doxygen for the API reference
+# (docs.reference), and for the Debian packages' test dpkg-dev (dpkg-shlibdeps) and file (CPack's
+# ELF detection). Without them (EA_TEST_QUICK=1) those tests are skipped or not registered.
 # shellcheck disable=SC2034  # used by the scripts that source this file
-EA_TEST_PACKAGES=(clang libclang-rt-14-dev valgrind)
+EA_TEST_PACKAGES=(clang libclang-rt-14-dev valgrind doxygen dpkg-dev file)
 
 # Installs the packages of EA_PACKAGES, and of any package names given as arguments, that are
 # missing (as root), or says how to (otherwise).

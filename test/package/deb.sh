@@ -9,7 +9,7 @@
 #   deb.sh BUILD_DIR WORK_DIR SOURCE_DIR CXX
 set -euo pipefail
 build=$1 work=$2 source=$3 cxx=$4
-for tool in cpack dpkg-deb dpkg pkg-config; do
+for tool in cpack dpkg-deb dpkg dpkg-shlibdeps file pkg-config; do
   command -v "${tool}" >/dev/null 2>&1 || { echo "SKIPPED: ${tool} is not installed"; exit 77; }
 done
 version=$(sed -n 's/^CPACK_PACKAGE_VERSION "\(.*\)"$/\1/p; s/^set(CPACK_PACKAGE_VERSION "\(.*\)")$/\1/p' \
