@@ -1,4 +1,6 @@
 // The compiled single-head entry points (Compiled.hpp): validate once, pick the kernel, run it.
+// (compiled::check_result_size is in validate.cpp with the other checks, and
+// compiled::prefer_huge_pages in huge_pages.cpp.)
 // What arrives is plain views (MatrixView); the by-value results are allocated by the inline
 // functions of Compiled.hpp, in the caller's translation unit.
 #include <EigenAttention/Compiled.hpp>
@@ -6,7 +8,6 @@
 #include <initializer_list>
 #include <utility>
 
-#include "huge_pages.hpp"
 #include "kernel.hpp"
 #include "validate.hpp"
 
@@ -48,17 +49,16 @@ void check_all_disjoint(const char* api, std::initializer_list<Named> outputs,
   }
 }
 
+// The checked problem of Q, K and, when given, V (its maps are the library's views of them), and
+// the kernel it runs on. Everything validate() promises is checked here.
 template <typename T>
-void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
-                    const Options& opt) {
+std::pair<Problem<T>, Kernel> checked_problem(const char* api, MatrixView<const T> q, MatrixView<const T> k,
+                                              const MatrixView<const T>* v, const Options& opt) {
   const ConstStridedMap<T> qm = input_map(api, "Q", q), km = input_map(api, "K", k);
-  if (v != nullptr) {
-    const ConstStridedMap<T> vm = input_map(api, "V", *v);
-    internal::make_problem(api, qm, km, &vm, opt);
-  } else {
-    internal::make_problem<T>(api, qm, km, nullptr, opt);
-  }
-  internal::resolve_kernel(api, opt.kernel);
+  const ConstStridedMap<T> vm =
+      v != nullptr ? input_map(api, "V", *v) : ConstStridedMap<T>(nullptr, 0, 0, Strides(0, 0));
+  Problem<T> p = internal::make_problem(api, qm, km, v != nullptr ? &vm : nullptr, opt);
+  return {p, internal::resolve_kernel(api, opt.kernel)};
 }
 
 // Validates everything (inputs, options, output shapes, overlaps), then runs the one problem,
@@ -72,11 +72,7 @@ void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, co
   if (attn != nullptr && v == nullptr) {
     throw std::invalid_argument(std::string("EigenAttention::") + api + ": ATTN is asked for without V");
   }
-  const ConstStridedMap<T> qm = input_map(api, "Q", q), km = input_map(api, "K", k);
-  const ConstStridedMap<T> no_v(nullptr, 0, 0, Strides(0, 0));
-  const ConstStridedMap<T> vm = v != nullptr ? input_map(api, "V", *v) : no_v;
-  const Problem<T> p = internal::make_problem(api, qm, km, v != nullptr ? &vm : nullptr, opt);
-  const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
+  const auto [p, kernel] = checked_problem(api, q, k, v, opt);
   const char* attn_name = scores != nullptr ? "attn" : "out";
   // Maps are bound once (assigning one Map to another would copy elements).
   const auto bind = [&](const MatrixView<T>* m, const char* name) {
@@ -90,7 +86,7 @@ void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, co
   const Region sr = scores != nullptr ? region_of(s) : none, ar = attn != nullptr ? region_of(a) : none,
                lr = lse != nullptr ? region_of(l) : none;
   check_all_disjoint(api, {{"scores", sr}, {attn_name, ar}, {"lse", lr}},
-                     {{"Q", region_of(qm)}, {"K", region_of(km)}, {"V", region_of(vm)}});
+                     {{"Q", region_of(p.q)}, {"K", region_of(p.k)}, {"V", region_of(p.v)}});
   const internal::RawProblem<T> raw = internal::to_raw(p, scores != nullptr ? &s : nullptr,
                                                        attn != nullptr ? &a : nullptr, lse != nullptr ? &l : nullptr);
   internal::run_problems<T>(kernel, 1, p.tq(), [&](internal::index_t) { return raw; }, opt.threads);
@@ -100,11 +96,11 @@ void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, co
 
 void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k, const MatrixView<const float>* v,
               const Options& opt) {
-  validate_views(api, q, k, v, opt);
+  checked_problem(api, q, k, v, opt);
 }
 void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
               const MatrixView<const double>* v, const Options& opt) {
-  validate_views(api, q, k, v, opt);
+  checked_problem(api, q, k, v, opt);
 }
 
 void run(const char* api, MatrixView<const float> q, MatrixView<const float> k, const MatrixView<const float>* v,
@@ -117,13 +113,6 @@ void run(const char* api, MatrixView<const double> q, MatrixView<const double> k
          const Options& opt) {
   run_views(api, q, k, v, scores, attn, lse, opt);
 }
-
-void check_result_size(const char* api, const char* name, const char* what, std::ptrdiff_t rows, std::ptrdiff_t cols,
-                       std::size_t element_bytes, std::ptrdiff_t max_elements) {
-  internal::check_result_size(api, name, what, rows, cols, element_bytes, max_elements);
-}
-
-void prefer_huge_pages(void* data, std::size_t bytes) { internal::prefer_huge_pages(data, bytes); }
 
 }  // namespace compiled
 }  // namespace EigenAttention

@@ -1,6 +1,8 @@
 // Argument validation: every check on user input lives here.
 #include "validate.hpp"
 
+#include <EigenAttention/Compiled.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -85,21 +87,6 @@ void check_matrix_size(const char* api, const char* name, Index rows, Index cols
   if (rows < 0 || cols < 0) fail(api, std::string(name) + " has a negative size: " + shape(rows, cols));
   const Index sizes[2] = {rows, cols}, strides[2] = {row_stride, col_stride};
   check_view_size(api, name, 2, sizes, strides, element_bytes, false);
-}
-
-void check_result_size(const char* api, const char* name, const char* what, Index rows, Index cols,
-                       std::size_t element_bytes, Index max_elements) {
-  Index bytes = 0, count = 0;
-  if (rows < 0 || cols < 0) fail(api, std::string(name) + " (" + what + ") would have a negative size: " + shape(rows, cols));
-  if (!mul(rows, cols, count) || !mul(count, static_cast<Index>(element_bytes), bytes)) {
-    fail(api, std::string(name) + " (" + what + ") would be " + shape(rows, cols) + " elements of " +
-                  std::to_string(element_bytes) + " bytes, more than Eigen::Index can count (" +
-                  std::to_string(kIndexMax) + " bytes)");
-  }
-  if (count > max_elements) {
-    fail(api, std::string(name) + " (" + what + ") would be " + shape(rows, cols) + " elements, more than " +
-                  "the caller's Eigen::Index can count (" + std::to_string(max_elements) + ")");
-  }
 }
 
 template <typename T>
@@ -559,4 +546,29 @@ EIGEN_ATTENTION_INSTANTIATE(double)
 #undef EIGEN_ATTENTION_INSTANTIATE
 
 }  // namespace internal
+
+namespace compiled {
+
+// Declared in Compiled.hpp: the size check of a by-value result, before the caller allocates it.
+void check_result_size(const char* api, const char* name, const char* what, std::ptrdiff_t rows,
+                       std::ptrdiff_t cols, std::size_t element_bytes, std::ptrdiff_t max_elements) {
+  using internal::fail;
+  using internal::kIndexMax;
+  using internal::mul;
+  using internal::shape;
+  internal::Index bytes = 0, count = 0;
+  if (rows < 0 || cols < 0)
+    fail(api, std::string(name) + " (" + what + ") would have a negative size: " + shape(rows, cols));
+  if (!mul(rows, cols, count) || !mul(count, static_cast<internal::Index>(element_bytes), bytes)) {
+    fail(api, std::string(name) + " (" + what + ") would be " + shape(rows, cols) + " elements of " +
+                  std::to_string(element_bytes) + " bytes, more than Eigen::Index can count (" +
+                  std::to_string(kIndexMax) + " bytes)");
+  }
+  if (count > max_elements) {
+    fail(api, std::string(name) + " (" + what + ") would be " + shape(rows, cols) + " elements, more than " +
+                  "the caller's Eigen::Index can count (" + std::to_string(max_elements) + ")");
+  }
+}
+
+}  // namespace compiled
 }  // namespace EigenAttention

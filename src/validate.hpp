@@ -66,8 +66,9 @@ void check_output(const char* api, const char* name, const StridedMap<T>& out, I
 /// - a view (input or output, 2-D or a HeadsView, mask, bias, vector) whose element count, or
 ///   whose byte span sum over axes of |stride| * size * sizeof(element) (a size of 0 counting
 ///   as 1), does not fit Eigen::Index: no pointer arithmetic on it could be valid;
-/// - a result the library allocates (rows x cols elements of T) whose bytes do not fit
-///   Eigen::Index (check_result_size); one that fits but cannot be had surfaces as Eigen's
+/// - a by-value result (rows x cols elements of T, allocated by the caller's inline code) whose
+///   bytes do not fit Eigen::Index, or whose elements do not fit the caller's Eigen::Index
+///   (compiled::check_result_size); one that fits but cannot be had surfaces as Eigen's
 ///   std::bad_alloc;
 /// - d_k, d_v or T_k above kMaxScratchRowLength<T>: the tiled kernels' per-thread scratch holds
 ///   fewer than kScratchRows rows of max(d_k, d_v) elements (and the decomposed call's, rows of
@@ -94,13 +95,6 @@ template <class Map>
 void check_matrix_size(const char* api, const char* name, const Map& m) {
   check_matrix_size(api, name, m.rows(), m.cols(), m.outerStride(), m.innerStride(), sizeof(typename Map::Scalar));
 }
-
-/// Throws std::invalid_argument unless a rows x cols result of `element_bytes`-byte elements,
-/// allocated by the caller's inline code (Compiled.hpp), has a byte count that fits Index
-/// (hence size_t) and an element count of at most `max_elements` (the caller's Eigen::Index).
-/// `name` and `what` (e.g. "T_q x T_k") go into the message.
-void check_result_size(const char* api, const char* name, const char* what, Index rows, Index cols,
-                       std::size_t element_bytes, Index max_elements);
 
 /// Throws std::invalid_argument when d_k, d_v or T_k exceeds kMaxScratchRowLength<T>.
 template <typename T>

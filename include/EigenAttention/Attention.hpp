@@ -92,7 +92,9 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
   compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
-  detail::check_resizable_apart("attention_into", {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()), detail::input_extent("V", V, v.map())},
+  detail::check_resizable_apart("attention_into",
+                                {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+                                 detail::input_extent("V", V, v.map())},
                                 {detail::output_extent("out", out)});
   const auto o = detail::output_view(out, Q.rows(), V.cols());
   compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, nullptr, opt);
@@ -113,7 +115,9 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
   compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
-  detail::check_resizable_apart("attention_into", {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()), detail::input_extent("V", V, v.map())},
+  detail::check_resizable_apart("attention_into",
+                                {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+                                 detail::input_extent("V", V, v.map())},
                                 {detail::output_extent("out", out), detail::output_extent("lse", lse)});
   const auto o = detail::output_view(out, Q.rows(), V.cols());
   const auto l = detail::output_view(lse, Q.rows(), 1);
@@ -154,7 +158,9 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
   compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
-  detail::check_resizable_apart("attention_decomposed_into", {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()), detail::input_extent("V", V, v.map())},
+  detail::check_resizable_apart("attention_decomposed_into",
+                                {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+                                 detail::input_extent("V", V, v.map())},
                                 {detail::output_extent("scores", scores), detail::output_extent("attn", attn)});
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   const auto o = detail::output_view(attn, Q.rows(), V.cols());
@@ -176,7 +182,9 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
   compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
-  detail::check_resizable_apart("attention_decomposed_into", {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()), detail::input_extent("V", V, v.map())},
+  detail::check_resizable_apart("attention_decomposed_into",
+                                {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+                                 detail::input_extent("V", V, v.map())},
                                 {detail::output_extent("scores", scores), detail::output_extent("attn", attn),
                                  detail::output_extent("lse", lse)});
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
@@ -208,7 +216,8 @@ void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBa
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   compiled::validate<Scalar>("attention_scores_into", q.map(), k.map(), nullptr, opt);
-  detail::check_resizable_apart("attention_scores_into", {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map())},
+  detail::check_resizable_apart("attention_scores_into",
+                                {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map())},
                                 {detail::output_extent("scores", scores)});
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   compiled::attention_scores_into<Scalar>(q.map(), k.map(), s, nullptr, opt);

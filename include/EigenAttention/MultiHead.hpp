@@ -60,12 +60,14 @@ namespace EigenAttention {
 /// opt.causal = true;
 /// EigenAttention::attention_heads(Q, K, V, O, opt);
 /// \endcode
-EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                     HeadsView<float> out, const Options& opt = {}, const Masks<float>& masks = {},
-                     HeadsView<float> lse = {});
-EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
-                     HeadsView<double> out, const Options& opt = {}, const Masks<double>& masks = {},
-                     HeadsView<double> lse = {});
+EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const float> q, HeadsView<const float> k,
+                                            HeadsView<const float> v, HeadsView<float> out,
+                                            const Options& opt = {}, const Masks<float>& masks = {},
+                                            HeadsView<float> lse = {});
+EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const double> q, HeadsView<const double> k,
+                                            HeadsView<const double> v, HeadsView<double> out,
+                                            const Options& opt = {}, const Masks<double>& masks = {},
+                                            HeadsView<double> lse = {});
 ///@}
 
 ///@{
@@ -75,14 +77,18 @@ EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const double> q, HeadsView
 /// average_attn_weights=True). `out` may be empty when only the weights are wanted; `scores`
 /// may be empty when only `out` is (then it is attention_heads()), but not with
 /// `average_scores`, which is computed from it (std::invalid_argument).
-EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                                HeadsView<float> scores, HeadsView<float> out, const Options& opt = {},
-                                const Masks<float>& masks = {}, HeadsView<float> lse = {},
-                                HeadsView<float> average_scores = {});
+EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(HeadsView<const float> q, HeadsView<const float> k,
+                                                       HeadsView<const float> v, HeadsView<float> scores,
+                                                       HeadsView<float> out, const Options& opt = {},
+                                                       const Masks<float>& masks = {},
+                                                       HeadsView<float> lse = {},
+                                                       HeadsView<float> average_scores = {});
 EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(HeadsView<const double> q, HeadsView<const double> k,
-                                HeadsView<const double> v, HeadsView<double> scores, HeadsView<double> out,
-                                const Options& opt = {}, const Masks<double>& masks = {},
-                                HeadsView<double> lse = {}, HeadsView<double> average_scores = {});
+                                                       HeadsView<const double> v, HeadsView<double> scores,
+                                                       HeadsView<double> out, const Options& opt = {},
+                                                       const Masks<double>& masks = {},
+                                                       HeadsView<double> lse = {},
+                                                       HeadsView<double> average_scores = {});
 ///@}
 
 ///@{
@@ -94,36 +100,41 @@ EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(HeadsView<const double> q
 /// (its own T_q, T_k and alignment offset). Masks may use ALiBi only; mask, bias and
 /// key_lengths must be empty (their shapes would differ per sequence). Packed rows after
 /// cu_seqlens_q[batch] belong to no sequence and are left untouched.
-EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                      HeadsView<float> out, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                      std::ptrdiff_t batch, const Options& opt = {}, const Masks<float>& masks = {},
-                      HeadsView<float> lse = {});
-EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
-                      HeadsView<double> out, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                      std::ptrdiff_t batch, const Options& opt = {}, const Masks<double>& masks = {},
-                      HeadsView<double> lse = {});
+EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const float> q, HeadsView<const float> k,
+                                             HeadsView<const float> v, HeadsView<float> out,
+                                             const std::int64_t* cu_seqlens_q,
+                                             const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
+                                             const Options& opt = {}, const Masks<float>& masks = {},
+                                             HeadsView<float> lse = {});
+EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const double> q, HeadsView<const double> k,
+                                             HeadsView<const double> v, HeadsView<double> out,
+                                             const std::int64_t* cu_seqlens_q,
+                                             const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
+                                             const Options& opt = {}, const Masks<double>& masks = {},
+                                             HeadsView<double> lse = {});
 ///@}
 
 /// The number of elements attention_varlen_decomposed() writes to `scores`: heads times the sum
 /// over sequences of T_q,b * T_k,b. Throws std::invalid_argument for bad offsets.
-EIGEN_ATTENTION_EXPORT std::size_t varlen_scores_size(const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                               std::ptrdiff_t batch, std::ptrdiff_t heads);
+EIGEN_ATTENTION_EXPORT std::size_t varlen_scores_size(const std::int64_t* cu_seqlens_q,
+                                                      const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
+                                                      std::ptrdiff_t heads);
 
 ///@{
 /// attention_varlen() that also writes every sequence's per-head weights, packed: sequence b's
 /// head h is a row-major T_q,b x T_k,b matrix starting at element
 /// H * sum_{b' < b} T_q,b' T_k,b' + h * T_q,b T_k,b of `scores`, which must hold exactly
 /// varlen_scores_size(...) elements.
-EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                                 float* scores, std::size_t scores_size, HeadsView<float> out,
-                                 const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                                 std::ptrdiff_t batch, const Options& opt = {}, const Masks<float>& masks = {},
-                                 HeadsView<float> lse = {});
-EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(HeadsView<const double> q, HeadsView<const double> k,
-                                 HeadsView<const double> v, double* scores, std::size_t scores_size,
-                                 HeadsView<double> out, const std::int64_t* cu_seqlens_q,
-                                 const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt = {},
-                                 const Masks<double>& masks = {}, HeadsView<double> lse = {});
+EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
+    HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v, float* scores,
+    std::size_t scores_size, HeadsView<float> out, const std::int64_t* cu_seqlens_q,
+    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt = {},
+    const Masks<float>& masks = {}, HeadsView<float> lse = {});
+EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
+    HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v, double* scores,
+    std::size_t scores_size, HeadsView<double> out, const std::int64_t* cu_seqlens_q,
+    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt = {},
+    const Masks<double>& masks = {}, HeadsView<double> lse = {});
 ///@}
 
 ///@{
@@ -134,11 +145,12 @@ EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(HeadsView<const double> 
 /// chunked prefill, split-K decoding and sequence-parallel attention need. out/lse may be the
 /// very views out_a/lse_a or out_b/lse_b (merging in place); any other overlap throws.
 /// Shapes: out_* [B, H, T, d_v], lse_* [B, H, T, 1].
-EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const float> out_a, HeadsView<const float> lse_a, HeadsView<const float> out_b,
-                     HeadsView<const float> lse_b, HeadsView<float> out, HeadsView<float> lse);
+EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const float> out_a, HeadsView<const float> lse_a,
+                                            HeadsView<const float> out_b, HeadsView<const float> lse_b,
+                                            HeadsView<float> out, HeadsView<float> lse);
 EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const double> out_a, HeadsView<const double> lse_a,
-                     HeadsView<const double> out_b, HeadsView<const double> lse_b, HeadsView<double> out,
-                     HeadsView<double> lse);
+                                            HeadsView<const double> out_b, HeadsView<const double> lse_b,
+                                            HeadsView<double> out, HeadsView<double> lse);
 ///@}
 
 }  // namespace EigenAttention

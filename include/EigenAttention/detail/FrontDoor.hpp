@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -128,22 +129,25 @@ Extent extent_of(const char* name, const void* object, const Scalar* data, std::
 
 /// The Extent of an input: the argument `m` and the view the front door took of it.
 template <class Derived, typename Scalar>
-Extent input_extent(const char* name, const Eigen::MatrixBase<Derived>& m, const ConstStridedMap<Scalar>& view) {
-  return extent_of(name, &m.derived(), view.data(), view.rows(), view.cols(), view.outerStride(), view.innerStride(), false);
+Extent input_extent(const char* name, const Eigen::MatrixBase<Derived>& m,
+                    const ConstStridedMap<Scalar>& view) {
+  return extent_of(name, &m.derived(), view.data(), view.rows(), view.cols(), view.outerStride(),
+                   view.innerStride(), false);
 }
 
 /// The Extent of an output argument as it is now, before any resize.
 template <class Out>
 Extent output_extent(const char* name, const Out& out) {
   const auto& o = out.derived();
-  return extent_of(name, &o, o.data(), o.rows(), o.cols(), o.rowStride(), o.colStride(), kIsResizable<OutputOf<Out>>);
+  return extent_of(name, &o, o.data(), o.rows(), o.cols(), o.rowStride(), o.colStride(),
+                   kIsResizable<OutputOf<Out>>);
 }
 
 /// Throws std::invalid_argument before anything is resized when an output that may be resized
 /// (an Eigen::Matrix) is the same object as, or shares memory with, an input or another output:
 /// resizing it would free memory that the other's view still points to.
-template <std::size_t NIn, std::size_t NOut>
-void check_resizable_apart(const char* api, const Extent (&inputs)[NIn], const Extent (&outputs)[NOut]) {
+inline void check_resizable_apart(const char* api, std::initializer_list<Extent> inputs,
+                                  std::initializer_list<Extent> outputs) {
   const auto apart = [&](const Extent& out, const Extent& other) {
     if (out.object == other.object) {
       throw std::invalid_argument(std::string("EigenAttention::") + api + ": " + out.name + " is the same matrix as " +
@@ -154,11 +158,11 @@ void check_resizable_apart(const char* api, const Extent (&inputs)[NIn], const E
                                   "; an output must not share memory with an input or another output");
     }
   };
-  for (std::size_t i = 0; i < NOut; ++i) {
-    if (!outputs[i].resizable) continue;
-    for (const Extent& in : inputs) apart(outputs[i], in);
-    for (std::size_t j = 0; j < NOut; ++j) {
-      if (j != i) apart(outputs[i], outputs[j]);
+  for (const Extent& out : outputs) {
+    if (!out.resizable) continue;
+    for (const Extent& in : inputs) apart(out, in);
+    for (const Extent& other : outputs) {
+      if (&other != &out) apart(out, other);
     }
   }
 }
