@@ -1,24 +1,16 @@
-// The batched multi-head entry points (MultiHead.hpp): validate once, then run one single-head
-// problem per (sequence, query head) on the tiled kernels, split over threads.
+// The batched multi-head entry points (MultiHead.hpp): one Call each, validated once by
+// make_problem and run by execute(), as the single-head calls are.
 #include <EigenAttention/MultiHead.hpp>
 
 #include <vector>
 
-#include "kernel.hpp"
+#include "execute.hpp"
 #include "validate.hpp"
 
 namespace EigenAttention {
 namespace {
 
-using internal::HeadsProblem;
 using internal::index_t;
-
-template <typename T>
-void run(const char* api, const HeadsProblem<T>& p, const Options& opt, bool uniform_rows) {
-  const Kernel kernel = internal::resolve_kernel(api, opt.kernel);
-  internal::run_problems<T>(kernel, p.problems(), uniform_rows ? p.q.tokens : -1,
-                            [&](index_t which) { return p.problem(which); }, opt.threads);
-}
 
 // Element (b, h, i, j) of a 4-D view.
 template <typename T>
@@ -26,23 +18,42 @@ T& at(const HeadsView<T>& v, index_t b, index_t h, index_t i, index_t j) {
   return v.data[b * v.batch_stride + h * v.head_stride + i * v.token_stride + j * v.dim_stride];
 }
 
+// The call every multi-head entry point makes: outputs are wanted when given (not empty).
+template <typename T>
+internal::Call<T> call_of(const char* api, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                          HeadsView<T> out, HeadsView<T> lse, const Masks<T>& masks) {
+  internal::Call<T> c;
+  c.api = api;
+  c.q = q;
+  c.k = k;
+  c.v = v;
+  c.out = out;
+  c.want_out = !out.empty();
+  c.lse = lse;
+  c.want_lse = !lse.empty();
+  c.masks = masks;
+  return c;
+}
+
 template <typename T>
 void heads(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
            const Options& opt, const Masks<T>& masks, HeadsView<T> lse) {
-  const char* api = "attention_heads";
-  const HeadsProblem<T> p =
-      internal::make_heads_problem<T>(api, q, k, v, out, lse, {}, {}, opt, masks, nullptr, nullptr, 0);
-  run(api, p, opt, true);
+  internal::Call<T> c = call_of("attention_heads", q, k, v, out, lse, masks);
+  c.want_out = true;  // required: an empty view is reported by its shape
+  internal::execute(internal::make_problem(c, opt), opt.threads);
 }
 
 template <typename T>
 void heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> scores,
                       HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<T> lse,
                       HeadsView<T> average) {
-  const char* api = "attention_heads_decomposed";
-  const HeadsProblem<T> p =
-      internal::make_heads_problem<T>(api, q, k, v, out, lse, scores, average, opt, masks, nullptr, nullptr, 0);
-  run(api, p, opt, true);
+  internal::Call<T> c = call_of("attention_heads_decomposed", q, k, v, out, lse, masks);
+  c.scores = scores;
+  c.want_scores = !scores.empty();
+  c.average = average;
+  c.want_average = !average.empty();
+  if (!c.want_scores) c.want_out = true;  // out is required unless scores are given
+  internal::execute(internal::make_problem(c, opt), opt.threads);
   const index_t B = q.batch, H = q.heads, tq = q.tokens, tk = k.tokens;
   // Padded keys (beyond key_lengths) were cut from each head's problem: their weights are 0.
   if (masks.key_lengths != nullptr && !scores.empty()) {
@@ -69,14 +80,13 @@ template <typename T>
 void varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
             const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch, const Options& opt,
             const Masks<T>& masks, HeadsView<T> lse) {
-  const char* api = "attention_varlen";
-  if (cu_q == nullptr || cu_k == nullptr) {
-    throw std::invalid_argument("EigenAttention::attention_varlen: cu_seqlens_q and cu_seqlens_k must be given");
-  }
-  const HeadsProblem<T> p =
-      internal::make_heads_problem<T>(api, q, k, v, out, lse, {}, {}, opt, masks, cu_q, cu_k, batch);
+  internal::Call<T> c = call_of("attention_varlen", q, k, v, out, lse, masks);
+  c.want_out = true;
+  c.cu_q = cu_q;
+  c.cu_k = cu_k;
+  c.sequences = batch;
   // Rows of the packed buffers that belong to no sequence are left as they are.
-  run(api, p, opt, false);
+  internal::execute(internal::make_problem(c, opt), opt.threads);
 }
 
 template <typename T>
@@ -85,11 +95,16 @@ void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<con
                        Eigen::Index batch, const Options& opt, const Masks<T>& masks, HeadsView<T> lse) {
   const char* api = "attention_varlen_decomposed";
   const std::vector<index_t> offsets = internal::varlen_score_offsets(api, cu_q, cu_k, batch, q.heads);
-  HeadsProblem<T> p = internal::make_heads_problem<T>(api, q, k, v, out, lse, {}, {}, opt, masks, cu_q, cu_k, batch);
+  internal::Call<T> c = call_of(api, q, k, v, out, lse, masks);
+  c.want_out = true;
+  c.cu_q = cu_q;
+  c.cu_k = cu_k;
+  c.sequences = batch;
+  internal::Problem<T> p = internal::make_problem(c, opt);
   internal::check_packed_scores<T>(api, scores, scores_size, static_cast<std::size_t>(offsets.back()), p);
   p.packed_scores = scores;
   p.score_offsets = offsets.data();
-  run(api, p, opt, false);
+  internal::execute(p, opt.threads);
 }
 
 }  // namespace

@@ -1,55 +1,117 @@
-// One single-head attention problem after validation: the inputs as strided views and the
-// resolved options. Internal to the library.
+// One validated attention problem: a batch of sequences with H query heads each, as the
+// kernels run it. Every public call becomes one Problem: the single-head calls are the batch = 1,
+// heads = 1 case (Form::Matrix only changes how messages print shapes), attention_heads* a
+// batch, attention_varlen* a packed batch. Internal to the library.
 #pragma once
 
-#include <algorithm>
+#include <cstdint>
+#include <type_traits>
 
-#include <EigenAttention/Types.hpp>
+#include <EigenAttention/HeadsView.hpp>
+#include <EigenAttention/Kernels.hpp>
+#include <EigenAttention/Masks.hpp>
 
 #include "kernel_abi.hpp"
 
 namespace EigenAttention {
 namespace internal {
 
-using Eigen::Index;
+/// How the caller sees its arrays, for messages only: T x d matrices ("3x7") or [B, H, T, d]
+/// views ("[1, 2, 3, 7]").
+enum class Form { Matrix, Heads };
 
 template <typename T>
 struct Problem {
-  ConstStridedMap<T> q;  // T_q x d_k
-  ConstStridedMap<T> k;  // T_k x d_k
-  ConstStridedMap<T> v;  // T_k x d_v (0 x 0 when the call needs no V)
-  T scale;               // finite, > 0
-  bool causal;
-  Index offset;          // 0, or T_k - T_q for bottom-right alignment
-  Index window_left, window_right;  // -1: unbounded
-  T softcap;                        // 0: off
+  HeadsView<const T> q, k, v;     // [B, H, T_q, d_k], [B, H_kv, T_k, d_k], [B, H_kv, T_k, d_v]
+  HeadsView<T> out, lse, scores;  // [B, H, T_q, d_v], [B, H, T_q, 1], [B, H, T_q, T_k]
+  bool want_out = false, want_lse = false, want_scores = false;
+  Masks<T> masks;
+  T scale = 0;
+  bool causal = false, bottom_right = false;
+  index_t window_left = -1, window_right = -1;
+  T softcap = 0;
+  Kernel kernel = Kernel::Auto;  // resolved: never Auto once validated
+  // Packed variable-length batch (attention_varlen): sequence b owns query rows
+  // [cu_q[b], cu_q[b+1]) and key rows [cu_k[b], cu_k[b+1]) of the single batch entry.
+  const std::int64_t* cu_q = nullptr;
+  const std::int64_t* cu_k = nullptr;
+  index_t sequences = 0;  // B (the batch, or the number of varlen sequences)
+  // attention_varlen_decomposed: packed weights, sequence b's heads from packed_scores +
+  // score_offsets[b] (see MultiHead.hpp).
+  T* packed_scores = nullptr;
+  const index_t* score_offsets = nullptr;
 
-  Index tq() const { return q.rows(); }
-  Index tk() const { return k.rows(); }
-  Index dk() const { return q.cols(); }
-  Index dv() const { return v.cols(); }
+  index_t heads() const { return q.heads; }
+  index_t problems() const { return sequences * q.heads; }
+  bool varlen() const { return cu_q != nullptr; }
+
+  /// The single-head problem of sequence b = which / H and query head h = which % H.
+  RawProblem<T> problem(index_t which) const {
+    const index_t b = which / q.heads, h = which % q.heads;
+    const index_t kv = h / (q.heads / k.heads);  // GQA: query heads share K/V heads in groups
+    // Rows of this sequence in the (possibly packed) token axis.
+    index_t q_first = 0, tq = q.tokens, k_first = 0, tk = k.tokens, batch_index = b;
+    if (cu_q != nullptr) {
+      q_first = cu_q[b];
+      tq = cu_q[b + 1] - cu_q[b];
+      k_first = cu_k[b];
+      tk = cu_k[b + 1] - cu_k[b];
+      batch_index = 0;
+    } else if (masks.key_lengths != nullptr) {
+      tk = masks.key_lengths[b];  // padded keys are never visible: drop them
+    }
+    const auto head_of = [&](const auto& view, index_t head, index_t first, index_t rows) {
+      using Element = std::remove_pointer_t<decltype(view.data)>;
+      // An empty head takes no offset: the view's data may be null.
+      if (rows == 0 || view.dim == 0) return raw_matrix<Element>(view.data, rows, view.dim, 0, 0);
+      return raw_matrix<Element>(view.data + batch_index * view.batch_stride + head * view.head_stride +
+                                     first * view.token_stride,
+                                 rows, view.dim, view.token_stride, view.dim_stride);
+    };
+    const auto broadcast = [&](const auto& m) {
+      using Element = std::remove_const_t<std::remove_pointer_t<decltype(m.data)>>;
+      if (m.data == nullptr) return RawMatrix<const Element>{nullptr, 0, 0, 0, 0};
+      if (tq == 0 || tk == 0) return raw_matrix<const Element>(m.data, tq, tk, 0, 0);
+      const index_t mb = m.batch == 1 ? 0 : b, mh = m.heads == 1 ? 0 : h;
+      return raw_matrix<const Element>(m.data + mb * m.batch_stride + mh * m.head_stride, tq, tk, m.row_stride,
+                                       m.col_stride);
+    };
+    const RawMatrix<T> none{nullptr, 0, 0, 0, 0};
+    RawProblem<T> p{head_of(q, h, q_first, tq),
+                    head_of(k, kv, k_first, tk),
+                    head_of(v, kv, k_first, tk),
+                    scale,
+                    causal,
+                    bottom_right ? tk - tq : 0,
+                    window_left,
+                    window_right,
+                    softcap,
+                    masks.alibi_slopes != nullptr,
+                    masks.alibi_slopes != nullptr ? masks.alibi_slopes[h] : T(0),
+                    broadcast(masks.bias),
+                    broadcast(masks.mask),
+                    none,
+                    none,
+                    none,
+                    want_scores,
+                    want_out,
+                    want_lse};
+    if (packed_scores != nullptr) {
+      p.scores = tq * tk == 0 ? raw_matrix<T>(packed_scores, tq, tk, 0, 0)
+                              : raw_matrix<T>(packed_scores + score_offsets[b] + h * tq * tk, tq, tk, tk, 1);
+      p.want_scores = true;
+    }
+    if (want_out) p.attn = head_of(out, h, q_first, tq);
+    if (want_lse) p.lse = head_of(lse, h, q_first, tq);
+    if (want_scores) {
+      // SCORES keep the full T_k columns: padded keys get weight 0.
+      p.scores = head_of(scores, h, q_first, tq);
+      p.scores.cols = tk;
+      if (tk == 0) p.scores = raw_matrix<T>(p.scores.data, tq, 0, 0, 0);
+    }
+    return p;
+  }
 };
-
-template <class Map>
-RawMatrix<typename Map::Scalar> raw_of(Map* m) {
-  if (m == nullptr) return {nullptr, 0, 0, 0, 0};
-  return raw_matrix(m->data(), m->rows(), m->cols(), m->outerStride(), m->innerStride());
-}
-
-template <typename T>
-RawMatrix<const T> raw_input(const ConstStridedMap<T>& m) {
-  return raw_matrix(m.data(), m.rows(), m.cols(), m.outerStride(), m.innerStride());
-}
-
-/// The kernel's view of p, writing to the outputs that are not null.
-template <typename T>
-RawProblem<T> to_raw(const Problem<T>& p, StridedMap<T>* scores, StridedMap<T>* attn, StridedMap<T>* lse) {
-  return RawProblem<T>{raw_input(p.q), raw_input(p.k), raw_input(p.v), p.scale, p.causal, p.offset,
-                       p.window_left, p.window_right, p.softcap, false, T(0),
-                       RawMatrix<const T>{nullptr, 0, 0, 0, 0}, RawMatrix<const bool>{nullptr, 0, 0, 0, 0},
-                       raw_of(scores), raw_of(attn), raw_of(lse),
-                       scores != nullptr, attn != nullptr, lse != nullptr};
-}
 
 }  // namespace internal
 }  // namespace EigenAttention

@@ -1,8 +1,10 @@
-// Argument validation: every check on user input lives here.
+// Argument validation: every check on user input lives here, for every public call (see
+// make_problem in validate.hpp for the order).
 #include "validate.hpp"
 
 #include <EigenAttention/Compiled.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -14,109 +16,262 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernel.hpp"
+
 namespace EigenAttention {
 namespace internal {
 namespace {
 
-std::string shape(Index rows, Index cols) {
-  return std::to_string(rows) + "x" + std::to_string(cols);
-}
+constexpr index_t kIndexMax = std::numeric_limits<index_t>::max();
 
 [[noreturn]] void fail(const char* api, const std::string& what) {
   throw std::invalid_argument(std::string("EigenAttention::") + api + ": " + what);
 }
 
-// Byte offsets of the first and last element a view touches, relative to its data pointer.
-void extent(const Region& r, Index& lo, Index& hi) {
-  lo = hi = 0;
-  const Index dr = (r.rows - 1) * r.row_stride, dc = (r.cols - 1) * r.col_stride;
-  lo += std::min<Index>(dr, 0) + std::min<Index>(dc, 0);
-  hi += std::max<Index>(dr, 0) + std::max<Index>(dc, 0);
+// a * b into r, false when it overflows; a + b likewise.
+bool mul(index_t a, index_t b, index_t& r) { return !__builtin_mul_overflow(a, b, &r); }
+bool add(index_t a, index_t b, index_t& r) { return !__builtin_add_overflow(a, b, &r); }
+
+std::string num(index_t n) { return std::to_string(n); }
+
+// ---------------------------------------------------------------------------------------------
+// Arrays as the validator sees them: up to four axes, sizes and byte strides, printed the way
+// the caller wrote them.
+
+enum class Print { Matrix, Heads, Vector };
+
+struct Array {
+  const char* name;
+  std::uintptr_t data;  // element 0, as an address
+  index_t bytes;        // per element
+  index_t size[4];
+  index_t stride[4];  // in elements
+  Print print;
+
+  index_t count_or_zero() const {  // 0 when any size is 0 (sizes checked before)
+    for (const index_t n : size) if (n == 0) return 0;
+    return 1;
+  }
+  std::string shape() const {
+    switch (print) {
+      case Print::Matrix: return num(size[2]) + "x" + num(size[3]);
+      case Print::Vector: return num(size[3]) + " entries";
+      case Print::Heads: break;
+    }
+    return "[" + num(size[0]) + ", " + num(size[1]) + ", " + num(size[2]) + ", " + num(size[3]) + "]";
+  }
+  // "Q (3x7)", "Q [1, 2, 3, 7]", "key_lengths (2 entries)".
+  std::string named() const {
+    return std::string(name) + (print == Print::Heads ? " " + shape() : " (" + shape() + ")");
+  }
+};
+
+template <class View>
+Array array_of(const char* name, const View& v, Form form) {
+  return {name, reinterpret_cast<std::uintptr_t>(v.data), static_cast<index_t>(sizeof(*v.data)),
+          {v.batch, v.heads, v.tokens, v.dim}, {v.batch_stride, v.head_stride, v.token_stride, v.dim_stride},
+          form == Form::Matrix ? Print::Matrix : Print::Heads};
+}
+template <class Element>
+Array array_of(const char* name, const BroadcastView<Element>& m, Form form) {
+  return {name, reinterpret_cast<std::uintptr_t>(m.data), static_cast<index_t>(sizeof(*m.data)),
+          {m.batch, m.heads, m.rows, m.cols}, {m.batch_stride, m.head_stride, m.row_stride, m.col_stride},
+          form == Form::Matrix ? Print::Matrix : Print::Heads};
+}
+template <class Element>
+Array vector_of(const char* name, const Element* data, index_t n) {
+  return {name, reinterpret_cast<std::uintptr_t>(data), static_cast<index_t>(sizeof(Element)), {1, 1, 1, n},
+          {0, 0, 0, 1}, Print::Vector};
 }
 
-bool empty(const Region& r) { return r.rows == 0 || r.cols == 0; }
-
-// Do two half-open intervals [a, a + n) and [b, b + m) intersect?
-bool intersect(Index a, Index n, Index b, Index m) { return a < b + m && b < a + n; }
-
-constexpr Index kIndexMax = std::numeric_limits<Index>::max();
-
-// a * b into r, false when it overflows Index.
-bool mul(Index a, Index b, Index& r) { return !__builtin_mul_overflow(a, b, &r); }
-
-}  // namespace
-
-void check_view_size(const char* api, const char* name, int axes, const Index* sizes, const Index* strides,
-                     std::size_t element_bytes, bool zero_as_one) {
-  // Nothing is allocated unless the check fails (the _into calls allocate nothing).
+// The element count and the byte span (sum over axes of |stride| * size * bytes, a size of 0
+// counting as 1) must fit index_t: every offset the kernels and the overlap rule compute is
+// bounded by them. A matrix counts its two axes; a 4-D view counts a size of 0 as 1 in the
+// element count too, as the scheduler multiplies batch, heads and tiles whatever dim is.
+void check_countable(const char* api, const Array& a) {
   const auto what = [&] {
-    std::string list, stride_list;
-    for (int a = 0; a < axes; ++a) {
-      list += (a ? (axes == 2 ? "x" : ", ") : "") + std::to_string(sizes[a]);
-      stride_list += (a ? "," : "") + std::to_string(strides[a]);
-    }
-    const std::string shown = axes == 2 ? " (" + list + ")" : axes == 4 ? " [" + list + "]" : " (" + list + " entries)";
-    return std::string(name) + shown + " with strides (" + stride_list + ")";
+    std::string strides;
+    for (int axis = a.print == Print::Heads ? 0 : 2; axis < 4; ++axis) strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
+    return a.named() + " with strides (" + strides + ")";
   };
-  // The element count: the product of the sizes.
-  Index count = 1;
-  for (int a = 0; a < axes; ++a) {
-    const Index n = zero_as_one ? std::max<Index>(sizes[a], 1) : sizes[a];
+  const bool zero_as_one = a.print == Print::Heads;
+  index_t count = 1, span = 0;
+  for (int axis = 0; axis < 4; ++axis) {
+    const index_t n = zero_as_one ? std::max<index_t>(a.size[axis], 1) : a.size[axis];
     if (!mul(count, n, count)) {
-      fail(api, what() + " has more elements than Eigen::Index can count (" + std::to_string(kIndexMax) +
+      fail(api, what() + " has more elements than Eigen::Index can count (" + num(kIndexMax) +
                     (zero_as_one ? "; a size of 0 counts as 1 here)" : ")"));
     }
   }
-  // The byte span: sum over axes of |stride| * max(size, 1) * element_bytes. An upper bound of
-  // every offset the kernels and the overlap checks compute, in bytes.
-  Index span = 0;
-  const auto bytes = static_cast<Index>(element_bytes);
-  for (int a = 0; a < axes; ++a) {
-    Index reach = 0;
-    const bool ok = strides[a] != std::numeric_limits<Index>::min() &&
-                    mul(std::abs(strides[a]), std::max<Index>(sizes[a], 1), reach) && mul(reach, bytes, reach) &&
-                    !__builtin_add_overflow(span, reach, &span);
-    if (!ok) {
-      fail(api, what() + " spans more bytes than Eigen::Index can count (" + std::to_string(kIndexMax) + ")");
+  for (int axis = 0; axis < 4; ++axis) {
+    index_t reach = 0;
+    const bool ok = a.stride[axis] != std::numeric_limits<index_t>::min() &&
+                    mul(std::abs(a.stride[axis]), std::max<index_t>(a.size[axis], 1), reach) &&
+                    mul(reach, a.bytes, reach) && add(span, reach, span);
+    if (!ok) fail(api, what() + " spans more bytes than Eigen::Index can count (" + num(kIndexMax) + ")");
+  }
+}
+
+// Sizes not negative, countable, and data behind every element.
+void check_sizes(const char* api, const Array& a) {
+  for (const index_t n : a.size) {
+    if (n < 0) fail(api, std::string(a.name) + " has a negative size: " + a.shape());
+  }
+  check_countable(api, a);
+  if (a.data == 0 && a.count_or_zero() != 0) fail(api, a.named() + " has no data");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The one overlap rule. Two arrays overlap when an element of one shares a byte with an element
+// of the other. Decided exactly for blocks of one parent array (equal strides on the axes that
+// have more than one element, strides nested like a parent's: [Q | ATTN] side by side is fine),
+// and conservatively (by the byte ranges they span) for anything else.
+
+// The sorted axes of a and b as one lattice, when they form one (blocks of one parent, at any
+// offset); false otherwise.
+struct Lattice {
+  int axes = 0;
+  index_t stride[4], na[4], nb[4];  // sorted by stride, in bytes, all > 0
+  index_t delta = 0;                // b's first element minus a's, in bytes
+};
+
+bool as_lattice(const Array& a, const Array& b, Lattice& l) {
+  if (a.bytes != b.bytes) return false;
+  std::uintptr_t a0 = a.data, b0 = b.data;
+  for (int axis = 0; axis < 4; ++axis) {
+    const index_t na = a.size[axis], nb = b.size[axis];
+    if (na == 1 && nb == 1) continue;
+    if (na > 1 && nb > 1 && a.stride[axis] != b.stride[axis]) return false;
+    index_t s = (na > 1 ? a.stride[axis] : b.stride[axis]) * a.bytes;
+    if (s == 0) return false;
+    if (s < 0) {  // walk the axis backwards from its last element
+      a0 += static_cast<std::uintptr_t>((na - 1) * s);
+      b0 += static_cast<std::uintptr_t>((nb - 1) * s);
+      s = -s;
+    }
+    l.stride[l.axes] = s;
+    l.na[l.axes] = na;
+    l.nb[l.axes] = nb;
+    ++l.axes;
+  }
+  for (int i = 1; i < l.axes; ++i) {  // insertion sort by stride
+    for (int j = i; j > 0 && l.stride[j] < l.stride[j - 1]; --j) {
+      std::swap(l.stride[j], l.stride[j - 1]);
+      std::swap(l.na[j], l.na[j - 1]);
+      std::swap(l.nb[j], l.nb[j - 1]);
     }
   }
-}
-
-void check_matrix_size(const char* api, const char* name, Index rows, Index cols, Index row_stride,
-                       Index col_stride, std::size_t element_bytes) {
-  if (rows < 0 || cols < 0) fail(api, std::string(name) + " has a negative size: " + shape(rows, cols));
-  const Index sizes[2] = {rows, cols}, strides[2] = {row_stride, col_stride};
-  check_view_size(api, name, 2, sizes, strides, element_bytes, false);
-}
-
-template <typename T>
-void check_scratch(const char* api, Index dk, Index dv, Index tk) {
-  for (const auto& [name, n] : {std::pair{"d_k", dk}, std::pair{"d_v", dv}, std::pair{"T_k", tk}}) {
-    if (n > kMaxScratchRowLength<T>) {
-      fail(api, std::string(name) + " = " + std::to_string(n) + " exceeds " + std::to_string(kMaxScratchRowLength<T>) +
-                    ", the most the kernels' per-thread scratch (up to " + std::to_string(kScratchRows) + " rows of " +
-                    name + " elements) can count in Eigen::Index");
+  l.delta = static_cast<index_t>(b0 - a0);
+  for (int i = 0; i + 1 < l.axes; ++i) {
+    if (l.stride[i + 1] % l.stride[i] != 0 || std::max(l.na[i], l.nb[i]) * l.stride[i] > l.stride[i + 1]) {
+      return false;
     }
   }
+  return true;
 }
 
-template <typename T>
-void check_window_and_softcap(const char* api, const Options& opt) {
-  if (opt.window_left < -1 || opt.window_right < -1) {
-    fail(api, "window sizes must be >= 0, or -1 for unbounded; got window_left = " +
-                  std::to_string(opt.window_left) + ", window_right = " + std::to_string(opt.window_right));
+// Is there an index difference e (e_k in [-(nb_k - 1), na_k - 1]) with sum e_k stride_k equal to
+// `units` times the smallest stride? Write `units` in the mixed radix of the strides; each e_k
+// is its digit plus the carry from below less a carry to the axis above, and as |e_k| stays below
+// the radix there are two carries per axis to try.
+bool reachable(const Lattice& l, index_t units) {
+  index_t digit[4], radix[4];
+  for (int i = 0; i < l.axes; ++i) {
+    if (i + 1 < l.axes) {
+      radix[i] = l.stride[i + 1] / l.stride[i];
+      digit[i] = ((units % radix[i]) + radix[i]) % radix[i];
+      units = (units - digit[i]) / radix[i];
+    } else {
+      digit[i] = units;
+    }
   }
-  const T cap = static_cast<T>(opt.softcap);
-  if (!(opt.softcap >= 0) || !std::isfinite(opt.softcap) || !std::isfinite(cap) || (opt.softcap > 0 && !(cap > 0))) {
-    std::ostringstream msg;
-    msg.precision(17);
-    msg << "softcap must be 0 (off) or finite and > 0 in the scalar type, got " << opt.softcap;
-    fail(api, msg.str());
+  for (unsigned carries = 0; carries < (1u << (l.axes - 1)); ++carries) {
+    bool all = true;
+    for (int i = 0; i < l.axes && all; ++i) {
+      const index_t in = i > 0 ? (carries >> (i - 1)) & 1 : 0;
+      const index_t out = i + 1 < l.axes ? (carries >> i) & 1 : 0;
+      const index_t e = digit[i] + in - (out ? radix[i] : 0);
+      all = e >= -(l.nb[i] - 1) && e <= l.na[i] - 1;
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
+// Do two elements (of `bytes` each) share a byte? Their addresses differ by delta - sum e_k
+// stride_k = r + m stride_0 (r = delta mod stride_0): try each such difference below `bytes` in
+// magnitude.
+bool lattice_overlaps(const Lattice& l, index_t bytes) {
+  if (l.axes == 0) return l.delta > -bytes && l.delta < bytes;
+  const index_t s0 = l.stride[0], r = ((l.delta % s0) + s0) % s0;
+  for (index_t m = -(bytes / s0) - 1; m <= bytes / s0; ++m) {
+    const index_t diff = r + m * s0;
+    if (diff > -bytes && diff < bytes && reachable(l, (l.delta - diff) / s0)) return true;
+  }
+  return false;
+}
+
+// The byte range [lo, hi] an array's elements cover (sizes checked, spans countable).
+void byte_range(const Array& a, std::uintptr_t& lo, std::uintptr_t& hi) {
+  index_t low = 0, high = 0;
+  for (int axis = 0; axis < 4; ++axis) {
+    const index_t reach = (a.size[axis] - 1) * a.stride[axis] * a.bytes;
+    low += std::min<index_t>(reach, 0);
+    high += std::max<index_t>(reach, 0);
+  }
+  lo = a.data + static_cast<std::uintptr_t>(low);
+  hi = a.data + static_cast<std::uintptr_t>(high + a.bytes - 1);
+}
+
+bool may_overlap(const Array& a, const Array& b) {
+  if (a.count_or_zero() == 0 || b.count_or_zero() == 0) return false;
+  std::uintptr_t a_lo, a_hi, b_lo, b_hi;
+  byte_range(a, a_lo, a_hi);
+  byte_range(b, b_lo, b_hi);
+  if (a_hi < b_lo || b_hi < a_lo) return false;
+  Lattice l;
+  return as_lattice(a, b, l) ? lattice_overlaps(l, a.bytes) : true;
+}
+
+void check_apart(const char* api, const Array& out, const Array& other) {
+  if (may_overlap(out, other)) {
+    fail(api, "output " + out.named() + " overlaps " + other.named() +
+                  " in memory; outputs must not alias inputs or each other");
   }
 }
 
+// No two elements of an output share memory: its axes with more than one element, sorted by
+// |stride|, are nested (each stride at least the size times the stride below it, the smallest
+// at least one element).
+void check_distinct_elements(const char* api, const Array& a) {
+  if (a.count_or_zero() == 0) return;
+  index_t stride[4], size[4];
+  int axes = 0;
+  for (int axis = 0; axis < 4; ++axis) {
+    if (a.size[axis] <= 1) continue;
+    stride[axes] = std::abs(a.stride[axis]);
+    size[axes++] = a.size[axis];
+  }
+  for (int i = 1; i < axes; ++i) {
+    for (int j = i; j > 0 && stride[j] < stride[j - 1]; --j) {
+      std::swap(stride[j], stride[j - 1]);
+      std::swap(size[j], size[j - 1]);
+    }
+  }
+  bool ok = axes == 0 || stride[0] >= 1;
+  for (int i = 0; ok && i + 1 < axes; ++i) ok = stride[i + 1] >= size[i] * stride[i];
+  if (!ok) {
+    std::string strides;
+    for (int axis = a.print == Print::Heads ? 0 : 2; axis < 4; ++axis) strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
+    fail(api, a.named() + " has strides (" + strides + ") under which two of its elements share memory");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options: checked here and nowhere else.
+
 template <typename T>
-T resolve_scale(const char* api, const Options& opt, Index dk, const std::string& where) {
+T resolve_scale(const char* api, const Options& opt, const Array& q) {
   if (opt.scale.has_value()) {
     const double scale = *opt.scale;
     const T as_t = static_cast<T>(scale);
@@ -128,378 +283,257 @@ T resolve_scale(const char* api, const Options& opt, Index dk, const std::string
     }
     return as_t;
   }
-  if (dk == 0) {
-    fail(api, "d_k is 0 (" + where + "), so the default scale 1/sqrt(d_k) is undefined; set Options::scale");
+  if (q.size[3] == 0) {
+    fail(api, "d_k is 0 (Q is " + q.shape() + "), so the default scale 1/sqrt(d_k) is undefined; set Options::scale");
   }
-  return static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk)));
+  return static_cast<T>(1.0 / std::sqrt(static_cast<double>(q.size[3])));
 }
 
-void check_threads(const char* api, const Options& opt) {
+template <typename T>
+void check_options(const char* api, const Options& opt, Problem<T>& p, const Array& q) {
+  p.scale = resolve_scale<T>(api, opt, q);
   if (opt.threads < 0) fail(api, "threads must be >= 0 (0 means all hardware threads), got " + std::to_string(opt.threads));
+  if (opt.window_left < -1 || opt.window_right < -1) {
+    fail(api, "window sizes must be >= 0, or -1 for unbounded; got window_left = " + std::to_string(opt.window_left) +
+                  ", window_right = " + std::to_string(opt.window_right));
+  }
+  const T cap = static_cast<T>(opt.softcap);
+  if (!(opt.softcap >= 0) || !std::isfinite(opt.softcap) || !std::isfinite(cap) || (opt.softcap > 0 && !(cap > 0))) {
+    std::ostringstream msg;
+    msg.precision(17);
+    msg << "softcap must be 0 (off) or finite and > 0 in the scalar type, got " << opt.softcap;
+    fail(api, msg.str());
+  }
+  p.causal = opt.causal;
+  p.bottom_right = opt.alignment == CausalAlignment::BottomRight;
+  p.window_left = opt.window_left;
+  p.window_right = opt.window_right;
+  p.softcap = cap;
+  p.kernel = resolve_kernel(api, opt.kernel);
 }
 
 template <typename T>
-Problem<T> make_problem(const char* api, const ConstStridedMap<T>& q, const ConstStridedMap<T>& k,
-                        const ConstStridedMap<T>* v, const Options& opt) {
-  if (q.cols() != k.cols()) {
-    fail(api, "K has " + std::to_string(k.cols()) + " columns but Q has " + std::to_string(q.cols()) +
-                  " (d_k must match); Q is " + shape(q.rows(), q.cols()) + ", K is " +
-                  shape(k.rows(), k.cols()));
-  }
-  if (v != nullptr && v->rows() != k.rows()) {
-    fail(api, "V has " + std::to_string(v->rows()) + " rows but K has " + std::to_string(k.rows()) +
-                  " (T_k must match); K is " + shape(k.rows(), k.cols()) + ", V is " +
-                  shape(v->rows(), v->cols()));
-  }
-  check_matrix_size(api, "Q", q);
-  check_matrix_size(api, "K", k);
-  if (v != nullptr) check_matrix_size(api, "V", *v);
-  check_scratch<T>(api, q.cols(), v != nullptr ? v->cols() : 0, k.rows());
-  const T scale = resolve_scale<T>(api, opt, q.cols(), "Q is " + shape(q.rows(), q.cols()));
-  check_threads(api, opt);
-  const ConstStridedMap<T> no_v(nullptr, 0, 0, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(0, 0));
-  const Index offset =
-      opt.alignment == CausalAlignment::BottomRight ? k.rows() - q.rows() : Index(0);
-  check_window_and_softcap<T>(api, opt);
-  return Problem<T>{q, k, v != nullptr ? *v : no_v, scale, opt.causal, offset,
-                    static_cast<Index>(opt.window_left), static_cast<Index>(opt.window_right),
-                    static_cast<T>(opt.softcap)};
-}
-
-template <typename T>
-void check_output(const char* api, const char* name, const StridedMap<T>& out, Index rows,
-                  Index cols) {
-  if (out.rows() != rows || out.cols() != cols) {
-    fail(api, std::string(name) + " is " + shape(out.rows(), out.cols()) + " but must be " +
-                  shape(rows, cols));
-  }
-  check_matrix_size(api, name, out);
-  if (rows == 0 || cols == 0) return;  // nothing is written
-  // Two distinct elements must never share an address (a zero stride, or rows interleaved
-  // into each other), or the results would overwrite each other.
-  const Index rs = std::abs(out.outerStride()), cs = std::abs(out.innerStride());
-  const bool rows_ok = rows <= 1 || (rs != 0 && (cols <= 1 || rs >= cols * cs || cs >= rows * rs));
-  const bool cols_ok = cols <= 1 || cs != 0;
-  if (!rows_ok || !cols_ok) {
-    fail(api, std::string(name) + " (" + shape(rows, cols) + ") has strides " + std::to_string(rs) +
-                  "," + std::to_string(cs) + " under which two of its elements share memory");
-  }
-}
-
-void check_disjoint(const char* api, const char* out_name, const Region& out,
-                    const char* other_name, const Region& other) {
-  if (empty(out) || empty(other)) return;
-  Index lo1, hi1, lo2, hi2;
-  extent(out, lo1, hi1);
-  extent(other, lo2, hi2);
-  const char* a = out.data + lo1;
-  const char* b = other.data + lo2;
-  // Compare addresses as integers: the two views may lie in unrelated allocations.
-  const auto ua = reinterpret_cast<std::uintptr_t>(a), ub = reinterpret_cast<std::uintptr_t>(b);
-  const auto ea = ua + static_cast<std::uintptr_t>(hi1 - lo1), eb = ub + static_cast<std::uintptr_t>(hi2 - lo2);
-  bool overlap = ua <= eb && ub <= ea;
-  // Blocks of one parent matrix (equal, positive strides, one of them the element size) are
-  // common, e.g. [Q | ATTN] side by side: decide those exactly, as rectangles in the parent.
-  if (overlap && out.row_stride == other.row_stride && out.col_stride == other.col_stride &&
-      out.row_stride > 0 && out.col_stride > 0) {
-    const bool row_major = out.row_stride >= out.col_stride;
-    const Index outer = row_major ? out.row_stride : out.col_stride;  // bytes between lines
-    const Index inner = row_major ? out.col_stride : out.row_stride;  // bytes between elements
-    const auto delta = static_cast<Index>(reinterpret_cast<std::uintptr_t>(other.data) -
-                                          reinterpret_cast<std::uintptr_t>(out.data));
-    const Index lines1 = row_major ? out.rows : out.cols, len1 = row_major ? out.cols : out.rows;
-    const Index lines2 = row_major ? other.rows : other.cols, len2 = row_major ? other.cols : other.rows;
-    if (len1 * inner <= outer && len2 * inner <= outer && outer % inner == 0 && delta % inner == 0) {
-      // other starts at line dl, element de of out's coordinate system; with de in [0, outer),
-      // or one line earlier with de - outer.
-      Index dl = delta / outer, rem = delta % outer;
-      if (rem < 0) { rem += outer; --dl; }
-      const Index de = rem / inner, line_len = outer / inner;
-      overlap = (intersect(0, lines1, dl, lines2) && intersect(0, len1, de, len2)) ||
-                (intersect(0, lines1, dl + 1, lines2) && intersect(0, len1, de - line_len, len2));
+void check_scratch(const char* api, index_t dk, index_t dv, index_t tk) {
+  for (const auto& [name, n] : {std::pair{"d_k", dk}, std::pair{"d_v", dv}, std::pair{"T_k", tk}}) {
+    if (n > kMaxScratchRowLength<T>) {
+      fail(api, std::string(name) + " = " + num(n) + " exceeds " + num(kMaxScratchRowLength<T>) +
+                    ", the most the kernels' per-thread scratch (up to " + num(kScratchRows) + " rows of " + name +
+                    " elements) can count in Eigen::Index");
     }
   }
-  if (overlap) {
-    fail(api, std::string("output ") + out_name + " (" + shape(out.rows, out.cols) +
-                  ") overlaps " + other_name + " (" + shape(other.rows, other.cols) +
-                  ") in memory; outputs must not alias inputs or each other");
+}
+
+// Offsets cu[0..sequences] start at 0, never decrease and end within `total` (when >= 0).
+void check_offsets(const char* api, const char* name, const std::int64_t* cu, index_t sequences, index_t total) {
+  if (cu[0] != 0) fail(api, std::string(name) + "[0] is " + std::to_string(cu[0]) + " but must be 0");
+  for (index_t b = 0; b < sequences; ++b) {
+    if (cu[b + 1] < cu[b]) {
+      fail(api, std::string(name) + " decreases: [" + num(b) + "] = " + std::to_string(cu[b]) + " > [" + num(b + 1) +
+                    "] = " + std::to_string(cu[b + 1]));
+    }
+  }
+  if (total >= 0 && cu[sequences] > total) {
+    fail(api, std::string(name) + "[" + num(sequences) + "] = " + std::to_string(cu[sequences]) + " exceeds the " +
+                  num(total) + " packed tokens");
   }
 }
 
-namespace {
-
-template <class View>
-std::string dims(const View& v) {
-  return "[" + std::to_string(v.batch) + ", " + std::to_string(v.heads) + ", " + std::to_string(v.tokens) + ", " +
-         std::to_string(v.dim) + "]";
-}
-
-// The element count and byte span of a 4-D view fit Eigen::Index (check_view_size; a size of
-// 0 counts as 1, as the scheduler multiplies batch, heads and query tiles whatever dim is).
-template <class View>
-void check_extent(const char* api, const char* name, const View& v) {
-  const Index sizes[4] = {v.batch, v.heads, v.tokens, v.dim};
-  const Index strides[4] = {v.batch_stride, v.head_stride, v.token_stride, v.dim_stride};
-  check_view_size(api, name, 4, sizes, strides, sizeof(*v.data), true);
-}
-
-template <class View>
-void check_sizes(const char* api, const char* name, const View& v) {
-  if (v.batch < 0 || v.heads < 0 || v.tokens < 0 || v.dim < 0) {
-    fail(api, std::string(name) + " has a negative size: " + dims(v));
+void check_sequence_count(const char* api, index_t sequences) {
+  if (sequences < 0) fail(api, "the number of sequences is negative: " + num(sequences));
+  if (sequences > kIndexMax / static_cast<index_t>(sizeof(std::int64_t)) - 1) {
+    fail(api, "the number of sequences, " + num(sequences) +
+                  ", is too large: cu_seqlens of batch + 1 offsets would span more bytes than Eigen::Index can count");
   }
-  check_extent(api, name, v);
-  if (v.data == nullptr && v.batch * v.heads * v.tokens * v.dim != 0) {
-    fail(api, std::string(name) + " " + dims(v) + " has no data");
-  }
-}
-
-template <class View>
-void check_shape(const char* api, const char* name, const View& v, Index batch, Index heads, Index tokens,
-                 Index dim, const char* what) {
-  check_sizes(api, name, v);
-  if (v.batch != batch || v.heads != heads || v.tokens != tokens || v.dim != dim) {
-    fail(api, std::string(name) + " is " + dims(v) + " but must be [" + std::to_string(batch) + ", " +
-                  std::to_string(heads) + ", " + std::to_string(tokens) + ", " + std::to_string(dim) + "] (" +
-                  what + ")");
-  }
-}
-
-template <class Element>
-void check_broadcast(const char* api, const char* name, const BroadcastView<Element>& m, Index batch, Index heads,
-                     Index tq, Index tk) {
-  if (m.empty()) return;
-  const bool batch_ok = m.batch == 1 || m.batch == batch, heads_ok = m.heads == 1 || m.heads == heads;
-  if (!batch_ok || !heads_ok || m.rows != tq || m.cols != tk) {
-    fail(api, std::string(name) + " is [" + std::to_string(m.batch) + ", " + std::to_string(m.heads) + ", " +
-                  std::to_string(m.rows) + ", " + std::to_string(m.cols) + "] but must be [" +
-                  std::to_string(batch) + " or 1, " + std::to_string(heads) + " or 1, " + std::to_string(tq) +
-                  ", " + std::to_string(tk) + "]");
-  }
-  const HeadsView<const Element> as_view{m.data, m.batch, m.heads, m.rows, m.cols,
-                                         m.batch_stride, m.head_stride, m.row_stride, m.col_stride};
-  check_extent(api, name, as_view);
-}
-
-// The bytes a 4-D view may touch, for a conservative overlap test.
-template <class View>
-bool extent4(const View& v, std::uintptr_t& lo, std::uintptr_t& hi) {
-  if (v.data == nullptr || v.batch * v.heads * v.tokens * v.dim == 0) return false;
-  const Index size = static_cast<Index>(sizeof(*v.data));
-  Index low = 0, high = 0;
-  for (const auto& [n, stride] : {std::pair{v.batch, v.batch_stride}, std::pair{v.heads, v.head_stride},
-                                 std::pair{v.tokens, v.token_stride}, std::pair{v.dim, v.dim_stride}}) {
-    const Index reach = (n - 1) * stride * size;
-    low += std::min<Index>(reach, 0);
-    high += std::max<Index>(reach, 0);
-  }
-  lo = reinterpret_cast<std::uintptr_t>(v.data) + low;
-  hi = reinterpret_cast<std::uintptr_t>(v.data) + high + size - 1;
-  return true;
-}
-
-template <class A, class B>
-void check_apart(const char* api, const char* a_name, const A& a, const char* b_name, const B& b) {
-  // extent4's arithmetic must not overflow (a no-op for views already checked).
-  check_extent(api, a_name, a);
-  check_extent(api, b_name, b);
-  std::uintptr_t a_lo, a_hi, b_lo, b_hi;
-  if (!extent4(a, a_lo, a_hi) || !extent4(b, b_lo, b_hi)) return;
-  if (a_lo <= b_hi && b_lo <= a_hi) {
-    fail(api, std::string("output ") + a_name + " " + dims(a) + " overlaps " + b_name + " " + dims(b) +
-                  " in memory; outputs must not alias inputs or each other");
-  }
-}
-
-/// n contiguous elements as a 1 x 1 x 1 x n view, for check_apart.
-template <typename Element>
-HeadsView<Element> as_vector(Element* data, Index n) {
-  return HeadsView<Element>{data, 1, 1, 1, n, 0, 0, 0, 1};
 }
 
 }  // namespace
 
 template <typename T>
-HeadsProblem<T> make_heads_problem(const char* api, HeadsView<const T> q, HeadsView<const T> k,
-                                   HeadsView<const T> v, HeadsView<T> out, HeadsView<T> lse, HeadsView<T> scores,
-                                   HeadsView<T> average, const Options& opt, const Masks<T>& masks,
-                                   const std::int64_t* cu_q, const std::int64_t* cu_k, Index sequences) {
-  check_sizes(api, "Q", q);
-  check_sizes(api, "K", k);
-  check_sizes(api, "V", v);
-  const bool varlen = cu_q != nullptr || cu_k != nullptr;
-  const Index B = varlen ? sequences : q.batch, H = q.heads;
-  if (k.batch != q.batch || v.batch != q.batch) {
-    fail(api, "batch sizes differ: Q is " + dims(q) + ", K is " + dims(k) + ", V is " + dims(v));
+Problem<T> make_problem(const Call<T>& c, const Options& opt) {
+  const char* api = c.api;
+  if (!c.inputs_only && !c.want_out && !c.want_scores) {
+    fail(api, c.form == Form::Matrix ? "neither SCORES nor ATTN is asked for" : "neither out nor scores is given");
   }
-  if (k.heads != v.heads) fail(api, "K and V have different head counts: K is " + dims(k) + ", V is " + dims(v));
-  if (k.heads == 0 ? H != 0 : H % k.heads != 0) {
-    fail(api, "query heads (" + std::to_string(H) + ") must be a multiple of key/value heads (" +
-                  std::to_string(k.heads) + "); Q is " + dims(q) + ", K is " + dims(k));
+  if (c.want_out && !c.has_v) fail(api, "ATTN is asked for without V");
+
+  // The inputs, each on its own, then against each other.
+  const Array q = array_of("Q", c.q, c.form), k = array_of("K", c.k, c.form), v = array_of("V", c.v, c.form);
+  check_sizes(api, q);
+  check_sizes(api, k);
+  if (c.has_v) check_sizes(api, v);
+  const bool varlen = c.cu_q != nullptr || c.cu_k != nullptr;
+  const index_t H = c.q.heads, tq = c.q.tokens, tk = c.k.tokens;
+  if (c.q.dim != c.k.dim) {
+    fail(api, "K has d_k = " + num(c.k.dim) + " but Q has d_k = " + num(c.q.dim) + " (d_k must match); Q is " +
+                  q.shape() + ", K is " + k.shape());
   }
-  if (k.tokens != v.tokens) {
-    fail(api, "K and V have different token counts (T_k): K is " + dims(k) + ", V is " + dims(v));
-  }
-  if (q.dim != k.dim) {
-    fail(api, "K has d_k = " + std::to_string(k.dim) + " but Q has " + std::to_string(q.dim) + "; Q is " + dims(q) +
-                  ", K is " + dims(k));
-  }
-  check_scratch<T>(api, q.dim, v.dim, k.tokens);
-  const T scale = resolve_scale<T>(api, opt, q.dim, "Q is " + dims(q));
-  check_threads(api, opt);
-  check_window_and_softcap<T>(api, opt);
-  const Index tq = q.tokens, tk = k.tokens;
-  if (!out.empty() || scores.empty()) check_shape(api, "out", out, q.batch, H, tq, v.dim, "[B, H, T_q, d_v]");
-  if (!lse.empty()) check_shape(api, "lse", lse, q.batch, H, tq, 1, "[B, H, T_q, 1]");
-  if (!scores.empty()) check_shape(api, "scores", scores, q.batch, H, tq, tk, "[B, H, T_q, T_k]");
-  if (!average.empty()) {
-    check_shape(api, "average_scores", average, q.batch, 1, tq, tk, "[B, 1, T_q, T_k]");
-    if (scores.empty()) fail(api, "average_scores is the mean of the per-head scores, so scores must be given too");
-  }
-  if (varlen) {
-    if (cu_q == nullptr || cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
-    if (sequences < 0) fail(api, "the number of sequences is negative: " + std::to_string(sequences));
-    if (sequences > kIndexMax / static_cast<Index>(sizeof(std::int64_t)) - 1) {
-      fail(api, "the number of sequences, " + std::to_string(sequences) +
-                    ", is too large: cu_seqlens of batch + 1 offsets would span more bytes than Eigen::Index can count");
+  if (c.has_v) {
+    if (c.k.batch != c.q.batch || c.v.batch != c.q.batch) {
+      fail(api, "batch sizes differ: Q is " + q.shape() + ", K is " + k.shape() + ", V is " + v.shape());
     }
-    if (q.batch != 1) fail(api, "a packed batch has batch size 1 in its views, but Q is " + dims(q));
-    if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
+    if (c.k.heads != c.v.heads) fail(api, "K and V have different head counts: K is " + k.shape() + ", V is " + v.shape());
+    if (c.v.tokens != tk) {
+      fail(api, "V has T_k = " + num(c.v.tokens) + " but K has T_k = " + num(tk) + " (T_k must match); K is " +
+                    k.shape() + ", V is " + v.shape());
+    }
+  } else if (c.k.batch != c.q.batch || c.k.heads != c.q.heads) {
+    fail(api, "batch sizes or head counts differ: Q is " + q.shape() + ", K is " + k.shape());
+  }
+  if (c.k.heads == 0 ? H != 0 : H % c.k.heads != 0) {
+    fail(api, "query heads (" + num(H) + ") must be a multiple of key/value heads (" + num(c.k.heads) + "); Q is " +
+                  q.shape() + ", K is " + k.shape());
+  }
+  const index_t dv = c.has_v ? c.v.dim : 0;
+  check_scratch<T>(api, c.q.dim, dv, tk);
+
+  Problem<T> p;
+  check_options(api, opt, p, q);
+  p.q = c.q;
+  p.k = c.k;
+  p.v = c.has_v ? c.v : HeadsView<const T>{};
+  p.masks = c.masks;
+  p.cu_q = c.cu_q;
+  p.cu_k = c.cu_k;
+  p.sequences = varlen ? c.sequences : c.q.batch;
+  if (c.inputs_only) return p;
+
+  // The outputs: shapes, then distinct elements.
+  const index_t B = c.q.batch;
+  std::vector<Array> outputs;
+  const auto output = [&](bool wanted, const char* name, const HeadsView<T>& view, index_t heads, index_t cols,
+                          const char* what) {
+    if (!wanted) return;
+    const Array a = array_of(name, view, c.form);
+    check_sizes(api, a);
+    if (view.batch != B || view.heads != heads || view.tokens != tq || view.dim != cols) {
+      Array must = a;
+      must.size[0] = B, must.size[1] = heads, must.size[2] = tq, must.size[3] = cols;
+      fail(api, std::string(name) + " is " + a.shape() + " but must be " + must.shape() + " (" + what + ")");
+    }
+    outputs.push_back(a);
+  };
+  const bool matrix = c.form == Form::Matrix;
+  output(c.want_out, c.out_name, c.out, H, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]");
+  output(c.want_lse, "lse", c.lse, H, 1, matrix ? "T_q x 1" : "[B, H, T_q, 1]");
+  output(c.want_scores, "scores", c.scores, H, tk, matrix ? "T_q x T_k" : "[B, H, T_q, T_k]");
+  if (c.want_average) {
+    if (!c.want_scores) fail(api, "average_scores is the mean of the per-head scores, so scores must be given too");
+    output(true, "average_scores", c.average, 1, tk, "[B, 1, T_q, T_k]");
+  }
+  p.out = c.out;
+  p.lse = c.lse;
+  p.scores = c.scores;
+  p.want_out = c.want_out;
+  p.want_lse = c.want_lse;
+  p.want_scores = c.want_scores;
+
+  // The masks, or the packed batch's offsets: inputs too.
+  std::vector<Array> inputs = {q, k};
+  if (c.has_v) inputs.push_back(v);
+  if (varlen) {
+    if (c.cu_q == nullptr || c.cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
+    check_sequence_count(api, c.sequences);
+    if (c.q.batch != 1) fail(api, "a packed batch has batch size 1 in its views, but Q is " + q.shape());
+    if (!c.masks.mask.empty() || !c.masks.bias.empty() || c.masks.key_lengths != nullptr) {
       fail(api, "a packed variable-length batch takes no mask, bias or key_lengths (ALiBi, causal and window apply)");
     }
-    for (const auto& [name, cu, total] : {std::tuple{"cu_seqlens_q", cu_q, tq}, std::tuple{"cu_seqlens_k", cu_k, tk}}) {
-      if (cu[0] != 0) fail(api, std::string(name) + "[0] is " + std::to_string(cu[0]) + " but must be 0");
-      for (Index b = 0; b < sequences; ++b) {
-        if (cu[b + 1] < cu[b]) {
-          fail(api, std::string(name) + " decreases: [" + std::to_string(b) + "] = " + std::to_string(cu[b]) +
-                        " > [" + std::to_string(b + 1) + "] = " + std::to_string(cu[b + 1]));
-        }
-      }
-      if (cu[sequences] > total) {
-        fail(api, std::string(name) + "[" + std::to_string(sequences) + "] = " + std::to_string(cu[sequences]) +
-                      " exceeds the " + std::to_string(total) + " packed tokens");
-      }
-    }
+    check_offsets(api, "cu_seqlens_q", c.cu_q, c.sequences, tq);
+    check_offsets(api, "cu_seqlens_k", c.cu_k, c.sequences, tk);
+    inputs.push_back(vector_of("cu_seqlens_q", c.cu_q, c.sequences + 1));
+    inputs.push_back(vector_of("cu_seqlens_k", c.cu_k, c.sequences + 1));
   } else {
-    check_broadcast(api, "mask", masks.mask, B, H, tq, tk);
-    check_broadcast(api, "bias", masks.bias, B, H, tq, tk);
-    if (masks.key_lengths != nullptr) {
-      const Index sizes[1] = {B}, strides[1] = {1};
-      check_view_size(api, "key_lengths", 1, sizes, strides, sizeof(std::int64_t), false);
-      for (Index b = 0; b < B; ++b) {
-        if (masks.key_lengths[b] < 0 || masks.key_lengths[b] > tk) {
-          fail(api, "key_lengths[" + std::to_string(b) + "] = " + std::to_string(masks.key_lengths[b]) +
-                        " is outside [0, T_k = " + std::to_string(tk) + "]");
+    const auto broadcast = [&](const char* name, const auto& m) {
+      if (m.empty()) return;
+      const Array a = array_of(name, m, c.form);
+      const bool batch_ok = m.batch == 1 || m.batch == B, heads_ok = m.heads == 1 || m.heads == H;
+      if (!batch_ok || !heads_ok || m.rows != tq || m.cols != tk) {
+        fail(api, std::string(name) + " is " + a.shape() + " but must be [" + num(B) + " or 1, " + num(H) + " or 1, " +
+                      num(tq) + ", " + num(tk) + "]");
+      }
+      check_countable(api, a);
+      inputs.push_back(a);
+    };
+    broadcast("mask", c.masks.mask);
+    broadcast("bias", c.masks.bias);
+    if (c.masks.key_lengths != nullptr) {
+      const Array lengths = vector_of("key_lengths", c.masks.key_lengths, B);
+      check_countable(api, lengths);
+      for (index_t b = 0; b < B; ++b) {
+        if (c.masks.key_lengths[b] < 0 || c.masks.key_lengths[b] > tk) {
+          fail(api, "key_lengths[" + num(b) + "] = " + std::to_string(c.masks.key_lengths[b]) +
+                        " is outside [0, T_k = " + num(tk) + "]");
         }
       }
+      inputs.push_back(lengths);
     }
   }
-  for (const auto& [name, view] : {std::pair{"out", out}, std::pair{"lse", lse}, std::pair{"scores", scores},
-                                   std::pair{"average_scores", average}}) {
-    check_apart(api, name, view, "Q", q);
-    check_apart(api, name, view, "K", k);
-    check_apart(api, name, view, "V", v);
-  }
-  // The masks are inputs too: an output must not write over them.
-  const auto as_heads = [](const auto& m) {
-    using Element = std::remove_pointer_t<decltype(m.data)>;
-    return HeadsView<Element>{m.data, m.batch, m.heads, m.rows, m.cols,
-                              m.batch_stride, m.head_stride, m.row_stride, m.col_stride};
-  };
-  for (const auto& [name, view] : {std::pair{"out", out}, std::pair{"lse", lse}, std::pair{"scores", scores},
-                                   std::pair{"average_scores", average}}) {
-    if (!masks.mask.empty()) check_apart(api, name, view, "mask", as_heads(masks.mask));
-    if (!masks.bias.empty()) check_apart(api, name, view, "bias", as_heads(masks.bias));
-    if (masks.alibi_slopes != nullptr) check_apart(api, name, view, "alibi_slopes", as_vector(masks.alibi_slopes, H));
-    if (masks.key_lengths != nullptr) check_apart(api, name, view, "key_lengths", as_vector(masks.key_lengths, B));
-    if (cu_q != nullptr) check_apart(api, name, view, "cu_seqlens_q", as_vector(cu_q, B + 1));
-    if (cu_k != nullptr) check_apart(api, name, view, "cu_seqlens_k", as_vector(cu_k, B + 1));
-  }
-  check_apart(api, "out", out, "lse", lse);
-  check_apart(api, "out", out, "scores", scores);
-  check_apart(api, "lse", lse, "scores", scores);
-  check_apart(api, "average_scores", average, "scores", scores);
-  check_apart(api, "average_scores", average, "out", out);
-  check_apart(api, "average_scores", average, "lse", lse);
+  if (c.masks.alibi_slopes != nullptr) inputs.push_back(vector_of("alibi_slopes", c.masks.alibi_slopes, H));
 
-  HeadsProblem<T> p;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  p.out = out;
-  p.lse = lse;
-  p.scores = scores;
-  p.masks = masks;
-  p.scale = scale;
-  p.causal = opt.causal;
-  p.bottom_right = opt.alignment == CausalAlignment::BottomRight;
-  p.window_left = opt.window_left;
-  p.window_right = opt.window_right;
-  p.softcap = static_cast<T>(opt.softcap);
-  p.cu_q = cu_q;
-  p.cu_k = cu_k;
-  p.sequences = B;
+  // Memory, last: no two elements of an output share memory, no output overlaps an input, and no
+  // two outputs overlap (average_scores, checked last above, named first).
+  for (const Array& out : outputs) check_distinct_elements(api, out);
+  for (const Array& out : outputs) {
+    for (const Array& in : inputs) check_apart(api, out, in);
+  }
+  if (c.want_average) std::rotate(outputs.begin(), outputs.end() - 1, outputs.end());
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) check_apart(api, outputs[i], outputs[j]);
+  }
   return p;
 }
 
 template <typename T>
 void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> lse_a, HeadsView<const T> out_b,
                  HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse) {
-  const auto same_shape = [&](const char* a_name, const auto& a, const char* b_name, const auto& b) {
-    check_sizes(api, a_name, a);
-    if (a.batch != b.batch || a.heads != b.heads || a.tokens != b.tokens || a.dim != b.dim) {
-      fail(api, std::string(a_name) + " is " + dims(a) + " but " + b_name + " is " + dims(b));
+  const Form f = Form::Heads;
+  const Array oa = array_of("out_a", out_a, f), la = array_of("lse_a", lse_a, f), ob = array_of("out_b", out_b, f),
+              lb = array_of("lse_b", lse_b, f), o = array_of("out", out, f), l = array_of("lse", lse, f);
+  const auto same_shape = [&](const Array& a, const Array& b) {
+    check_sizes(api, a);
+    if (!std::equal(a.size, a.size + 4, b.size)) {
+      fail(api, std::string(a.name) + " is " + a.shape() + " but " + b.name + " is " + b.shape());
     }
   };
-  check_sizes(api, "out_a", out_a);
-  same_shape("out_b", out_b, "out_a", out_a);
-  same_shape("out", out, "out_a", out_a);
-  check_shape(api, "lse_a", lse_a, out_a.batch, out_a.heads, out_a.tokens, 1, "[B, H, T, 1]");
-  same_shape("lse_b", lse_b, "lse_a", lse_a);
-  same_shape("lse", lse, "lse_a", lse_a);
+  check_sizes(api, oa);
+  same_shape(ob, oa);
+  same_shape(o, oa);
+  check_sizes(api, la);
+  Array must = la;
+  must.size[0] = out_a.batch, must.size[1] = out_a.heads, must.size[2] = out_a.tokens, must.size[3] = 1;
+  if (!std::equal(la.size, la.size + 4, must.size)) {
+    fail(api, "lse_a is " + la.shape() + " but must be " + must.shape() + " ([B, H, T, 1])");
+  }
+  same_shape(lb, la);
+  same_shape(l, la);
+  check_distinct_elements(api, o);
+  check_distinct_elements(api, l);
   // An output may be exactly one of the inputs (merging in place) or apart from all of them: a
   // partial overlap would read values already overwritten.
-  const auto alias_or_apart = [&](const char* out_name, const auto& o, const char* in_name, const auto& in) {
-    const bool same = static_cast<const void*>(o.data) == static_cast<const void*>(in.data) &&
-                      o.batch_stride == in.batch_stride && o.head_stride == in.head_stride &&
-                      o.token_stride == in.token_stride && o.dim_stride == in.dim_stride && o.dim == in.dim;
-    if (!same) check_apart(api, out_name, o, in_name, in);
+  const auto alias_or_apart = [&](const Array& out_array, const Array& in) {
+    const bool same = out_array.data == in.data && std::equal(out_array.stride, out_array.stride + 4, in.stride);
+    if (!same) check_apart(api, out_array, in);
   };
-  for (const auto& [in_name, in] : {std::pair{"out_a", out_a}, std::pair{"lse_a", lse_a}, std::pair{"out_b", out_b},
-                                    std::pair{"lse_b", lse_b}}) {
-    alias_or_apart("out", out, in_name, in);
-    alias_or_apart("lse", lse, in_name, in);
+  for (const Array* in : {&oa, &la, &ob, &lb}) {
+    alias_or_apart(o, *in);
+    alias_or_apart(l, *in);
   }
-  check_apart(api, "out", out, "lse", lse);
+  check_apart(api, o, l);
 }
 
-std::vector<Index> varlen_score_offsets(const char* api, const std::int64_t* cu_q, const std::int64_t* cu_k,
-                                        Index batch, Index heads) {
+std::vector<index_t> varlen_score_offsets(const char* api, const std::int64_t* cu_q, const std::int64_t* cu_k,
+                                          index_t batch, index_t heads) {
   if (cu_q == nullptr || cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
-  if (batch < 0) fail(api, "the number of sequences is negative: " + std::to_string(batch));
-  if (heads < 0) fail(api, "the number of heads is negative: " + std::to_string(heads));
-  if (batch > kIndexMax / static_cast<Index>(sizeof(std::int64_t)) - 1) {
-    fail(api, "the number of sequences, " + std::to_string(batch) +
-                  ", is too large: cu_seqlens of batch + 1 offsets would span more bytes than Eigen::Index can count");
-  }
-  std::vector<Index> offsets(static_cast<std::size_t>(batch) + 1, 0);
-  for (const auto& [name, cu] : {std::pair{"cu_seqlens_q", cu_q}, std::pair{"cu_seqlens_k", cu_k}}) {
-    if (cu[0] != 0) fail(api, std::string(name) + "[0] is " + std::to_string(cu[0]) + " but must be 0");
-    for (Index b = 0; b < batch; ++b) {
-      if (cu[b + 1] < cu[b]) {
-        fail(api, std::string(name) + " decreases: [" + std::to_string(b) + "] = " + std::to_string(cu[b]) +
-                      " > [" + std::to_string(b + 1) + "] = " + std::to_string(cu[b + 1]));
-      }
-    }
-  }
-  for (Index b = 0; b < batch; ++b) {
-    const Index tq = cu_q[b + 1] - cu_q[b], tk = cu_k[b + 1] - cu_k[b];
-    Index block = 0, next = 0;
-    if (__builtin_mul_overflow(tq, tk, &block) || __builtin_mul_overflow(block, heads, &block) ||
-        __builtin_add_overflow(offsets[b], block, &next)) {
-      fail(api, "the packed weights of " + std::to_string(batch) + " sequences overflow Eigen::Index at sequence " +
-                    std::to_string(b) + " (T_q = " + std::to_string(tq) + ", T_k = " + std::to_string(tk) +
-                    ", heads = " + std::to_string(heads) + ")");
+  check_sequence_count(api, batch);
+  if (heads < 0) fail(api, "the number of heads is negative: " + num(heads));
+  check_offsets(api, "cu_seqlens_q", cu_q, batch, -1);
+  check_offsets(api, "cu_seqlens_k", cu_k, batch, -1);
+  std::vector<index_t> offsets(static_cast<std::size_t>(batch) + 1, 0);
+  for (index_t b = 0; b < batch; ++b) {
+    const index_t tq = cu_q[b + 1] - cu_q[b], tk = cu_k[b + 1] - cu_k[b];
+    index_t block = 0, next = 0;
+    if (!mul(tq, tk, block) || !mul(block, heads, block) || !add(offsets[b], block, next)) {
+      fail(api, "the packed weights of " + num(batch) + " sequences overflow Eigen::Index at sequence " + num(b) +
+                    " (T_q = " + num(tq) + ", T_k = " + num(tk) + ", heads = " + num(heads) + ")");
     }
     offsets[b + 1] = next;
   }
@@ -508,38 +542,27 @@ std::vector<Index> varlen_score_offsets(const char* api, const std::int64_t* cu_
 
 template <typename T>
 void check_packed_scores(const char* api, const T* scores, std::size_t size, std::size_t required,
-                         const HeadsProblem<T>& p) {
+                         const Problem<T>& p) {
   if (size != required) {
     fail(api, "scores holds " + std::to_string(size) + " elements but the packed weights need " +
                   std::to_string(required) + " (varlen_scores_size)");
   }
   if (required > 0 && scores == nullptr) fail(api, "scores is null");
-  const HeadsView<const T> packed = as_vector(scores, static_cast<Index>(required));
-  check_apart(api, "scores", packed, "Q", p.q);
-  check_apart(api, "scores", packed, "K", p.k);
-  check_apart(api, "scores", packed, "V", p.v);
-  check_apart(api, "scores", packed, "out", HeadsView<const T>(p.out));
-  check_apart(api, "scores", packed, "lse", HeadsView<const T>(p.lse));
-  check_apart(api, "scores", packed, "cu_seqlens_q", as_vector(p.cu_q, p.sequences + 1));
-  check_apart(api, "scores", packed, "cu_seqlens_k", as_vector(p.cu_k, p.sequences + 1));
-  if (p.masks.alibi_slopes != nullptr) {
-    check_apart(api, "scores", packed, "alibi_slopes", as_vector(p.masks.alibi_slopes, p.q.heads));
-  }
+  const Form f = Form::Heads;
+  const Array packed = vector_of("scores", scores, static_cast<index_t>(required));
+  std::vector<Array> others = {array_of("Q", p.q, f), array_of("K", p.k, f), array_of("V", p.v, f),
+                               vector_of("cu_seqlens_q", p.cu_q, p.sequences + 1),
+                               vector_of("cu_seqlens_k", p.cu_k, p.sequences + 1)};
+  if (p.want_out) others.push_back(array_of("out", p.out, f));
+  if (p.want_lse) others.push_back(array_of("lse", p.lse, f));
+  if (p.masks.alibi_slopes != nullptr) others.push_back(vector_of("alibi_slopes", p.masks.alibi_slopes, p.q.heads));
+  for (const Array& other : others) check_apart(api, packed, other);
 }
 
-#define EIGEN_ATTENTION_INSTANTIATE(T)                                                       \
-  template Problem<T> make_problem<T>(const char*, const ConstStridedMap<T>&,                \
-                                      const ConstStridedMap<T>&, const ConstStridedMap<T>*,  \
-                                      const Options&);                                       \
-  template void check_output<T>(const char*, const char*, const StridedMap<T>&, Index, Index); \
-  template void check_scratch<T>(const char*, Index, Index, Index);                         \
-  template void check_window_and_softcap<T>(const char*, const Options&);                   \
-  template HeadsProblem<T> make_heads_problem<T>(                                              \
-      const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>, HeadsView<T>, HeadsView<T>, \
-      HeadsView<T>, HeadsView<T>, const Options&, const Masks<T>&, const std::int64_t*, const std::int64_t*, \
-      Index);                                                                                   \
-  template void check_packed_scores<T>(const char*, const T*, std::size_t, std::size_t, const HeadsProblem<T>&); \
-  template void check_merge<T>(const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,         \
+#define EIGEN_ATTENTION_INSTANTIATE(T)                                                                          \
+  template Problem<T> make_problem<T>(const Call<T>&, const Options&);                                          \
+  template void check_packed_scores<T>(const char*, const T*, std::size_t, std::size_t, const Problem<T>&);     \
+  template void check_merge<T>(const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,          \
                                HeadsView<const T>, HeadsView<T>, HeadsView<T>);
 EIGEN_ATTENTION_INSTANTIATE(float)
 EIGEN_ATTENTION_INSTANTIATE(double)
@@ -553,20 +576,17 @@ namespace compiled {
 void check_result_size(const char* api, const char* name, const char* what, std::ptrdiff_t rows,
                        std::ptrdiff_t cols, std::size_t element_bytes, std::ptrdiff_t max_elements) {
   using internal::fail;
-  using internal::kIndexMax;
-  using internal::mul;
-  using internal::shape;
-  internal::Index bytes = 0, count = 0;
-  if (rows < 0 || cols < 0)
-    fail(api, std::string(name) + " (" + what + ") would have a negative size: " + shape(rows, cols));
-  if (!mul(rows, cols, count) || !mul(count, static_cast<internal::Index>(element_bytes), bytes)) {
-    fail(api, std::string(name) + " (" + what + ") would be " + shape(rows, cols) + " elements of " +
-                  std::to_string(element_bytes) + " bytes, more than Eigen::Index can count (" +
-                  std::to_string(kIndexMax) + " bytes)");
+  using internal::num;
+  const std::string shown = num(rows) + "x" + num(cols);
+  internal::index_t bytes = 0, count = 0;
+  if (rows < 0 || cols < 0) fail(api, std::string(name) + " (" + what + ") would have a negative size: " + shown);
+  if (!internal::mul(rows, cols, count) || !internal::mul(count, static_cast<internal::index_t>(element_bytes), bytes)) {
+    fail(api, std::string(name) + " (" + what + ") would be " + shown + " elements of " + std::to_string(element_bytes) +
+                  " bytes, more than Eigen::Index can count (" + num(internal::kIndexMax) + " bytes)");
   }
   if (count > max_elements) {
-    fail(api, std::string(name) + " (" + what + ") would be " + shape(rows, cols) + " elements, more than " +
-                  "the caller's Eigen::Index can count (" + std::to_string(max_elements) + ")");
+    fail(api, std::string(name) + " (" + what + ") would be " + shown + " elements, more than " +
+                  "the caller's Eigen::Index can count (" + num(max_elements) + ")");
   }
 }
 

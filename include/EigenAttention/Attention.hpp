@@ -91,11 +91,14 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
-  compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
-  detail::check_resizable_apart("attention_into",
-                                {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-                                 detail::input_extent("V", V, v.map())},
-                                {detail::output_extent("out", out)});
+  // Inputs are validated before an output is resized (then again by the call itself).
+  if (detail::will_resize(out, Q.rows(), V.cols())) {
+    compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
+    detail::check_resizable_apart("attention_into",
+                                  {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+                                   detail::input_extent("V", V, v.map())},
+                                  {detail::output_extent("out", out)});
+  }
   const auto o = detail::output_view(out, Q.rows(), V.cols());
   compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, nullptr, opt);
 }
@@ -114,11 +117,15 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
-  compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
-  detail::check_resizable_apart("attention_into",
-                                {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-                                 detail::input_extent("V", V, v.map())},
-                                {detail::output_extent("out", out), detail::output_extent("lse", lse)});
+  // Inputs are validated before an output is resized (then again by the call itself).
+  if (detail::will_resize(out, Q.rows(), V.cols()) ||
+      detail::will_resize(lse, Q.rows(), 1)) {
+    compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
+    detail::check_resizable_apart("attention_into",
+                                  {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+                                   detail::input_extent("V", V, v.map())},
+                                  {detail::output_extent("out", out), detail::output_extent("lse", lse)});
+  }
   const auto o = detail::output_view(out, Q.rows(), V.cols());
   const auto l = detail::output_view(lse, Q.rows(), 1);
   compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, &l, opt);
@@ -157,11 +164,15 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
-  compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
-  detail::check_resizable_apart("attention_decomposed_into",
-                                {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-                                 detail::input_extent("V", V, v.map())},
-                                {detail::output_extent("scores", scores), detail::output_extent("attn", attn)});
+  // Inputs are validated before an output is resized (then again by the call itself).
+  if (detail::will_resize(scores, Q.rows(), K.rows()) ||
+      detail::will_resize(attn, Q.rows(), V.cols())) {
+    compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
+    detail::check_resizable_apart("attention_decomposed_into",
+                                  {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+                                   detail::input_extent("V", V, v.map())},
+                                  {detail::output_extent("scores", scores), detail::output_extent("attn", attn)});
+  }
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   const auto o = detail::output_view(attn, Q.rows(), V.cols());
   compiled::attention_decomposed_into<Scalar>(q.map(), k.map(), v.map(), s, o, nullptr, opt);
@@ -181,12 +192,17 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
-  compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
-  detail::check_resizable_apart("attention_decomposed_into",
-                                {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-                                 detail::input_extent("V", V, v.map())},
-                                {detail::output_extent("scores", scores), detail::output_extent("attn", attn),
-                                 detail::output_extent("lse", lse)});
+  // Inputs are validated before an output is resized (then again by the call itself).
+  if (detail::will_resize(scores, Q.rows(), K.rows()) ||
+      detail::will_resize(attn, Q.rows(), V.cols()) ||
+      detail::will_resize(lse, Q.rows(), 1)) {
+    compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
+    detail::check_resizable_apart("attention_decomposed_into",
+                                  {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+                                   detail::input_extent("V", V, v.map())},
+                                  {detail::output_extent("scores", scores), detail::output_extent("attn", attn),
+                                   detail::output_extent("lse", lse)});
+  }
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   const auto o = detail::output_view(attn, Q.rows(), V.cols());
   const auto l = detail::output_view(lse, Q.rows(), 1);
@@ -215,10 +231,13 @@ void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBa
   (void)detail::OutputCheck<DS>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
-  compiled::validate<Scalar>("attention_scores_into", q.map(), k.map(), nullptr, opt);
-  detail::check_resizable_apart("attention_scores_into",
-                                {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map())},
-                                {detail::output_extent("scores", scores)});
+  // Inputs are validated before an output is resized (then again by the call itself).
+  if (detail::will_resize(scores, Q.rows(), K.rows())) {
+    compiled::validate<Scalar>("attention_scores_into", q.map(), k.map(), nullptr, opt);
+    detail::check_resizable_apart("attention_scores_into",
+                                  {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map())},
+                                  {detail::output_extent("scores", scores)});
+  }
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   compiled::attention_scores_into<Scalar>(q.map(), k.map(), s, nullptr, opt);
 }

@@ -198,6 +198,23 @@ class InputView<Derived, false> {
   ConstStridedMap<Scalar> map_;
 };
 
+/// Will output_view() resize `out` to rows x cols? Only then do the front doors validate the
+/// inputs and check_resizable_apart() first: a call that throws must resize nothing, and a resize
+/// must not free storage an input views. Otherwise the compiled call validates everything once.
+template <class Out>
+bool will_resize(const Out& out, Eigen::Index rows, Eigen::Index cols) {
+  using Derived = OutputOf<Out>;
+  if constexpr (kIsResizable<Derived>) {
+    constexpr int kRows = Derived::RowsAtCompileTime, kCols = Derived::ColsAtCompileTime;
+    const Derived& o = static_cast<const Derived&>(out.derived());
+    const bool fits = (kRows == Eigen::Dynamic || kRows == rows) && (kCols == Eigen::Dynamic || kCols == cols);
+    return fits && (o.rows() != rows || o.cols() != cols);
+  } else {
+    (void)out, (void)rows, (void)cols;
+    return false;
+  }
+}
+
 /// A writable strided view of an output, which arrives as a forwarding reference so that
 /// temporaries such as `M.block(...)` bind and const matrices are rejected (OutputCheck). Like
 /// Eigen's own functions, it writes through a const Map, Ref or block (their storage is not
