@@ -1,45 +1,19 @@
 /// \file Attention.hpp
 /// Scaled dot-product attention for one head: the calls.
 ///
-/// With Q (T_q x d_k), K (T_k x d_k), V (T_k x d_v) and s = Options::scale (default 1/sqrt(d_k)):
+/// ATTN = softmax(Q K^T * scale) V for Q (T_q x d_k), K (T_k x d_k) and V (T_k x d_v): any Eigen
+/// dense expressions of one scalar type, float or double; results are row-major (RowMatrix).
+/// What a call computes, step by step (scale, soft-cap, causal mask and its alignment, window,
+/// softmax, log-sum-exp), and what a row that sees no key or an empty size gives, is stated
+/// once, in [Semantics](docs/semantics.md); what throws, non-finite inputs, determinism, memory
+/// and error bounds in [Guarantees](docs/guarantees.md). Each call below gives its shapes and
+/// exceptions: every call validates its arguments before it writes anything and throws
+/// std::invalid_argument naming the shapes or value at fault.
 ///
-/// | step | what                                                                      |
-/// |------|---------------------------------------------------------------------------|
-/// | 1    | raw logits L = Q K^T (T_q x T_k)                                          |
-/// | 2    | mask: when causal, L(i, j) = -inf for every key j > i + offset            |
-/// |      | (offset = 0 for TopLeft, T_k - T_q for BottomRight)                       |
-/// | 3    | scale: L = s * L                                                          |
-/// | 4    | row softmax: SCORES(i, j) = exp(L(i, j) - m_i) / sum_j exp(L(i, j) - m_i), |
-/// |      | m_i the row maximum; LSE(i) = m_i + log(sum_j exp(L(i, j) - m_i))          |
-/// | 5    | ATTN = SCORES V (T_q x d_v), summing over the keys each query sees         |
-///
-/// - Options::window_left/window_right (sliding window) and Options::softcap apply here too,
-///   in the order of the table in MultiHead.hpp (the mask and scale steps above commute: the
-///   scale is positive). Boolean masks, biases, padding and ALiBi are in MultiHead.hpp.
-/// - A query that sees no key (BottomRight with i < T_q - T_k, or T_k = 0) gets a zero SCORES
-///   row, a zero ATTN row and LSE = -inf; never NaN.
-/// - T_q = 0 gives empty results of the right shapes; d_v = 0 gives an empty ATTN.
-/// - NaN or Inf in an input reaches only the output rows that depend on it: a query row's own
-///   outputs, and the rows of the queries that see the key row holding it.
-/// - Masked keys never touch the result: their SCORES are exact zeros and their V rows are
-///   not read into that query's ATTN row.
-///
-/// Inputs are any Eigen dense expressions of one scalar type, float or double: row- or
-/// column-major matrices, Maps over your buffers (any strides), blocks, Refs. Expressions without
-/// direct memory access (e.g. `A * B`, `M.cast<float>()`) are evaluated once into a temporary.
-/// Results come back as row-major matrices (one row per token; see RowMatrix).
-///
-/// Which call to use:
-/// - attention(): ATTN only. Fastest, and memory stays O(T) however long the sequences.
-/// - attention_decomposed(): ATTN and the T_q x T_k SCORES, for inspecting the weights.
-/// - attention_scores(): SCORES alone; needs no V.
-/// - the `_into` forms write into storage you provide and allocate nothing in a loop: the
-///   tiled kernels keep a small per-thread workspace that only grows (Kernel::Reference, the
-///   yardstick, does allocate).
-///
-/// Errors: shape mismatches, a non-finite or non-positive scale, d_k = 0 with the default
-/// scale, outputs of the wrong shape, and outputs that overlap an input or each other throw
-/// std::invalid_argument with a message naming the shapes or value; no output is written then.
+/// attention() is the fused call (ATTN only, memory O(T)); attention_decomposed() also returns
+/// the T_q x T_k SCORES; attention_scores() returns SCORES alone. The `_into` forms write into
+/// storage you provide and allocate nothing in a loop: the tiled kernels keep a small
+/// per-thread workspace that only grows (Kernel::Reference, the yardstick, does allocate).
 #pragma once
 
 #include <Eigen/Core>

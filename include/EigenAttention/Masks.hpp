@@ -63,9 +63,9 @@ struct BroadcastView {
 };
 
 /// Masks and biases of a multi-head call; every member is optional (empty/null = not used).
-/// They apply in FlashAttention's order (see attention_heads() for the whole table):
-/// logits = scale * q.k, soft-capped (Options::softcap), plus ALiBi and `bias`, then every mask
-/// (`mask`, causal, window, `key_lengths`) sets -inf, then the row softmax.
+/// They apply in FlashAttention's order, the table of [Semantics](docs/semantics.md): the
+/// scaled, soft-capped logits plus ALiBi and `bias`, then every mask (`mask`, causal, window,
+/// `key_lengths`) sets -inf, then the row softmax.
 template <typename Scalar>
 struct Masks {
   /// Boolean mask, true = may attend (PyTorch SDPA's convention), [T_q, T_k] broadcastable.

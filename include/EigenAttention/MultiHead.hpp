@@ -5,24 +5,12 @@
 /// Every call takes Q [B, H, T_q, d_k], K [B, H_kv, T_k, d_k], V [B, H_kv, T_k, d_v] and writes
 /// ATTN [B, H, T_q, d_v], all as HeadsView (any layout and strides, nothing copied). H must be a
 /// multiple of H_kv: query head h reads K/V head h / (H / H_kv) (GQA; H_kv = 1 is MQA), and
-/// K/V are never copied per head. With offset = 0 (TopLeft) or T_k - T_q (BottomRight; T_k is
-/// the sequence's key length when `key_lengths` is given), the logits of query i and key j are:
-///
-/// | step | what                                                                            |
-/// |------|---------------------------------------------------------------------------------|
-/// | 1    | s = scale * q_i . k_j (scale: Options::scale, default 1/sqrt(d_k))               |
-/// | 2    | soft-cap: s = softcap * tanh(s / softcap) when Options::softcap > 0              |
-/// | 3    | ALiBi: s -= slope_h * abs(i + offset - j) when Masks::alibi_slopes is set        |
-/// | 4    | bias: s += bias(b, h, i, j) when Masks::bias is set                              |
-/// | 5    | masks: s = -inf where mask(b, h, i, j) is false, where causal and j > i + offset, |
-/// |      | outside the window [i + offset - left, i + offset + right], and for j >= length_b |
-/// | 6    | row softmax subtracting the row maximum; a row with no visible key gives zeros   |
-/// |      | and LSE = -inf, never NaN                                                         |
-/// | 7    | ATTN = weights V, summing over the visible keys only                             |
-///
-/// Work is split over threads by (sequence, head, query tile) (Options::threads); results are
-/// bitwise identical for every thread count. Key tiles that the causal mask, the window or the
-/// key length hide entirely are never computed.
+/// K/V are never copied per head. What is applied to the logit of query i and key j (scale,
+/// soft-cap, ALiBi, bias, the masks, the causal and window alignment under `key_lengths`), in
+/// FlashAttention's order, and what a row with no visible key gives, is the one table of
+/// [Semantics](docs/semantics.md); the layouts, GQA, varlen and merging are explained in
+/// [Multi-head attention](docs/multihead.md), and determinism under Options::threads in
+/// [Guarantees](docs/guarantees.md).
 ///
 /// Errors (std::invalid_argument naming the sizes, nothing written): inconsistent batch, head,
 /// token or dim sizes between Q, K, V and the outputs; H not a multiple of H_kv; a mask or bias
