@@ -1,14 +1,14 @@
 // Numerical robustness on adversarial inputs: for float and double and every kernel, the worst
 // error against the long-double reference (test/support/reference.hpp), held to the error model
 // of test/support/tolerance.hpp, and the numbers printed (MESSAGE lines starting with
-// "robustness |") so that README's "Guarantees" table can be copied from them.
+// "robustness |") so that the table in docs/guarantees.md can be copied from them.
 //
 // Metrics, per element: SCORES and LSE |a - b| / (1 + |b|), the metric near() bounds; ATTN
 // |a - b| / max_j |V(j, c)|, the model's own statement (ATTN(i, c) = sum_j p_j V(j, c) is off by
 // at most (weight error + summation error) * max_j |V(j, c)|), which stays meaningful for V of
 // any magnitude. "used" is the largest ratio of an error to its bound.
 //
-// Also pinned down here, as documented in README "Guarantees":
+// Also pinned down here, as documented in docs/guarantees.md:
 // - logits that overflow the scalar type (q.k beyond its largest finite value);
 // - the fused call's accumulator, which can overflow when T_k * max|V| exceeds that value;
 // - weights below the smallest normal number, which the tiled kernels may return as a
