@@ -17,7 +17,8 @@
 /// whose shape is not [T_q, T_k] with batch 1 or B and heads 1 or H; a negative window other than
 /// -1; a negative or non-finite softcap; key lengths outside [0, T_k]; varlen offsets that
 /// decrease or exceed the buffers; outputs that overlap the inputs (Q, K, V, and the mask, bias,
-/// ALiBi slopes, key lengths and offsets) or each other (conservatively: by byte range).
+/// ALiBi slopes, key lengths and offsets) or each other (the one overlap rule of all calls:
+/// exact for blocks of one parent array, by byte range otherwise; see docs/guarantees.md).
 #pragma once
 
 #include <cstddef>
