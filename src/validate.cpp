@@ -510,7 +510,8 @@ void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> l
   // An output may be exactly one of the inputs (merging in place) or apart from all of them: a
   // partial overlap would read values already overwritten.
   const auto alias_or_apart = [&](const Array& out_array, const Array& in) {
-    const bool same = out_array.data == in.data && std::equal(out_array.stride, out_array.stride + 4, in.stride);
+    const bool same = out_array.data == in.data && std::equal(out_array.size, out_array.size + 4, in.size) &&
+                      std::equal(out_array.stride, out_array.stride + 4, in.stride);
     if (!same) check_apart(api, out_array, in);
   };
   for (const Array* in : {&oa, &la, &ob, &lb}) {

@@ -401,4 +401,11 @@ TEST_CASE("multihead errors: merge_attention takes in-place merges but rejects p
   CHECK_THROWS_WITH_AS(ea::merge_attention(A, LA, Bbuf, LB, Shifted, LA), doctest::Contains("overlaps"),
                        std::invalid_argument);
   CHECK(buffer == before);
+  // lse_a laid over out_a's first column, with out_a's very strides: out merged in place over out_a
+  // would overwrite lse_a as it reads it. Only the same view (sizes and strides) is "in place".
+  const std::vector<float> a_before = a;
+  const ea::HeadsView<float> first_column{a.data(), B, H, T, 1, A.batch_stride, A.head_stride, A.token_stride, 1};
+  CHECK_THROWS_WITH_AS(ea::merge_attention(A, first_column, Bv, LB, A, LA), doctest::Contains("overlaps"),
+                       std::invalid_argument);
+  CHECK(a == a_before);
 }
