@@ -28,7 +28,7 @@ EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev libpng-dev libcli11-dev py
 # (docs.reference), and for the Debian packages' test dpkg-dev (dpkg-shlibdeps) and file (CPack's
 # ELF detection). Without them (EA_TEST_QUICK=1) those tests are skipped or not registered.
 # shellcheck disable=SC2034  # used by the scripts that source this file
-EA_TEST_PACKAGES=(clang libclang-rt-14-dev valgrind doxygen dpkg-dev file)
+EA_TEST_PACKAGES=(clang libclang-rt-14-dev clang-format valgrind doxygen dpkg-dev file)
 
 # Installs the packages of EA_PACKAGES, and of any package names given as arguments, that are
 # missing (as root), or says how to (otherwise).
