@@ -1,0 +1,91 @@
+// The kernels the library holds, and how a set of problems is spread over them and over
+// threads. Internal to the library.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include <EigenAttention/Kernels.hpp>
+#include <EigenAttention/Types.hpp>
+
+#include "kernels/abi.hpp"
+#include "thread_pool.hpp"
+
+namespace EigenAttention {
+namespace internal {
+
+using Eigen::Index;
+
+/// The yardstick: plain Eigen expressions in the order of the formula (reference.cpp).
+/// Computes the whole problem on the calling thread.
+template <typename T>
+void reference_kernel(const RawProblem<T>& p);
+
+/// The kernel `requested` resolves to on this CPU (Auto: the fastest available).
+/// Throws std::invalid_argument when it is not available here.
+Kernel resolve_kernel(const char* api, Kernel requested);
+
+/// The tiled kernel compiled for `kernel`, one of the table's that this build holds (kernels.cmake).
+template <typename T>
+RowsKernel<T> tiled_kernel(Kernel kernel);
+
+/// Query rows per task handed to a thread.
+constexpr index_t kTaskRows = 128;
+
+/// How many threads to use for `work` multiply-adds when `requested` were asked for: below
+/// about a million multiply-adds per thread, another thread costs more than it saves.
+int useful_threads(int requested, double work);
+
+/// Runs `count` problems, problem(p) returning the p-th RawProblem (all with T_q = `rows`
+/// query rows, or any when rows < 0), with `kernel` (already resolved) on up to `threads`
+/// threads. Tasks are (problem, tile of kTaskRows query rows); with a causal mask each
+/// problem's last tiles, which see the most keys, are handed out first. Each output row is
+/// computed the same way however the tasks fall, so results do not depend on `threads`.
+template <typename T, class ProblemAt>
+void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& problem, int threads) {
+  if (count == 0) return;
+  if (kernel == Kernel::Reference) {
+    for (index_t i = 0; i < count; ++i) reference_kernel(problem(i));
+    return;
+  }
+  const RowsKernel<T> run_rows = tiled_kernel<T>(kernel);
+  // Tiles per problem: uniform, or prefix sums over the problems' own row counts.
+  std::vector<index_t> first_task;
+  index_t tiles_each = 0, tasks = 0;
+  double work = 0;
+  if (rows >= 0) {
+    tiles_each = (rows + kTaskRows - 1) / kTaskRows;
+    tasks = tiles_each * count;
+    const RawProblem<T> p0 = problem(0);
+    work = static_cast<double>(count) * rows * p0.k.rows * (p0.q.cols + p0.v.cols + 1);
+  } else {
+    first_task.resize(count + 1);
+    for (index_t i = 0; i < count; ++i) {
+      const RawProblem<T> p = problem(i);
+      first_task[i + 1] = first_task[i] + (p.q.rows + kTaskRows - 1) / kTaskRows;
+      work += static_cast<double>(p.q.rows) * p.k.rows * (p.q.cols + p.v.cols + 1);
+    }
+    tasks = first_task[count];
+  }
+  if (tasks == 0) return;
+  const int n_threads = useful_threads(threads, work);
+  ThreadPool::instance().run(tasks, n_threads, [&](index_t task) {
+    index_t which, tile, tiles;
+    if (rows >= 0) {
+      which = task / tiles_each;
+      tile = task % tiles_each;
+      tiles = tiles_each;
+    } else {
+      which = static_cast<index_t>(std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin()) - 1;
+      tile = task - first_task[which];
+      tiles = first_task[which + 1] - first_task[which];
+    }
+    const RawProblem<T> p = problem(which);
+    if (p.causal) tile = tiles - 1 - tile;  // the heaviest tiles first
+    const index_t first = tile * kTaskRows;
+    run_rows(p, first, std::min(kTaskRows, p.q.rows - first));
+  });
+}
+
+}  // namespace internal
+}  // namespace EigenAttention
