@@ -2,7 +2,7 @@
 // over threads (run_problems in kernel.hpp). The one way every public call computes. Internal.
 #pragma once
 
-#include "kernel.hpp"
+#include "kernels/kernels.hpp"
 #include "problem.hpp"
 
 namespace EigenAttention {

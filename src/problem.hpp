@@ -11,7 +11,7 @@
 #include <EigenAttention/Kernels.hpp>
 #include <EigenAttention/Masks.hpp>
 
-#include "kernel_abi.hpp"
+#include "kernels/abi.hpp"
 
 namespace EigenAttention {
 namespace internal {

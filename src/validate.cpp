@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernel.hpp"
+#include "kernels/kernels.hpp"
 
 namespace EigenAttention {
 namespace internal {

@@ -67,7 +67,7 @@ void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> l
 
 /// The longest row (d_k, d_v or T_k) the tiled kernels' per-thread scratch can count: fewer
 /// than kScratchRows rows of it (plus constants below kScratchRows^2) must stay representable
-/// in bytes (kScratchRows is in kernel_abi.hpp, where the kernels check their tiles against
+/// in bytes (kScratchRows is in kernels/abi.hpp, where the kernels check their tiles against
 /// it). make_problem rejects larger sizes for every call alike.
 template <typename T>
 constexpr index_t kMaxScratchRowLength =

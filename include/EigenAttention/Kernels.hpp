@@ -21,6 +21,10 @@ enum class Kernel {
   Avx512      ///< the tiled kernel compiled for AVX-512 F/DQ/BW/VL (x86-64 only).
 };
 
+/// The last enumerator, the fastest kernel: available_kernels() walks down from it. (The
+/// library's table of kernels, src/kernels/kernels.cmake, is checked against it at build time.)
+constexpr Kernel kFastestKernel = Kernel::Avx512;
+
 /// Can this build run `kernel` on this CPU? Auto, Portable and Reference: always. Avx2 and
 /// Avx512: when the library was built with them (x86-64 with GCC or Clang) and this CPU and OS
 /// support them.
@@ -31,8 +35,8 @@ EIGEN_ATTENTION_EXPORT bool kernel_available(Kernel kernel);
 /// (Inline: the vector is made by your code, whatever its standard library's debug mode.)
 inline std::vector<Kernel> available_kernels() {
   std::vector<Kernel> kernels;
-  for (Kernel k : {Kernel::Avx512, Kernel::Avx2, Kernel::Portable, Kernel::Reference}) {
-    if (kernel_available(k)) kernels.push_back(k);
+  for (int k = static_cast<int>(kFastestKernel); k >= static_cast<int>(Kernel::Reference); --k) {
+    if (kernel_available(static_cast<Kernel>(k))) kernels.push_back(static_cast<Kernel>(k));
   }
   return kernels;
 }

@@ -8,7 +8,7 @@
 #include <EigenAttention/Kernels.hpp>
 #include <EigenAttention/Types.hpp>
 
-#include "kernel_abi.hpp"
+#include "kernels/abi.hpp"
 #include "thread_pool.hpp"
 
 namespace EigenAttention {
@@ -16,7 +16,7 @@ namespace internal {
 
 using Eigen::Index;
 
-/// The yardstick: plain Eigen expressions in the order of the formula (reference_kernel.cpp).
+/// The yardstick: plain Eigen expressions in the order of the formula (reference.cpp).
 /// Computes the whole problem on the calling thread.
 template <typename T>
 void reference_kernel(const RawProblem<T>& p);
@@ -25,7 +25,7 @@ void reference_kernel(const RawProblem<T>& p);
 /// Throws std::invalid_argument when it is not available here.
 Kernel resolve_kernel(const char* api, Kernel requested);
 
-/// The tiled kernel compiled for `kernel` (Portable, Avx2 or Avx512).
+/// The tiled kernel compiled for `kernel`, one of the table's that this build holds (kernels.cmake).
 template <typename T>
 RowsKernel<T> tiled_kernel(Kernel kernel);
 

@@ -1,42 +1,25 @@
-// Which kernels exist, which this CPU runs, and the dispatch to them (over threads).
+// Which kernels exist, which this CPU runs, and the dispatch to them (over threads). The tiled
+// kernels, their CPU tests and their names come from the table (kernels.cmake, table.hpp).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "kernel.hpp"
-#include "kernel_abi.hpp"
+#include "kernels/kernels.hpp"
+#include "kernels/abi.hpp"
+#include "kernels/table.hpp"
 #include "thread_pool.hpp"
 
 namespace EigenAttention {
 namespace {
 
-bool cpu_has_avx2() {
-#if defined(EIGEN_ATTENTION_HAVE_AVX2)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return false;
-#endif
-}
-
-bool cpu_has_avx512() {
-#if defined(EIGEN_ATTENTION_HAVE_AVX512)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return false;
-#endif
-}
-
 // Built once: resolving a kernel must not allocate (the _into calls allocate nothing).
 const std::vector<Kernel>& kernels_here() {
   static const std::vector<Kernel> kernels = [] {
     std::vector<Kernel> k;
-    if (cpu_has_avx512()) k.push_back(Kernel::Avx512);
-    if (cpu_has_avx2()) k.push_back(Kernel::Avx2);
-    k.push_back(Kernel::Portable);
+#define EIGEN_ATTENTION_IF_SUPPORTED(Enumerator, name, cpu_supports) \
+  if (cpu_supports) k.push_back(Kernel::Enumerator);
+    EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_IF_SUPPORTED)
+#undef EIGEN_ATTENTION_IF_SUPPORTED
     k.push_back(Kernel::Reference);
     return k;
   }();
@@ -55,9 +38,10 @@ const char* kernel_name(Kernel kernel) {
   switch (kernel) {
     case Kernel::Auto: return "auto";
     case Kernel::Reference: return "reference";
-    case Kernel::Portable: return "portable";
-    case Kernel::Avx2: return "avx2";
-    case Kernel::Avx512: return "avx512";
+#define EIGEN_ATTENTION_NAME(Enumerator, name, value) \
+  case Kernel::Enumerator: return #name;
+      EIGEN_ATTENTION_ALL_TILED_KERNELS(EIGEN_ATTENTION_NAME)
+#undef EIGEN_ATTENTION_NAME
   }
   return "unknown";
 }
@@ -67,12 +51,10 @@ namespace internal {
 template <typename T>
 RowsKernel<T> tiled_kernel(Kernel kernel) {
   switch (kernel) {
-#if defined(EIGEN_ATTENTION_HAVE_AVX512)
-    case Kernel::Avx512: return &avx512_rows;
-#endif
-#if defined(EIGEN_ATTENTION_HAVE_AVX2)
-    case Kernel::Avx2: return &avx2_rows;
-#endif
+#define EIGEN_ATTENTION_CASE(Enumerator, name, cpu_supports) \
+  case Kernel::Enumerator: return &name##_rows;
+    EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_CASE)
+#undef EIGEN_ATTENTION_CASE
     default: return &portable_rows;
   }
 }

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernel.hpp"
+#include "kernels/kernels.hpp"
 
 namespace EigenAttention {
 namespace internal {

@@ -1,10 +1,10 @@
-// The tiled attention kernel, written once and compiled once per instruction set
-// (kernel_portable.cpp, kernel_avx2.cpp, kernel_avx512.cpp). Internal.
+// The tiled attention kernel, written once and compiled once per kernel of the table
+// (kernels.cmake generates a tiled_<name>.cpp for each from tiled_isa.cpp.in). Internal.
 //
 // A file that includes this one may first rename Eigen's namespace (#define Eigen ...), so that
 // the Eigen templates it instantiates with its own -m flags never merge with those of another
 // translation unit; everything here is in an anonymous namespace for the same reason. Only
-// kernel_abi.hpp's plain types cross the boundary.
+// abi.hpp's plain types cross the boundary.
 //
 // Fused call (ATTN only). For each tile of kRows query rows, stream over tiles of kCols keys,
 // keeping for each row a running maximum m, a running sum l of exp(logit - m) and an
@@ -29,7 +29,8 @@
 // rows do not see.
 //
 // The tile products use Eigen's GEMM (general_matrix_matrix_product) with packing buffers taken
-// from per-thread scratch, so that no call allocates once the scratch has grown.
+// from per-thread scratch, so that no call allocates once the scratch has grown. What this file
+// takes from Eigen's internals (the GEMM, its blocking, packet exp) is in eigen_internal.hpp.
 #pragma once
 
 #include <algorithm>
@@ -48,7 +49,8 @@
 #include <immintrin.h>
 #endif
 
-#include "kernel_abi.hpp"
+#include "kernels/abi.hpp"
+#include "kernels/eigen_internal.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -58,7 +60,7 @@ constexpr index_t kRows = 128;  // query rows per tile
 constexpr index_t kCols = 512;  // keys per tile
 constexpr index_t kDecRows = 64;  // query rows whose whole logit rows the decomposed call holds
 // Validation bounds d_k, d_v and T_k so that kScratchRows rows of them fit Eigen::Index
-// (kernel_abi.hpp); Scratch below must take fewer rows than that. Fused: Q, K, V, acc tiles
+// (abi.hpp); Scratch below must take fewer rows than that. Fused: Q, K, V, acc tiles
 // (kRows + 2 kCols + kRows rows of d_k or d_v), m and l, S (kRows x kCols, a constant).
 // Decomposed: Q, K, V, acc tiles and kDecRows rows of T_k logits. The GEMM packing buffers
 // are bounded by Eigen's cache-sized blocking, far below either.
@@ -118,25 +120,6 @@ class Arena {
   T* next_;
 };
 
-/// Eigen's GEMM blocking with packing buffers that we own: C (m x n) += A (m x k) B (k x n)
-/// for row-major C. Eigen evaluates a row-major product as its transpose, so m and n swap.
-template <typename T>
-class Blocking : public Eigen::internal::level3_blocking<T, T> {
- public:
-  Blocking(index_t m, index_t n, index_t k) {
-    this->m_mc = std::max<index_t>(n, 1);
-    this->m_nc = std::max<index_t>(m, 1);
-    this->m_kc = std::max<index_t>(k, 1);
-    Eigen::internal::computeProductBlockingSizes<T, T, 1, index_t>(this->m_kc, this->m_mc, this->m_nc, 1);
-  }
-  index_t size_a() const { return this->m_kc * this->m_mc; }
-  index_t size_b() const { return this->m_kc * this->m_nc; }
-  void use(T* a, T* b) {
-    this->m_blockA = a;
-    this->m_blockB = b;
-  }
-};
-
 /// The per-thread buffers of one kernel call, laid out once in the thread's Arena: tiles of
 /// Q (rows x d_k), K (kCols x d_k) and V (kCols x d_v), the logits S (s_size elements), the ATTN
 /// accumulator (rows x d_v), `extra` elements for the caller, and the GEMM packing buffers,
@@ -162,28 +145,6 @@ struct Scratch {
     pv.use(block_a, block_b);
   }
 };
-
-/// C (m x n, row stride ldc) += alpha * A (m x k, row stride lda) * B^T, B being n x k (ldb).
-template <typename T>
-void gemm_abt(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* b, index_t ldb,
-              T* c, index_t ldc, T alpha, Blocking<T>& blocking) {
-  if (m == 0 || n == 0 || k == 0) return;
-  Eigen::internal::general_matrix_matrix_product<index_t, T, Eigen::RowMajor, false, T, Eigen::ColMajor,
-                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb,
-                                                                                 c, 1, ldc, alpha,
-                                                                                 blocking);
-}
-
-/// C (m x n, row stride ldc) += A (m x k, row stride lda) * B, B being k x n (ldb).
-template <typename T>
-void gemm_ab(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* b, index_t ldb, T* c,
-             index_t ldc, Blocking<T>& blocking) {
-  if (m == 0 || n == 0 || k == 0) return;
-  Eigen::internal::general_matrix_matrix_product<index_t, T, Eigen::RowMajor, false, T, Eigen::RowMajor,
-                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb,
-                                                                                 c, 1, ldc, T(1),
-                                                                                 blocking);
-}
 
 /// Rows [first, first + n) of m as a row-major block with unit column stride: in place when the
 /// input has one, else copied into `scratch` (n x m.cols).
@@ -299,22 +260,7 @@ void exp_in_packets(T* row, index_t a, index_t b, T shift) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   std::fill(row + e0, row + a, minus_inf);
   std::fill(row + b, row + e1, minus_inf);
-  // exp(-inf) must be exactly 0 (Eigen's exp clamps its argument, which gives a subnormal): a
-  // key that a mask or an additive bias of -inf hides weighs nothing. Eigen 3.4's select() is not
-  // vectorised, so the packets are written out: exp, then zero the lanes that held -inf.
-  namespace ei = Eigen::internal;
-  using Packet = typename ei::packet_traits<T>::type;
-  if constexpr (ei::packet_traits<T>::Vectorizable && ei::packet_traits<T>::HasExp) {
-    constexpr index_t kSize = ei::packet_traits<T>::size;
-    static_assert(kLanes % kSize == 0, "a 64-byte line holds whole packets");
-    const Packet vshift = ei::pset1<Packet>(shift), vminus_inf = ei::pset1<Packet>(minus_inf);
-    for (index_t t = e0; t < e1; t += kSize) {
-      const Packet x = ei::pload<Packet>(row + t);
-      ei::pstore(row + t, ei::pandnot(ei::pexp(ei::psub(x, vshift)), ei::pcmp_eq(x, vminus_inf)));
-    }
-  } else {
-    for (index_t t = e0; t < e1; ++t) row[t] = row[t] == minus_inf ? T(0) : std::exp(row[t] - shift);
-  }
+  exp_shifted_in_packets(row, e0, e1, shift);  // exp(-inf) gives exactly 0 (eigen_internal.hpp)
 }
 
 /// After the division by the row sum: keys the boolean mask hides weigh exactly 0 even when the

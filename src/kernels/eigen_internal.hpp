@@ -1,0 +1,87 @@
+// The only file that uses Eigen's internals (Eigen::internal, which Eigen does not promise to
+// keep): its GEMM with blocking and packing buffers we own, and its packet math. A future Eigen
+// that renames them breaks this file only. Included by tiled.hpp, in each kernel translation
+// unit under that unit's private name for Eigen; everything here is in an anonymous namespace
+// for the same reason as there. Internal.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <Eigen/Core>
+
+#include "kernels/abi.hpp"
+
+namespace EigenAttention {
+namespace internal {
+namespace {
+
+/// Eigen's GEMM blocking with packing buffers that we own: C (m x n) += A (m x k) B (k x n)
+/// for row-major C. Eigen evaluates a row-major product as its transpose, so m and n swap.
+template <typename T>
+class Blocking : public Eigen::internal::level3_blocking<T, T> {
+ public:
+  Blocking(index_t m, index_t n, index_t k) {
+    this->m_mc = std::max<index_t>(n, 1);
+    this->m_nc = std::max<index_t>(m, 1);
+    this->m_kc = std::max<index_t>(k, 1);
+    Eigen::internal::computeProductBlockingSizes<T, T, 1, index_t>(this->m_kc, this->m_mc, this->m_nc, 1);
+  }
+  index_t size_a() const { return this->m_kc * this->m_mc; }
+  index_t size_b() const { return this->m_kc * this->m_nc; }
+  void use(T* a, T* b) {
+    this->m_blockA = a;
+    this->m_blockB = b;
+  }
+};
+
+/// C (m x n, row stride ldc) += alpha * A (m x k, row stride lda) * B^T, B being n x k (ldb).
+template <typename T>
+void gemm_abt(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* b, index_t ldb,
+              T* c, index_t ldc, T alpha, Blocking<T>& blocking) {
+  if (m == 0 || n == 0 || k == 0) return;
+  Eigen::internal::general_matrix_matrix_product<index_t, T, Eigen::RowMajor, false, T, Eigen::ColMajor,
+                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb,
+                                                                                 c, 1, ldc, alpha,
+                                                                                 blocking);
+}
+
+/// C (m x n, row stride ldc) += A (m x k, row stride lda) * B, B being k x n (ldb).
+template <typename T>
+void gemm_ab(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* b, index_t ldb, T* c,
+             index_t ldc, Blocking<T>& blocking) {
+  if (m == 0 || n == 0 || k == 0) return;
+  Eigen::internal::general_matrix_matrix_product<index_t, T, Eigen::RowMajor, false, T, Eigen::RowMajor,
+                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb,
+                                                                                 c, 1, ldc, T(1),
+                                                                                 blocking);
+}
+
+/// row[t] = exp(row[t] - shift) for t in [e0, e1), and exactly 0 where row[t] is -inf, in whole
+/// packets: row, e0 and e1 must lie on 64-byte boundaries (tiled.hpp's exp_in_packets).
+template <typename T>
+void exp_shifted_in_packets(T* row, index_t e0, index_t e1, T shift) {
+  constexpr index_t kLanes = 64 / static_cast<index_t>(sizeof(T));
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  // exp(-inf) must be exactly 0 (Eigen's exp clamps its argument, which gives a subnormal): a
+  // key that a mask or an additive bias of -inf hides weighs nothing. Eigen 3.4's select() is not
+  // vectorised, so the packets are written out: exp, then zero the lanes that held -inf.
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<T>::type;
+  if constexpr (ei::packet_traits<T>::Vectorizable && ei::packet_traits<T>::HasExp) {
+    constexpr index_t kSize = ei::packet_traits<T>::size;
+    static_assert(kLanes % kSize == 0, "a 64-byte line holds whole packets");
+    const Packet vshift = ei::pset1<Packet>(shift), vminus_inf = ei::pset1<Packet>(minus_inf);
+    for (index_t t = e0; t < e1; t += kSize) {
+      const Packet x = ei::pload<Packet>(row + t);
+      ei::pstore(row + t, ei::pandnot(ei::pexp(ei::psub(x, vshift)), ei::pcmp_eq(x, vminus_inf)));
+    }
+  } else {
+    for (index_t t = e0; t < e1; ++t) row[t] = row[t] == minus_inf ? T(0) : std::exp(row[t] - shift);
+  }
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace EigenAttention

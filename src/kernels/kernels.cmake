@@ -1,0 +1,110 @@
+# The one table of the tiled kernels: the tiled kernel (tiled.hpp) compiled once per instruction
+# set, chosen at run time. Included from the root CMakeLists.txt. Everything else follows from
+# the table:
+#   - the compile flags of each kernel, -m<feature> for each feature it needs, plus FLAGS;
+#   - its translation unit, tiled_<name>.cpp, generated from tiled_isa.cpp.in: checks those
+#     flags, renames Eigen (EigenAttention<Enumerator>Eigen) and defines <name>_rows;
+#   - kernel_list.hpp, generated: the X-macros from which abi.hpp declares <name>_rows,
+#     dispatch.cpp detects the CPU (__builtin_cpu_supports("<feature>") for each feature),
+#     orders the kernels, dispatches (switch) and names them (kernel_name), and table.hpp checks
+#     each entry against the public enum Kernel (include/EigenAttention/Kernels.hpp);
+#   - EIGEN_ATTENTION_ISA_OBJECTS_REGEX: which objects the isa_symbols test checks.
+#
+# eigen_attention_kernel(<Enumerator> <value> <name> [<feature>...] [FLAGS <flag>...])
+#   Enumerator, value  its Kernel enumerator and that enumerator's value (the public ABI: a
+#                      mismatch with Kernels.hpp fails to compile, table.hpp)
+#   name               lower case: kernel_name(), file and function names
+#   feature...         CPU features as GCC and Clang spell them both in -m<feature> and in
+#                      __builtin_cpu_supports; none: the baseline, compiled and run everywhere
+#   FLAGS              further compile flags of this kernel's translation unit
+# Fastest first: Kernel::Auto takes the first that this CPU supports. A new kernel (say bf16 or
+# AMX) is one line here and its body, plus, as public API, its enumerator in Kernels.hpp (the
+# next value, which kFastestKernel there then names; table.hpp checks both).
+function(eigen_attention_kernel enumerator value name)
+  cmake_parse_arguments(PARSE_ARGV 3 _ea "" "" "FLAGS")
+  set_property(GLOBAL APPEND PROPERTY EIGEN_ATTENTION_KERNELS ${name})
+  set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_ENUMERATOR ${enumerator})
+  set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_VALUE ${value})
+  set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_FEATURES ${_ea_UNPARSED_ARGUMENTS})
+  set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_FLAGS ${_ea_FLAGS})
+endfunction()
+
+eigen_attention_kernel(Avx512   4 avx512   avx512f avx512dq avx512bw avx512vl avx2 fma
+                       # GCC 12 warns falsely inside its own AVX-512 intrinsics as Eigen uses them.
+                       FLAGS -Wno-maybe-uninitialized -Wno-uninitialized)
+eigen_attention_kernel(Avx2     3 avx2     avx2 fma)
+eigen_attention_kernel(Portable 2 portable)
+
+# ---- What follows from the table -------------------------------------------------------------
+
+# Kernels that need CPU features are built for x86-64 with GCC or Clang (-m<feature>,
+# __builtin_cpu_supports), unless turned off; the baseline kernels always.
+option(EIGEN_ATTENTION_ISA_KERNELS "Build the kernels for wider instruction sets (x86-64)" ON)
+set(EIGEN_ATTENTION_HAS_ISA_KERNELS OFF)
+if(EIGEN_ATTENTION_ISA_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$"
+   AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  set(EIGEN_ATTENTION_HAS_ISA_KERNELS ON)
+endif()
+
+set(_ea_kernels_dir ${CMAKE_CURRENT_BINARY_DIR}/src/kernels)
+set(EIGEN_ATTENTION_BASELINE_KERNEL_SOURCES)  # compiled with the baseline objects
+set(EIGEN_ATTENTION_ISA_KERNEL_SOURCES)       # compiled last, each with its own flags
+set(_ea_isa_names)
+set(_ea_all_list)
+set(_ea_built_list)
+get_property(_ea_kernels GLOBAL PROPERTY EIGEN_ATTENTION_KERNELS)
+foreach(_ea_name IN LISTS _ea_kernels)
+  get_property(EA_ENUMERATOR GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_ENUMERATOR)
+  get_property(_ea_value GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_VALUE)
+  get_property(_ea_features GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_FEATURES)
+  get_property(_ea_extra_flags GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_FLAGS)
+  set(EA_NAME ${_ea_name})
+  string(APPEND _ea_all_list " \\\n  X(${EA_ENUMERATOR}, ${_ea_name}, ${_ea_value})")
+  if(_ea_features AND NOT EIGEN_ATTENTION_HAS_ISA_KERNELS)
+    continue()
+  endif()
+
+  # Flags, the checks that they were given, and the CPU test.
+  set(_ea_flags)
+  set(_ea_defined)
+  set(_ea_supports)
+  foreach(_ea_feature IN LISTS _ea_features)
+    string(TOUPPER ${_ea_feature} _ea_macro)
+    list(APPEND _ea_flags -m${_ea_feature})
+    list(APPEND _ea_defined "!defined(__${_ea_macro}__)")
+    list(APPEND _ea_supports "__builtin_cpu_supports(\"${_ea_feature}\")")
+  endforeach()
+  if(_ea_features)
+    list(JOIN _ea_flags " " _ea_flags_text)
+    list(JOIN _ea_defined " || " _ea_defined)
+    list(JOIN _ea_supports " && " _ea_supports)
+    set(EA_PREAMBLE "// Instruction-set flags: ${_ea_flags_text}.
+#if ${_ea_defined}
+#error \"tiled_${_ea_name}.cpp must be compiled with ${_ea_flags_text} (kernels.cmake sets them for this file only)\"
+#endif
+// A private copy of Eigen, compiled for these instructions: see tiled.hpp.
+#undef Eigen  // the library-wide private name (CMake), replaced here
+#define Eigen EigenAttention${EA_ENUMERATOR}Eigen")
+    set(_ea_supports "(__builtin_cpu_init(), ${_ea_supports})")
+  else()
+    set(EA_PREAMBLE "// Instruction-set flags: none: the baseline of the target (and the library-wide Eigen).")
+    set(_ea_supports "true")
+  endif()
+  string(APPEND _ea_built_list " \\\n  X(${EA_ENUMERATOR}, ${_ea_name}, ${_ea_supports})")
+
+  set(_ea_source ${_ea_kernels_dir}/tiled_${_ea_name}.cpp)
+  configure_file(${CMAKE_CURRENT_LIST_DIR}/tiled_isa.cpp.in ${_ea_source} @ONLY)
+  if(_ea_features)
+    set_source_files_properties(${_ea_source} PROPERTIES COMPILE_OPTIONS "${_ea_flags};${_ea_extra_flags}")
+    list(APPEND EIGEN_ATTENTION_ISA_KERNEL_SOURCES ${_ea_source})
+    list(APPEND _ea_isa_names ${_ea_name})
+  else()
+    list(APPEND EIGEN_ATTENTION_BASELINE_KERNEL_SOURCES ${_ea_source})
+  endif()
+endforeach()
+list(JOIN _ea_isa_names "|" _ea_isa_names)
+set(EIGEN_ATTENTION_ISA_OBJECTS_REGEX "/tiled_(${_ea_isa_names})[.]cpp")
+
+set(EA_ALL_KERNELS "${_ea_all_list}")
+set(EA_BUILT_KERNELS "${_ea_built_list}")
+configure_file(${CMAKE_CURRENT_LIST_DIR}/kernel_list.hpp.in ${_ea_kernels_dir}/kernel_list.hpp @ONLY)
