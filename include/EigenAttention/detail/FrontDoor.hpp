@@ -14,6 +14,7 @@
 #include <Eigen/Core>
 
 #include <EigenAttention/Types.hpp>
+#include <EigenAttention/detail/CheckedArithmetic.hpp>
 
 namespace EigenAttention {
 namespace detail {
@@ -114,10 +115,9 @@ Extent extent_of(const char* name, const void* object, const Scalar* data, std::
   if (data == nullptr || rows <= 0 || cols <= 0) return e;
   std::ptrdiff_t dr, dc, lo, hi, lo_bytes, hi_bytes;
   const std::ptrdiff_t size = sizeof(Scalar);
-  if (__builtin_mul_overflow(rows - 1, row_stride, &dr) || __builtin_mul_overflow(cols - 1, col_stride, &dc) ||
-      __builtin_add_overflow(dr < 0 ? dr : 0, dc < 0 ? dc : 0, &lo) ||
-      __builtin_add_overflow(dr > 0 ? dr : 0, dc > 0 ? dc : 0, &hi) || __builtin_mul_overflow(lo, size, &lo_bytes) ||
-      __builtin_add_overflow(hi, 1, &hi) || __builtin_mul_overflow(hi, size, &hi_bytes)) {
+  if (!checked_mul(rows - 1, row_stride, dr) || !checked_mul(cols - 1, col_stride, dc) ||
+      !checked_add(dr < 0 ? dr : 0, dc < 0 ? dc : 0, lo) || !checked_add(dr > 0 ? dr : 0, dc > 0 ? dc : 0, hi) ||
+      !checked_mul(lo, size, lo_bytes) || !checked_add(hi, 1, hi) || !checked_mul(hi, size, hi_bytes)) {
     return e;
   }
   // Addresses as integers: the span may lie outside any object the compiler knows of.

@@ -11,6 +11,8 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/detail/CheckedArithmetic.hpp>
+
 namespace EigenAttention {
 namespace detail {
 
@@ -25,7 +27,7 @@ inline std::ptrdiff_t stride_product(const char* factory, std::initializer_list<
   std::ptrdiff_t product = 1;
   for (std::ptrdiff_t f : factors) {
     std::ptrdiff_t next;
-    if (__builtin_mul_overflow(product, f, &next)) {
+    if (!checked_mul(product, f, next)) {
       std::string shape;
       for (std::ptrdiff_t s : sizes) shape += (shape.empty() ? "" : " x ") + std::to_string(s);
       throw std::invalid_argument(std::string("EigenAttention::") + factory + ": a view of " + shape +
