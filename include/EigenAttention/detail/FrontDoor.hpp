@@ -31,11 +31,11 @@ inline constexpr bool kHasStridedData<Derived, std::void_t<decltype(std::declval
 
 template <class Derived>
 inline constexpr bool kHasDirectAccess =
-    (int(Eigen::internal::traits<Derived>::Flags) & Eigen::DirectAccessBit) != 0 && kHasStridedData<Derived>;
+    (int(Derived::Flags) & Eigen::DirectAccessBit) != 0 && kHasStridedData<Derived>;
 
 template <class Derived>
 inline constexpr bool kIsWritable =
-    kHasDirectAccess<Derived> && (int(Eigen::internal::traits<Derived>::Flags) & Eigen::LvalueBit) != 0;
+    kHasDirectAccess<Derived> && (int(Derived::Flags) & Eigen::LvalueBit) != 0;
 
 template <class Derived>
 inline constexpr bool kIsResizable = std::is_base_of_v<Eigen::PlainObjectBase<Derived>, Derived>;
