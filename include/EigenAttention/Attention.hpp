@@ -42,6 +42,12 @@
 /// std::invalid_argument with a message naming the shapes or value; no output is written then.
 #pragma once
 
+// Lets the detail/ headers in (each refuses to be included on its own); never undefined, so
+// that any public header may include them, in any order.
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#define EIGEN_ATTENTION_PUBLIC_HEADER
+#endif
+
 #include <Eigen/Core>
 
 #include <EigenAttention/Compiled.hpp>

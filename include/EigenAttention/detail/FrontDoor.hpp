@@ -3,6 +3,10 @@
 /// and check scalar types at compile time. Not part of the documented API.
 #pragma once
 
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#error "EigenAttention: <EigenAttention/detail/FrontDoor.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>

@@ -3,6 +3,10 @@
 /// Not part of the documented API.
 #pragma once
 
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#error "EigenAttention: <EigenAttention/detail/StrideProduct.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
+#endif
+
 #include <cstddef>
 
 #include <initializer_list>
