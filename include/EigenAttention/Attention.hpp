@@ -16,6 +16,12 @@
 /// per-thread workspace that only grows (Kernel::Reference, the yardstick, does allocate).
 #pragma once
 
+// Lets the detail/ headers in (each refuses to be included on its own); never undefined, so
+// that any public header may include them, in any order.
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#define EIGEN_ATTENTION_PUBLIC_HEADER
+#endif
+
 #include <Eigen/Core>
 
 #include <EigenAttention/Compiled.hpp>

@@ -2,6 +2,12 @@
 /// Zero-copy views of batched multi-head tensors: [batch, heads, tokens, dim] in any strides.
 #pragma once
 
+// Lets the detail/ headers in (each refuses to be included on its own); never undefined, so
+// that any public header may include them, in any order.
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#define EIGEN_ATTENTION_PUBLIC_HEADER
+#endif
+
 #include <cstddef>
 
 #include <type_traits>

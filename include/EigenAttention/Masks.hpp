@@ -3,6 +3,12 @@
 /// lengths (right padding) and ALiBi slopes. Window and soft-capping are in Options.
 #pragma once
 
+// Lets the detail/ headers in (each refuses to be included on its own); never undefined, so
+// that any public header may include them, in any order.
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#define EIGEN_ATTENTION_PUBLIC_HEADER
+#endif
+
 #include <cstddef>
 
 #include <cstdint>

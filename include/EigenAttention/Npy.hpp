@@ -16,6 +16,12 @@
 /// containers of another layout); the library's compiled part sees pointers and sizes only.
 #pragma once
 
+// Lets the detail/ headers in (each refuses to be included on its own); never undefined, so
+// that any public header may include them, in any order.
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#define EIGEN_ATTENTION_PUBLIC_HEADER
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>

@@ -4,12 +4,13 @@
 # first, not after pages of template errors.
 #
 # cmake -DCXX=<compiler> -DSOURCE=<file> -DINCLUDES=<dir;dir> -DEXPECT=<regex>
-#       [-DMAX_LINES_BEFORE=<n>] -P expect_error.cmake
+#       [-DFLAGS=<flag;flag>] [-DMAX_LINES_BEFORE=<n>] -P expect_error.cmake
 cmake_minimum_required(VERSION 3.25)
 set(_args -std=c++17 -fsyntax-only)
 foreach(_dir IN LISTS INCLUDES)
   list(APPEND _args -I${_dir})
 endforeach()
+list(APPEND _args ${FLAGS})
 execute_process(COMMAND ${CXX} ${_args} ${SOURCE}
   RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
 if(_rc EQUAL 0)

@@ -3,6 +3,10 @@
 /// and check scalar types at compile time. Not part of the documented API.
 #pragma once
 
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#error "EigenAttention: <EigenAttention/detail/FrontDoor.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -14,6 +18,7 @@
 #include <Eigen/Core>
 
 #include <EigenAttention/Types.hpp>
+#include <EigenAttention/detail/CheckedArithmetic.hpp>
 
 namespace EigenAttention {
 namespace detail {
@@ -30,11 +35,11 @@ inline constexpr bool kHasStridedData<Derived, std::void_t<decltype(std::declval
 
 template <class Derived>
 inline constexpr bool kHasDirectAccess =
-    (int(Eigen::internal::traits<Derived>::Flags) & Eigen::DirectAccessBit) != 0 && kHasStridedData<Derived>;
+    (int(Derived::Flags) & Eigen::DirectAccessBit) != 0 && kHasStridedData<Derived>;
 
 template <class Derived>
 inline constexpr bool kIsWritable =
-    kHasDirectAccess<Derived> && (int(Eigen::internal::traits<Derived>::Flags) & Eigen::LvalueBit) != 0;
+    kHasDirectAccess<Derived> && (int(Derived::Flags) & Eigen::LvalueBit) != 0;
 
 template <class Derived>
 inline constexpr bool kIsResizable = std::is_base_of_v<Eigen::PlainObjectBase<Derived>, Derived>;
@@ -114,10 +119,9 @@ Extent extent_of(const char* name, const void* object, const Scalar* data, std::
   if (data == nullptr || rows <= 0 || cols <= 0) return e;
   std::ptrdiff_t dr, dc, lo, hi, lo_bytes, hi_bytes;
   const std::ptrdiff_t size = sizeof(Scalar);
-  if (__builtin_mul_overflow(rows - 1, row_stride, &dr) || __builtin_mul_overflow(cols - 1, col_stride, &dc) ||
-      __builtin_add_overflow(dr < 0 ? dr : 0, dc < 0 ? dc : 0, &lo) ||
-      __builtin_add_overflow(dr > 0 ? dr : 0, dc > 0 ? dc : 0, &hi) || __builtin_mul_overflow(lo, size, &lo_bytes) ||
-      __builtin_add_overflow(hi, 1, &hi) || __builtin_mul_overflow(hi, size, &hi_bytes)) {
+  if (!checked_mul(rows - 1, row_stride, dr) || !checked_mul(cols - 1, col_stride, dc) ||
+      !checked_add(dr < 0 ? dr : 0, dc < 0 ? dc : 0, lo) || !checked_add(dr > 0 ? dr : 0, dc > 0 ? dc : 0, hi) ||
+      !checked_mul(lo, size, lo_bytes) || !checked_add(hi, 1, hi) || !checked_mul(hi, size, hi_bytes)) {
     return e;
   }
   // Addresses as integers: the span may lie outside any object the compiler knows of.

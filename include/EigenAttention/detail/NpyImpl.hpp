@@ -4,6 +4,10 @@
 /// sizes only.
 #pragma once
 
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#error "EigenAttention: <EigenAttention/detail/NpyImpl.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <limits>

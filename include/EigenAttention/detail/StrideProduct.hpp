@@ -3,6 +3,10 @@
 /// Not part of the documented API.
 #pragma once
 
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#error "EigenAttention: <EigenAttention/detail/StrideProduct.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
+#endif
+
 #include <cstddef>
 
 #include <initializer_list>
@@ -10,6 +14,8 @@
 #include <string>
 
 #include <Eigen/Core>
+
+#include <EigenAttention/detail/CheckedArithmetic.hpp>
 
 namespace EigenAttention {
 namespace detail {
@@ -25,7 +31,7 @@ inline std::ptrdiff_t stride_product(const char* factory, std::initializer_list<
   std::ptrdiff_t product = 1;
   for (std::ptrdiff_t f : factors) {
     std::ptrdiff_t next;
-    if (__builtin_mul_overflow(product, f, &next)) {
+    if (!checked_mul(product, f, next)) {
       std::string shape;
       for (std::ptrdiff_t s : sizes) shape += (shape.empty() ? "" : " x ") + std::to_string(s);
       throw std::invalid_argument(std::string("EigenAttention::") + factory + ": a view of " + shape +

@@ -1,0 +1,8 @@
+// Must not compile: Q, K and V hold integers (the library computes in float or double only).
+#include <EigenAttention/EigenAttention.hpp>
+
+int main() {
+  const Eigen::MatrixXi Q = Eigen::MatrixXi::Ones(4, 8), K = Q, V = Q;
+  auto out = EigenAttention::attention(Q, K, V);
+  (void)out;
+}
