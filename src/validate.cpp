@@ -112,6 +112,16 @@ void check_countable(const char* api, const Array& a) {
   }
 }
 
+// A few Arrays, without allocating (the _into calls allocate nothing).
+template <std::size_t N>
+struct ArrayList {
+  Array items[N];
+  std::size_t size = 0;
+  void push_back(const Array& a) { items[size++] = a; }
+  Array* begin() { return items; }
+  Array* end() { return items + size; }
+};
+
 // Sizes not negative, countable, and data behind every element.
 void check_sizes(const char* api, const Array& a) {
   for (const index_t n : a.size) {
@@ -399,7 +409,7 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
 
   // The outputs: shapes, then distinct elements.
   const index_t B = c.q.batch;
-  std::vector<Array> outputs;
+  ArrayList<4> outputs;  // out, lse, scores, average_scores
   const auto output = [&](bool wanted, const char* name, const HeadsView<T>& view, index_t heads, index_t cols,
                           const char* what) {
     if (!wanted) return;
@@ -428,7 +438,9 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   p.want_scores = c.want_scores;
 
   // The masks, or the packed batch's offsets: inputs too.
-  std::vector<Array> inputs = {q, k};
+  ArrayList<9> inputs;  // Q, K, V, mask, bias, key_lengths or the two offsets, ALiBi slopes
+  inputs.push_back(q);
+  inputs.push_back(k);
   if (c.has_v) inputs.push_back(v);
   if (varlen) {
     if (c.cu_q == nullptr || c.cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
@@ -476,8 +488,8 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
     for (const Array& in : inputs) check_apart(api, out, in);
   }
   if (c.want_average) std::rotate(outputs.begin(), outputs.end() - 1, outputs.end());
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    for (std::size_t j = i + 1; j < outputs.size(); ++j) check_apart(api, outputs[i], outputs[j]);
+  for (std::size_t i = 0; i < outputs.size; ++i) {
+    for (std::size_t j = i + 1; j < outputs.size; ++j) check_apart(api, outputs.items[i], outputs.items[j]);
   }
   return p;
 }
