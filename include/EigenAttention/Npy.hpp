@@ -42,6 +42,9 @@ enum class DType { Float32, Float64, Int32, Int64, Bool };
 
 /// "<f4", "<f8", "<i4", "<i8", "|b1".
 EIGEN_ATTENTION_EXPORT const char* dtype_descr(DType dtype);
+/// "float32", "float64", "int32", "int64", "bool" (NumPy's names); "invalid" for a value
+/// outside the enumeration.
+EIGEN_ATTENTION_EXPORT const char* dtype_name(DType dtype);
 /// Bytes per element.
 EIGEN_ATTENTION_EXPORT std::size_t dtype_size(DType dtype);
 

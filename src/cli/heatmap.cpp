@@ -25,6 +25,8 @@
 #define EIGEN_ATTENTION_HEATMAP_FSYNC 1
 #endif
 
+#include <EigenAttention/detail/Text.hpp>
+
 #include "font5x8.hpp"
 
 namespace EigenAttention {
@@ -72,27 +74,7 @@ std::runtime_error failure(const std::string& path, const std::string& problem) 
   return std::runtime_error(path + ": " + problem);
 }
 
-// Printable ASCII only: other bytes become '?', one per UTF-8 character.
-std::string printable(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  bool in_multibyte = false;
-  for (const char ch : text) {
-    const auto byte = static_cast<unsigned char>(ch);
-    if (byte >= 0x20 && byte <= 0x7E) {
-      out += ch;
-      in_multibyte = false;
-    } else if (byte >= 0x80) {
-      const bool continuation = (byte & 0xC0) == 0x80;
-      if (!(continuation && in_multibyte)) out += '?';
-      in_multibyte = true;
-    } else {
-      out += '?';
-      in_multibyte = false;
-    }
-  }
-  return out;
-}
+using internal::printable;
 
 // At most `max_chars` characters; a longer text keeps its first max_chars - 1 and ends in '.'.
 std::string fit(std::string text, std::size_t max_chars) {

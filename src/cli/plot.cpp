@@ -112,7 +112,7 @@ int heatmap_command(const HeatmapArgs& a) {
     }
   } else {
     throw Failure(a.scores, "shape " + shape_string(d) +
-                                "; expected [T_q, T_k], [batch, T_q, T_k] (averaged over heads) or 4-D (" +
+                                "; expected (T_q, T_k), (batch, T_q, T_k) (averaged over heads) or 4-D (" +
                                 (layout == Layout::BHTD ? "batch, heads, T_q, T_k" : "batch, T_q, heads, T_k") + ")");
   }
   if (batch >= B) {

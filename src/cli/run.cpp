@@ -206,9 +206,9 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
 // A mask or bias: [T_q, T_k], or [B or 1, H or 1, T_q, T_k] in bhtd order.
 void check_mask_shape(const Input& m, const Geometry& g) {
   const auto& s = m.shape();
-  const std::string expected = "[" + std::to_string(g.Tq) + ", " + std::to_string(g.Tk) + "] or [" +
-                               std::to_string(g.B) + " or 1, " + std::to_string(g.H) + " or 1, " +
-                               std::to_string(g.Tq) + ", " + std::to_string(g.Tk) + "] (batch, heads, T_q, T_k)";
+  const std::string expected = shape_string({g.Tq, g.Tk}) + " or (" + std::to_string(g.B) + " or 1, " +
+                               std::to_string(g.H) + " or 1, " + std::to_string(g.Tq) + ", " + std::to_string(g.Tk) +
+                               ") (batch, heads, T_q, T_k)";
   const bool ok = (s.size() == 2 && s[0] == g.Tq && s[1] == g.Tk) ||
                   (s.size() == 4 && (s[0] == 1 || s[0] == g.B) && (s[1] == 1 || s[1] == g.H) && s[2] == g.Tq &&
                    s[3] == g.Tk);
@@ -239,7 +239,7 @@ std::vector<T> as_scalars(const Array& a) {
 void check_vector_shape(const Input& in, I64 n, const std::string& what) {
   const auto& s = in.shape();
   if (!((s.size() == 1 && s[0] == n) || (s.empty() && n == 1))) {
-    throw Failure(in.path, "shape " + shape_string(s) + "; expected [" + std::to_string(n) + "] (" + what + ")");
+    throw Failure(in.path, "shape " + shape_string(s) + "; expected " + shape_string({n}) + " (" + what + ")");
   }
 }
 

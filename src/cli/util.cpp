@@ -19,23 +19,6 @@
 namespace EigenAttention {
 namespace cli {
 
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-const char* dtype_name(npy::DType dtype) {
-  switch (dtype) {
-    case npy::DType::Float32: return "float32";
-    case npy::DType::Float64: return "float64";
-    case npy::DType::Int32: return "int32";
-    case npy::DType::Int64: return "int64";
-    case npy::DType::Bool: return "bool";
-  }
-  return "unknown";
-}
-
 void write_npy(const std::string& name, const std::string& temp, const npy::Array& array) {
   try {
     npy::write(temp, array);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <EigenAttention/Npy.hpp>
+#include <EigenAttention/detail/Text.hpp>
 
 namespace EigenAttention {
 namespace cli {
@@ -33,11 +34,10 @@ inline Failure usage_error(const std::string& option, const std::string& problem
   return Failure(option, problem, true);
 }
 
-/// "[2, 8, 128, 64]".
-std::string shape_string(const std::vector<std::int64_t>& shape);
-
-/// "float32", "float64", "int32", "int64", "bool".
-const char* dtype_name(npy::DType dtype);
+/// "(2, 8, 128, 64)": the shape as NumPy writes it (the library's helper).
+using internal::shape_string;
+/// "float32", "float64", "int32", "int64", "bool" (the library's npy::dtype_name).
+using npy::dtype_name;
 
 /// npy::write(temp, array), its errors naming `name` (the file the user asked for) instead.
 void write_npy(const std::string& name, const std::string& temp, const npy::Array& array);

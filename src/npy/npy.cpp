@@ -5,6 +5,8 @@
 // count is computed with overflow checks, and the data must be exactly as long as the shape says.
 #include <EigenAttention/Npy.hpp>
 
+#include <EigenAttention/detail/Text.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -42,48 +44,10 @@ bool is_word_char(unsigned char c) {
   throw Error(name + ": " + problem);
 }
 
-/// Attacker-controlled text made safe to print: at most 40 characters, non-printables escaped.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < 40; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (s.size() > 40) out += "...";
-  return out;
-}
+using internal::shape_string;
 
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) s += ",";
-  return s + ")";
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::Float32:
-      return "float32";
-    case DType::Float64:
-      return "float64";
-    case DType::Int32:
-      return "int32";
-    case DType::Int64:
-      return "int64";
-    case DType::Bool:
-      return "bool";
-  }
-  return "invalid";
-}
+/// Attacker-controlled text made safe to print: at most 40 characters.
+std::string printable(const std::string& s) { return internal::printable(s, 40); }
 
 bool valid_dtype(DType dtype) {
   switch (dtype) {
@@ -369,6 +333,22 @@ const char* dtype_descr(DType dtype) {
       return "|b1";
   }
   throw Error("npy: invalid DType value " + std::to_string(int(dtype)));
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::Bool:
+      return "bool";
+  }
+  return "invalid";
 }
 
 std::size_t dtype_size(DType dtype) {
