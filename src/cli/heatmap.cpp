@@ -1,30 +1,21 @@
 // PNG heatmaps of attention weights (heatmap.hpp): lay out, draw into an RGB buffer, encode with
-// libpng into a temporary file beside the target, rename it into place.
+// libpng into an AtomicFile.
 #include "heatmap.hpp"
 
 #include <png.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <csetjmp>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
+#include <exception>
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <system_error>
 #include <vector>
 
-#if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h>
-#define EIGEN_ATTENTION_HEATMAP_FSYNC 1
-#endif
-
+#include <EigenAttention/AtomicFile.hpp>
 #include <EigenAttention/detail/Text.hpp>
 
 #include "font5x8.hpp"
@@ -450,37 +441,54 @@ std::vector<unsigned char> render(const Plan& p, const double* weights, long row
   return canvas.take();
 }
 
-// ---- PNG encoding (libpng reports errors by longjmp: nothing with a destructor lives here) ----
+// ---- PNG encoding (libpng reports errors by longjmp: nothing with a destructor lives between its
+// setjmp and its calls, and the write callback stores the file's exception and leaves by png_error).
 
-struct PngError {
+struct PngState {
+  AtomicFile* file;
+  std::exception_ptr write_error;  // the file's own error, rethrown as it is
   char message[256];
 };
 
-void heatmap_png_error(png_structp png, png_const_charp message) {
-  auto* error = static_cast<PngError*>(png_get_error_ptr(png));
-  std::snprintf(error->message, sizeof error->message, "%s", message ? message : "libpng error");
+void on_error(png_structp png, png_const_charp message) {
+  auto* state = static_cast<PngState*>(png_get_error_ptr(png));
+  std::snprintf(state->message, sizeof state->message, "%s", message ? message : "libpng error");
   png_longjmp(png, 1);
 }
 
-void heatmap_png_warning(png_structp, png_const_charp) {}
+void on_warning(png_structp, png_const_charp) {}
 
-bool encode_png(std::FILE* file, const unsigned char* rgb, int width, int height, PngError* error) {
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, error, heatmap_png_error, heatmap_png_warning);
+void on_write(png_structp png, png_bytep data, png_size_t size) {
+  auto* state = static_cast<PngState*>(png_get_io_ptr(png));
+  bool failed = false;
+  try {
+    state->file->write(data, size);
+  } catch (...) {
+    state->write_error = std::current_exception();
+    failed = true;
+  }
+  if (failed) png_error(png, "write error");
+}
+
+void on_flush(png_structp) {}
+
+bool encode(PngState* state, const unsigned char* rgb, int width, int height) {
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, state, on_error, on_warning);
   if (png == nullptr) {
-    std::snprintf(error->message, sizeof error->message, "cannot start libpng");
+    std::snprintf(state->message, sizeof state->message, "cannot start libpng");
     return false;
   }
   png_infop info = png_create_info_struct(png);
   if (info == nullptr) {
     png_destroy_write_struct(&png, nullptr);
-    std::snprintf(error->message, sizeof error->message, "cannot start libpng");
+    std::snprintf(state->message, sizeof state->message, "cannot start libpng");
     return false;
   }
   if (setjmp(png_jmpbuf(png))) {
     png_destroy_write_struct(&png, &info);
     return false;
   }
-  png_init_io(png, file);
+  png_set_write_fn(png, state, on_write, on_flush);
   png_set_IHDR(png, info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8, PNG_COLOR_TYPE_RGB,
                PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   png_write_info(png, info);
@@ -491,52 +499,30 @@ bool encode_png(std::FILE* file, const unsigned char* rgb, int width, int height
   return true;
 }
 
-// Removes the temporary file unless released.
-class TempFile {
- public:
-  TempFile(std::string name, std::FILE* file) : name_(std::move(name)), file_(file) {}
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (file_ != nullptr) std::fclose(file_);
-    if (!name_.empty()) std::remove(name_.c_str());
+// Appends the PNG of the RGB image to `file`.
+void write_png(AtomicFile& file, const unsigned char* rgb, int width, int height) {
+  PngState state{&file, nullptr, {}};
+  if (!encode(&state, rgb, width, height)) {
+    if (state.write_error) std::rethrow_exception(state.write_error);
+    throw std::runtime_error(std::string(file.path()) + ": cannot write the PNG: " + state.message);
   }
-  std::FILE* file() const { return file_; }
-  const std::string& name() const { return name_; }
-  // Closes the file; false (errno set) when that fails.
-  bool close() {
-    std::FILE* f = file_;
-    file_ = nullptr;
-    return std::fclose(f) == 0;
-  }
-  void release() { name_.clear(); }
+}
 
- private:
-  std::string name_;
-  std::FILE* file_;
+struct Image {
+  std::vector<unsigned char> rgb;
+  int width, height;
 };
 
-std::string errno_text(int error) { return std::strerror(error); }
-
-// "<path>.tmp-XXXXXXXX", created exclusively.
-TempFile create_temp(const std::string& path) {
-  static std::atomic<unsigned long> counter{0};
-  const char* const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789";
-  std::uint64_t state = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                        (static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&path)) << 16) ^
-                        (counter.fetch_add(1) * 0x9E3779B97F4A7C15ULL);
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string name = path + ".tmp-";
-    for (int k = 0; k < 8; ++k) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;  // LCG step
-      name += alphabet[(state >> 33) % 36];
-    }
-    errno = 0;
-    std::FILE* file = std::fopen(name.c_str(), "wbx");
-    if (file != nullptr) return TempFile(std::move(name), file);
-    if (errno != EEXIST) throw failure(path, "cannot create a temporary file beside it: " + errno_text(errno));
+// The checks and the picture: everything before the file is touched. Failures name `path`.
+Image draw(const std::string& path, const double* weights, long rows, long cols, long row_stride,
+           const HeatmapOptions& options) {
+  const Plan plan = make_plan(path, rows, cols, options);
+  if (weights == nullptr) throw failure(path, "no weights (null pointer)");
+  if (rows > 1 && row_stride < cols) {
+    throw failure(path, "row stride " + std::to_string(row_stride) + " is less than the " + std::to_string(cols) +
+                            " columns");
   }
-  throw failure(path, "cannot create a temporary file beside it: every name tried exists");
+  return Image{render(plan, weights, rows, cols, row_stride), plan.g.width, plan.g.height};
 }
 
 }  // namespace
@@ -561,36 +547,20 @@ HeatmapGeometry heatmap_geometry(const std::string& path, long rows, long cols, 
 
 }  // namespace detail
 
+void write_heatmap_png(AtomicFile& file, const double* weights, long rows, long cols, long row_stride,
+                       const HeatmapOptions& options) {
+  const Image image = draw(file.path(), weights, rows, cols, row_stride, options);
+  write_png(file, image.rgb.data(), image.width, image.height);
+}
+
 void write_heatmap_png(const std::string& path, const double* weights, long rows, long cols, long row_stride,
                        const HeatmapOptions& options) {
   if (path.empty()) throw std::runtime_error("heatmap: empty output path");
-  const Plan plan = make_plan(path, rows, cols, options);
-  if (weights == nullptr) throw failure(path, "no weights (null pointer)");
-  if (rows > 1 && row_stride < cols) {
-    throw failure(path, "row stride " + std::to_string(row_stride) + " is less than the " + std::to_string(cols) +
-                            " columns");
-  }
-  // Everything that can run out of memory happens before the temporary file exists.
-  const std::vector<unsigned char> rgb = render(plan, weights, rows, cols, row_stride);
-
-  TempFile temp = create_temp(path);
-  PngError error{};
-  if (!encode_png(temp.file(), rgb.data(), plan.g.width, plan.g.height, &error)) {
-    throw failure(path, std::string("cannot write the PNG: ") + error.message);
-  }
-  if (std::fflush(temp.file()) != 0 || std::ferror(temp.file())) {
-    throw failure(path, "cannot write the PNG: " + errno_text(errno));
-  }
-#ifdef EIGEN_ATTENTION_HEATMAP_FSYNC
-  if (::fsync(::fileno(temp.file())) != 0 && errno != EINVAL && errno != ENOTSUP) {
-    throw failure(path, "cannot write the PNG: " + errno_text(errno));
-  }
-#endif
-  if (!temp.close()) throw failure(path, "cannot write the PNG: " + errno_text(errno));
-  std::error_code ec;
-  std::filesystem::rename(temp.name(), path, ec);
-  if (ec) throw failure(path, "cannot move the PNG into place: " + ec.message());
-  temp.release();
+  // Everything that can run out of memory happens before the file is created.
+  const Image image = draw(path, weights, rows, cols, row_stride, options);
+  AtomicFile file(path.c_str());
+  write_png(file, image.rgb.data(), image.width, image.height);
+  file.commit();
 }
 
 }  // namespace cli
