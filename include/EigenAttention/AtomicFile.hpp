@@ -19,6 +19,8 @@
 
 namespace EigenAttention {
 
+/// A file written all or nothing: a temporary beside the target until commit() renames it over
+/// the target; removed by the destructor otherwise. Failures throw npy::Error naming the target.
 class EIGEN_ATTENTION_EXPORT AtomicFile {
  public:
   /// Creates the temporary file beside `path` (mode 0666 less the umask). \throws npy::Error
