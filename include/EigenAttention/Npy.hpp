@@ -9,7 +9,8 @@
 /// throws npy::Error whose message names the file and the problem. Stricter than NumPy in two
 /// ways: bytes after the data are rejected (NumPy ignores them), and so are booleans other than
 /// 0 and 1. The writer writes to a
-/// temporary file in the same directory and renames it, so no half-written file is ever left.
+/// temporary file in the same directory and renames it (an AtomicFile), so no half-written file
+/// is ever left.
 ///
 /// Array holds standard-library containers, so everything that touches one is inline, compiled
 /// in your translation unit with your flags (a consumer built with `-D_GLIBCXX_DEBUG` has
@@ -30,6 +31,7 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/AtomicFile.hpp>
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/export.hpp>
@@ -48,6 +50,9 @@ enum class DType { Float32, Float64, Int32, Int64, Bool };
 
 /// "<f4", "<f8", "<i4", "<i8", "|b1".
 EIGEN_ATTENTION_EXPORT const char* dtype_descr(DType dtype);
+/// "float32", "float64", "int32", "int64", "bool" (NumPy's names); "invalid" for a value
+/// outside the enumeration.
+EIGEN_ATTENTION_EXPORT const char* dtype_name(DType dtype);
 /// Bytes per element.
 EIGEN_ATTENTION_EXPORT std::size_t dtype_size(DType dtype);
 
@@ -77,6 +82,9 @@ inline Array parse(const unsigned char* data, std::size_t size, const std::strin
 /// Writes a .npy file (version 1.0, or 2.0 when the header needs it) atomically: to a temporary
 /// file beside `path`, then renamed over it. \throws Error (no file is left behind then).
 inline void write(const std::string& path, const Array& array);
+/// Writes a .npy file's bytes to `file` (one of several outputs committed together, say); the
+/// caller commits it. Checks the array as write() does. \throws Error naming file.path().
+inline void write(AtomicFile& file, const Array& array);
 
 /// An Array holding a copy of a matrix (2-D, float or double).
 template <class Derived>

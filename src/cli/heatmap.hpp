@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <EigenAttention/AtomicFile.hpp>
+
 namespace EigenAttention {
 namespace cli {
 
@@ -18,8 +20,9 @@ struct HeatmapOptions {
 // Writes a PNG heatmap of a rows x cols matrix of weights in [0, 1] (element (i, j) at
 // weights[i * row_stride + j]), with a colour bar (0..max, labelled), axis ticks and labels
 // (token labels when given, else indices), pooling when larger than max_cells, atomically
-// (temp file beside `path`, then rename). Throws std::runtime_error("<path>: <problem>") on failure
-// (no file left behind).
+// (an AtomicFile: a temporary file beside `path`, then renamed). Throws
+// std::runtime_error("<path>: <problem>") on failure (npy::Error, derived from it, for an I/O
+// error; no file left behind).
 //
 // Details:
 // - Rows are queries (top to bottom), columns keys (left to right). A dimension above max_cells
@@ -36,6 +39,10 @@ struct HeatmapOptions {
 // - Throws for rows or cols < 1, a null `weights`, row_stride < cols (when rows > 1), a label count
 //   that does not match, max_cells < 1, cell_pixels < 0 or an image above 16384 px a side.
 void write_heatmap_png(const std::string& path, const double* weights, long rows, long cols, long row_stride,
+                       const HeatmapOptions& options);
+// The same, written to `file` (one of several outputs committed together); the caller commits
+// it. Failures name file.path().
+void write_heatmap_png(AtomicFile& file, const double* weights, long rows, long cols, long row_stride,
                        const HeatmapOptions& options);
 
 namespace detail {

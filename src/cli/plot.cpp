@@ -15,11 +15,11 @@ namespace EigenAttention {
 namespace cli {
 
 template <typename T>
-void draw_weights(const std::string& name, const std::string& path, const T* weights, std::int64_t rows,
+void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows,
                   std::int64_t cols, std::int64_t row_stride, const std::vector<std::string>& tokens,
                   const std::string& title) {
   if (rows < 1 || cols < 1) {
-    throw Failure(name, "the weights are " + std::to_string(rows) + " x " + std::to_string(cols) +
+    throw Failure(file.path(), "the weights are " + std::to_string(rows) + " x " + std::to_string(cols) +
                               "; there is nothing to draw");
   }
   // The renderer takes doubles: copy the rows x cols block (contiguous).
@@ -35,20 +35,19 @@ void draw_weights(const std::string& name, const std::string& path, const T* wei
     if (rows == cols) options.row_labels = options.col_labels;
   }
   try {
-    write_heatmap_png(path, block.data(), static_cast<long>(rows), static_cast<long>(cols), static_cast<long>(cols),
+    write_heatmap_png(file, block.data(), static_cast<long>(rows), static_cast<long>(cols), static_cast<long>(cols),
                       options);
+  } catch (const npy::Error&) {
+    throw;  // an I/O error, naming the file
   } catch (const std::runtime_error& e) {
-    // The renderer names the file it was given (a temporary name); name the user's file instead.
-    std::string what = e.what();
-    if (what.compare(0, path.size() + 2, path + ": ") == 0) what = what.substr(path.size() + 2);
-    throw Failure(name, what);
+    throw Failure(e.what());  // the renderer's refusal, naming the file: reported as the tool's own
   }
 }
 
-template void draw_weights<float>(const std::string&, const std::string&, const float*, std::int64_t, std::int64_t,
-                                  std::int64_t, const std::vector<std::string>&, const std::string&);
-template void draw_weights<double>(const std::string&, const std::string&, const double*, std::int64_t,
-                                   std::int64_t, std::int64_t, const std::vector<std::string>&, const std::string&);
+template void draw_weights<float>(AtomicFile&, const float*, std::int64_t, std::int64_t, std::int64_t,
+                                  const std::vector<std::string>&, const std::string&);
+template void draw_weights<double>(AtomicFile&, const double*, std::int64_t, std::int64_t, std::int64_t,
+                                   const std::vector<std::string>&, const std::string&);
 
 // ---------------------------------------------------------------------------------------------
 // eigen-attention heatmap
@@ -56,10 +55,10 @@ template void draw_weights<double>(const std::string&, const std::string&, const
 namespace {
 
 template <typename T>
-void draw_from(const npy::Array& a, const std::string& name, const std::string& temp, std::int64_t offset,
+void draw_from(const npy::Array& a, AtomicFile& file, std::int64_t offset,
                std::int64_t rows, std::int64_t cols, std::int64_t row_stride, const std::vector<std::string>& tokens,
                const std::string& title) {
-  draw_weights<T>(name, temp, a.data<T>() + offset, rows, cols, row_stride, tokens, title);
+  draw_weights<T>(file, a.data<T>() + offset, rows, cols, row_stride, tokens, title);
 }
 
 std::string range_text(std::int64_t n, const char* one, const char* many) {
@@ -89,7 +88,7 @@ int heatmap_command(const HeatmapArgs& a) {
   }
   Progress progress(a.quiet);
   OutputFiles files;
-  const std::string temp = files.add("--png", a.png);
+  AtomicFile& png = files.add("--png", a.png);
 
   progress.phase("reading");
   const npy::Array s = npy::read(a.scores);
@@ -112,7 +111,7 @@ int heatmap_command(const HeatmapArgs& a) {
     }
   } else {
     throw Failure(a.scores, "shape " + shape_string(d) +
-                                "; expected [T_q, T_k], [batch, T_q, T_k] (averaged over heads) or 4-D (" +
+                                "; expected (T_q, T_k), (batch, T_q, T_k) (averaged over heads) or 4-D (" +
                                 (layout == Layout::BHTD ? "batch, heads, T_q, T_k" : "batch, T_q, heads, T_k") + ")");
   }
   if (batch >= B) {
@@ -138,9 +137,9 @@ int heatmap_command(const HeatmapArgs& a) {
 
   progress.phase("drawing");
   if (s.dtype == npy::DType::Float32) {
-    draw_from<float>(s, a.png, temp, offset, rows, cols, row_stride, tokens, title);
+    draw_from<float>(s, png, offset, rows, cols, row_stride, tokens, title);
   } else {
-    draw_from<double>(s, a.png, temp, offset, rows, cols, row_stride, tokens, title);
+    draw_from<double>(s, png, offset, rows, cols, row_stride, tokens, title);
   }
   files.commit();
   progress.stop();

@@ -206,9 +206,9 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
 // A mask or bias: [T_q, T_k], or [B or 1, H or 1, T_q, T_k] in bhtd order.
 void check_mask_shape(const Input& m, const Geometry& g) {
   const auto& s = m.shape();
-  const std::string expected = "[" + std::to_string(g.Tq) + ", " + std::to_string(g.Tk) + "] or [" +
-                               std::to_string(g.B) + " or 1, " + std::to_string(g.H) + " or 1, " +
-                               std::to_string(g.Tq) + ", " + std::to_string(g.Tk) + "] (batch, heads, T_q, T_k)";
+  const std::string expected = shape_string({g.Tq, g.Tk}) + " or (" + std::to_string(g.B) + " or 1, " +
+                               std::to_string(g.H) + " or 1, " + std::to_string(g.Tq) + ", " + std::to_string(g.Tk) +
+                               ") (batch, heads, T_q, T_k)";
   const bool ok = (s.size() == 2 && s[0] == g.Tq && s[1] == g.Tk) ||
                   (s.size() == 4 && (s[0] == 1 || s[0] == g.B) && (s[1] == 1 || s[1] == g.H) && s[2] == g.Tq &&
                    s[3] == g.Tk);
@@ -239,7 +239,7 @@ std::vector<T> as_scalars(const Array& a) {
 void check_vector_shape(const Input& in, I64 n, const std::string& what) {
   const auto& s = in.shape();
   if (!((s.size() == 1 && s[0] == n) || (s.empty() && n == 1))) {
-    throw Failure(in.path, "shape " + shape_string(s) + "; expected [" + std::to_string(n) + "] (" + what + ")");
+    throw Failure(in.path, "shape " + shape_string(s) + "; expected " + shape_string({n}) + " (" + what + ")");
   }
 }
 
@@ -271,7 +271,7 @@ struct Written {
 template <typename T>
 int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& k, const Input& v,
               const Input& mask, const Input& lengths, const Input& alibi, const Geometry& g, OutputFiles& files,
-              const std::vector<std::string>& out_temps, Progress& progress) {
+              const std::vector<AtomicFile*>& outs, Progress& progress) {
   progress.phase("preparing");
   // What the library would reject in its own words, said here in terms of the command line.
   const char* type = std::is_same_v<T, float> ? "float32" : "float64";
@@ -409,16 +409,16 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
   std::vector<Written> written;
   std::size_t next = 0;
   if (!a.out.empty()) {
-    write_npy(a.out, out_temps[next++], attn);
+    npy::write(*outs[next++], attn);
     written.push_back({"ATTN", a.out, dtype, attn.shape});
   }
   if (!a.scores.empty()) {
     const Array& what = a.average_heads ? average : scores;
-    write_npy(a.scores, out_temps[next++], what);
+    npy::write(*outs[next++], what);
     written.push_back({a.average_heads ? "SCORES (mean over heads)" : "SCORES", a.scores, dtype, what.shape});
   }
   if (!a.lse.empty()) {
-    write_npy(a.lse, out_temps[next++], lse);
+    npy::write(*outs[next++], lse);
     written.push_back({"LSE", a.lse, dtype, lse.shape});
   }
   if (!a.heatmap.empty()) {
@@ -426,12 +426,12 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
     std::string title;
     if (a.average_heads) {
       title = g.rank == 4 ? "batch " + std::to_string(s.batch) + ", mean over heads" : std::string("attention weights");
-      draw_weights<T>(a.heatmap, out_temps[next++], average.data<T>() + s.batch * g.Tq * g.Tk, g.Tq, g.Tk, g.Tk,
+      draw_weights<T>(*outs[next++], average.data<T>() + s.batch * g.Tq * g.Tk, g.Tq, g.Tk, g.Tk,
                       tokens, title);
     } else {
       title = g.rank == 4 ? "batch " + std::to_string(s.batch) + ", head " + std::to_string(s.head)
                           : std::string("attention weights");
-      draw_weights<T>(a.heatmap, out_temps[next++], heads_data + (s.batch * g.H + s.head) * g.Tq * g.Tk, g.Tq,
+      draw_weights<T>(*outs[next++], heads_data + (s.batch * g.H + s.head) * g.Tq * g.Tk, g.Tq,
                       g.Tk, g.Tk, tokens, title);
     }
     written.push_back({"heatmap", a.heatmap, dtype, {}});
@@ -460,11 +460,11 @@ int run_command(const RunArgs& a) {
 
   // Reserve every output first: an unwritable one fails before any work.
   OutputFiles files;
-  std::vector<std::string> temps;
-  if (!a.out.empty()) temps.push_back(files.add("--out", a.out));
-  if (!a.scores.empty()) temps.push_back(files.add("--scores", a.scores));
-  if (!a.lse.empty()) temps.push_back(files.add("--lse", a.lse));
-  if (!a.heatmap.empty()) temps.push_back(files.add("--heatmap", a.heatmap));
+  std::vector<AtomicFile*> outs;
+  if (!a.out.empty()) outs.push_back(&files.add("--out", a.out));
+  if (!a.scores.empty()) outs.push_back(&files.add("--scores", a.scores));
+  if (!a.lse.empty()) outs.push_back(&files.add("--lse", a.lse));
+  if (!a.heatmap.empty()) outs.push_back(&files.add("--heatmap", a.heatmap));
 
   progress.phase("reading");
   const Input q = load("--q", a.q), k = load("--k", a.k), v = load("--v", a.v);
@@ -474,9 +474,9 @@ int run_command(const RunArgs& a) {
   if (!a.tokens.empty()) read_tokens(a.tokens);  // a bad tokens file fails before the work
 
   if (q.a.dtype == DType::Float32) {
-    return run_typed<float>(a, s, q, k, v, mask, lengths, alibi, g, files, temps, progress);
+    return run_typed<float>(a, s, q, k, v, mask, lengths, alibi, g, files, outs, progress);
   }
-  return run_typed<double>(a, s, q, k, v, mask, lengths, alibi, g, files, temps, progress);
+  return run_typed<double>(a, s, q, k, v, mask, lengths, alibi, g, files, outs, progress);
 }
 
 }  // namespace cli

@@ -12,39 +12,10 @@
 #include <mutex>
 #include <condition_variable>
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 namespace EigenAttention {
 namespace cli {
-
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-const char* dtype_name(npy::DType dtype) {
-  switch (dtype) {
-    case npy::DType::Float32: return "float32";
-    case npy::DType::Float64: return "float64";
-    case npy::DType::Int32: return "int32";
-    case npy::DType::Int64: return "int64";
-    case npy::DType::Bool: return "bool";
-  }
-  return "unknown";
-}
-
-void write_npy(const std::string& name, const std::string& temp, const npy::Array& array) {
-  try {
-    npy::write(temp, array);
-  } catch (const npy::Error& e) {
-    std::string what = e.what();
-    if (what.compare(0, temp.size() + 2, temp + ": ") == 0) what = what.substr(temp.size() + 2);
-    throw Failure(name, what);
-  }
-}
 
 double parse_double(const std::string& option, const std::string& text) {
   const char* begin = text.c_str();
@@ -123,14 +94,11 @@ std::string errno_text(int e) { return std::strerror(e); }
 }  // namespace
 
 OutputFiles::~OutputFiles() {
-  if (committed_) return;
-  for (const Entry& e : entries_) {
-    ::unlink(e.temp.c_str());
-    release_slot(e.slot);
-  }
+  // The files not committed remove their temporary files as they go.
+  for (const Entry& e : entries_) release_slot(e.slot);
 }
 
-std::string OutputFiles::add(const std::string& option, const std::string& path) {
+AtomicFile& OutputFiles::add(const std::string& option, const std::string& path) {
   namespace fs = std::filesystem;
   if (path.empty()) throw usage_error(option, "the file name is empty");
   std::error_code ec;
@@ -141,42 +109,25 @@ std::string OutputFiles::add(const std::string& option, const std::string& path)
   for (const Entry& e : entries_) {
     if (e.key == key) throw usage_error(option, "'" + path + "' is also the output of " + e.option);
   }
-
-  fs::path dir = p.parent_path();
-  const std::string base = p.filename().string();
-  std::string pattern = (dir.empty() ? std::string() : dir.string() + "/") + "." + base + ".tmp-XXXXXX";
-  std::vector<char> buffer(pattern.begin(), pattern.end());
-  buffer.push_back('\0');
   install_signal_handlers();
-  const int fd = ::mkstemp(buffer.data());
-  if (fd < 0) {
-    const int e = errno;
-    throw Failure(path, "cannot create a file in '" + (dir.empty() ? std::string(".") : dir.string()) +
-                            "': " + errno_text(e));
-  }
-  // mkstemp makes 0600; an output gets the usual mode (0666 less the umask).
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
-  ::close(fd);
-  const std::string temp(buffer.data());
-  entries_.push_back({option, path, temp, key, claim_slot(temp)});
-  return temp;
+  auto file = std::make_unique<AtomicFile>(path.c_str());
+  const int slot = claim_slot(file->temporary());
+  entries_.push_back({option, key, std::move(file), slot});
+  return *entries_.back().file;
 }
 
 void OutputFiles::commit() {
+  for (Entry& e : entries_) e.file->finish();  // all on disk before any is renamed
   for (std::size_t i = 0; i < entries_.size(); ++i) {
-    if (std::rename(entries_[i].temp.c_str(), entries_[i].path.c_str()) != 0) {
-      const int e = errno;
-      for (std::size_t j = 0; j < i; ++j) ::unlink(entries_[j].path.c_str());
-      for (std::size_t j = i; j < entries_.size(); ++j) ::unlink(entries_[j].temp.c_str());
-      for (const Entry& entry : entries_) release_slot(entry.slot);
-      committed_ = true;  // nothing is left to clean up
-      throw Failure(entries_[i].path, "cannot write: " + errno_text(e));
+    try {
+      entries_[i].file->commit();
+    } catch (...) {
+      for (std::size_t j = 0; j < i; ++j) ::unlink(entries_[j].file->path());
+      throw;
     }
     release_slot(entries_[i].slot);
+    entries_[i].slot = -1;
   }
-  committed_ = true;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,16 +1,19 @@
 // Shared pieces of the eigen-attention tool: its error type, output files written all or
-// nothing, the progress indicator, token files and shape formatting.
+// nothing, the progress indicator, token files.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <EigenAttention/AtomicFile.hpp>
 #include <EigenAttention/Npy.hpp>
+#include <EigenAttention/detail/Text.hpp>
 
 namespace EigenAttention {
 namespace cli {
@@ -22,6 +25,8 @@ class Failure : public std::runtime_error {
  public:
   Failure(const std::string& subject, const std::string& problem, bool usage = false)
       : std::runtime_error(subject + ": " + problem), usage_(usage) {}
+  /// A message that names its subject already ("<subject>: <problem>").
+  explicit Failure(const std::string& message) : std::runtime_error(message), usage_(false) {}
   bool usage() const { return usage_; }
 
  private:
@@ -33,24 +38,21 @@ inline Failure usage_error(const std::string& option, const std::string& problem
   return Failure(option, problem, true);
 }
 
-/// "[2, 8, 128, 64]".
-std::string shape_string(const std::vector<std::int64_t>& shape);
-
-/// "float32", "float64", "int32", "int64", "bool".
-const char* dtype_name(npy::DType dtype);
-
-/// npy::write(temp, array), its errors naming `name` (the file the user asked for) instead.
-void write_npy(const std::string& name, const std::string& temp, const npy::Array& array);
+/// "(2, 8, 128, 64)": the shape as NumPy writes it (the library's helper).
+using internal::shape_string;
+/// "float32", "float64", "int32", "int64", "bool" (the library's npy::dtype_name).
+using npy::dtype_name;
 
 /// Parses a whole option value; throws a usage Failure naming `option` otherwise.
 double parse_double(const std::string& option, const std::string& text);
 long long parse_integer(const std::string& option, const std::string& text);
 
-/// The outputs of one run, written all or nothing. add() reserves a temporary file beside
-/// each output at once (so an unwritable directory fails before any work); the caller writes
-/// each output to its temporary name; commit() renames them all into place. Until commit()
-/// succeeds, the destructor (and SIGINT, SIGTERM, SIGHUP) removes every temporary file, and a
-/// commit() that fails half-way removes the outputs it had already renamed.
+/// The outputs of one run, written all or nothing: one AtomicFile each. add() creates each
+/// output's temporary file at once (so an unwritable directory fails before any work) and
+/// returns it to be written; commit() flushes them all to disk, then renames them all into
+/// place. Until commit() succeeds, the destructor (and SIGINT, SIGTERM, SIGHUP) removes every
+/// temporary file, and a commit() that fails half-way removes the outputs it had already
+/// renamed.
 class OutputFiles {
  public:
   OutputFiles() = default;
@@ -58,21 +60,21 @@ class OutputFiles {
   OutputFiles& operator=(const OutputFiles&) = delete;
   ~OutputFiles();
 
-  /// Registers output `path` (given with `option`); returns the temporary name to write.
-  /// Throws Failure when the path is the same file as an earlier output, or its directory
-  /// cannot take a new file.
-  std::string add(const std::string& option, const std::string& path);
-  /// Renames every temporary file to its output name. Throws Failure on an I/O error (and
-  /// leaves no output of this run behind then).
+  /// Registers output `path` (given with `option`); returns its file, to write. Throws Failure
+  /// when the path is empty, a directory or the same file as an earlier output, npy::Error
+  /// naming the path when its directory cannot take a new file.
+  AtomicFile& add(const std::string& option, const std::string& path);
+  /// Commits every file. Throws npy::Error naming the output on an I/O error (and leaves no
+  /// output of this run behind then).
   void commit();
 
  private:
   struct Entry {
-    std::string option, path, temp, key;
+    std::string option, key;
+    std::unique_ptr<AtomicFile> file;
     int slot;
   };
   std::vector<Entry> entries_;
-  bool committed_ = false;
 };
 
 /// Shows "eigen-attention: <phase>... 3.2 s" with a spinner on stderr, from a helper thread,

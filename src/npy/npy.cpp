@@ -5,8 +5,10 @@
 // count is computed with overflow checks, and the data must be exactly as long as the shape says.
 #include <EigenAttention/Npy.hpp>
 
+#include <EigenAttention/AtomicFile.hpp>
+#include <EigenAttention/detail/Text.hpp>
+
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,7 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,48 +43,10 @@ bool is_word_char(unsigned char c) {
   throw Error(name + ": " + problem);
 }
 
-/// Attacker-controlled text made safe to print: at most 40 characters, non-printables escaped.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < 40; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    }
-  }
-  if (s.size() > 40) out += "...";
-  return out;
-}
+using internal::shape_string;
 
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) s += ",";
-  return s + ")";
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::Float32:
-      return "float32";
-    case DType::Float64:
-      return "float64";
-    case DType::Int32:
-      return "int32";
-    case DType::Int64:
-      return "int64";
-    case DType::Bool:
-      return "bool";
-  }
-  return "invalid";
-}
+/// Attacker-controlled text made safe to print: at most 40 characters.
+std::string printable(const std::string& s) { return internal::printable(s, 40); }
 
 bool valid_dtype(DType dtype) {
   switch (dtype) {
@@ -371,6 +334,22 @@ const char* dtype_descr(DType dtype) {
   throw Error("npy: invalid DType value " + std::to_string(int(dtype)));
 }
 
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::Float32:
+      return "float32";
+    case DType::Float64:
+      return "float64";
+    case DType::Int32:
+      return "int32";
+    case DType::Int64:
+      return "int64";
+    case DType::Bool:
+      return "bool";
+  }
+  return "invalid";
+}
+
 std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::Float32:
@@ -653,30 +632,9 @@ std::string wrap_header(const std::string& h) {
   return {};  // unreachable: at most 64 dimensions keep the header far below 4 GiB
 }
 
-bool write_all(int fd, const void* data, std::size_t size) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ::ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += n;
-    size -= static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-std::atomic<unsigned long> temp_counter{0};
-
-}  // namespace
-
-namespace detail {
-
-void write_file(const char* path_text, ArrayRef ref) {
-  const std::string path(path_text);
-  const Writing array{ref.dtype, std::vector<std::int64_t>(ref.shape, ref.shape + ref.ndim), ref.bytes, ref.size};
-  if (path.empty()) fail("npy::write", "empty path");
+/// The array's checks and its prefix (magic, version, header): what is written before its bytes.
+/// Failures name `path`.
+std::string checked_prefix(const std::string& path, const Writing& array) {
   if (!valid_dtype(array.dtype)) fail(path, "cannot write " + describe(array.dtype));
   if (array.shape.size() > kMaxDims) {
     fail(path, "cannot write " + std::to_string(array.shape.size()) + " dimensions (too many; at most " +
@@ -696,33 +654,34 @@ void write_file(const char* path_text, ArrayRef ref) {
       }
     }
   }
-  const std::string prefix = wrap_header(header_text(array));
+  return wrap_header(header_text(array));
+}
 
-  // A fresh temporary beside the target (same file system, so rename() is atomic).
-  std::string temp;
-  int fd = -1;
-  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-    temp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(temp_counter++);
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) fail(path, "cannot create the temporary file " + temp + ": " + std::strerror(errno));
+Writing writing(detail::ArrayRef ref) {
+  return {ref.dtype, std::vector<std::int64_t>(ref.shape, ref.shape + ref.ndim), ref.bytes, ref.size};
+}
 
-  const auto abandon = [&](const char* step) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    ::unlink(temp.c_str());
-    fail(path, std::string(step) + ": " + std::strerror(err));
-  };
-  if (!write_all(fd, prefix.data(), prefix.size()) ||
-      !write_all(fd, array.bytes, array.size)) {
-    abandon("write error");
-  }
-  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) abandon("cannot flush to disk");
-  const int closed = ::close(fd);
-  fd = -1;
-  if (closed != 0) abandon("write error on close");
-  if (std::rename(temp.c_str(), path.c_str()) != 0) abandon("cannot rename the temporary file over it");
+}  // namespace
+
+namespace detail {
+
+void write_file(const char* path_text, ArrayRef ref) {
+  const std::string path(path_text);
+  if (path.empty()) fail("npy::write", "empty path");
+  const Writing array = writing(ref);
+  // Everything is checked before the file is created.
+  const std::string prefix = checked_prefix(path, array);
+  AtomicFile file(path.c_str());
+  file.write(prefix.data(), prefix.size());
+  file.write(array.bytes, array.size);
+  file.commit();
+}
+
+void write_to(AtomicFile& file, ArrayRef ref) {
+  const Writing array = writing(ref);
+  const std::string prefix = checked_prefix(file.path(), array);
+  file.write(prefix.data(), prefix.size());
+  file.write(array.bytes, array.size);
 }
 
 }  // namespace detail

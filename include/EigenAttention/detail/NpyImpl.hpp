@@ -78,6 +78,7 @@ inline void fill_array(Array* a, DType dtype, const std::int64_t* shape, std::si
 EIGEN_ATTENTION_EXPORT void read_file(const char* path, Sink sink);
 EIGEN_ATTENTION_EXPORT void parse_bytes(const unsigned char* data, std::size_t size, const char* name, Sink sink);
 EIGEN_ATTENTION_EXPORT void write_file(const char* path, ArrayRef array);
+EIGEN_ATTENTION_EXPORT void write_to(AtomicFile& file, ArrayRef array);
 
 /// The number of elements of `shape` (1 for a scalar). \throws Error for a negative dimension
 /// or a count that overflows.
@@ -111,6 +112,8 @@ inline Array parse(const unsigned char* data, std::size_t size, const std::strin
 }
 
 inline void write(const std::string& path, const Array& array) { detail::write_file(path.c_str(), detail::ref(array)); }
+
+inline void write(AtomicFile& file, const Array& array) { detail::write_to(file, detail::ref(array)); }
 
 template <typename T>
 const T* Array::data(const char* what) const {
