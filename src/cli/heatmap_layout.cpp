@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <limits>
 
-#include <EigenAttention/detail/Text.hpp>
+#include "../text.hpp"
 
 namespace EigenAttention {
 namespace cli {

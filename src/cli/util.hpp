@@ -13,7 +13,7 @@
 
 #include <EigenAttention/AtomicFile.hpp>
 #include <EigenAttention/Npy.hpp>
-#include <EigenAttention/detail/Text.hpp>
+#include "../text.hpp"
 
 namespace EigenAttention {
 namespace cli {

@@ -6,7 +6,7 @@
 #include <EigenAttention/Npy.hpp>
 
 #include <EigenAttention/AtomicFile.hpp>
-#include <EigenAttention/detail/Text.hpp>
+#include "../text.hpp"
 
 #include <algorithm>
 #include <cerrno>

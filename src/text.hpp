@@ -1,6 +1,5 @@
-/// \file Text.hpp
-/// Text helpers shared by the library's npy reader and writer and the eigen-attention tool (not
-/// for direct use): one definition each, inline (namespace internal: not part of the API).
+// Text helpers shared by the library's npy reader and writer and the eigen-attention tool: one
+// definition each, inline. Internal (src/, not installed).
 #pragma once
 
 #include <cstddef>
