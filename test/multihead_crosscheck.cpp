@@ -1,5 +1,5 @@
 // Cross-checks of the multi-head calls against each other, against the single-head API and
-// against the long-double reference (multihead_reference.hpp), on seeded random data (no
+// against the long-double reference (support/reference.hpp), on seeded random data (no
 // outside data). Equalities the API documents (thread counts) or that only change how the
 // same buffers are addressed (BHTD vs BTHD) are checked bitwise; equalities between different
 // computations of the same function are checked within twice the error budget of one
