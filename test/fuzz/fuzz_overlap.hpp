@@ -3,13 +3,14 @@
 /// input or with each other. Every call family decides "must throw because of an overlap" with
 /// these predicates, and only with them:
 ///   - single head (fuzz_attention_single.cpp, run_single): an output whose own elements share
-///     memory (self_overlaps) must be rejected; an output over another input or output
-///     (elements_intersect of byte_ranges) should be, but the check there is conservative, so
-///     either outcome is accepted;
-///   - multi-head (fuzz_attention_heads.cpp, heads) and merge_attention
+///     memory (self_overlaps) must be rejected; so must an output sharing an element with another
+///     input or output (elements_intersect of byte_ranges); one placed among another's elements
+///     without sharing any may be (the library's check is conservative: either outcome passes);
+///   - multi-head (fuzz_attention_heads.cpp, HeadsCall::expect) and merge_attention
 ///     (fuzz_attention_merge.cpp, merge): two views overlap when the byte ranges MultiHead.hpp's
-///     check computes (view_extent) intersect (views_apart); every output must be apart from
-///     every input and from every other output.
+///     check computes (view_extent) intersect (views_apart); for attention_heads and varlen every
+///     output must be apart from every input and every other output; merge_attention also
+///     accepts an output that is exactly an input (in place), and rejects a partial overlap.
 #pragma once
 
 #include "fuzz_attention_model.hpp"
