@@ -3,7 +3,7 @@
 // attention_heads, attention_heads_decomposed and attention_varlen, for every kernel, both
 // buffer layouts (the files hold BHTD; the tests also lay them out as BTHD), threads 1 and 2,
 // in float and double. Tolerances: the error model of tolerance.hpp, extended for soft-cap,
-// ALiBi and biases in multihead_reference.hpp (multihead_budget).
+// ALiBi and biases in support/reference.hpp (multihead_budget).
 #include <doctest/doctest.h>
 
 #include <filesystem>

@@ -46,7 +46,7 @@
 #include <string>
 #include <vector>
 
-#include "multihead_reference.hpp"
+#include "reference.hpp"
 
 #ifndef EIGEN_ATTENTION_TEST_DATA_DIR
 #error "EIGEN_ATTENTION_TEST_DATA_DIR must name test/data (set by test/CMakeLists.txt)"

@@ -1,0 +1,786 @@
+/// \file fuzz_attention_model.hpp
+/// What every call family of fuzz_attention shares (fuzz_attention.cpp says what an input decodes
+/// into and which contract is checked): the memory model (buffers in an arena, tensors of any
+/// layout inside them, snapshots to see what a call wrote), the element values, the decoding of
+/// Options and what the library must make of them, the per-row checks of the results (one Case
+/// per sequence and query head, against a long-double reference), how a call's outcome is judged,
+/// and the calls (enum Call). The model of the library's overlap rule is in fuzz_overlap.hpp.
+///
+/// The call families, one file each, all decoding from the same Reader in the same order:
+///   fuzz_attention_single.cpp  single<T>: attention, attention_into, attention_decomposed(_into),
+///                              attention_scores(_into)
+///   fuzz_attention_heads.cpp   heads<T>: attention_heads(_decomposed), attention_varlen(_decomposed)
+///   fuzz_attention_merge.cpp   merge<T>: merge_attention
+#pragma once
+
+#include <EigenAttention/EigenAttention.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "fuzz_common.hpp"
+
+namespace ea = EigenAttention;
+using Eigen::Index;
+using ea_fuzz::format;
+using ea_fuzz::note;
+using ea_fuzz::Reader;
+using ea_fuzz::Rng;
+
+namespace ea_fuzz_attention {
+
+inline bool g_verbose = false;
+inline std::size_t g_printed = 0;  // how much of the description verbose mode has printed
+inline constexpr Index kIndexMax = std::numeric_limits<Index>::max();
+inline constexpr Index kIndexMin = std::numeric_limits<Index>::min();
+
+template <class T>
+const char* type_name() {
+  return std::is_same_v<T, float> ? "float" : "double";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory: every tensor lives in a buffer of its own (or, to test overlap checks, inside another
+// tensor's), allocated to the exact bytes its elements span so that AddressSanitizer sees any
+// access beyond. Gaps and outputs start as 0xff bytes (NaN for float and double).
+
+struct Buffer {
+  std::size_t size = 0;
+  std::unique_ptr<unsigned char[]> bytes;
+  std::vector<unsigned char> before;  // snapshot taken just before the call
+  std::vector<char> writable;         // per byte: an element of some output
+};
+
+class Arena {
+ public:
+  int add() {
+    need_.push_back(0);
+    return static_cast<int>(need_.size()) - 1;
+  }
+  void require(int id, std::size_t bytes) { need_[id] = std::max(need_[id], bytes); }
+  void allocate() {
+    for (std::size_t n : need_) {
+      auto b = std::make_unique<Buffer>();
+      b->size = n;
+      b->bytes.reset(new unsigned char[n]);  // new[0] too: a unique pointer no access may use
+      std::memset(b->bytes.get(), 0xff, n);
+      b->writable.assign(n, 0);
+      buffers_.push_back(std::move(b));
+    }
+  }
+  Buffer& operator[](int id) { return *buffers_[id]; }
+  void snapshot() {
+    for (auto& b : buffers_) b->before.assign(b->bytes.get(), b->bytes.get() + b->size);
+  }
+  void restore() {
+    for (auto& b : buffers_) std::copy(b->before.begin(), b->before.end(), b->bytes.get());
+  }
+  /// After a call that threw: nothing may have changed.
+  void expect_unchanged(const char* call) const {
+    for (std::size_t i = 0; i < buffers_.size(); ++i) {
+      const Buffer& b = *buffers_[i];
+      EA_EXPECT(b.size == 0 || std::memcmp(b.bytes.get(), b.before.data(), b.size) == 0,
+                "%s threw, yet buffer %zu (%zu bytes) changed", call, i, b.size);
+    }
+  }
+  /// After a call that returned: only the elements of outputs may have changed.
+  void expect_only_outputs_changed(const char* call) const {
+    for (std::size_t i = 0; i < buffers_.size(); ++i) {
+      const Buffer& b = *buffers_[i];
+      for (std::size_t k = 0; k < b.size; ++k) {
+        EA_EXPECT(b.writable[k] || b.bytes[k] == b.before[k],
+                  "%s wrote byte %zu of buffer %zu, which belongs to no output element (an input, a gap "
+                  "between rows, or rows the call must leave alone)",
+                  call, k, i);
+      }
+    }
+  }
+
+ private:
+  std::vector<std::size_t> need_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+enum class Lay {
+  BHTD,        // [batch, heads, tokens, dim], rows contiguous (row-major matrices)
+  BTHD,        // [batch, tokens, heads, dim]
+  Padded,      // BHTD with gaps after each row, head and batch
+  ColMajor,    // each matrix column-major (with a gap after each column when padded)
+  Reversed,    // BTHD with the token axis reversed (negative stride)
+  DimStride2,  // every other element along dim
+  ZeroRow,     // row stride 0: every row is the same memory (inputs only)
+  ZeroCol,     // column stride 0 (inputs only)
+  ZeroBatch,   // batch stride 0 (inputs only)
+  Interleaved  // row stride 1 and column stride 1 (elements share memory)
+};
+inline const char* lay_name(Lay l) {
+  static const char* names[] = {"BHTD", "BTHD", "padded", "col-major", "reversed-tokens", "dim-stride-2",
+                                "zero-row-stride", "zero-col-stride", "zero-batch-stride", "interleaved"};
+  return names[int(l)];
+}
+
+/// The layouts of multi-head inputs and outputs (attention_heads, attention_varlen, merge).
+inline Lay heads_input_lay(std::uint8_t b) {
+  static const Lay lays[] = {Lay::BHTD, Lay::BTHD, Lay::BHTD, Lay::BTHD, Lay::Padded, Lay::ColMajor,
+                             Lay::Reversed, Lay::DimStride2, Lay::ZeroBatch, Lay::ZeroRow};
+  return lays[b % 10];
+}
+inline Lay heads_output_lay(std::uint8_t b) {
+  static const Lay lays[] = {Lay::BHTD, Lay::BTHD, Lay::BHTD, Lay::Padded, Lay::ColMajor, Lay::Reversed,
+                             Lay::DimStride2};
+  return lays[b % 7];
+}
+
+/// A strided 4-D tensor [batch, heads, tokens (rows), dim (cols)] of E in an Arena buffer.
+template <class E>
+struct Tensor {
+  Index n[4] = {0, 0, 0, 0};
+  Index s[4] = {0, 0, 0, 0};
+  Index lo = 0, hi = -1;  // element offsets from data() of the first and last element
+  Lay lay = Lay::BHTD;
+  int buf = -1;
+  std::size_t byte_offset = 0;
+  Arena* arena = nullptr;
+
+  bool has_elements() const { return n[0] > 0 && n[1] > 0 && n[2] > 0 && n[3] > 0; }
+  Index count() const { return n[0] * n[1] * n[2] * n[3]; }
+  E* data() const { return reinterpret_cast<E*>((*arena)[buf].bytes.get() + byte_offset); }
+  Index offset(Index b, Index h, Index t, Index d) const { return b * s[0] + h * s[1] + t * s[2] + d * s[3]; }
+  E& at(Index b, Index h, Index t, Index d) const { return data()[offset(b, h, t, d)]; }
+  std::size_t bytes_needed() const {
+    return has_elements() ? byte_offset + static_cast<std::size_t>(hi + 1) * sizeof(E) : byte_offset;
+  }
+  std::string describe() const {
+    return format("[%td, %td, %td, %td] %s strides (%td, %td, %td, %td)", n[0], n[1], n[2], n[3], lay_name(lay),
+                  s[0], s[1], s[2], s[3]);
+  }
+};
+
+template <class E>
+Tensor<E> make_tensor(Index B, Index H, Index T, Index D, Lay lay, Index pad) {
+  Tensor<E> t;
+  t.n[0] = B, t.n[1] = H, t.n[2] = T, t.n[3] = D;
+  t.lay = lay;
+  Index* s = t.s;
+  switch (lay) {
+    case Lay::BHTD:
+      s[3] = 1, s[2] = D, s[1] = T * D, s[0] = H * T * D;
+      break;
+    case Lay::BTHD:
+      s[3] = 1, s[1] = D, s[2] = H * D, s[0] = T * H * D;
+      break;
+    case Lay::Padded:
+      s[3] = 1, s[2] = D + pad, s[1] = T * s[2] + pad, s[0] = H * s[1] + pad;
+      break;
+    case Lay::ColMajor:
+      s[2] = 1, s[3] = T + pad, s[1] = D * s[3], s[0] = H * s[1];
+      break;
+    case Lay::Reversed:
+      s[3] = 1, s[1] = D, s[2] = -(H * D), s[0] = T * H * D;
+      break;
+    case Lay::DimStride2:
+      s[3] = 2, s[2] = 2 * D, s[1] = T * s[2], s[0] = H * s[1];
+      break;
+    case Lay::ZeroRow:
+      s[3] = 1, s[2] = 0, s[1] = D, s[0] = H * D;
+      break;
+    case Lay::ZeroCol:
+      s[3] = 0, s[2] = 1, s[1] = T, s[0] = H * T;
+      break;
+    case Lay::ZeroBatch:
+      s[3] = 1, s[2] = D, s[1] = T * D, s[0] = 0;
+      break;
+    case Lay::Interleaved:
+      s[3] = 1, s[2] = 1, s[1] = T + D, s[0] = H * s[1];
+      break;
+  }
+  t.lo = 0, t.hi = 0;
+  for (int a = 0; a < 4; ++a) {
+    const Index reach = (t.n[a] - 1) * s[a];
+    t.lo += std::min<Index>(reach, 0);
+    t.hi += std::max<Index>(reach, 0);
+  }
+  if (!t.has_elements()) t.lo = 0, t.hi = -1;
+  return t;
+}
+
+/// Gives t a buffer of its own.
+template <class E>
+void place(Tensor<E>& t, Arena& arena) {
+  t.arena = &arena;
+  t.buf = arena.add();
+  t.byte_offset = static_cast<std::size_t>(-t.lo) * sizeof(E);
+  arena.require(t.buf, t.bytes_needed());
+}
+
+/// Places t inside `host`'s buffer, its first element `shift` elements of E past host's first
+/// byte (so that the two overlap), growing the buffer as needed.
+template <class E, class H>
+void place_inside(Tensor<E>& t, const Tensor<H>& host, Arena& arena, Index shift) {
+  t.arena = &arena;
+  t.buf = host.buf;
+  std::size_t start = host.byte_offset + static_cast<std::size_t>(host.lo) * sizeof(H);
+  start = (start + alignof(E) - 1) / alignof(E) * alignof(E) + static_cast<std::size_t>(shift) * sizeof(E);
+  t.byte_offset = start + static_cast<std::size_t>(-t.lo) * sizeof(E);
+  arena.require(t.buf, t.bytes_needed());
+}
+
+/// Marks the bytes of t's elements (rows [row_begin, row_end) of each matrix) as output.
+template <class E>
+void mark_written(const Tensor<E>& t, Index row_begin = 0, Index row_end = -1) {
+  if (row_end < 0) row_end = t.n[2];
+  Buffer& b = (*t.arena)[t.buf];
+  for (Index i = 0; i < t.n[0]; ++i)
+    for (Index h = 0; h < t.n[1]; ++h)
+      for (Index r = row_begin; r < row_end; ++r)
+        for (Index c = 0; c < t.n[3]; ++c) {
+          const std::size_t at = t.byte_offset + static_cast<std::size_t>(t.offset(i, h, r, c) * Index(sizeof(E)));
+          std::fill(b.writable.begin() + at, b.writable.begin() + at + sizeof(E), 1);
+        }
+}
+
+/// Claimed sizes: a view handed to the library may say it is larger than its buffer, for a
+/// size that validation compares with another one (so the call must throw before reading).
+struct Claim {
+  int axis = -1;  // -1: none
+  Index value = 0;
+};
+
+template <class E>
+ea::HeadsView<E> heads_view(const Tensor<E>& t, Claim c = {}) {
+  Index n[4] = {t.n[0], t.n[1], t.n[2], t.n[3]};
+  if (c.axis >= 0) n[c.axis] = c.value;
+  return {t.data(), n[0], n[1], n[2], n[3], t.s[0], t.s[1], t.s[2], t.s[3]};
+}
+
+/// A read-only view of one matrix (b, h) of a tensor, for the checks.
+template <class E>
+struct Acc {
+  const E* data = nullptr;
+  Index rows = 0, cols = 0, rs = 0, cs = 0;
+  E operator()(Index i, Index j) const { return data[i * rs + j * cs]; }
+  bool present() const { return data != nullptr; }
+};
+
+template <class E>
+Acc<E> matrix_of(const Tensor<E>& t, Index b, Index h, Index first_row = 0, Index rows = -1) {
+  if (rows < 0) rows = t.n[2];
+  return {t.data() + t.offset(b, h, first_row, 0), rows, t.n[3], t.s[2], t.s[3]};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element values.
+
+template <class T>
+T palette(unsigned i) {
+  using L = std::numeric_limits<T>;
+  const T values[32] = {T(0),       T(-0.0),    T(1),           T(-1),           T(0.5),
+                        T(-2),      T(3),       T(-0.25),       T(1e-3),         T(7.5),
+                        T(100),     T(-1000),   T(1000),        L::quiet_NaN(),  L::infinity(),
+                        -L::infinity(), L::denorm_min(), -L::denorm_min(), L::min() / 2, T(1e38),
+                        T(-1e38),   T(3.4028234663852886e38), T(-3.4028234663852886e38), L::max(), T(1e-30),
+                        T(3e4),     T(-1e5),    T(0.1),         T(-5),           T(11),
+                        T(1e6),     T(-0.5)};
+  return values[i % 32];
+}
+
+template <class T>
+T raw_bits(Reader& r) {
+  if constexpr (std::is_same_v<T, float>) {
+    const std::uint32_t u = r.u32();
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  } else {
+    const std::uint64_t u = r.u64();
+    double d;
+    std::memcpy(&d, &u, sizeof d);
+    return d;
+  }
+}
+
+/// Where the values of one tensor come from.
+template <class T>
+class Filler {
+ public:
+  Filler(Reader& r, bool big) : r_(r), rng_(0) {
+    mode_ = r.u8() % 8;
+    // Per-element bytes make no sense for long sequences: the input would run dry.
+    if (big && (mode_ == 2 || mode_ == 6)) mode_ = 1;
+    rng_ = Rng(r.u32());
+    const std::uint8_t p = r.u8();
+    constant_ = palette<T>(p);
+    special_prob_ = (p % 64) / 256.0;
+    static const double magnitudes[] = {1e-30, 1e-3, 1, 10, 1e3, 1e6, 1e30, 1e38};
+    magnitude_ = magnitudes[r.u8() % 8];
+  }
+  T next() {
+    switch (mode_) {
+      case 0:
+        return T(rng_.unit() * 4 - 2);
+      case 1:
+      case 7:
+        if (rng_.unit() < special_prob_ * (mode_ == 7 ? 3 : 1)) return palette<T>(unsigned(rng_.next()));
+        return T(rng_.unit() * 4 - 2);
+      case 2: {
+        const std::uint8_t b = r_.u8();
+        return b >= 0xf0 ? raw_bits<T>(r_) : palette<T>(b);
+      }
+      case 3:
+        return constant_;
+      case 4:
+        return T(double(rng_.below(7)) - 3);
+      case 5:
+        return T((rng_.unit() * 2 - 1) * magnitude_);
+      default:  // 6
+        return raw_bits<T>(r_);
+    }
+  }
+  std::string describe() const {
+    static const char* names[] = {"uniform[-2,2]", "uniform+specials", "palette bytes", "constant",
+                                  "integers[-3,3]", "uniform*magnitude", "raw bits", "uniform+many specials"};
+    std::string s = names[mode_];
+    if (mode_ == 3) s += format(" %g", double(constant_));
+    if (mode_ == 5) s += format(" %g", magnitude_);
+    return s;
+  }
+
+ private:
+  Reader& r_;
+  Rng rng_;
+  int mode_;
+  T constant_;
+  double special_prob_, magnitude_ = 1;
+};
+
+template <class T>
+void fill(const Tensor<T>& t, Filler<T>& f) {
+  for (Index b = 0; b < t.n[0]; ++b)
+    for (Index h = 0; h < t.n[1]; ++h)
+      for (Index i = 0; i < t.n[2]; ++i)
+        for (Index j = 0; j < t.n[3]; ++j) t.at(b, h, i, j) = f.next();
+}
+
+inline void fill_mask(const Tensor<bool>& t, Reader& r) {
+  const int mode = r.u8() % 5;
+  Rng rng(r.u32());
+  const double density = mode == 4 ? 0.9 : r.u8() / 255.0;
+  std::uint8_t bits = 0;
+  int left = 0;
+  for (Index b = 0; b < t.n[0]; ++b)
+    for (Index h = 0; h < t.n[1]; ++h)
+      for (Index i = 0; i < t.n[2]; ++i)
+        for (Index j = 0; j < t.n[3]; ++j) {
+          bool v;
+          if (mode == 0) {
+            v = true;
+          } else if (mode == 1) {
+            v = false;
+          } else if (mode == 3) {
+            if (left == 0) bits = r.u8(), left = 8;
+            v = bits & 1;
+            bits >>= 1, --left;
+          } else {
+            v = rng.unit() < density;
+          }
+          t.at(b, h, i, j) = v;
+        }
+  note(format("  mask fill mode %d density %.2f", mode, density));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options.
+
+inline ea::Options decode_options(Reader& r) {
+  ea::Options o;
+  const std::uint8_t flags = r.u8();
+  o.causal = flags & 1;
+  switch ((flags >> 1) & 3) {
+    case 0:
+    case 2:
+      o.alignment = ea::CausalAlignment::TopLeft;
+      break;
+    case 1:
+      o.alignment = ea::CausalAlignment::BottomRight;
+      break;
+    default:
+      o.alignment = static_cast<ea::CausalAlignment>(2);  // not an enumerator
+  }
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  {
+    const std::uint8_t b = r.u8() % 24;
+    static const double scales[] = {1.0, 0.125, 0.5, 1e3, 0.0, -1.0, nan, inf, -inf, 1e-45, 1e-50, 1e38, 1e300,
+                                    3.4028234663852886e38, 1e39, 4.9e-324, 2.0, 1e-3};
+    if (b < 5) {
+      o.scale.reset();
+    } else if (b - 5 < 18) {
+      o.scale = scales[b - 5];
+    } else {
+      const std::uint64_t u = r.u64();
+      double d;
+      std::memcpy(&d, &u, sizeof d);
+      o.scale = d;
+    }
+  }
+  const auto window = [&r]() -> std::ptrdiff_t {
+    const std::uint8_t b = r.u8() % 20;
+    static const std::ptrdiff_t values[] = {-1, -1, -1, -1, -1, 0, 1, 2, 3, 5, 8, -2, -100,
+                                            std::ptrdiff_t(1) << 40, kIndexMax, kIndexMin, kIndexMax - 5, 600};
+    if (b < 18) return values[b];
+    return static_cast<std::ptrdiff_t>(r.u8());
+  };
+  o.window_left = window();
+  o.window_right = window();
+  {
+    const std::uint8_t b = r.u8() % 20;
+    static const double caps[] = {0, 0, 0, 0, 0, 1, 5, 30, 0.5, nan, -1, inf, -inf, 1e-45, 1e-50, 1e38, 1e300, 50};
+    if (b < 18) {
+      o.softcap = caps[b];
+    } else {
+      const std::uint64_t u = r.u64();
+      std::memcpy(&o.softcap, &u, sizeof o.softcap);
+    }
+  }
+  {
+    static const int threads[] = {1, 1, 1, 1, 2, 3, 0, -1, std::numeric_limits<int>::min(), 64};
+    o.threads = threads[r.u8() % 10];
+  }
+  {
+    const std::uint8_t b = r.u8() % 12;
+    // Auto most often; 5..7 are not enumerators.
+    static const int kernels[] = {0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, -1};
+    o.kernel = static_cast<ea::Kernel>(kernels[b]);
+  }
+  note(format("options: causal=%d alignment=%d scale=%s window=(%td, %td) softcap=%.17g threads=%d kernel=%d",
+              int(o.causal), int(o.alignment), o.scale ? format("%.17g", *o.scale).c_str() : "default",
+              o.window_left, o.window_right, o.softcap, o.threads, int(o.kernel)));
+  return o;
+}
+
+template <class T>
+bool scale_ok(const ea::Options& o, Index dk) {
+  if (o.scale) {
+    const double s = *o.scale;
+    const T t = static_cast<T>(s);
+    return std::isfinite(s) && s > 0 && std::isfinite(t) && t > 0;
+  }
+  return dk > 0;
+}
+
+template <class T>
+T resolved_scale(const ea::Options& o, Index dk) {
+  return o.scale ? static_cast<T>(*o.scale) : static_cast<T>(1.0 / std::sqrt(static_cast<double>(dk)));
+}
+
+template <class T>
+bool softcap_ok(const ea::Options& o) {
+  const double c = o.softcap;
+  const T t = static_cast<T>(c);
+  return c >= 0 && std::isfinite(c) && std::isfinite(t) && !(c > 0 && !(t > 0));
+}
+
+inline bool kernel_ok(ea::Kernel k) {
+  if (k == ea::Kernel::Auto) return true;
+  const auto avail = ea::available_kernels();
+  return std::find(avail.begin(), avail.end(), k) != avail.end();
+}
+
+/// The rules every call shares (for the scalar type T and d_k as the call sees it).
+template <class T>
+bool options_ok(const ea::Options& o, Index dk) {
+  return scale_ok<T>(o, dk) && o.threads >= 0 && o.window_left >= -1 && o.window_right >= -1 && softcap_ok<T>(o) &&
+         kernel_ok(o.kernel);
+}
+
+/// What a call's outcome must be.
+struct Expect {
+  bool invalid = false;    // a documented rule is broken: must throw
+  bool uncertain = false;  // only a conservative check could say: either outcome
+  std::string why;
+  void fail(const std::string& reason) {
+    if (!invalid) why = reason;
+    invalid = true;
+  }
+  void check(bool ok, const char* reason) {
+    if (!ok) fail(reason);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The per-row checks, shared by every call: one Case per (sequence, query head).
+
+template <class T>
+struct Case {
+  std::string name;
+  Acc<T> q, k, v;    // v absent when the call takes no V; k.rows = the columns of SCORES
+  Index keys = 0;    // keys [0, keys) exist (the key length)
+  Index offset = 0;  // causal / window / ALiBi offset
+  Acc<bool> mask;
+  Acc<T> bias;
+  bool alibi = false;
+  T slope = 0;
+  Acc<T> attn, scores, lse;
+};
+
+template <class T>
+struct Rules {
+  bool causal = false;
+  Index wl = -1, wr = -1;
+  T scale = 1, softcap = 0;
+};
+
+inline bool key_visible(bool causal, Index wl, Index wr, Index i, Index j, Index offset) {
+  using W = __int128;
+  const W pos = W(i) + W(offset);
+  if (causal && W(j) > pos) return false;
+  if (wl >= 0 && W(j) < pos - W(wl)) return false;
+  if (wr >= 0 && W(j) > pos + W(wr)) return false;
+  return true;
+}
+
+template <class T>
+bool tame_value(T x, double bound) {
+  return std::isfinite(x) && std::fabs(double(x)) <= bound;
+}
+
+template <class T>
+void check_case(const Case<T>& c, const Rules<T>& rules) {
+  constexpr bool is_float = std::is_same_v<T, float>;
+  const double ref_rel = is_float ? 1e-3 : 1e-9, ref_abs = is_float ? 1e-6 : 1e-12;
+  const Index tk = c.k.rows, dk = c.q.cols;
+  // Below the normal range precision is absolute: each rounded product or exp may be off by a
+  // denormal step.
+  const long double tiny = (tk + 1) * (long double)std::numeric_limits<T>::denorm_min();
+  const bool want_v = c.attn.present();
+  const Index dv = want_v ? c.v.cols : 0;
+  const bool scale_safe = rules.scale <= T(1e3);
+  std::vector<char> vis(static_cast<std::size_t>(tk));
+  std::vector<long double> logit(static_cast<std::size_t>(tk));
+  for (Index i = 0; i < c.q.rows; ++i) {
+    Index nvis = 0;
+    bool safe = scale_safe && (!c.alibi || tame_value(c.slope, 1e3));
+    for (Index d = 0; d < dk; ++d) safe = safe && tame_value(c.q(i, d), 1e3);
+    bool tame = safe;
+    long double max_logit = -INFINITY;
+    for (Index j = 0; j < tk; ++j) {
+      const bool v = j < c.keys && key_visible(rules.causal, rules.wl, rules.wr, i, j, c.offset) &&
+                     (!c.mask.present() || c.mask(i, j));
+      vis[j] = v;
+      if (!v) continue;
+      ++nvis;
+      for (Index d = 0; d < dk; ++d) safe = safe && tame_value(c.k(j, d), 1e3);
+      for (Index d = 0; d < dv; ++d) safe = safe && tame_value(c.v(j, d), 1e3);
+      if (c.bias.present()) safe = safe && tame_value(c.bias(i, j), 1e3);
+      if (!safe) {
+        tame = false;
+        continue;
+      }
+      // The reference logit, in long double.
+      long double dot = 0, mag = 0;
+      for (Index d = 0; d < dk; ++d) {
+        dot += (long double)c.q(i, d) * c.k(j, d);
+        mag += std::fabs((long double)c.q(i, d) * c.k(j, d));
+      }
+      long double l = (long double)rules.scale * dot;
+      tame = tame && (long double)rules.scale * mag <= 50;
+      if (rules.softcap > 0) l = (long double)rules.softcap * std::tanh(l / (long double)rules.softcap);
+      if (c.alibi) {
+        const long double dist = std::fabs((long double)(i + c.offset - j));
+        tame = tame && std::fabs((long double)c.slope) * dist <= 50;
+        l -= (long double)c.slope * dist;
+      }
+      if (c.bias.present()) {
+        tame = tame && std::fabs((long double)c.bias(i, j)) <= 50;
+        l += c.bias(i, j);
+      }
+      logit[j] = l;
+      max_logit = std::max(max_logit, l);
+    }
+    long double ref_sum = 0;
+    if (tame && nvis > 0) {
+      for (Index j = 0; j < tk; ++j)
+        if (vis[j]) ref_sum += std::exp(logit[j] - max_logit);
+    }
+    const auto ref_weight = [&](Index j) { return std::exp(logit[j] - max_logit) / ref_sum; };
+    const std::string where = format("%s row %td (%td visible keys, safe=%d, tame=%d)", c.name.c_str(), i, nvis,
+                                     int(safe), int(tame));
+
+    if (c.scores.present()) {
+      long double sum = 0;
+      for (Index j = 0; j < tk; ++j) {
+        const T s = c.scores(i, j);
+        if (!vis[j]) {
+          EA_EXPECT(s == 0, "%s: SCORES(%td, %td) = %.9g for a hidden key (must be exactly 0)", where.c_str(), i, j,
+                    double(s));
+          continue;
+        }
+        EA_EXPECT(std::isnan(s) || (s >= 0 && s <= 1), "%s: SCORES(%td, %td) = %.9g outside [0, 1]", where.c_str(), i,
+                  j, double(s));
+        EA_EXPECT(!safe || !std::isnan(s), "%s: SCORES(%td, %td) is NaN though every input it depends on is finite",
+                  where.c_str(), i, j);
+        sum += s;
+        if (tame) {
+          const long double ref = ref_weight(j);
+          EA_EXPECT(std::fabs(s - ref) <= ref_rel * ref + ref_abs + tiny, "%s: SCORES(%td, %td) = %.9g, reference %.9Lg",
+                    where.c_str(), i, j, double(s), ref);
+        }
+      }
+      if (safe && nvis > 0) {
+        EA_EXPECT(std::fabs(sum - 1) <= 1e-3, "%s: SCORES row sums to %.9Lg", where.c_str(), sum);
+      }
+    }
+    if (c.attn.present()) {
+      for (Index d = 0; d < dv; ++d) {
+        const T a = c.attn(i, d);
+        if (nvis == 0) {
+          EA_EXPECT(a == 0, "%s: ATTN(%td, %td) = %.9g for a row that sees no key (must be 0)", where.c_str(), i, d,
+                    double(a));
+          continue;
+        }
+        if (!safe) continue;
+        long double vmax = 0, ref = 0, ref_mag = 0, via_scores = 0, via_mag = 0;
+        for (Index j = 0; j < tk; ++j) {
+          if (!vis[j]) continue;
+          vmax = std::max<long double>(vmax, std::fabs((long double)c.v(j, d)));
+          if (tame) {
+            ref += ref_weight(j) * c.v(j, d);
+            ref_mag += ref_weight(j) * std::fabs((long double)c.v(j, d));
+          }
+          if (c.scores.present()) {
+            via_scores += (long double)c.scores(i, j) * c.v(j, d);
+            via_mag += std::fabs((long double)c.scores(i, j) * c.v(j, d));
+          }
+        }
+        EA_EXPECT(std::isfinite(a), "%s: ATTN(%td, %td) = %.9g is not finite though its inputs are", where.c_str(), i,
+                  d, double(a));
+        EA_EXPECT(std::fabs((long double)a) <= vmax * (1 + 1e-3L) + tiny,
+                  "%s: |ATTN(%td, %td)| = %.9g exceeds the largest visible |V| %.9Lg", where.c_str(), i, d, double(a),
+                  vmax);
+        if (tame) {
+          EA_EXPECT(std::fabs(a - ref) <= ref_rel * ref_mag + ref_abs * vmax + tiny,
+                    "%s: ATTN(%td, %td) = %.9g, reference %.9Lg", where.c_str(), i, d, double(a), ref);
+        }
+        if (c.scores.present()) {
+          EA_EXPECT(std::fabs(a - via_scores) <= 1e-3L * via_mag + 1e-6L * vmax + tiny,
+                    "%s: ATTN(%td, %td) = %.9g but SCORES * V gives %.9Lg", where.c_str(), i, d, double(a), via_scores);
+        }
+      }
+    }
+    if (c.lse.present()) {
+      const T l = c.lse(i, 0);
+      if (nvis == 0) {
+        EA_EXPECT(l == -std::numeric_limits<T>::infinity(), "%s: LSE(%td) = %.9g for a row that sees no key (must be -inf)",
+                  where.c_str(), i, double(l));
+      } else if (safe) {
+        EA_EXPECT(std::isfinite(l), "%s: LSE(%td) = %.9g is not finite though its inputs are", where.c_str(), i,
+                  double(l));
+        if (tame) {
+          const long double ref = max_logit + std::log(ref_sum);
+          EA_EXPECT(std::fabs(l - ref) <= ref_rel * (1 + std::fabs(ref)), "%s: LSE(%td) = %.9g, reference %.9Lg",
+                    where.c_str(), i, double(l), ref);
+        }
+      }
+    }
+  }
+}
+
+/// Calls `invoke` and sorts the outcome: true when it returned. Only the documented exception
+/// types are caught; anything else escapes and is a crash.
+template <class F>
+bool outcome(const char* call, const Expect& e, F&& invoke) {
+  // A crash inside the call prints nothing of ours: show the configuration first.
+  if (g_verbose) {
+    std::fprintf(stderr, "%s", ea_fuzz::description().c_str() + g_printed);
+    g_printed = ea_fuzz::description().size();
+  }
+  std::string what;
+  try {
+    invoke();
+    if (g_verbose) note(format("result: %s returned", call));
+    EA_EXPECT(e.uncertain || !e.invalid, "%s returned, but it must throw: %s", call, e.why.c_str());
+    return true;
+  } catch (const std::invalid_argument& ex) {
+    what = std::string("std::invalid_argument: ") + ex.what();
+  } catch (const std::length_error& ex) {
+    what = std::string("std::length_error: ") + ex.what();
+  } catch (const std::bad_alloc& ex) {
+    what = std::string("std::bad_alloc: ") + ex.what();
+  }
+  if (g_verbose) note(format("result: %s threw %s", call, what.c_str()));
+  EA_EXPECT(e.uncertain || e.invalid, "%s threw on a valid configuration: %s", call, what.c_str());
+  return false;
+}
+/// Bitwise copies of results, to compare a run with several threads against one thread.
+struct Digest {
+  std::vector<unsigned char> bytes;
+  template <class E>
+  void add(const Acc<E>& a) {
+    for (Index i = 0; i < a.rows; ++i)
+      for (Index j = 0; j < a.cols; ++j) {
+        const E x = a(i, j);
+        const auto* p = reinterpret_cast<const unsigned char*>(&x);
+        bytes.insert(bytes.end(), p, p + sizeof(E));
+      }
+  }
+};
+
+inline const Index kHuge[] = {Index(1) << 40, Index(1) << 62, kIndexMax, -1, kIndexMin, Index(1) << 31};
+
+
+enum class Call {
+  Attention,
+  AttentionInto,
+  AttentionIntoLse,
+  Decomposed,
+  DecomposedInto,
+  DecomposedIntoLse,
+  Scores,
+  ScoresInto,
+  ScoresIntoLse,
+  Heads,
+  HeadsDecomposed,
+  Varlen,
+  VarlenDecomposed,
+  Merge,
+  kCount
+};
+inline const char* call_name(Call c) {
+  static const char* names[] = {"attention",
+                                "attention_into",
+                                "attention_into(+lse)",
+                                "attention_decomposed",
+                                "attention_decomposed_into",
+                                "attention_decomposed_into(+lse)",
+                                "attention_scores",
+                                "attention_scores_into",
+                                "compiled::attention_scores_into(+lse)",
+                                "attention_heads",
+                                "attention_heads_decomposed",
+                                "attention_varlen",
+                                "attention_varlen_decomposed",
+                                "merge_attention"};
+  return names[int(c)];
+}
+
+
+// The call families (explicitly instantiated for float and double in their files).
+template <class T>
+void single(Call call, const ea::Options& opt, Reader& r, bool big);
+template <class T>
+void heads(Call call, const ea::Options& opt, Reader& r, bool big);
+template <class T>
+void merge(Reader& r);
+
+}  // namespace ea_fuzz_attention

@@ -1,0 +1,76 @@
+// What must not change a single bit: the number of threads (1, 2 and 0), and BHTD vs BTHD
+// buffers (the same problem, addressed differently).
+#include <doctest/doctest.h>
+
+#include "multihead_crosscheck.hpp"
+
+using namespace ea_test;
+using namespace ea_test::crosscheck;
+
+TEST_CASE_TEMPLATE("multihead crosscheck: threads 1, 2 and 0 give bitwise the same results", T, float, double) {
+  Rng rng(17);
+  Config c{"", 2, 4, 2, 150, 170, 32, 16};
+  c.causal = c.bottom_right = c.alibi = c.key_lengths = true;
+  c.window_left = 100;
+  c.softcap = 6;
+  c.mask = "Bx1";
+  c.bias = "1xH";
+  const Problem p = make_problem<T>(c, rng);
+  std::vector<std::int64_t> cu_q{0, 70, 71, 150}, cu_k{0, 90, 90, 170};
+  Problem pv;
+  pv.Q = random_array<T>(rng, 1, 4, 150, 32);
+  pv.K = random_array<T>(rng, 1, 2, 170, 32);
+  pv.V = random_array<T>(rng, 1, 2, 170, 16);
+  pv.spec.causal = true;
+  pv.spec.alibi = p.spec.alibi;
+  pv.spec.window_left = 30;
+  const MasksBuffer<T> vmasks(pv.spec);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
+      const std::string lname = layout_name(layout);
+      CAPTURE(lname);
+      const Run<T> f1 = run_heads<T>(p, options_for(p.spec, kernel, 1), layout, false);
+      const Run<T> d1 = run_heads<T>(p, options_for(p.spec, kernel, 1), layout, true);
+      const HeadsBuffer<T> Q(pv.Q, layout), K(pv.K, layout), V(pv.V, layout);
+      auto varlen = [&](int threads) {
+        Run<T> r;
+        r.out = HeadsBuffer<T>(layout, 1, 4, 150, 16, kSentinel<T>);
+        r.lse = HeadsBuffer<T>(layout, 1, 4, 150, 1, kSentinel<T>);
+        mh::attention_varlen(Q.cview(), K.cview(), V.cview(), r.out.view(), cu_q.data(), cu_k.data(), 3,
+                             options_for(pv.spec, kernel, threads), vmasks.masks, r.lse.view());
+        return r;
+      };
+      const Run<T> v1 = varlen(1);
+      for (const int threads : {2, 0}) {
+        CAPTURE(threads);
+        check_runs_equal(run_heads<T>(p, options_for(p.spec, kernel, threads), layout, false), f1, "attention_heads");
+        check_runs_equal(run_heads<T>(p, options_for(p.spec, kernel, threads), layout, true), d1,
+                         "attention_heads_decomposed");
+        check_runs_equal(varlen(threads), v1, "attention_varlen");
+      }
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("multihead crosscheck: BHTD and BTHD buffers give bitwise the same results", T, float, double) {
+  Rng rng(18);
+  for (const Config& c : feature_configs()) {
+    if (c.Tq > 20) continue;  // the small ones suffice here
+    const std::string config = c.name;
+    CAPTURE(config);
+    const Problem p = make_problem<T>(c, rng);
+    for (const auto kernel : kernels_under_test()) {
+      const std::string kname = ea::kernel_name(kernel);
+      CAPTURE(kname);
+      for (const bool decomposed : {false, true}) {
+        CAPTURE(decomposed);
+        const mh::Options opt = options_for(p.spec, kernel, 2);
+        const Run<T> a = run_heads<T>(p, opt, mh::Layout::BHTD, decomposed);
+        const Run<T> b = run_heads<T>(p, opt, mh::Layout::BTHD, decomposed);
+        check_runs_equal(b, a, "BTHD vs BHTD");
+      }
+    }
+  }
+}
