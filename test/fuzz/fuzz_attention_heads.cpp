@@ -399,33 +399,36 @@ struct HeadsCall {
           return ea::HeadsView<const E>{p, 1, 1, 1, count, 0, 0, 0, 1};
         };
         for (const auto& o : outs) {
-          e.check(views_apart(o, Qv) && views_apart(o, Kv) && views_apart(o, Vv), "an output overlaps Q, K or V");
-          if (has_mask) e.check(views_apart(o, as_heads(masks.mask)), "an output overlaps the mask");
-          if (has_bias) e.check(views_apart(o, as_heads(masks.bias)), "an output overlaps the bias");
-          if (has_alibi) e.check(views_apart(o, vec(masks.alibi_slopes, Qv.heads)), "an output overlaps the slopes");
-          if (has_lengths) e.check(views_apart(o, vec(masks.key_lengths, Bseq)), "an output overlaps key_lengths");
+          if (!o.empty()) e.check(nested(o), "an output's strides are not nested");
+        }
+        for (const auto& o : outs) {
+          for (const auto& in : {Qv, Kv, Vv}) expect_apart(e, verdict(o, in), "an output overlaps Q, K or V");
+          if (has_mask) expect_apart(e, verdict(o, as_heads(masks.mask)), "an output overlaps the mask");
+          if (has_bias) expect_apart(e, verdict(o, as_heads(masks.bias)), "an output overlaps the bias");
+          if (has_alibi) expect_apart(e, verdict(o, vec(masks.alibi_slopes, Qv.heads)), "an output overlaps the slopes");
+          if (has_lengths) expect_apart(e, verdict(o, vec(masks.key_lengths, Bseq)), "an output overlaps key_lengths");
           if (varlen) {
-            e.check(views_apart(o, vec(cuq.data(), Bseq + 1)) && views_apart(o, vec(cuk.data(), Bseq + 1)),
-                    "an output overlaps cu_seqlens");
+            expect_apart(e, verdict(o, vec(cuq.data(), Bseq + 1)), "an output overlaps cu_seqlens");
+            expect_apart(e, verdict(o, vec(cuk.data(), Bseq + 1)), "an output overlaps cu_seqlens");
           }
         }
         // Outputs must not overlap each other: MultiHead.hpp says so of every pair.
         for (int a = 0; a < 4; ++a)
-          for (int b = a + 1; b < 4; ++b) e.check(views_apart(outs[a], outs[b]), "two outputs overlap");
+          for (int b = a + 1; b < 4; ++b) expect_apart(e, verdict(outs[a], outs[b]), "two outputs overlap");
       }
       if (call == Call::VarlenDecomposed && !e.invalid) {
         e.check(packed_claim == static_cast<std::size_t>(packed_size), "packed scores of the wrong size");
         const ea::HeadsView<const T> pv{packed.data(), 1, 1, 1, Index(packed_claim), 0, 0, 0, 1};
-        e.check(views_apart(pv, Qv) && views_apart(pv, Kv) && views_apart(pv, Vv) && views_apart(pv, Ov) &&
-                    views_apart(pv, Lv),
-                "packed scores overlap an input or output");
+        for (const auto& other : {Qv, Kv, Vv, ea::HeadsView<const T>(Ov), ea::HeadsView<const T>(Lv)}) {
+          expect_apart(e, verdict(pv, other), "packed scores overlap an input or output");
+        }
         const auto vec = [](const auto* p, Index count) {
           using E = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
           return ea::HeadsView<const E>{p, 1, 1, 1, count, 0, 0, 0, 1};
         };
-        e.check(views_apart(pv, vec(cuq.data(), S + 1)) && views_apart(pv, vec(cuk.data(), S + 1)),
-                "packed scores overlap cu_seqlens");
-        if (has_alibi) e.check(views_apart(pv, vec(slopes.data(), H)), "packed scores overlap the ALiBi slopes");
+        expect_apart(e, verdict(pv, vec(cuq.data(), S + 1)), "packed scores overlap cu_seqlens");
+        expect_apart(e, verdict(pv, vec(cuk.data(), S + 1)), "packed scores overlap cu_seqlens");
+        if (has_alibi) expect_apart(e, verdict(pv, vec(slopes.data(), H)), "packed scores overlap the ALiBi slopes");
       }
       if (claim_slot >= 0) e.fail("a claimed size exceeds its buffer and must be rejected");
       // Weights wanted with no SCORES view: MultiHead.hpp neither allows nor forbids it.

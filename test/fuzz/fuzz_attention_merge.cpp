@@ -123,18 +123,20 @@ void merge(Reader& r) {
     e.check(nonneg(v[kL]) && dims(v[kL]) == dims(v[kLa]), "lse differs from lse_a");
     if (!e.invalid) {
       const auto same = [](const ea::HeadsView<T>& o, const ea::HeadsView<T>& in) {
-        return o.data == in.data && o.batch_stride == in.batch_stride && o.head_stride == in.head_stride &&
-               o.token_stride == in.token_stride && o.dim_stride == in.dim_stride && o.dim == in.dim;
+        return o.data == in.data && o.batch == in.batch && o.heads == in.heads && o.tokens == in.tokens &&
+               o.dim == in.dim && o.batch_stride == in.batch_stride && o.head_stride == in.head_stride &&
+               o.token_stride == in.token_stride && o.dim_stride == in.dim_stride;
       };
+      e.check(nested(v[kO]) && nested(v[kL]), "an output's strides are not nested");
       for (int in = 0; in < kO; ++in) {
         for (int o : {kO, kL}) {
           if (!same(v[o], v[in])) {
-            e.check(views_apart(ea::HeadsView<const T>(v[o]), ea::HeadsView<const T>(v[in])),
-                    "an output partly overlaps an input");
+            expect_apart(e, verdict(ea::HeadsView<const T>(v[o]), ea::HeadsView<const T>(v[in])),
+                         "an output partly overlaps an input");
           }
         }
       }
-      e.check(views_apart(ea::HeadsView<const T>(v[kO]), ea::HeadsView<const T>(v[kL])), "out overlaps lse");
+      expect_apart(e, verdict(ea::HeadsView<const T>(v[kO]), ea::HeadsView<const T>(v[kL])), "out overlaps lse");
     }
     if (claim_slot >= 0) e.fail("a claimed size exceeds its buffer and must be rejected");
   }

@@ -1,16 +1,19 @@
 /// \file fuzz_overlap.hpp
-/// fuzz_attention's model of the library's overlap rule: when outputs may share memory with an
-/// input or with each other. Every call family decides "must throw because of an overlap" with
-/// these predicates, and only with them:
-///   - single head (fuzz_attention_single.cpp, run_single): an output whose own elements share
-///     memory (self_overlaps) must be rejected; so must an output sharing an element with another
-///     input or output (elements_intersect of byte_ranges); one placed among another's elements
-///     without sharing any may be (the library's check is conservative: either outcome passes);
-///   - multi-head (fuzz_attention_heads.cpp, HeadsCall::expect) and merge_attention
-///     (fuzz_attention_merge.cpp, merge): two views overlap when the byte ranges MultiHead.hpp's
-///     check computes (view_extent) intersect (views_apart); for attention_heads and varlen every
-///     output must be apart from every input and every other output; merge_attention also
-///     accepts an output that is exactly an input (in place), and rejects a partial overlap.
+/// fuzz_attention's model of the library's one overlap rule (docs/guarantees.md), the same for
+/// every call family; every family decides "must throw because of memory" with these predicates
+/// and only with them:
+///   - an output's own elements: its strides must be nested (nested(): sorted by size, each
+///     reaching past the axes below it), the documented rule; an output that is not nested must
+///     be rejected (one whose elements share memory never is nested);
+///   - an output against an input or another output (verdict()): Shared, an element of one shares
+///     a byte with the other: must be rejected; Apart, their byte ranges are disjoint: must not
+///     be; Either otherwise: the rule is exact for blocks of one parent array and conservative for
+///     anything else, so either outcome passes (test/overlap_rule.cpp holds the exact half to the
+///     address sets);
+///   - merge_attention also accepts an output that is exactly an input (in place: the same data,
+///     sizes and strides).
+/// Applied in run_single (fuzz_attention_single.cpp), HeadsCall::expect (fuzz_attention_heads.cpp)
+/// and merge (fuzz_attention_merge.cpp).
 #pragma once
 
 #include "fuzz_attention_model.hpp"
@@ -48,16 +51,6 @@ std::vector<std::pair<std::intptr_t, std::intptr_t>> byte_ranges(const Tensor<E>
   return out;
 }
 
-/// Do two distinct elements of t share memory?
-template <class E>
-bool self_overlaps(const Tensor<E>& t) {
-  auto r = byte_ranges(t);
-  std::sort(r.begin(), r.end());
-  for (std::size_t i = 1; i < r.size(); ++i)
-    if (r[i].first < r[i - 1].second) return true;
-  return false;
-}
-
 /// The byte range [lo, hi] of a view as MultiHead.hpp's overlap check sees it; false when empty.
 template <class E>
 bool view_extent(const ea::HeadsView<E>& v, std::uintptr_t& lo, std::uintptr_t& hi) {
@@ -83,5 +76,61 @@ bool views_apart(const ea::HeadsView<A>& a, const ea::HeadsView<B>& b) {
   return !(alo <= bhi && blo <= ahi);
 }
 
+/// The byte ranges of a view's elements (the fuzzer's views are small).
+template <class E>
+std::vector<std::pair<std::intptr_t, std::intptr_t>> view_bytes(const ea::HeadsView<E>& v) {
+  std::vector<std::pair<std::intptr_t, std::intptr_t>> out;
+  if (v.data == nullptr) return out;
+  for (Index b = 0; b < v.batch; ++b)
+    for (Index h = 0; h < v.heads; ++h)
+      for (Index i = 0; i < v.tokens; ++i)
+        for (Index j = 0; j < v.dim; ++j) {
+          const auto p = reinterpret_cast<std::intptr_t>(v.data + b * v.batch_stride + h * v.head_stride +
+                                                         i * v.token_stride + j * v.dim_stride);
+          out.emplace_back(p, p + std::intptr_t(sizeof(E)));
+        }
+  return out;
+}
+
+enum class Verdict { Apart, Shared, Either };
+
+/// The overlap rule's verdict on two views (see the file's comment).
+template <class A, class B>
+Verdict verdict(const ea::HeadsView<A>& a, const ea::HeadsView<B>& b) {
+  if (views_apart(a, b)) return Verdict::Apart;
+  return elements_intersect(view_bytes(a), view_bytes(b)) ? Verdict::Shared : Verdict::Either;
+}
+
+/// What a verdict means for the call: must throw (Shared), may (Either), or no change (Apart).
+inline void expect_apart(Expect& e, Verdict v, const char* why) {
+  if (v == Verdict::Shared) e.fail(why);
+  if (v == Verdict::Either) e.uncertain = true;
+}
+
+/// Are the strides of sizes n nested (no two elements can share memory)? The axes with more than
+/// one element, sorted by |stride|: the smallest at least 1, each at least the one below times its
+/// size.
+inline bool nested(const Index (&n)[4], const Index (&s)[4]) {
+  std::vector<std::pair<Index, Index>> axes;  // (|stride|, size)
+  for (int a = 0; a < 4; ++a) {
+    if (n[a] == 0) return true;  // no element
+    if (n[a] > 1) axes.emplace_back(s[a] < 0 ? -s[a] : s[a], n[a]);
+  }
+  std::sort(axes.begin(), axes.end());
+  if (!axes.empty() && axes[0].first < 1) return false;
+  for (std::size_t i = 1; i < axes.size(); ++i)
+    if (axes[i].first < axes[i - 1].first * axes[i - 1].second) return false;
+  return true;
+}
+template <class E>
+bool nested(const Tensor<E>& t) {
+  return nested(t.n, t.s);
+}
+template <class E>
+bool nested(const ea::HeadsView<E>& v) {
+  const Index n[4] = {v.batch, v.heads, v.tokens, v.dim}, s[4] = {v.batch_stride, v.head_stride, v.token_stride,
+                                                                  v.dim_stride};
+  return nested(n, s);
+}
 
 }  // namespace ea_fuzz_attention
