@@ -91,7 +91,7 @@ Array vector_of(const char* name, const Element* data, index_t n) {
 void check_countable(const char* api, const Array& a) {
   const auto what = [&] {
     std::string strides;
-    for (int axis = a.print == Print::Heads ? 0 : 2; axis < 4; ++axis) strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
+    for (int axis = a.print == Print::Heads ? 0 : a.print == Print::Matrix ? 2 : 3; axis < 4; ++axis) strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
     return a.named() + " with strides (" + strides + ")";
   };
   const bool zero_as_one = a.print == Print::Heads;
@@ -272,7 +272,7 @@ void check_distinct_elements(const char* api, const Array& a) {
   for (int i = 0; ok && i + 1 < axes; ++i) ok = stride[i + 1] >= size[i] * stride[i];
   if (!ok) {
     std::string strides;
-    for (int axis = a.print == Print::Heads ? 0 : 2; axis < 4; ++axis) strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
+    for (int axis = a.print == Print::Heads ? 0 : a.print == Print::Matrix ? 2 : 3; axis < 4; ++axis) strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
     fail(api, a.named() + " has strides (" + strides + ") under which two of its elements share memory");
   }
 }
@@ -373,9 +373,12 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   if (c.has_v) check_sizes(api, v);
   const bool varlen = c.cu_q != nullptr || c.cu_k != nullptr;
   const index_t H = c.q.heads, tq = c.q.tokens, tk = c.k.tokens;
+  // (Messages in the caller's terms: columns and rows of matrices, d_k and T_k of views.)
+  const bool matrix = c.form == Form::Matrix;
   if (c.q.dim != c.k.dim) {
-    fail(api, "K has d_k = " + num(c.k.dim) + " but Q has d_k = " + num(c.q.dim) + " (d_k must match); Q is " +
-                  q.shape() + ", K is " + k.shape());
+    fail(api, (matrix ? "K has " + num(c.k.dim) + " columns but Q has " + num(c.q.dim) + " (d_k must match)"
+                      : "K has d_k = " + num(c.k.dim) + " but Q has " + num(c.q.dim)) +
+                  "; Q is " + q.shape() + ", K is " + k.shape());
   }
   if (c.has_v) {
     if (c.k.batch != c.q.batch || c.v.batch != c.q.batch) {
@@ -383,8 +386,9 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
     }
     if (c.k.heads != c.v.heads) fail(api, "K and V have different head counts: K is " + k.shape() + ", V is " + v.shape());
     if (c.v.tokens != tk) {
-      fail(api, "V has T_k = " + num(c.v.tokens) + " but K has T_k = " + num(tk) + " (T_k must match); K is " +
-                    k.shape() + ", V is " + v.shape());
+      fail(api, (matrix ? "V has " + num(c.v.tokens) + " rows but K has " + num(tk) + " (T_k must match)"
+                        : std::string("K and V have different token counts (T_k)")) +
+                    "; K is " + k.shape() + ", V is " + v.shape());
     }
   } else if (c.k.batch != c.q.batch || c.k.heads != c.q.heads) {
     fail(api, "batch sizes or head counts differ: Q is " + q.shape() + ", K is " + k.shape());
@@ -422,7 +426,6 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
     }
     outputs.push_back(a);
   };
-  const bool matrix = c.form == Form::Matrix;
   output(c.want_out, c.out_name, c.out, H, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]");
   output(c.want_lse, "lse", c.lse, H, 1, matrix ? "T_q x 1" : "[B, H, T_q, 1]");
   output(c.want_scores, "scores", c.scores, H, tk, matrix ? "T_q x T_k" : "[B, H, T_q, T_k]");
