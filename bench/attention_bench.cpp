@@ -35,8 +35,8 @@ bool smoke_variants(const char* type) {
     Mat<T> fused(t, d), o(t, d);
     ea::attention_into(in.q, in.k, in.v, fused, opt);
     for (NaiveVariant v : {NaiveVariant::RowLoop, NaiveVariant::ColMajor, NaiveVariant::RowMajorExpr}) {
-      eabench::naive_attention(in.q.data(), in.k.data(), in.v.data(), t, t, d, d, causal, T(1) / std::sqrt(T(d)),
-                               o.data(), v);
+      eabench::naive_attention(in.q.data(), in.k.data(), in.v.data(), t, t, d, d, causal,
+                               T(1) / std::sqrt(T(d)), o.data(), v);
       const double diff = max_abs_diff(fused, o);
       const bool good = diff <= tolerance<T>();
       ok = ok && good;
@@ -54,7 +54,8 @@ void write_csv(const Args& a, const Csv& csv) {
       "decvalue_s,decvalue_gflops,naive_s,naive_gflops,gemm_square_gflops,fused_over_naive,fused_over_gemm,"
       "decinto_over_fused,decvalue_over_naive,max_abs_diff,reps,inner\n"
       "# kind=gemm: kind,type,shape,m,n,k,seconds,gflops,over_square\n"
-      "# kind=scaling: kind,type,d,causal,kernel,threads,T,seconds,gflops,time_over_T2_vs_first,extra_peak_mib,"
+      "# kind=scaling: "
+      "kind,type,d,causal,kernel,threads,T,seconds,gflops,time_over_T2_vs_first,extra_peak_mib,"
       "qkvo_mib,naive_s_mib\n"
       "# kind=memory: kind,type,d,causal,kernel,threads,T,seconds,extra_peak_mib,qkvo_mib\n";
   for (const std::string& l : csv.lines) text += l + "\n";
@@ -76,8 +77,9 @@ int run(Args a) {
   Csv csv;
 
   if (a.memory_probe || a.scaling) {
-    if (!a.t_given) a.ts = a.memory_probe ? std::vector<Idx>{65536}
-                                          : std::vector<Idx>{1024, 2048, 4096, 8192, 16384, 32768, 65536};
+    if (!a.t_given)
+      a.ts = a.memory_probe ? std::vector<Idx>{65536}
+                            : std::vector<Idx>{1024, 2048, 4096, 8192, 16384, 32768, 65536};
     if (!a.d_given) a.ds = {64};
     if (!a.type_given) a.types = {"float"};
     if (!a.threads_given) a.threads = {1};
@@ -95,11 +97,14 @@ int run(Args a) {
       // library's threads before a fork.
       std::vector<ScalingGroup> groups;
       for (const std::string& type : a.types) {
-        if (type == "float") scaling_children<float>(a, kernels, "float", groups);
-        else scaling_children<double>(a, kernels, "double", groups);
+        if (type == "float")
+          scaling_children<float>(a, kernels, "float", groups);
+        else
+          scaling_children<double>(a, kernels, "double", groups);
       }
       for (const std::string& type : a.types) {
-        const bool ok = type == "float" ? scaling_timings<float>(a, groups, csv) : scaling_timings<double>(a, groups, csv);
+        const bool ok = type == "float" ? scaling_timings<float>(a, groups, csv)
+                                        : scaling_timings<double>(a, groups, csv);
         if (!ok) rc = 1;
       }
     }
@@ -129,22 +134,27 @@ int run(Args a) {
   std::printf("Eigen GEMM reference rates (1 thread):\n");
   GemmRates rates;
   for (const std::string& type : a.types) {
-    rates.square[type] = type == "float" ? square_gemm<float>(a, "float", csv) : square_gemm<double>(a, "double", csv);
+    rates.square[type] =
+        type == "float" ? square_gemm<float>(a, "float", csv) : square_gemm<double>(a, "double", csv);
   }
   if (a.m_shapes) {
     std::printf("\nattention-shaped Eigen GEMMs (1 thread; ratios to the square GEMM of that type):\n");
-    std::printf("  %-6s %4s %6s | %10s %8s | %10s %8s\n", "type", "d", "T", "Q*K^T", "/square", "P*V", "/square");
+    std::printf("  %-6s %4s %6s | %10s %8s | %10s %8s\n", "type", "d", "T", "Q*K^T", "/square", "P*V",
+                "/square");
     std::printf("  %-6s %4s %6s | %10s %8s | %10s %8s\n", "", "", "", "GFLOP/s", "", "GFLOP/s", "");
     for (const std::string& type : a.types) {
       for (Idx d : a.ds) {
-        if (type == "float") shaped_gemms<float>(a, "float", d, rates.square[type], csv);
-        else shaped_gemms<double>(a, "double", d, rates.square[type], csv);
+        if (type == "float")
+          shaped_gemms<float>(a, "float", d, rates.square[type], csv);
+        else
+          shaped_gemms<double>(a, "double", d, rates.square[type], csv);
       }
     }
   }
 
-  std::printf("\nattention (GFLOP/s; ratios: fus/nai = fused/naive, fus/gem = fused/square GEMM (1 thread),\n"
-              "into/fu = dec-into/fused, val/nai = dec-value/naive; max|diff| = fused vs naive ATTN)\n");
+  std::printf(
+      "\nattention (GFLOP/s; ratios: fus/nai = fused/naive, fus/gem = fused/square GEMM (1 thread),\n"
+      "into/fu = dec-into/fused, val/nai = dec-value/naive; max|diff| = fused vs naive ATTN)\n");
   for (const std::string& type : a.types) {
     ok = (type == "float" ? attention_table<float>(a, "float", kernels, rates.square[type], csv)
                           : attention_table<double>(a, "double", kernels, rates.square[type], csv)) &&

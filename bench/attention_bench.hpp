@@ -61,8 +61,8 @@ struct Args {
   std::vector<int> threads{1, 2};
   std::vector<int> causal{0, 1};
   std::string kernel = "auto";
-  int reps = 0;           // 0: chosen per config (3..5, about `seconds` per config)
-  double seconds = 1.0;   // time budget of one measured config
+  int reps = 0;          // 0: chosen per config (3..5, about `seconds` per config)
+  double seconds = 1.0;  // time budget of one measured config
   Idx naive_max_t = 16384;
   Idx gemm_n = 2048;
   NaiveVariant naive_variant = NaiveVariant::RowLoop;
@@ -128,7 +128,6 @@ void print_row(const char* format, Cols... cols) {
   std::printf(format, cols...);
   std::fflush(stdout);
 }
-
 
 using bench::load_average;
 
@@ -199,8 +198,8 @@ void shaped_gemms(const Args& a, const char* type, Idx d, double square, Csv& cs
 
 // The attention table (attention_bench_table.cpp).
 template <typename T>
-bool attention_table(const Args& a, const char* type, const std::vector<ea::Kernel>& kernels, double gemm_rate,
-                     Csv& csv);
+bool attention_table(const Args& a, const char* type, const std::vector<ea::Kernel>& kernels,
+                     double gemm_rate, Csv& csv);
 
 // Peak memory, --scaling and --memory-probe (attention_bench_memory.cpp).
 template <typename T>

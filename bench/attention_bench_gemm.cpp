@@ -18,8 +18,8 @@ double square_gemm(const Args& a, const char* type, Csv& csv) {
     g_sink = g_sink + double(C(0, 0));
   });
   const double rate = gflops(2.0 * double(n) * double(n) * double(n), t);
-  std::printf("  %-6s %ld^3 (%cgemm): %8.1f GFLOP/s   (%.3f s, median of %d x %d)\n", type, static_cast<long>(n),
-              type[0] == 'f' ? 's' : 'd', rate, t.median, t.reps, t.inner);
+  std::printf("  %-6s %ld^3 (%cgemm): %8.1f GFLOP/s   (%.3f s, median of %d x %d)\n", type,
+              static_cast<long>(n), type[0] == 'f' ? 's' : 'd', rate, t.median, t.reps, t.inner);
   std::fflush(stdout);
   csv.add(std::string("gemm,") + type + ",square," + std::to_string(n) + "," + std::to_string(n) + "," +
           std::to_string(n) + "," + csv_num(t.median) + "," + csv_num(rate) + ",1");
@@ -30,8 +30,8 @@ template <typename T>
 void shaped_gemms(const Args& a, const char* type, Idx d, double square, Csv& csv) {
   for (Idx t : a.ts) {
     if (t > a.naive_max_t) {
-      print_row("  %-6s %4ld %6ld | %10s %8s | %10s %8s   (T > --naive-max-t)\n", type, long(d), long(t), "-", "-",
-                "-", "-");
+      print_row("  %-6s %4ld %6ld | %10s %8s | %10s %8s   (T > --naive-max-t)\n", type, long(d), long(t), "-",
+                "-", "-", "-");
       continue;
     }
     Mat<T> q(t, d), k(t, d), v(t, d), o(t, d);
@@ -48,11 +48,11 @@ void shaped_gemms(const Args& a, const char* type, Idx d, double square, Csv& cs
       tp = measure(a.seconds, a.reps, [&] { eabench::gemm_pv(s.data(), v.data(), o.data(), t, t, d); });
       rate_pv = gflops(2.0 * double(t) * double(t) * double(d), tp);
     }
-    print_row("  %-6s %4ld %6ld | %10.1f %8.2f | %10.1f %8.2f\n", type, long(d), long(t), rate_qk, rate_qk / square,
-              rate_pv, rate_pv / square);
+    print_row("  %-6s %4ld %6ld | %10.1f %8.2f | %10.1f %8.2f\n", type, long(d), long(t), rate_qk,
+              rate_qk / square, rate_pv, rate_pv / square);
     const std::string dims = std::to_string(t) + "," + std::to_string(t) + "," + std::to_string(d);
-    csv.add(std::string("gemm,") + type + ",qkt," + dims + "," + csv_num(tq.median) + "," + csv_num(rate_qk) + "," +
-            csv_num(rate_qk / square));
+    csv.add(std::string("gemm,") + type + ",qkt," + dims + "," + csv_num(tq.median) + "," + csv_num(rate_qk) +
+            "," + csv_num(rate_qk / square));
     csv.add(std::string("gemm,") + type + ",pv," + std::to_string(t) + "," + std::to_string(d) + "," +
             std::to_string(t) + "," + csv_num(tp.median) + "," + csv_num(rate_pv) + "," +
             csv_num(rate_pv / square));

@@ -90,8 +90,8 @@ void scaling_children(const Args& a, const std::vector<ea::Kernel>& kernels, con
           g.opt.kernel = k;
           g.opt.threads = thr;
           g.d = d;
-          std::fprintf(stderr, "[%s d = %ld causal = %d %d thread(s): extra peak memory, one child per T]\n", type,
-                       long(d), c, thr);
+          std::fprintf(stderr, "[%s d = %ld causal = %d %d thread(s): extra peak memory, one child per T]\n",
+                       type, long(d), c, thr);
           for (Idx t : a.ts) g.mem.push_back(fused_memory_in_child<T>(t, d, g.opt));
           groups.push_back(g);
         }
@@ -109,12 +109,12 @@ bool scaling_timings(const Args& a, const std::vector<ScalingGroup>& groups, Csv
     const char* type = g.type.c_str();
     const Idx d = g.d;
     const int c = int(g.opt.causal);
-    std::printf("\nfused attention_into: %s, d = %ld, causal = %d, kernel %s, %d thread(s)\n", type, long(d), c,
-                resolved_name(g.opt.kernel), g.opt.threads);
+    std::printf("\nfused attention_into: %s, d = %ld, causal = %d, kernel %s, %d thread(s)\n", type, long(d),
+                c, resolved_name(g.opt.kernel), g.opt.threads);
     std::printf("%7s | %10s %9s %12s | %14s %14s %16s\n", "T", "time s", "GFLOP/s", "time/T^2", "extra peak",
                 "Q,K,V,O", "naive S (T^2)");
-    std::printf("%7s | %10s %9s %12s | %14s %14s %16s\n", "", "(median)", "", "(vs first)", "MiB (fused)", "MiB",
-                "MiB");
+    std::printf("%7s | %10s %9s %12s | %14s %14s %16s\n", "", "(median)", "", "(vs first)", "MiB (fused)",
+                "MiB", "MiB");
     double first = kNaN;
     for (std::size_t i = 0; i < a.ts.size(); ++i) {
       const Idx t = a.ts[i];
@@ -156,35 +156,38 @@ int memory_probe(const Args& a, const std::vector<ea::Kernel>& kernels, const ch
     for (Idx d : a.ds) {
       for (Idx t : a.ts) {
         for (int thr : a.threads) {
-         for (int c : a.causal) {
-          ea::Options opt;
-          opt.kernel = k;
-          opt.threads = thr;
-          opt.causal = c != 0;
-          const ChildReport r = fused_memory_in_child<T>(t, d, opt);
-          const double io_mib = 4.0 * double(t) * double(d) * sizeof(T) / kMiB;
-          if (!r.ok) {
-            std::printf("memory probe %s T = %ld d = %ld: FAILED: %s\n", type, long(t), long(d), r.error);
-            within = false;
-            continue;
+          for (int c : a.causal) {
+            ea::Options opt;
+            opt.kernel = k;
+            opt.threads = thr;
+            opt.causal = c != 0;
+            const ChildReport r = fused_memory_in_child<T>(t, d, opt);
+            const double io_mib = 4.0 * double(t) * double(d) * sizeof(T) / kMiB;
+            if (!r.ok) {
+              std::printf("memory probe %s T = %ld d = %ld: FAILED: %s\n", type, long(t), long(d), r.error);
+              within = false;
+              continue;
+            }
+            const double extra = extra_mib(r);
+            const bool ok = extra <= kTargetMiB;
+            within = within && ok;
+            std::printf(
+                "memory probe: fused attention_into, %s, T = %ld, d = %ld, causal = %d, kernel %s, %d "
+                "thread(s)\n"
+                "  Q, K, V, O (allocated and touched before): %.1f MiB\n"
+                "  peak RSS before the call: %.1f MiB; after: %.1f MiB\n"
+                "  extra peak resident memory of the call: %.2f MiB (target <= %.0f MiB: %s)\n"
+                "  the call took %.2f s; the naive way would hold a %.0f MiB T x T matrix\n",
+                type, long(t), long(d), int(opt.causal), resolved_name(k), thr, io_mib, r.before_kib / 1024.0,
+                r.after_kib / 1024.0, extra, kTargetMiB, ok ? "met" : "NOT MET", r.seconds,
+                double(t) * double(t) * sizeof(T) / kMiB);
+            std::fflush(stdout);
+            std::ostringstream line;
+            line << "memory," << type << ',' << d << ',' << int(opt.causal) << ',' << resolved_name(k) << ','
+                 << thr << ',' << t << ',' << csv_num(r.seconds) << ',' << csv_num(extra) << ','
+                 << csv_num(io_mib);
+            csv.add(line.str());
           }
-          const double extra = extra_mib(r);
-          const bool ok = extra <= kTargetMiB;
-          within = within && ok;
-          std::printf("memory probe: fused attention_into, %s, T = %ld, d = %ld, causal = %d, kernel %s, %d thread(s)\n"
-                      "  Q, K, V, O (allocated and touched before): %.1f MiB\n"
-                      "  peak RSS before the call: %.1f MiB; after: %.1f MiB\n"
-                      "  extra peak resident memory of the call: %.2f MiB (target <= %.0f MiB: %s)\n"
-                      "  the call took %.2f s; the naive way would hold a %.0f MiB T x T matrix\n",
-                      type, long(t), long(d), int(opt.causal), resolved_name(k), thr, io_mib, r.before_kib / 1024.0,
-                      r.after_kib / 1024.0, extra, kTargetMiB, ok ? "met" : "NOT MET", r.seconds,
-                      double(t) * double(t) * sizeof(T) / kMiB);
-          std::fflush(stdout);
-          std::ostringstream line;
-          line << "memory," << type << ',' << d << ',' << int(opt.causal) << ',' << resolved_name(k) << ',' << thr
-               << ',' << t << ',' << csv_num(r.seconds) << ',' << csv_num(extra) << ',' << csv_num(io_mib);
-          csv.add(line.str());
-         }
         }
       }
     }
@@ -194,8 +197,10 @@ int memory_probe(const Args& a, const std::vector<ea::Kernel>& kernels, const ch
 
 template ChildReport fused_memory_in_child<float>(Idx, Idx, const ea::Options&);
 template ChildReport fused_memory_in_child<double>(Idx, Idx, const ea::Options&);
-template void scaling_children<float>(const Args&, const std::vector<ea::Kernel>&, const char*, std::vector<ScalingGroup>&);
-template void scaling_children<double>(const Args&, const std::vector<ea::Kernel>&, const char*, std::vector<ScalingGroup>&);
+template void scaling_children<float>(const Args&, const std::vector<ea::Kernel>&, const char*,
+                                      std::vector<ScalingGroup>&);
+template void scaling_children<double>(const Args&, const std::vector<ea::Kernel>&, const char*,
+                                       std::vector<ScalingGroup>&);
 template bool scaling_timings<float>(const Args&, const std::vector<ScalingGroup>&, Csv&);
 template bool scaling_timings<double>(const Args&, const std::vector<ScalingGroup>&, Csv&);
 template int memory_probe<float>(const Args&, const std::vector<ea::Kernel>&, const char*, Csv&);

@@ -78,12 +78,18 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--methods") {
       a.m_fused = a.m_into = a.m_value = a.m_naive = a.m_shapes = false;
       for (const std::string& m : split(args.value())) {
-        if (m == "fused") a.m_fused = true;
-        else if (m == "into") a.m_into = true;
-        else if (m == "value") a.m_value = true;
-        else if (m == "naive") a.m_naive = true;
-        else if (m == "shapes") a.m_shapes = true;
-        else usage_error("unknown method '" + m + "'");
+        if (m == "fused")
+          a.m_fused = true;
+        else if (m == "into")
+          a.m_into = true;
+        else if (m == "value")
+          a.m_value = true;
+        else if (m == "naive")
+          a.m_naive = true;
+        else if (m == "shapes")
+          a.m_shapes = true;
+        else
+          usage_error("unknown method '" + m + "'");
       }
     } else if (arg == "--naive-max-t") {
       a.naive_max_t = static_cast<Idx>(parse_int(args.value(), "naive-max-t"));
@@ -124,15 +130,19 @@ std::vector<ea::Kernel> kernels_to_run(const std::string& name) {
 
 void print_machine(const Args& a, const std::vector<ea::Kernel>& kernels) {
   bench::print_machine_common("EigenAttention benchmark", kernels);
-  std::printf("  baseline  naive path and GEMM: Eigen compiled with '%s' (SIMD: %s); "
-              "naive softmax: %s\n",
-              eabench::baseline_flags(), eabench::baseline_simd(), eabench::naive_variant_name(a.naive_variant));
-  std::printf("            single-threaded (Eigen without OpenMP): rows with threads > 1 compare "
-              "against the 1-thread naive and GEMM rates\n");
-  std::printf("  timing    after 1-2 warm-up calls, median of %s, each run = enough back-to-back calls "
-              "to last ~%.2g s;\n            FLOPs = 4*T*T*d per attention call (half when causal), 2*m*n*k per GEMM\n",
-              a.reps > 0 ? (std::to_string(a.reps) + " runs").c_str() : "3..5 runs (about --seconds per config)",
-              a.seconds / 5);
+  std::printf(
+      "  baseline  naive path and GEMM: Eigen compiled with '%s' (SIMD: %s); "
+      "naive softmax: %s\n",
+      eabench::baseline_flags(), eabench::baseline_simd(), eabench::naive_variant_name(a.naive_variant));
+  std::printf(
+      "            single-threaded (Eigen without OpenMP): rows with threads > 1 compare "
+      "against the 1-thread naive and GEMM rates\n");
+  std::printf(
+      "  timing    after 1-2 warm-up calls, median of %s, each run = enough back-to-back calls "
+      "to last ~%.2g s;\n            FLOPs = 4*T*T*d per attention call (half when causal), 2*m*n*k per "
+      "GEMM\n",
+      a.reps > 0 ? (std::to_string(a.reps) + " runs").c_str() : "3..5 runs (about --seconds per config)",
+      a.seconds / 5);
   std::printf("\n");
   std::fflush(stdout);
 }

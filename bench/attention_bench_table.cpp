@@ -20,8 +20,8 @@ std::map<std::tuple<Idx, Idx, bool>, NaiveEntry>& naive_cache() {
 
 void print_attention_header() {
   std::printf("%-6s %4s %3s %-9s %3s %6s | %9s %9s %9s %9s %9s | %7s %7s %7s %7s | %8s\n", "type", "d", "cau",
-              "kernel", "thr", "T", "fused ms", "fused", "dec-into", "dec-value", "naive", "fus/nai", "fus/gem",
-              "into/fu", "val/nai", "max|diff|");
+              "kernel", "thr", "T", "fused ms", "fused", "dec-into", "dec-value", "naive", "fus/nai",
+              "fus/gem", "into/fu", "val/nai", "max|diff|");
   std::printf("%-6s %4s %3s %-9s %3s %6s | %9s %9s %9s %9s %9s | %7s %7s %7s %7s | %8s\n", "", "", "", "", "",
               "", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "", "", "", "", "");
   std::fflush(stdout);
@@ -46,7 +46,8 @@ bool attention_row(const Args& a, const char* type, Idx d, bool causal, ea::Kern
   if (a.m_into) {
     Mat<T> scores(t, t);
     dec_attn.resize(t, d);
-    into = measure(a.seconds, a.reps, [&] { ea::attention_decomposed_into(in.q, in.k, in.v, scores, dec_attn, opt); });
+    into = measure(a.seconds, a.reps,
+                   [&] { ea::attention_decomposed_into(in.q, in.k, in.v, scores, dec_attn, opt); });
   }
   if (a.m_value) {
     value = measure(a.seconds, a.reps, [&] {
@@ -98,9 +99,9 @@ bool attention_row(const Args& a, const char* type, Idx d, bool causal, ea::Kern
             fmt(r_fn, 2).c_str(), fmt(r_fg, 2).c_str(), fmt(r_if, 2).c_str(), fmt(r_vn, 2).c_str(),
             fmt_e(diff).c_str(), (diff > tolerance<T>()) ? " !" : "");
   std::ostringstream line;
-  line << "attn," << type << ',' << d << ',' << int(causal) << ',' << resolved_name(kernel) << ',' << threads << ','
-       << t << ',' << csv_num(fused.median) << ',' << csv_num(g_fused) << ',' << csv_num(into.median) << ','
-       << csv_num(g_into) << ',' << csv_num(value.median) << ',' << csv_num(g_value) << ','
+  line << "attn," << type << ',' << d << ',' << int(causal) << ',' << resolved_name(kernel) << ',' << threads
+       << ',' << t << ',' << csv_num(fused.median) << ',' << csv_num(g_fused) << ',' << csv_num(into.median)
+       << ',' << csv_num(g_into) << ',' << csv_num(value.median) << ',' << csv_num(g_value) << ','
        << csv_num(naive ? naive->timing.median : kNaN) << ',' << csv_num(g_naive) << ',' << csv_num(gemm_rate)
        << ',' << csv_num(r_fn) << ',' << csv_num(r_fg) << ',' << csv_num(r_if) << ',' << csv_num(r_vn) << ','
        << csv_num(diff) << ',' << fused.reps << ',' << fused.inner;
@@ -109,8 +110,8 @@ bool attention_row(const Args& a, const char* type, Idx d, bool causal, ea::Kern
 }
 
 template <typename T>
-bool attention_table(const Args& a, const char* type, const std::vector<ea::Kernel>& kernels, double gemm_rate,
-                     Csv& csv) {
+bool attention_table(const Args& a, const char* type, const std::vector<ea::Kernel>& kernels,
+                     double gemm_rate, Csv& csv) {
   bool ok = true;
   for (Idx d : a.ds) {
     for (int c : a.causal) {

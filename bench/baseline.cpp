@@ -46,8 +46,8 @@ void softmax_rows_expr(Mat& S) {
 }
 
 template <typename T>
-void naive(const T* q, const T* k, const T* v, Idx tq, Idx tk, Idx dk, Idx dv, bool causal,
-           T scale, T* o, NaiveVariant variant) {
+void naive(const T* q, const T* k, const T* v, Idx tq, Idx tk, Idx dk, Idx dv, bool causal, T scale, T* o,
+           NaiveVariant variant) {
   const ConstRowMap<T> Q(q, tq, dk), K(k, tk, dk), V(v, tk, dv);
   RowMap<T> O(o, tq, dv);
   const T minus_inf = -std::numeric_limits<T>::infinity();
@@ -83,9 +83,12 @@ void naive(const T* q, const T* k, const T* v, Idx tq, Idx tk, Idx dk, Idx dv, b
 
 const char* naive_variant_name(NaiveVariant v) {
   switch (v) {
-    case NaiveVariant::RowLoop: return "rowloop";
-    case NaiveVariant::ColMajor: return "colmajor";
-    case NaiveVariant::RowMajorExpr: return "rowmajor-expr";
+    case NaiveVariant::RowLoop:
+      return "rowloop";
+    case NaiveVariant::ColMajor:
+      return "colmajor";
+    case NaiveVariant::RowMajorExpr:
+      return "rowmajor-expr";
   }
   return "?";
 }
@@ -93,24 +96,24 @@ const char* naive_variant_name(NaiveVariant v) {
 const char* baseline_simd() { return Eigen::SimdInstructionSetsInUse(); }
 const char* baseline_flags() { return EA_BENCH_BASELINE_FLAGS; }
 
-void naive_attention(const float* q, const float* k, const float* v, Idx tq, Idx tk, Idx dk,
-                     Idx dv, bool causal, float scale, float* o, NaiveVariant variant) {
+void naive_attention(const float* q, const float* k, const float* v, Idx tq, Idx tk, Idx dk, Idx dv,
+                     bool causal, float scale, float* o, NaiveVariant variant) {
   naive(q, k, v, tq, tk, dk, dv, causal, scale, o, variant);
 }
-void naive_attention(const double* q, const double* k, const double* v, Idx tq, Idx tk, Idx dk,
-                     Idx dv, bool causal, double scale, double* o, NaiveVariant variant) {
+void naive_attention(const double* q, const double* k, const double* v, Idx tq, Idx tk, Idx dk, Idx dv,
+                     bool causal, double scale, double* o, NaiveVariant variant) {
   naive(q, k, v, tq, tk, dk, dv, causal, scale, o, variant);
 }
 
-#define EA_BENCH_GEMMS(T)                                                                         \
-  void gemm_square(const T* a, const T* b, T* c, Idx n) {                                      \
-    ColMap<T>(c, n, n).noalias() = ConstColMap<T>(a, n, n) * ConstColMap<T>(b, n, n);            \
-  }                                                                                               \
-  void gemm_qkt(const T* q, const T* k, T* s, Idx tq, Idx tk, Idx d) {                     \
+#define EA_BENCH_GEMMS(T)                                                                             \
+  void gemm_square(const T* a, const T* b, T* c, Idx n) {                                             \
+    ColMap<T>(c, n, n).noalias() = ConstColMap<T>(a, n, n) * ConstColMap<T>(b, n, n);                 \
+  }                                                                                                   \
+  void gemm_qkt(const T* q, const T* k, T* s, Idx tq, Idx tk, Idx d) {                                \
     RowMap<T>(s, tq, tk).noalias() = ConstRowMap<T>(q, tq, d) * ConstRowMap<T>(k, tk, d).transpose(); \
-  }                                                                                               \
-  void gemm_pv(const T* p, const T* v, T* o, Idx tq, Idx tk, Idx dv) {                     \
-    RowMap<T>(o, tq, dv).noalias() = ConstRowMap<T>(p, tq, tk) * ConstRowMap<T>(v, tk, dv);      \
+  }                                                                                                   \
+  void gemm_pv(const T* p, const T* v, T* o, Idx tq, Idx tk, Idx dv) {                                \
+    RowMap<T>(o, tq, dv).noalias() = ConstRowMap<T>(p, tq, tk) * ConstRowMap<T>(v, tk, dv);           \
   }
 EA_BENCH_GEMMS(float)
 EA_BENCH_GEMMS(double)

@@ -13,9 +13,9 @@ using Idx = std::ptrdiff_t;
 
 /// How the naive path computes the row softmax of S (T_q x T_k).
 enum class NaiveVariant {
-  RowLoop,    ///< row-major S, one pass per row: max, exp, normalise (each row contiguous).
-  ColMajor,   ///< column-major S, whole-matrix expressions: S.rowwise().maxCoeff(),
-              ///< (S.array().colwise() - m).exp(), S.rowwise().sum(), colwise normalise.
+  RowLoop,      ///< row-major S, one pass per row: max, exp, normalise (each row contiguous).
+  ColMajor,     ///< column-major S, whole-matrix expressions: S.rowwise().maxCoeff(),
+                ///< (S.array().colwise() - m).exp(), S.rowwise().sum(), colwise normalise.
   RowMajorExpr  ///< the same expressions on row-major S (Eigen 3.4 does not vectorise the
                 ///< colwise broadcasts there; for reference only).
 };
@@ -31,10 +31,10 @@ const char* baseline_flags();
 ///   causal: strict upper triangle of S = -inf (triangularView)
 ///   row softmax of S (see NaiveVariant)
 ///   O = S * V                        (O: T_q x d_v, caller storage)
-void naive_attention(const float* q, const float* k, const float* v, Idx tq, Idx tk, Idx dk,
-                     Idx dv, bool causal, float scale, float* o, NaiveVariant variant);
-void naive_attention(const double* q, const double* k, const double* v, Idx tq, Idx tk, Idx dk,
-                     Idx dv, bool causal, double scale, double* o, NaiveVariant variant);
+void naive_attention(const float* q, const float* k, const float* v, Idx tq, Idx tk, Idx dk, Idx dv,
+                     bool causal, float scale, float* o, NaiveVariant variant);
+void naive_attention(const double* q, const double* k, const double* v, Idx tq, Idx tk, Idx dk, Idx dv,
+                     bool causal, double scale, double* o, NaiveVariant variant);
 
 /// C = A * B, all n x n column-major (Eigen's default MatrixX layout).
 void gemm_square(const float* a, const float* b, float* c, Idx n);

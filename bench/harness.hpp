@@ -95,7 +95,8 @@ inline long long parse_int(const std::string& s, const char* what) {
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (errno != 0 || end == s.c_str() || *end != '\0') usage_error(std::string("bad ") + what + " '" + s + "'");
+  if (errno != 0 || end == s.c_str() || *end != '\0')
+    usage_error(std::string("bad ") + what + " '" + s + "'");
   return v;
 }
 
@@ -221,8 +222,8 @@ inline std::string cpu_flags_of_interest() {
       std::stringstream ss(line.substr(line.find(':') + 1));
       std::string f;
       while (ss >> f) {
-        if (f == "avx2" || f == "fma" || f == "avx512f" || f == "avx512dq" || f == "avx512bw" || f == "avx512vl" ||
-            f == "avx512_bf16") {
+        if (f == "avx2" || f == "fma" || f == "avx512f" || f == "avx512dq" || f == "avx512bw" ||
+            f == "avx512vl" || f == "avx512_bf16") {
           out += (out.empty() ? "" : " ") + f;
         }
       }
@@ -255,7 +256,8 @@ inline const char* resolved_name(ea::Kernel k) {
 // build, the kernels available and the `measured` ones.
 inline void print_machine_common(const char* title, const std::vector<ea::Kernel>& measured) {
   std::string avail;
-  for (ea::Kernel k : ea::available_kernels()) avail += (avail.empty() ? "" : ", ") + std::string(ea::kernel_name(k));
+  for (ea::Kernel k : ea::available_kernels())
+    avail += (avail.empty() ? "" : ", ") + std::string(ea::kernel_name(k));
   std::string chosen;
   for (ea::Kernel k : measured) {
     chosen += (chosen.empty() ? "" : ", ") + std::string(ea::kernel_name(k));

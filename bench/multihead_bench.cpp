@@ -27,18 +27,20 @@ namespace {
 template <typename T>
 void run_type(const Args& a, const char* type, ea::Kernel kernel, Checks& checks) {
   if (a.s_heads) {
-    std::printf("== heads: attention_heads, B = 1, [1, H, T, d] BHTD (and BTHD at T = %ld) against attention_into "
-                "on one head\n   (ratio = GFLOP/s / 1-head GFLOP/s, same options and threads; '*' = below the "
-                "0.9 target)\n",
-                long(a.bthd_t));
+    std::printf(
+        "== heads: attention_heads, B = 1, [1, H, T, d] BHTD (and BTHD at T = %ld) against attention_into "
+        "on one head\n   (ratio = GFLOP/s / 1-head GFLOP/s, same options and threads; '*' = below the "
+        "0.9 target)\n",
+        long(a.bthd_t));
     print_heads_header();
     heads_section<T>(a, type, kernel, checks);
     std::printf("\n");
   }
   if (a.s_window) {
-    std::printf("== window: causal, window_left = %ld, window_right = 0, against full causal, BHTD\n", long(a.window));
-    std::printf("%-6s %3s %6s %4s %4s %-13s | %12s %10s %9s | %9s %9s\n", "type", "thr", "T", "H", "d", "call",
-                "pairs/head", "ms", "GFLOP/s", "vs ref", "vs exact");
+    std::printf("== window: causal, window_left = %ld, window_right = 0, against full causal, BHTD\n",
+                long(a.window));
+    std::printf("%-6s %3s %6s %4s %4s %-13s | %12s %10s %9s | %9s %9s\n", "type", "thr", "T", "H", "d",
+                "call", "pairs/head", "ms", "GFLOP/s", "vs ref", "vs exact");
     window_section<T>(a, type, kernel, checks);
     std::printf("\n");
   }
@@ -50,11 +52,13 @@ void run_type(const Args& a, const char* type, ea::Kernel kernel, Checks& checks
       lens += (lens.empty() ? "" : ",") + std::to_string(l);
       total += l;
     }
-    std::printf("== varlen: causal, %ld sequences of lengths %s (total %ld, max %ld);\n   attention_varlen on the "
-                "packed batch against attention_heads on [%ld, H, %ld, d] with key_lengths\n   (GFLOP/s over the "
-                "useful pairs for all three; 'computed' = the pairs each call cannot skip; vs ref = against padded)\n",
-                long(len.size()), lens.c_str(), long(total), long(*std::max_element(len.begin(), len.end())),
-                long(len.size()), long(*std::max_element(len.begin(), len.end())));
+    std::printf(
+        "== varlen: causal, %ld sequences of lengths %s (total %ld, max %ld);\n   attention_varlen on the "
+        "packed batch against attention_heads on [%ld, H, %ld, d] with key_lengths\n   (GFLOP/s over the "
+        "useful pairs for all three; 'computed' = the pairs each call cannot skip; vs ref = against "
+        "padded)\n",
+        long(len.size()), lens.c_str(), long(total), long(*std::max_element(len.begin(), len.end())),
+        long(len.size()), long(*std::max_element(len.begin(), len.end())));
     std::printf("%-6s %3s %4s %4s %-16s | %12s %12s %10s %9s | %9s %9s\n", "type", "thr", "H", "d", "call",
                 "useful/head", "computed", "ms", "GFLOP/s", "vs ref", "vs exact");
     varlen_section<T>(a, type, kernel, checks);
@@ -74,8 +78,10 @@ int main(int argc, char** argv) {
     print_machine(a, kernel);
     Checks checks;
     for (const std::string& type : a.types) {
-      if (type == "float") run_type<float>(a, "float", kernel, checks);
-      else run_type<double>(a, "double", kernel, checks);
+      if (type == "float")
+        run_type<float>(a, "float", kernel, checks);
+      else
+        run_type<double>(a, "double", kernel, checks);
     }
     std::printf("load at end: %s\n", load_average().c_str());
     if (!checks.below_target.empty()) {

@@ -8,7 +8,6 @@
 //   multihead_bench.cpp          the order of the sections, the summary, main
 #pragma once
 
-
 #include "harness.hpp"
 
 #include <algorithm>
@@ -150,13 +149,15 @@ inline double computed_pairs(Idx tq, Idx tk, const ea::Options& o) {
   return n;
 }
 
-inline double gflops(double pairs, Idx d, Idx heads, double seconds) { return 4.0 * pairs * double(d) * double(heads) / seconds / 1e9; }
+inline double gflops(double pairs, Idx d, Idx heads, double seconds) {
+  return 4.0 * pairs * double(d) * double(heads) / seconds / 1e9;
+}
 
 // Max |diff| between row `i` of `out` and the exact softmax(scale q k^T) v over keys [lo, hi),
 // computed in double. Rows with dim stride 1 (every buffer of this bench).
 template <typename T>
-double exact_row_diff(const T* q, const T* k0, Idx k_stride, const T* v0, Idx v_stride, const T* out, Idx d, Idx lo,
-                      Idx hi) {
+double exact_row_diff(const T* q, const T* k0, Idx k_stride, const T* v0, Idx v_stride, const T* out, Idx d,
+                      Idx lo, Idx hi) {
   const double scale = 1.0 / std::sqrt(double(d));
   std::vector<double> s(static_cast<std::size_t>(std::max<Idx>(hi - lo, 0)));
   double m = -std::numeric_limits<double>::infinity();
@@ -199,14 +200,14 @@ inline std::vector<Idx> sample_rows(Idx t, Idx window) {
 // `first` (varlen) with t_q queries and t_k keys.
 template <typename T>
 double exact_rows_diff(const ea::HeadsView<const T>& q, const ea::HeadsView<const T>& k,
-                       const ea::HeadsView<const T>& v, const ea::HeadsView<const T>& out, Idx b, Idx h, Idx kv,
-                       Idx first, Idx t_q, Idx t_k, const ea::Options& opt) {
+                       const ea::HeadsView<const T>& v, const ea::HeadsView<const T>& out, Idx b, Idx h,
+                       Idx kv, Idx first, Idx t_q, Idx t_k, const ea::Options& opt) {
   double diff = 0;
   for (Idx i : sample_rows(t_q, opt.window_left)) {
     const auto [lo, hi] = visible(i, t_k, opt);
     diff = worst(diff, exact_row_diff(row_of(q, b, h, first + i), row_of(k, b, kv, first), k.token_stride,
-                                         row_of(v, b, kv, first), v.token_stride, row_of(out, b, h, first + i),
-                                         q.dim, lo, hi));
+                                      row_of(v, b, kv, first), v.token_stride, row_of(out, b, h, first + i),
+                                      q.dim, lo, hi));
   }
   return diff;
 }
@@ -214,8 +215,8 @@ double exact_rows_diff(const ea::HeadsView<const T>& q, const ea::HeadsView<cons
 // Max |diff| between `rows` rows of head (bx, hx) of x from token first_x and head (by, hy) of y
 // from token first_y.
 template <typename T>
-double rows_diff(const ea::HeadsView<const T>& x, Idx bx, Idx hx, Idx first_x, const ea::HeadsView<const T>& y,
-                 Idx by, Idx hy, Idx first_y, Idx rows) {
+double rows_diff(const ea::HeadsView<const T>& x, Idx bx, Idx hx, Idx first_x,
+                 const ea::HeadsView<const T>& y, Idx by, Idx hy, Idx first_y, Idx rows) {
   double diff = 0;
   for (Idx i = 0; i < rows; ++i) {
     const T* a = row_of(x, bx, hx, first_x + i);

@@ -15,10 +15,10 @@ struct HeadsCtx {
 };
 
 void print_heads_header() {
-  std::printf("%-6s %4s %3s %3s %6s %4s %4s %-7s | %9s %9s %9s %6s | %9s %9s\n", "type", "d", "cau", "thr", "T", "H",
-              "H_kv", "layout", "ms", "GFLOP/s", "1-head", "ratio", "vs ref", "vs exact");
-  std::printf("%-6s %4s %3s %3s %6s %4s %4s %-7s | %9s %9s %9s %6s | %9s %9s\n", "", "", "", "", "", "", "", "", "",
-              "", "GFLOP/s", "", "max|diff|", "max|diff|");
+  std::printf("%-6s %4s %3s %3s %6s %4s %4s %-7s | %9s %9s %9s %6s | %9s %9s\n", "type", "d", "cau", "thr",
+              "T", "H", "H_kv", "layout", "ms", "GFLOP/s", "1-head", "ratio", "vs ref", "vs exact");
+  std::printf("%-6s %4s %3s %3s %6s %4s %4s %-7s | %9s %9s %9s %6s | %9s %9s\n", "", "", "", "", "", "", "",
+              "", "", "", "GFLOP/s", "", "max|diff|", "max|diff|");
   std::fflush(stdout);
 }
 
@@ -26,21 +26,23 @@ void print_heads_header() {
 // rate, the `ref` check and sampled rows against exact, and a note when below the 0.9 target.
 template <typename T>
 void heads_row(const HeadsCtx& c, const char* layout, const ea::HeadsView<const T>& q,
-               const ea::HeadsView<const T>& k, const ea::HeadsView<const T>& v, const ea::HeadsView<const T>& out,
-               const ea::Options& opt, const Timing& tm, double single_rate, double ref) {
+               const ea::HeadsView<const T>& k, const ea::HeadsView<const T>& v,
+               const ea::HeadsView<const T>& out, const ea::Options& opt, const Timing& tm,
+               double single_rate, double ref) {
   const Idx t = q.tokens, d = q.dim, H = q.heads, Hkv = k.heads;
   const double exact = exact_first_last_heads<T>(q, k, v, out, opt);
   const double rate = gflops(computed_pairs(t, t, opt), d, H, tm.median);
   const double ratio = rate / single_rate;
-  std::printf("%-6s %4ld %3d %3d %6ld %4ld %4ld %-7s | %9.2f %9.1f %9.1f %5.2f%s | %9s %9s\n", c.type, long(d),
-              int(opt.causal), opt.threads, long(t), long(H), long(Hkv), layout, tm.median * 1e3, rate, single_rate,
-              ratio, ratio < 0.9 ? "*" : " ", check_cell(ref, ref_tolerance<T>(), *c.checks).c_str(),
+  std::printf("%-6s %4ld %3d %3d %6ld %4ld %4ld %-7s | %9.2f %9.1f %9.1f %5.2f%s | %9s %9s\n", c.type,
+              long(d), int(opt.causal), opt.threads, long(t), long(H), long(Hkv), layout, tm.median * 1e3,
+              rate, single_rate, ratio, ratio < 0.9 ? "*" : " ",
+              check_cell(ref, ref_tolerance<T>(), *c.checks).c_str(),
               check_cell(exact, exact_tolerance<T>(), *c.checks).c_str());
   std::fflush(stdout);
   if (ratio < 0.9) {
     char what[160];
-    std::snprintf(what, sizeof what, "%s d=%ld causal=%d threads=%d T=%ld H=%ld H_kv=%ld %s: %.2f", c.type, long(d),
-                  int(opt.causal), opt.threads, long(t), long(H), long(Hkv), layout, ratio);
+    std::snprintf(what, sizeof what, "%s d=%ld causal=%d threads=%d T=%ld H=%ld H_kv=%ld %s: %.2f", c.type,
+                  long(d), int(opt.causal), opt.threads, long(t), long(H), long(Hkv), layout, ratio);
     c.checks->below_target.push_back(what);
   }
 }
@@ -54,7 +56,8 @@ void heads_config(const HeadsCtx& c, Idx t, Idx d, bool causal, int threads, Idx
   opt.causal = causal;
   opt.kernel = c.kernel;
   opt.threads = threads;
-  const std::vector<T> q = make_heads<T>(H, t, d, 1), k = make_heads<T>(Hkv, t, d, 2), v = make_heads<T>(Hkv, t, d, 3);
+  const std::vector<T> q = make_heads<T>(H, t, d, 1), k = make_heads<T>(Hkv, t, d, 2),
+                       v = make_heads<T>(Hkv, t, d, 3);
   std::vector<T> o(q.size(), T(0));
   const auto Q = ea::HeadsView<const T>::bhtd(q.data(), 1, H, t, d);
   const auto K = ea::HeadsView<const T>::bhtd(k.data(), 1, Hkv, t, d);
@@ -69,7 +72,8 @@ void heads_config(const HeadsCtx& c, Idx t, Idx d, bool causal, int threads, Idx
   double ref = rows_diff<T>(Oc, 0, 0, 0, ea::HeadsView<const T>::single(single_out), 0, 0, 0, t);
   {
     Mat<T> out_last(t, d);
-    ea::attention_into(ConstMap<T>(q.data() + last * t * d, t, d), ConstMap<T>(k.data() + last_kv * t * d, t, d),
+    ea::attention_into(ConstMap<T>(q.data() + last * t * d, t, d),
+                       ConstMap<T>(k.data() + last_kv * t * d, t, d),
                        ConstMap<T>(v.data() + last_kv * t * d, t, d), out_last, opt);
     const auto L = ea::HeadsView<const T>::single(out_last);
     ref = worst(ref, rows_diff<T>(Oc, 0, last, 0, L, 0, 0, 0, t));
@@ -119,8 +123,8 @@ void heads_section(const Args& a, const char* type, ea::Kernel kernel, Checks& c
           const auto V1 = ea::HeadsView<const T>::single(v1);
           const auto O1 = ea::HeadsView<const T>::single(o1);
           const double exact = exact_rows_diff<T>(Q1, K1, V1, O1, 0, 0, 0, 0, t, t, opt);
-          std::printf("%-6s %4ld %3d %3d %6ld %4d %4d %-7s | %9.2f %9.1f %9s %6s | %9s %9s\n", type, long(d), causal,
-                      threads, long(t), 1, 1, "1-head", ts.median * 1e3, rate, "", "", "",
+          std::printf("%-6s %4ld %3d %3d %6ld %4d %4d %-7s | %9.2f %9.1f %9s %6s | %9s %9s\n", type, long(d),
+                      causal, threads, long(t), 1, 1, "1-head", ts.median * 1e3, rate, "", "", "",
                       check_cell(exact, exact_tolerance<T>(), checks).c_str());
           std::fflush(stdout);
           for (const auto& [H, Hkv] : configs) {

@@ -57,10 +57,14 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--sections") {
       a.s_heads = a.s_window = a.s_varlen = false;
       for (const std::string& s : split(args.value())) {
-        if (s == "heads") a.s_heads = true;
-        else if (s == "window") a.s_window = true;
-        else if (s == "varlen") a.s_varlen = true;
-        else usage_error("unknown section '" + s + "'");
+        if (s == "heads")
+          a.s_heads = true;
+        else if (s == "window")
+          a.s_window = true;
+        else if (s == "varlen")
+          a.s_varlen = true;
+        else
+          usage_error("unknown section '" + s + "'");
       }
     } else if (arg == "--t") {
       a.ts = parse_ints<Idx>(args.value(), "T", 1, Idx(1) << 24);
@@ -82,7 +86,8 @@ Args parse_args(int argc, char** argv) {
           const std::vector<std::string> hk = split(pair, ':');
           if (hk.size() != 2) usage_error("--gqa wants H:H_kv pairs, not '" + pair + "'");
           const Idx h = parse_int(hk[0], "H"), kv = parse_int(hk[1], "H_kv");
-          if (h < 1 || kv < 1 || h % kv != 0) usage_error("--gqa: H must be a multiple of H_kv in '" + pair + "'");
+          if (h < 1 || kv < 1 || h % kv != 0)
+            usage_error("--gqa: H must be a multiple of H_kv in '" + pair + "'");
           a.gqa.emplace_back(h, kv);
         }
       }
@@ -145,13 +150,15 @@ Args parse_args(int argc, char** argv) {
 
 void print_machine(const Args& a, ea::Kernel kernel) {
   bench::print_machine_common("EigenAttention multi-head benchmark", {kernel});
-  std::printf("  timing    after 1-2 warm-up calls, median of %s, each run = enough back-to-back calls "
-              "to last ~%.2g s;\n            GFLOP/s = 4 * (computed pairs) * d / time, computed pairs = the "
-              "(i, j) pairs no mask hides\n",
-              a.reps > 0 ? (std::to_string(a.reps) + " runs").c_str() : "3..5 runs (about --seconds per call)",
-              a.seconds / 5);
-  std::printf("  checks    max|diff| against single-head calls / the other layout / padded (ref) and against\n"
-              "            an exact double softmax on sampled rows (exact); '!' = above tolerance, exit 1\n");
+  std::printf(
+      "  timing    after 1-2 warm-up calls, median of %s, each run = enough back-to-back calls "
+      "to last ~%.2g s;\n            GFLOP/s = 4 * (computed pairs) * d / time, computed pairs = the "
+      "(i, j) pairs no mask hides\n",
+      a.reps > 0 ? (std::to_string(a.reps) + " runs").c_str() : "3..5 runs (about --seconds per call)",
+      a.seconds / 5);
+  std::printf(
+      "  checks    max|diff| against single-head calls / the other layout / padded (ref) and against\n"
+      "            an exact double softmax on sampled rows (exact); '!' = above tolerance, exit 1\n");
   std::printf("\n");
   std::fflush(stdout);
 }

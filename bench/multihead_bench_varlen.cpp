@@ -35,12 +35,14 @@ void varlen_section(const Args& a, const char* type, ea::Kernel kernel, Checks& 
   // each sequence's end).
   const std::vector<T> q = make_heads<T>(H, total, d, 1), k = make_heads<T>(H, total, d, 2),
                        v = make_heads<T>(H, total, d, 3);
-  const std::vector<T> qb = to_bthd(q, H, total, d), kb = to_bthd(k, H, total, d), vb = to_bthd(v, H, total, d);
+  const std::vector<T> qb = to_bthd(q, H, total, d), kb = to_bthd(k, H, total, d),
+                       vb = to_bthd(v, H, total, d);
   const auto pad = [&](const std::vector<T>& src) {
     std::vector<T> dst(static_cast<std::size_t>(B * H * max_len * d), T(0));
     for (Idx b = 0; b < B; ++b)
       for (Idx h = 0; h < H; ++h)
-        std::copy_n(src.data() + (h * total + cu[b]) * d, len[b] * d, dst.data() + ((b * H + h) * max_len) * d);
+        std::copy_n(src.data() + (h * total + cu[b]) * d, len[b] * d,
+                    dst.data() + ((b * H + h) * max_len) * d);
     return dst;
   };
   const std::vector<T> qp = pad(q), kp = pad(k), vp = pad(v);
@@ -100,18 +102,20 @@ void varlen_section(const Args& a, const char* type, ea::Kernel kernel, Checks& 
         exact_p = worst(exact_p, exact_rows_diff<T>(Qp, Kp, Vp, Opc, b, h, h, 0, len[b], len[b], opt));
       }
     }
-    const auto row = [&](const char* call, double computed, const Timing& tm, const std::string& ref, double exact) {
-      std::printf("%-6s %3d %4ld %4ld %-16s | %12.0f %12.0f %10.2f %9.1f | %9s %9s\n", type, threads, long(H), long(d),
-                  call, useful, computed, tm.median * 1e3, gflops(useful, d, H, tm.median), ref.c_str(),
-                  check_cell(exact, exact_tolerance<T>(), checks).c_str());
+    const auto row = [&](const char* call, double computed, const Timing& tm, const std::string& ref,
+                         double exact) {
+      std::printf("%-6s %3d %4ld %4ld %-16s | %12.0f %12.0f %10.2f %9.1f | %9s %9s\n", type, threads, long(H),
+                  long(d), call, useful, computed, tm.median * 1e3, gflops(useful, d, H, tm.median),
+                  ref.c_str(), check_cell(exact, exact_tolerance<T>(), checks).c_str());
     };
     row("varlen BTHD", useful, tv, check_cell(ref_vb, ref_tolerance<T>(), checks), exact_v);
     row("varlen BHTD", useful, th, check_cell(ref_vh, ref_tolerance<T>(), checks), exact_h);
     row("padded+key_len", padded_pairs, tp, "-", exact_p);
-    std::printf("%-6s %3d   varlen speed-up over padded: %.2fx (BTHD), %.2fx (BHTD); padded/useful pairs = %.2f; "
-                "varlen BTHD vs BHTD max|diff| %s\n",
-                type, threads, tp.median / tv.median, tp.median / th.median, padded_pairs / useful,
-                check_cell(ref_layouts, ref_tolerance<T>(), checks).c_str());
+    std::printf(
+        "%-6s %3d   varlen speed-up over padded: %.2fx (BTHD), %.2fx (BHTD); padded/useful pairs = %.2f; "
+        "varlen BTHD vs BHTD max|diff| %s\n",
+        type, threads, tp.median / tv.median, tp.median / th.median, padded_pairs / useful,
+        check_cell(ref_layouts, ref_tolerance<T>(), checks).c_str());
     std::fflush(stdout);
   }
 }

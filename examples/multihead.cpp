@@ -13,7 +13,8 @@ namespace ea = EigenAttention;
 int main() {
   const Eigen::Index B = 2, H = 8, H_kv = 2, T = 64, D = 32;
   // Activations in FlashAttention's layout [B, T, heads, D], as a projection writes them.
-  std::vector<float> q(B * T * H * D), k(B * T * H_kv * D), v(B * T * H_kv * D), o(B * T * H * D), lse(B * H * T);
+  std::vector<float> q(B * T * H * D), k(B * T * H_kv * D), v(B * T * H_kv * D), o(B * T * H * D),
+      lse(B * H * T);
   for (std::size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37f * i);
   for (std::size_t i = 0; i < k.size(); ++i) k[i] = std::cos(0.11f * i);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.05f * i + 1);
@@ -26,8 +27,8 @@ int main() {
 
   ea::Options opt;
   opt.causal = true;
-  opt.window_left = 16;  // each token sees itself and the 16 before it
-  opt.threads = 0;       // every hardware thread; the result is the same for any count
+  opt.window_left = 16;                         // each token sees itself and the 16 before it
+  opt.threads = 0;                              // every hardware thread; the result is the same for any count
   const std::int64_t key_lengths[] = {64, 40};  // the second sequence is right-padded
   ea::Masks<float> masks;
   masks.key_lengths = key_lengths;
@@ -47,9 +48,10 @@ int main() {
   };
   part(0, 32, o1, l1);
   part(32, 32, o2, l2);
-  ea::merge_attention(ea::HeadsView<float>::bthd(o1.data(), B, T, H, D), ea::HeadsView<float>::bhtd(l1.data(), B, H, T, 1),
-                      ea::HeadsView<float>::bthd(o2.data(), B, T, H, D), ea::HeadsView<float>::bhtd(l2.data(), B, H, T, 1),
-                      ea::HeadsView<float>::bthd(o1.data(), B, T, H, D), ea::HeadsView<float>::bhtd(l1.data(), B, H, T, 1));
+  ea::merge_attention(
+      ea::HeadsView<float>::bthd(o1.data(), B, T, H, D), ea::HeadsView<float>::bhtd(l1.data(), B, H, T, 1),
+      ea::HeadsView<float>::bthd(o2.data(), B, T, H, D), ea::HeadsView<float>::bhtd(l2.data(), B, H, T, 1),
+      ea::HeadsView<float>::bthd(o1.data(), B, T, H, D), ea::HeadsView<float>::bhtd(l1.data(), B, H, T, 1));
   ea::attention_heads(Q, K, V, O, plain);  // the whole, in one call
   float worst = 0;
   for (std::size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(o[i] - o1[i]));

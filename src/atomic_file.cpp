@@ -45,9 +45,9 @@ AtomicFile::AtomicFile(const char* path_text) : state_(new State) {
     const std::string dir = slash == std::string::npos ? std::string() : s.path.substr(0, slash + 1);
     const std::string base = slash == std::string::npos ? s.path : s.path.substr(slash + 1);
     const char* const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789";
-    std::uint64_t state = static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                          (static_cast<std::uint64_t>(::getpid()) << 32) ^
-                          (g_counter.fetch_add(1) * 0x9E3779B97F4A7C15ULL);
+    std::uint64_t state =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+        (static_cast<std::uint64_t>(::getpid()) << 32) ^ (g_counter.fetch_add(1) * 0x9E3779B97F4A7C15ULL);
     int error = EEXIST;
     for (int attempt = 0; attempt < 100 && s.fd < 0 && error == EEXIST; ++attempt) {
       std::string name = dir + "." + base + ".tmp-";
@@ -63,7 +63,8 @@ AtomicFile::AtomicFile(const char* path_text) : state_(new State) {
       }
     }
     if (s.fd < 0) {
-      const std::string where = dir.empty() ? std::string(".") : dir.substr(0, dir.size() > 1 ? dir.size() - 1 : 1);
+      const std::string where =
+          dir.empty() ? std::string(".") : dir.substr(0, dir.size() > 1 ? dir.size() - 1 : 1);
       fail(s.path, "cannot create a file in '" + where + "': " + errno_text(error));
     }
   } catch (...) {

@@ -20,7 +20,8 @@ HeadsView<T> one_head(const MatrixView<T>& m) {
 }
 
 template <typename T>
-internal::Call<T> call_of(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v) {
+internal::Call<T> call_of(const char* api, MatrixView<const T> q, MatrixView<const T> k,
+                          const MatrixView<const T>* v) {
   internal::Call<T> c;
   c.api = api;
   c.form = internal::Form::Matrix;
@@ -32,8 +33,8 @@ internal::Call<T> call_of(const char* api, MatrixView<const T> q, MatrixView<con
 }
 
 template <typename T>
-void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
-                    const Options& opt) {
+void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> k,
+                    const MatrixView<const T>* v, const Options& opt) {
   internal::Call<T> c = call_of(api, q, k, v);
   c.inputs_only = true;
   internal::make_problem(c, opt);
@@ -41,7 +42,8 @@ void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> 
 
 template <typename T>
 void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
-               const MatrixView<T>* scores, const MatrixView<T>* attn, const MatrixView<T>* lse, const Options& opt) {
+               const MatrixView<T>* scores, const MatrixView<T>* attn, const MatrixView<T>* lse,
+               const Options& opt) {
   internal::Call<T> c = call_of(api, q, k, v);
   const auto bind = [](const MatrixView<T>* m, HeadsView<T>& view, bool& wanted) {
     if (m != nullptr) view = one_head(*m);
@@ -56,8 +58,8 @@ void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, co
 
 }  // namespace
 
-void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k, const MatrixView<const float>* v,
-              const Options& opt) {
+void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k,
+              const MatrixView<const float>* v, const Options& opt) {
   validate_views(api, q, k, v, opt);
 }
 void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
@@ -65,14 +67,14 @@ void validate(const char* api, MatrixView<const double> q, MatrixView<const doub
   validate_views(api, q, k, v, opt);
 }
 
-void run(const char* api, MatrixView<const float> q, MatrixView<const float> k, const MatrixView<const float>* v,
-         const MatrixView<float>* scores, const MatrixView<float>* attn, const MatrixView<float>* lse,
-         const Options& opt) {
+void run(const char* api, MatrixView<const float> q, MatrixView<const float> k,
+         const MatrixView<const float>* v, const MatrixView<float>* scores, const MatrixView<float>* attn,
+         const MatrixView<float>* lse, const Options& opt) {
   run_views(api, q, k, v, scores, attn, lse, opt);
 }
-void run(const char* api, MatrixView<const double> q, MatrixView<const double> k, const MatrixView<const double>* v,
-         const MatrixView<double>* scores, const MatrixView<double>* attn, const MatrixView<double>* lse,
-         const Options& opt) {
+void run(const char* api, MatrixView<const double> q, MatrixView<const double> k,
+         const MatrixView<const double>* v, const MatrixView<double>* scores, const MatrixView<double>* attn,
+         const MatrixView<double>* lse, const Options& opt) {
   run_views(api, q, k, v, scores, attn, lse, opt);
 }
 

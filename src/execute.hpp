@@ -12,7 +12,8 @@ template <typename T>
 void execute(const Problem<T>& p, int threads) {
   // A packed batch's sequences have their own query counts; otherwise every head has T_q rows.
   const index_t rows = p.varlen() ? -1 : p.q.tokens;
-  run_problems<T>(p.kernel, p.problems(), rows, [&](index_t which) { return p.problem(which); }, threads);
+  run_problems<T>(
+      p.kernel, p.problems(), rows, [&](index_t which) { return p.problem(which); }, threads);
 }
 
 }  // namespace internal

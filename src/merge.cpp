@@ -11,8 +11,8 @@ namespace EigenAttention {
 namespace {
 
 template <typename T>
-void merge(HeadsView<const T> out_a, HeadsView<const T> lse_a, HeadsView<const T> out_b, HeadsView<const T> lse_b,
-           HeadsView<T> out, HeadsView<T> lse) {
+void merge(HeadsView<const T> out_a, HeadsView<const T> lse_a, HeadsView<const T> out_b,
+           HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse) {
   internal::check_merge<T>("merge_attention", out_a, lse_a, out_b, lse_b, out, lse);
   const T minus_inf = -std::numeric_limits<T>::infinity();
   // Row (b, h, i) of a view. An empty row (d_v = 0) takes no offset: its view's data may be null.

@@ -91,8 +91,9 @@ void varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, He
 
 template <typename T>
 void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, T* scores,
-                       std::size_t scores_size, HeadsView<T> out, const std::int64_t* cu_q, const std::int64_t* cu_k,
-                       Eigen::Index batch, const Options& opt, const Masks<T>& masks, HeadsView<T> lse) {
+                       std::size_t scores_size, HeadsView<T> out, const std::int64_t* cu_q,
+                       const std::int64_t* cu_k, Eigen::Index batch, const Options& opt,
+                       const Masks<T>& masks, HeadsView<T> lse) {
   const char* api = "attention_varlen_decomposed";
   const std::vector<index_t> offsets = internal::varlen_score_offsets(api, cu_q, cu_k, batch, q.heads);
   internal::Call<T> c = call_of(api, q, k, v, out, lse, masks);
@@ -131,34 +132,39 @@ void attention_varlen_decomposed(HeadsView<const double> q, HeadsView<const doub
 }
 
 void attention_heads(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                     HeadsView<float> out, const Options& opt, const Masks<float>& masks, HeadsView<float> lse) {
+                     HeadsView<float> out, const Options& opt, const Masks<float>& masks,
+                     HeadsView<float> lse) {
   heads(q, k, v, out, opt, masks, lse);
 }
 void attention_heads(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
-                     HeadsView<double> out, const Options& opt, const Masks<double>& masks, HeadsView<double> lse) {
+                     HeadsView<double> out, const Options& opt, const Masks<double>& masks,
+                     HeadsView<double> lse) {
   heads(q, k, v, out, opt, masks, lse);
 }
 
 void attention_heads_decomposed(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
                                 HeadsView<float> scores, HeadsView<float> out, const Options& opt,
-                                const Masks<float>& masks, HeadsView<float> lse, HeadsView<float> average_scores) {
+                                const Masks<float>& masks, HeadsView<float> lse,
+                                HeadsView<float> average_scores) {
   heads_decomposed(q, k, v, scores, out, opt, masks, lse, average_scores);
 }
-void attention_heads_decomposed(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
-                                HeadsView<double> scores, HeadsView<double> out, const Options& opt,
-                                const Masks<double>& masks, HeadsView<double> lse,
+void attention_heads_decomposed(HeadsView<const double> q, HeadsView<const double> k,
+                                HeadsView<const double> v, HeadsView<double> scores, HeadsView<double> out,
+                                const Options& opt, const Masks<double>& masks, HeadsView<double> lse,
                                 HeadsView<double> average_scores) {
   heads_decomposed(q, k, v, scores, out, opt, masks, lse, average_scores);
 }
 
 void attention_varlen(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                      HeadsView<float> out, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                      Eigen::Index batch, const Options& opt, const Masks<float>& masks, HeadsView<float> lse) {
+                      HeadsView<float> out, const std::int64_t* cu_seqlens_q,
+                      const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
+                      const Masks<float>& masks, HeadsView<float> lse) {
   varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
 }
 void attention_varlen(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
-                      HeadsView<double> out, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                      Eigen::Index batch, const Options& opt, const Masks<double>& masks, HeadsView<double> lse) {
+                      HeadsView<double> out, const std::int64_t* cu_seqlens_q,
+                      const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
+                      const Masks<double>& masks, HeadsView<double> lse) {
   varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
 }
 

@@ -64,17 +64,17 @@ struct Problem {
       using Element = std::remove_pointer_t<decltype(view.data)>;
       // An empty head takes no offset: the view's data may be null.
       if (rows == 0 || view.dim == 0) return raw_matrix<Element>(view.data, rows, view.dim, 0, 0);
-      return raw_matrix<Element>(view.data + batch_index * view.batch_stride + head * view.head_stride +
-                                     first * view.token_stride,
-                                 rows, view.dim, view.token_stride, view.dim_stride);
+      return raw_matrix<Element>(
+          view.data + batch_index * view.batch_stride + head * view.head_stride + first * view.token_stride,
+          rows, view.dim, view.token_stride, view.dim_stride);
     };
     const auto broadcast = [&](const auto& m) {
       using Element = std::remove_const_t<std::remove_pointer_t<decltype(m.data)>>;
       if (m.data == nullptr) return RawMatrix<const Element>{nullptr, 0, 0, 0, 0};
       if (tq == 0 || tk == 0) return raw_matrix<const Element>(m.data, tq, tk, 0, 0);
       const index_t mb = m.batch == 1 ? 0 : b, mh = m.heads == 1 ? 0 : h;
-      return raw_matrix<const Element>(m.data + mb * m.batch_stride + mh * m.head_stride, tq, tk, m.row_stride,
-                                       m.col_stride);
+      return raw_matrix<const Element>(m.data + mb * m.batch_stride + mh * m.head_stride, tq, tk,
+                                       m.row_stride, m.col_stride);
     };
     const RawMatrix<T> none{nullptr, 0, 0, 0, 0};
     RawProblem<T> p{head_of(q, h, q_first, tq),

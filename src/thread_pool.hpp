@@ -3,9 +3,9 @@
 
 #include <condition_variable>
 #include <cstddef>
-#include <type_traits>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace EigenAttention {

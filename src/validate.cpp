@@ -49,14 +49,18 @@ struct Array {
   Print print;
 
   index_t count_or_zero() const {  // 0 when any size is 0 (sizes checked before)
-    for (const index_t n : size) if (n == 0) return 0;
+    for (const index_t n : size)
+      if (n == 0) return 0;
     return 1;
   }
   std::string shape() const {
     switch (print) {
-      case Print::Matrix: return num(size[2]) + "x" + num(size[3]);
-      case Print::Vector: return num(size[3]) + " entries";
-      case Print::Heads: break;
+      case Print::Matrix:
+        return num(size[2]) + "x" + num(size[3]);
+      case Print::Vector:
+        return num(size[3]) + " entries";
+      case Print::Heads:
+        break;
     }
     return "[" + num(size[0]) + ", " + num(size[1]) + ", " + num(size[2]) + ", " + num(size[3]) + "]";
   }
@@ -68,20 +72,30 @@ struct Array {
 
 template <class View>
 Array array_of(const char* name, const View& v, Form form) {
-  return {name, reinterpret_cast<std::uintptr_t>(v.data), static_cast<index_t>(sizeof(*v.data)),
-          {v.batch, v.heads, v.tokens, v.dim}, {v.batch_stride, v.head_stride, v.token_stride, v.dim_stride},
+  return {name,
+          reinterpret_cast<std::uintptr_t>(v.data),
+          static_cast<index_t>(sizeof(*v.data)),
+          {v.batch, v.heads, v.tokens, v.dim},
+          {v.batch_stride, v.head_stride, v.token_stride, v.dim_stride},
           form == Form::Matrix ? Print::Matrix : Print::Heads};
 }
 template <class Element>
 Array array_of(const char* name, const BroadcastView<Element>& m, Form form) {
-  return {name, reinterpret_cast<std::uintptr_t>(m.data), static_cast<index_t>(sizeof(*m.data)),
-          {m.batch, m.heads, m.rows, m.cols}, {m.batch_stride, m.head_stride, m.row_stride, m.col_stride},
+  return {name,
+          reinterpret_cast<std::uintptr_t>(m.data),
+          static_cast<index_t>(sizeof(*m.data)),
+          {m.batch, m.heads, m.rows, m.cols},
+          {m.batch_stride, m.head_stride, m.row_stride, m.col_stride},
           form == Form::Matrix ? Print::Matrix : Print::Heads};
 }
 template <class Element>
 Array vector_of(const char* name, const Element* data, index_t n) {
-  return {name, reinterpret_cast<std::uintptr_t>(data), static_cast<index_t>(sizeof(Element)), {1, 1, 1, n},
-          {0, 0, 0, 1}, Print::Vector};
+  return {name,
+          reinterpret_cast<std::uintptr_t>(data),
+          static_cast<index_t>(sizeof(Element)),
+          {1, 1, 1, n},
+          {0, 0, 0, 1},
+          Print::Vector};
 }
 
 // The element count and the byte span (sum over axes of |stride| * size * bytes, a size of 0
@@ -91,7 +105,8 @@ Array vector_of(const char* name, const Element* data, index_t n) {
 void check_countable(const char* api, const Array& a) {
   const auto what = [&] {
     std::string strides;
-    for (int axis = a.print == Print::Heads ? 0 : a.print == Print::Matrix ? 2 : 3; axis < 4; ++axis) strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
+    for (int axis = a.print == Print::Heads ? 0 : a.print == Print::Matrix ? 2 : 3; axis < 4; ++axis)
+      strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
     return a.named() + " with strides (" + strides + ")";
   };
   const bool zero_as_one = a.print == Print::Heads;
@@ -272,7 +287,8 @@ void check_distinct_elements(const char* api, const Array& a) {
   for (int i = 0; ok && i + 1 < axes; ++i) ok = stride[i + 1] >= size[i] * stride[i];
   if (!ok) {
     std::string strides;
-    for (int axis = a.print == Print::Heads ? 0 : a.print == Print::Matrix ? 2 : 3; axis < 4; ++axis) strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
+    for (int axis = a.print == Print::Heads ? 0 : a.print == Print::Matrix ? 2 : 3; axis < 4; ++axis)
+      strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
     fail(api, a.named() + " has strides (" + strides + ") under which two of its elements share memory");
   }
 }
@@ -294,7 +310,8 @@ T resolve_scale(const char* api, const Options& opt, const Array& q) {
     return as_t;
   }
   if (q.size[3] == 0) {
-    fail(api, "d_k is 0 (Q is " + q.shape() + "), so the default scale 1/sqrt(d_k) is undefined; set Options::scale");
+    fail(api, "d_k is 0 (Q is " + q.shape() +
+                  "), so the default scale 1/sqrt(d_k) is undefined; set Options::scale");
   }
   return static_cast<T>(1.0 / std::sqrt(static_cast<double>(q.size[3])));
 }
@@ -302,13 +319,15 @@ T resolve_scale(const char* api, const Options& opt, const Array& q) {
 template <typename T>
 void check_options(const char* api, const Options& opt, Problem<T>& p, const Array& q) {
   p.scale = resolve_scale<T>(api, opt, q);
-  if (opt.threads < 0) fail(api, "threads must be >= 0 (0 means all hardware threads), got " + std::to_string(opt.threads));
+  if (opt.threads < 0)
+    fail(api, "threads must be >= 0 (0 means all hardware threads), got " + std::to_string(opt.threads));
   if (opt.window_left < -1 || opt.window_right < -1) {
-    fail(api, "window sizes must be >= 0, or -1 for unbounded; got window_left = " + std::to_string(opt.window_left) +
-                  ", window_right = " + std::to_string(opt.window_right));
+    fail(api, "window sizes must be >= 0, or -1 for unbounded; got window_left = " +
+                  std::to_string(opt.window_left) + ", window_right = " + std::to_string(opt.window_right));
   }
   const T cap = static_cast<T>(opt.softcap);
-  if (!(opt.softcap >= 0) || !std::isfinite(opt.softcap) || !std::isfinite(cap) || (opt.softcap > 0 && !(cap > 0))) {
+  if (!(opt.softcap >= 0) || !std::isfinite(opt.softcap) || !std::isfinite(cap) ||
+      (opt.softcap > 0 && !(cap > 0))) {
     std::ostringstream msg;
     msg.precision(17);
     msg << "softcap must be 0 (off) or finite and > 0 in the scalar type, got " << opt.softcap;
@@ -327,24 +346,25 @@ void check_scratch(const char* api, index_t dk, index_t dv, index_t tk) {
   for (const auto& [name, n] : {std::pair{"d_k", dk}, std::pair{"d_v", dv}, std::pair{"T_k", tk}}) {
     if (n > kMaxScratchRowLength<T>) {
       fail(api, std::string(name) + " = " + num(n) + " exceeds " + num(kMaxScratchRowLength<T>) +
-                    ", the most the kernels' per-thread scratch (up to " + num(kScratchRows) + " rows of " + name +
-                    " elements) can count in Eigen::Index");
+                    ", the most the kernels' per-thread scratch (up to " + num(kScratchRows) + " rows of " +
+                    name + " elements) can count in Eigen::Index");
     }
   }
 }
 
 // Offsets cu[0..sequences] start at 0, never decrease and end within `total` (when >= 0).
-void check_offsets(const char* api, const char* name, const std::int64_t* cu, index_t sequences, index_t total) {
+void check_offsets(const char* api, const char* name, const std::int64_t* cu, index_t sequences,
+                   index_t total) {
   if (cu[0] != 0) fail(api, std::string(name) + "[0] is " + std::to_string(cu[0]) + " but must be 0");
   for (index_t b = 0; b < sequences; ++b) {
     if (cu[b + 1] < cu[b]) {
-      fail(api, std::string(name) + " decreases: [" + num(b) + "] = " + std::to_string(cu[b]) + " > [" + num(b + 1) +
-                    "] = " + std::to_string(cu[b + 1]));
+      fail(api, std::string(name) + " decreases: [" + num(b) + "] = " + std::to_string(cu[b]) + " > [" +
+                    num(b + 1) + "] = " + std::to_string(cu[b + 1]));
     }
   }
   if (total >= 0 && cu[sequences] > total) {
-    fail(api, std::string(name) + "[" + num(sequences) + "] = " + std::to_string(cu[sequences]) + " exceeds the " +
-                  num(total) + " packed tokens");
+    fail(api, std::string(name) + "[" + num(sequences) + "] = " + std::to_string(cu[sequences]) +
+                  " exceeds the " + num(total) + " packed tokens");
   }
 }
 
@@ -352,7 +372,8 @@ void check_sequence_count(const char* api, index_t sequences) {
   if (sequences < 0) fail(api, "the number of sequences is negative: " + num(sequences));
   if (sequences > kIndexMax / static_cast<index_t>(sizeof(std::int64_t)) - 1) {
     fail(api, "the number of sequences, " + num(sequences) +
-                  ", is too large: cu_seqlens of batch + 1 offsets would span more bytes than Eigen::Index can count");
+                  ", is too large: cu_seqlens of batch + 1 offsets would span more bytes than Eigen::Index "
+                  "can count");
   }
 }
 
@@ -362,7 +383,8 @@ template <typename T>
 Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   const char* api = c.api;
   if (!c.inputs_only && !c.want_out && !c.want_scores) {
-    fail(api, c.form == Form::Matrix ? "neither SCORES nor ATTN is asked for" : "neither out nor scores is given");
+    fail(api,
+         c.form == Form::Matrix ? "neither SCORES nor ATTN is asked for" : "neither out nor scores is given");
   }
   if (c.want_out && !c.has_v) fail(api, "ATTN is asked for without V");
 
@@ -384,7 +406,8 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
     if (c.k.batch != c.q.batch || c.v.batch != c.q.batch) {
       fail(api, "batch sizes differ: Q is " + q.shape() + ", K is " + k.shape() + ", V is " + v.shape());
     }
-    if (c.k.heads != c.v.heads) fail(api, "K and V have different head counts: K is " + k.shape() + ", V is " + v.shape());
+    if (c.k.heads != c.v.heads)
+      fail(api, "K and V have different head counts: K is " + k.shape() + ", V is " + v.shape());
     if (c.v.tokens != tk) {
       fail(api, (matrix ? "V has " + num(c.v.tokens) + " rows but K has " + num(tk) + " (T_k must match)"
                         : std::string("K and V have different token counts (T_k)")) +
@@ -394,8 +417,8 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
     fail(api, "batch sizes or head counts differ: Q is " + q.shape() + ", K is " + k.shape());
   }
   if (c.k.heads == 0 ? H != 0 : H % c.k.heads != 0) {
-    fail(api, "query heads (" + num(H) + ") must be a multiple of key/value heads (" + num(c.k.heads) + "); Q is " +
-                  q.shape() + ", K is " + k.shape());
+    fail(api, "query heads (" + num(H) + ") must be a multiple of key/value heads (" + num(c.k.heads) +
+                  "); Q is " + q.shape() + ", K is " + k.shape());
   }
   const index_t dv = c.has_v ? c.v.dim : 0;
   check_scratch<T>(api, c.q.dim, dv, tk);
@@ -414,8 +437,8 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   // The outputs: shapes, then distinct elements.
   const index_t B = c.q.batch;
   ArrayList<4> outputs;  // out, lse, scores, average_scores
-  const auto output = [&](bool wanted, const char* name, const HeadsView<T>& view, index_t heads, index_t cols,
-                          const char* what) {
+  const auto output = [&](bool wanted, const char* name, const HeadsView<T>& view, index_t heads,
+                          index_t cols, const char* what) {
     if (!wanted) return;
     const Array a = array_of(name, view, c.form);
     check_sizes(api, a);
@@ -430,7 +453,8 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   output(c.want_lse, "lse", c.lse, H, 1, matrix ? "T_q x 1" : "[B, H, T_q, 1]");
   output(c.want_scores, "scores", c.scores, H, tk, matrix ? "T_q x T_k" : "[B, H, T_q, T_k]");
   if (c.want_average) {
-    if (!c.want_scores) fail(api, "average_scores is the mean of the per-head scores, so scores must be given too");
+    if (!c.want_scores)
+      fail(api, "average_scores is the mean of the per-head scores, so scores must be given too");
     output(true, "average_scores", c.average, 1, tk, "[B, 1, T_q, T_k]");
   }
   p.out = c.out;
@@ -450,7 +474,9 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
     check_sequence_count(api, c.sequences);
     if (c.q.batch != 1) fail(api, "a packed batch has batch size 1 in its views, but Q is " + q.shape());
     if (!c.masks.mask.empty() || !c.masks.bias.empty() || c.masks.key_lengths != nullptr) {
-      fail(api, "a packed variable-length batch takes no mask, bias or key_lengths (ALiBi, causal and window apply)");
+      fail(api,
+           "a packed variable-length batch takes no mask, bias or key_lengths (ALiBi, causal and window "
+           "apply)");
     }
     check_offsets(api, "cu_seqlens_q", c.cu_q, c.sequences, tq);
     check_offsets(api, "cu_seqlens_k", c.cu_k, c.sequences, tk);
@@ -462,8 +488,8 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
       const Array a = array_of(name, m, c.form);
       const bool batch_ok = m.batch == 1 || m.batch == B, heads_ok = m.heads == 1 || m.heads == H;
       if (!batch_ok || !heads_ok || m.rows != tq || m.cols != tk) {
-        fail(api, std::string(name) + " is " + a.shape() + " but must be [" + num(B) + " or 1, " + num(H) + " or 1, " +
-                      num(tq) + ", " + num(tk) + "]");
+        fail(api, std::string(name) + " is " + a.shape() + " but must be [" + num(B) + " or 1, " + num(H) +
+                      " or 1, " + num(tq) + ", " + num(tk) + "]");
       }
       check_countable(api, a);
       inputs.push_back(a);
@@ -498,11 +524,12 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
 }
 
 template <typename T>
-void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> lse_a, HeadsView<const T> out_b,
-                 HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse) {
+void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> lse_a,
+                 HeadsView<const T> out_b, HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse) {
   const Form f = Form::Heads;
-  const Array oa = array_of("out_a", out_a, f), la = array_of("lse_a", lse_a, f), ob = array_of("out_b", out_b, f),
-              lb = array_of("lse_b", lse_b, f), o = array_of("out", out, f), l = array_of("lse", lse, f);
+  const Array oa = array_of("out_a", out_a, f), la = array_of("lse_a", lse_a, f),
+              ob = array_of("out_b", out_b, f), lb = array_of("lse_b", lse_b, f), o = array_of("out", out, f),
+              l = array_of("lse", lse, f);
   const auto same_shape = [&](const Array& a, const Array& b) {
     check_sizes(api, a);
     if (!std::equal(a.size, a.size + 4, b.size)) {
@@ -548,8 +575,8 @@ std::vector<index_t> varlen_score_offsets(const char* api, const std::int64_t* c
     const index_t tq = cu_q[b + 1] - cu_q[b], tk = cu_k[b + 1] - cu_k[b];
     index_t block = 0, next = 0;
     if (!mul(tq, tk, block) || !mul(block, heads, block) || !add(offsets[b], block, next)) {
-      fail(api, "the packed weights of " + num(batch) + " sequences overflow Eigen::Index at sequence " + num(b) +
-                    " (T_q = " + num(tq) + ", T_k = " + num(tk) + ", heads = " + num(heads) + ")");
+      fail(api, "the packed weights of " + num(batch) + " sequences overflow Eigen::Index at sequence " +
+                    num(b) + " (T_q = " + num(tq) + ", T_k = " + num(tk) + ", heads = " + num(heads) + ")");
     }
     offsets[b + 1] = next;
   }
@@ -571,14 +598,15 @@ void check_packed_scores(const char* api, const T* scores, std::size_t size, std
                                vector_of("cu_seqlens_k", p.cu_k, p.sequences + 1)};
   if (p.want_out) others.push_back(array_of("out", p.out, f));
   if (p.want_lse) others.push_back(array_of("lse", p.lse, f));
-  if (p.masks.alibi_slopes != nullptr) others.push_back(vector_of("alibi_slopes", p.masks.alibi_slopes, p.q.heads));
+  if (p.masks.alibi_slopes != nullptr)
+    others.push_back(vector_of("alibi_slopes", p.masks.alibi_slopes, p.q.heads));
   for (const Array& other : others) check_apart(api, packed, other);
 }
 
-#define EIGEN_ATTENTION_INSTANTIATE(T)                                                                          \
-  template Problem<T> make_problem<T>(const Call<T>&, const Options&);                                          \
-  template void check_packed_scores<T>(const char*, const T*, std::size_t, std::size_t, const Problem<T>&);     \
-  template void check_merge<T>(const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,          \
+#define EIGEN_ATTENTION_INSTANTIATE(T)                                                                      \
+  template Problem<T> make_problem<T>(const Call<T>&, const Options&);                                      \
+  template void check_packed_scores<T>(const char*, const T*, std::size_t, std::size_t, const Problem<T>&); \
+  template void check_merge<T>(const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,     \
                                HeadsView<const T>, HeadsView<T>, HeadsView<T>);
 EIGEN_ATTENTION_INSTANTIATE(float)
 EIGEN_ATTENTION_INSTANTIATE(double)
@@ -595,10 +623,13 @@ void check_result_size(const char* api, const char* name, const char* what, std:
   using internal::num;
   const std::string shown = num(rows) + "x" + num(cols);
   internal::index_t bytes = 0, count = 0;
-  if (rows < 0 || cols < 0) fail(api, std::string(name) + " (" + what + ") would have a negative size: " + shown);
-  if (!internal::mul(rows, cols, count) || !internal::mul(count, static_cast<internal::index_t>(element_bytes), bytes)) {
-    fail(api, std::string(name) + " (" + what + ") would be " + shown + " elements of " + std::to_string(element_bytes) +
-                  " bytes, more than Eigen::Index can count (" + num(internal::kIndexMax) + " bytes)");
+  if (rows < 0 || cols < 0)
+    fail(api, std::string(name) + " (" + what + ") would have a negative size: " + shown);
+  if (!internal::mul(rows, cols, count) ||
+      !internal::mul(count, static_cast<internal::index_t>(element_bytes), bytes)) {
+    fail(api, std::string(name) + " (" + what + ") would be " + shown + " elements of " +
+                  std::to_string(element_bytes) + " bytes, more than Eigen::Index can count (" +
+                  num(internal::kIndexMax) + " bytes)");
   }
   if (count > max_elements) {
     fail(api, std::string(name) + " (" + what + ") would be " + shown + " elements, more than " +

@@ -62,8 +62,8 @@ void check_packed_scores(const char* api, const T* scores, std::size_t size, std
 /// merge_attention's checks: equal shapes, LSE [B, H, T, 1], and outputs that are either the
 /// very views of an input (merging in place) or apart from every input and each other.
 template <typename T>
-void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> lse_a, HeadsView<const T> out_b,
-                 HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse);
+void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> lse_a,
+                 HeadsView<const T> out_b, HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse);
 
 /// The longest row (d_k, d_v or T_k) the tiled kernels' per-thread scratch can count: fewer
 /// than kScratchRows rows of it (plus constants below kScratchRows^2) must stay representable

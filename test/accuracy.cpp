@@ -18,8 +18,8 @@ namespace {
 
 // The obvious Eigen expression, in float: S = scale (Q K^T), -inf above the frontier, row
 // softmax subtracting the row max, O = S V.
-RowMatrix<float> naive_attention(const RowMatrix<float>& Q, const RowMatrix<float>& K, const RowMatrix<float>& V,
-                                 bool causal) {
+RowMatrix<float> naive_attention(const RowMatrix<float>& Q, const RowMatrix<float>& K,
+                                 const RowMatrix<float>& V, bool causal) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(Q.cols()));
   RowMatrix<float> S = scale * (Q * K.transpose());
   if (causal) S.triangularView<Eigen::StrictlyUpper>().setConstant(-std::numeric_limits<float>::infinity());

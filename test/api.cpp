@@ -15,8 +15,8 @@ TEST_CASE("version: the library matches the header macros") {
                                std::to_string(EIGEN_ATTENTION_VERSION_PATCH);
   REQUIRE(ea::version() != nullptr);
   CHECK(std::string(ea::version()) == expected);
-  CHECK(EIGEN_ATTENTION_VERSION ==
-        EIGEN_ATTENTION_VERSION_MAJOR * 10000 + EIGEN_ATTENTION_VERSION_MINOR * 100 + EIGEN_ATTENTION_VERSION_PATCH);
+  CHECK(EIGEN_ATTENTION_VERSION == EIGEN_ATTENTION_VERSION_MAJOR * 10000 +
+                                       EIGEN_ATTENTION_VERSION_MINOR * 100 + EIGEN_ATTENTION_VERSION_PATCH);
 }
 
 TEST_CASE("available_kernels: ends with Portable then Reference, no duplicates, no Auto") {
@@ -61,8 +61,10 @@ TEST_CASE("available_kernels: lists every instruction-set kernel this CPU suppor
 #endif
 
 TEST_CASE("Options::kernel: a kernel this build does not know throws std::invalid_argument") {
-  Eigen::MatrixXf Q = Eigen::MatrixXf::Ones(2, 3), K = Eigen::MatrixXf::Ones(2, 3), V = Eigen::MatrixXf::Ones(2, 1);
+  Eigen::MatrixXf Q = Eigen::MatrixXf::Ones(2, 3), K = Eigen::MatrixXf::Ones(2, 3),
+                  V = Eigen::MatrixXf::Ones(2, 1);
   ea::Options opt;
   opt.kernel = static_cast<ea::Kernel>(99);
-  CHECK_THROWS_WITH_AS(ea::attention(Q, K, V, opt), doctest::Contains("not available"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ea::attention(Q, K, V, opt), doctest::Contains("not available"),
+                       std::invalid_argument);
 }

@@ -12,9 +12,9 @@
 
 namespace {
 
-using std::ptrdiff_t;
 using EigenAttention::detail::checked_add;
 using EigenAttention::detail::checked_mul;
+using std::ptrdiff_t;
 
 constexpr ptrdiff_t kMax = std::numeric_limits<ptrdiff_t>::max();
 constexpr ptrdiff_t kMin = std::numeric_limits<ptrdiff_t>::min();
@@ -141,8 +141,8 @@ TEST_CASE("checked_mul and checked_add leave the result alone when they overflow
 #if defined(__GNUC__) || defined(__clang__)
 TEST_CASE("checked_mul and checked_add agree with the compiler's overflow builtins") {
   std::vector<ptrdiff_t> edges;
-  for (ptrdiff_t base : {ptrdiff_t(0), kMax, kMin, kMax / 2, kMin / 2, ptrdiff_t(3037000499), ptrdiff_t(46341),
-                         ptrdiff_t(1) << 31, ptrdiff_t(1) << 32}) {
+  for (ptrdiff_t base : {ptrdiff_t(0), kMax, kMin, kMax / 2, kMin / 2, ptrdiff_t(3037000499),
+                         ptrdiff_t(46341), ptrdiff_t(1) << 31, ptrdiff_t(1) << 32}) {
     for (ptrdiff_t d = -2; d <= 2; ++d) {
       ptrdiff_t v;
       if (!__builtin_add_overflow(base, d, &v)) {

@@ -4,9 +4,9 @@
 
 #include <functional>
 #include <limits>
-#include <type_traits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common.hpp"
@@ -35,8 +35,8 @@ TEST_CASE_TEMPLATE("errors: mismatched input shapes name both shapes, in every f
   const auto Q = random_matrix<RowMatrix<T>>(rng, kTq, kDk);
   const auto K = random_matrix<RowMatrix<T>>(rng, kTk, kDk);
   const auto V = random_matrix<RowMatrix<T>>(rng, kTk, kDv);
-  const auto K8 = random_matrix<RowMatrix<T>>(rng, kTk, 8);   // d_k 8 != 7
-  const auto V6 = random_matrix<RowMatrix<T>>(rng, 6, kDv);   // T_k 6 != 5
+  const auto K8 = random_matrix<RowMatrix<T>>(rng, kTk, 8);  // d_k 8 != 7
+  const auto V6 = random_matrix<RowMatrix<T>>(rng, 6, kDv);  // T_k 6 != 5
   // Outputs of the right shapes, but resizable and sized wrong on purpose (4 x 4): an input
   // error must not even resize them.
   RowMatrix<T> out = RowMatrix<T>::Constant(4, 4, kSentinel<T>), scores = out;
@@ -49,18 +49,29 @@ TEST_CASE_TEMPLATE("errors: mismatched input shapes name both shapes, in every f
       {"attention_into, K with 8 columns", [&] { ea::attention_into(Q, K8, V, out); }, {7, 8}, {}},
       {"attention_into+lse, K with 8 columns", [&] { ea::attention_into(Q, K8, V, out, lse); }, {7, 8}, {}},
       {"attention_decomposed_into, K with 8 columns",
-       [&] { ea::attention_decomposed_into(Q, K8, V, scores, out); }, {7, 8}, {}},
+       [&] { ea::attention_decomposed_into(Q, K8, V, scores, out); },
+       {7, 8},
+       {}},
       {"attention_decomposed_into+lse, K with 8 columns",
-       [&] { ea::attention_decomposed_into(Q, K8, V, scores, out, lse); }, {7, 8}, {}},
-      {"attention_scores_into, K with 8 columns", [&] { ea::attention_scores_into(Q, K8, scores); }, {7, 8}, {}},
+       [&] { ea::attention_decomposed_into(Q, K8, V, scores, out, lse); },
+       {7, 8},
+       {}},
+      {"attention_scores_into, K with 8 columns",
+       [&] { ea::attention_scores_into(Q, K8, scores); },
+       {7, 8},
+       {}},
       {"attention, V with 6 rows", [&] { ea::attention(Q, K, V6); }, {5, 6}, {}},
       {"attention_decomposed, V with 6 rows", [&] { ea::attention_decomposed(Q, K, V6); }, {5, 6}, {}},
       {"attention_into, V with 6 rows", [&] { ea::attention_into(Q, K, V6, out); }, {5, 6}, {}},
       {"attention_into+lse, V with 6 rows", [&] { ea::attention_into(Q, K, V6, out, lse); }, {5, 6}, {}},
       {"attention_decomposed_into, V with 6 rows",
-       [&] { ea::attention_decomposed_into(Q, K, V6, scores, out); }, {5, 6}, {}},
+       [&] { ea::attention_decomposed_into(Q, K, V6, scores, out); },
+       {5, 6},
+       {}},
       {"attention_decomposed_into+lse, V with 6 rows",
-       [&] { ea::attention_decomposed_into(Q, K, V6, scores, out, lse); }, {5, 6}, {}},
+       [&] { ea::attention_decomposed_into(Q, K, V6, scores, out, lse); },
+       {5, 6},
+       {}},
       // K^T instead of K: 7 x 5 against Q's 7 columns.
       {"attention, K transposed", [&] { ea::attention(Q, K.transpose(), V); }, {7, 5}, {}},
   };
@@ -80,7 +91,8 @@ TEST_CASE_TEMPLATE("errors: a non-finite or non-positive scale is named in the m
   const auto Q = random_matrix<RowMatrix<T>>(rng, kTq, kDk);
   const auto K = random_matrix<RowMatrix<T>>(rng, kTk, kDk);
   const auto V = random_matrix<RowMatrix<T>>(rng, kTk, kDv);
-  RowMatrix<T> out = RowMatrix<T>::Constant(kTq, kDv, kSentinel<T>), scores = RowMatrix<T>::Constant(kTq, kTk, kSentinel<T>);
+  RowMatrix<T> out = RowMatrix<T>::Constant(kTq, kDv, kSentinel<T>),
+               scores = RowMatrix<T>::Constant(kTq, kTk, kSentinel<T>);
   ea::Vector<T> lse = ea::Vector<T>::Constant(kTq, kSentinel<T>);
 
   struct BadScale {
@@ -89,12 +101,10 @@ TEST_CASE_TEMPLATE("errors: a non-finite or non-positive scale is named in the m
     WordGroups words;
   };
   const double inf = std::numeric_limits<double>::infinity();
-  const std::vector<BadScale> scales = {{-2.5, {}, {{"-2.5"}}},
-                                        {0.0, {0}, {}},
-                                        {-0.0, {0}, {}},
-                                        {std::numeric_limits<double>::quiet_NaN(), {}, {{"nan"}}},
-                                        {inf, {}, {{"inf"}}},
-                                        {-inf, {}, {{"-inf"}}}};
+  const std::vector<BadScale> scales = {
+      {-2.5, {}, {{"-2.5"}}}, {0.0, {0}, {}},
+      {-0.0, {0}, {}},        {std::numeric_limits<double>::quiet_NaN(), {}, {{"nan"}}},
+      {inf, {}, {{"inf"}}},   {-inf, {}, {{"-inf"}}}};
   for (const auto& s : scales) {
     CAPTURE(s.value);
     for (const bool causal : {false, true}) {
@@ -112,7 +122,8 @@ TEST_CASE_TEMPLATE("errors: a non-finite or non-positive scale is named in the m
            s.numbers, s.words},
           {"attention_decomposed_into+lse",
            [&] { ea::attention_decomposed_into(Q, K, V, scores, out, lse, opt); }, s.numbers, s.words},
-          {"attention_scores_into", [&] { ea::attention_scores_into(Q, K, scores, opt); }, s.numbers, s.words},
+          {"attention_scores_into", [&] { ea::attention_scores_into(Q, K, scores, opt); }, s.numbers,
+           s.words},
       };
       for (const auto& b : bad) check_bad_call(b);
     }
@@ -125,7 +136,8 @@ TEST_CASE_TEMPLATE("errors: a non-finite or non-positive scale is named in the m
 TEST_CASE_TEMPLATE("errors: d_k = 0 with the default scale", T, float, double) {
   const RowMatrix<T> Q(kTq, 0), K(kTk, 0);
   const RowMatrix<T> V = RowMatrix<T>::Ones(kTk, kDv);
-  RowMatrix<T> out = RowMatrix<T>::Constant(kTq, kDv, kSentinel<T>), scores = RowMatrix<T>::Constant(kTq, kTk, kSentinel<T>);
+  RowMatrix<T> out = RowMatrix<T>::Constant(kTq, kDv, kSentinel<T>),
+               scores = RowMatrix<T>::Constant(kTq, kTk, kSentinel<T>);
   // The message names Q's shape, 3 x 0.
   std::vector<BadCall> bad = {
       {"attention", [&] { ea::attention(Q, K, V); }, {3, 0}, {}},
@@ -140,7 +152,8 @@ TEST_CASE_TEMPLATE("errors: d_k = 0 with the default scale", T, float, double) {
   CHECK(all_sentinel(scores));
 }
 
-TEST_CASE_TEMPLATE("errors: outputs of the wrong shape name the shape given and the one needed", T, float, double) {
+TEST_CASE_TEMPLATE("errors: outputs of the wrong shape name the shape given and the one needed", T, float,
+                   double) {
   Rng rng(3);
   const auto Q = random_matrix<RowMatrix<T>>(rng, kTq, kDk);
   const auto K = random_matrix<RowMatrix<T>>(rng, kTk, kDk);
@@ -162,18 +175,35 @@ TEST_CASE_TEMPLATE("errors: outputs of the wrong shape name the shape given and 
   std::vector<BadCall> bad = {
       {"attention_into, out 11x13", [&] { ea::attention_into(Q, K, V, out_11x13); }, {11, 13, 3, 2}, {}},
       {"attention_into, fixed 2x2 out", [&] { ea::attention_into(Q, K, V, fixed_2x2); }, {2, 3}, {}},
-      {"attention_into, 4x2 block out", [&] { ea::attention_into(Q, K, V, big.block(1, 1, 4, 2)); }, {4, 3, 2}, {}},
-      {"attention_into+lse, out 11x13", [&] { ea::attention_into(Q, K, V, out_11x13, good_lse); }, {11, 13, 3, 2}, {}},
+      {"attention_into, 4x2 block out",
+       [&] { ea::attention_into(Q, K, V, big.block(1, 1, 4, 2)); },
+       {4, 3, 2},
+       {}},
+      {"attention_into+lse, out 11x13",
+       [&] { ea::attention_into(Q, K, V, out_11x13, good_lse); },
+       {11, 13, 3, 2},
+       {}},
       {"attention_into+lse, lse 23", [&] { ea::attention_into(Q, K, V, good_out, lse_23); }, {23, 3}, {}},
       {"attention_decomposed_into, scores 17x19",
-       [&] { ea::attention_decomposed_into(Q, K, V, scores_17x19, good_out); }, {17, 19, 3, 5}, {}},
+       [&] { ea::attention_decomposed_into(Q, K, V, scores_17x19, good_out); },
+       {17, 19, 3, 5},
+       {}},
       {"attention_decomposed_into, attn 11x13",
-       [&] { ea::attention_decomposed_into(Q, K, V, good_scores, out_11x13); }, {11, 13, 3, 2}, {}},
+       [&] { ea::attention_decomposed_into(Q, K, V, good_scores, out_11x13); },
+       {11, 13, 3, 2},
+       {}},
       {"attention_decomposed_into+lse, lse 23",
-       [&] { ea::attention_decomposed_into(Q, K, V, good_scores, good_out, lse_23); }, {23, 3}, {}},
-      {"attention_scores_into, scores 17x19", [&] { ea::attention_scores_into(Q, K, scores_17x19); }, {17, 19, 3, 5}, {}},
+       [&] { ea::attention_decomposed_into(Q, K, V, good_scores, good_out, lse_23); },
+       {23, 3},
+       {}},
+      {"attention_scores_into, scores 17x19",
+       [&] { ea::attention_scores_into(Q, K, scores_17x19); },
+       {17, 19, 3, 5},
+       {}},
       {"attention_scores_into, scores is a 3x2 block",
-       [&] { ea::attention_scores_into(Q, K, big.block(0, 0, 3, 2)); }, {3, 2, 5}, {}},
+       [&] { ea::attention_scores_into(Q, K, big.block(0, 0, 3, 2)); },
+       {3, 2, 5},
+       {}},
   };
   for (const auto& b : bad) check_bad_call(b);
 
@@ -199,10 +229,10 @@ TEST_CASE_TEMPLATE("errors: outputs that overlap an input or each other", T, flo
   const Eigen::Map<const RowMatrix<T>> Kmap(kbuf.data(), kTk, kDk);
   std::vector<T> kbuf0 = kbuf;
 
-  std::vector<T> shared(64, kSentinel<T>);  // one buffer for two outputs
-  Eigen::Map<RowMatrix<T>> scores_in_shared(shared.data(), kTq, kTk);       // elements 0..14
-  Eigen::Map<RowMatrix<T>> attn_in_shared(shared.data() + 10, kTq, kDv);     // elements 10..15
-  Eigen::Map<ea::Vector<T>> lse_in_shared(shared.data() + 14, kTq);          // elements 14..16
+  std::vector<T> shared(64, kSentinel<T>);                                // one buffer for two outputs
+  Eigen::Map<RowMatrix<T>> scores_in_shared(shared.data(), kTq, kTk);     // elements 0..14
+  Eigen::Map<RowMatrix<T>> attn_in_shared(shared.data() + 10, kTq, kDv);  // elements 10..15
+  Eigen::Map<ea::Vector<T>> lse_in_shared(shared.data() + 14, kTq);       // elements 14..16
   RowMatrix<T> good_out = RowMatrix<T>::Constant(kTq, kDv, kSentinel<T>),
                good_scores = RowMatrix<T>::Constant(kTq, kTk, kSentinel<T>);
   ea::Vector<T> good_lse = ea::Vector<T>::Constant(kTq, kSentinel<T>);
@@ -211,19 +241,31 @@ TEST_CASE_TEMPLATE("errors: outputs that overlap an input or each other", T, flo
   std::vector<BadCall> bad = {
       // Columns 6..7 of QQ: column 6 is Q's last column.
       {"out overlaps Q", [&] { ea::attention_into(Q, K, V, QQ.middleCols(kDk - 1, kDv)); }, {3, 2, 7}, w},
-      {"out overlaps K", [&] { ea::attention_into(Q, Kmap, V, Eigen::Map<RowMatrix<T>>(kbuf.data() + 4, kTq, kDv)); },
-       {3, 2, 5, 7}, w},
-      {"out is V's storage", [&] { ea::attention_into(Q, K, V, Eigen::Map<RowMatrix<T>>(V.data(), kTq, kDv)); },
-       {3, 2, 5}, w},
+      {"out overlaps K",
+       [&] { ea::attention_into(Q, Kmap, V, Eigen::Map<RowMatrix<T>>(kbuf.data() + 4, kTq, kDv)); },
+       {3, 2, 5, 7},
+       w},
+      {"out is V's storage",
+       [&] { ea::attention_into(Q, K, V, Eigen::Map<RowMatrix<T>>(V.data(), kTq, kDv)); },
+       {3, 2, 5},
+       w},
       {"lse overlaps Q", [&] { ea::attention_into(Q, K, V, good_out, QQ.col(kDk - 1)); }, {3, 1, 7}, w},
-      {"scores overlaps Q", [&] { ea::attention_scores_into(Q, K, Eigen::Map<RowMatrix<T>>(QQ.data() + 1, kTq, kTk)); },
-       {3, 5, 7}, w},
+      {"scores overlaps Q",
+       [&] { ea::attention_scores_into(Q, K, Eigen::Map<RowMatrix<T>>(QQ.data() + 1, kTq, kTk)); },
+       {3, 5, 7},
+       w},
       {"scores overlaps attn",
-       [&] { ea::attention_decomposed_into(Q, K, V, scores_in_shared, attn_in_shared); }, {3, 5, 2}, w},
+       [&] { ea::attention_decomposed_into(Q, K, V, scores_in_shared, attn_in_shared); },
+       {3, 5, 2},
+       w},
       {"attn overlaps lse",
-       [&] { ea::attention_decomposed_into(Q, K, V, good_scores, attn_in_shared, lse_in_shared); }, {3, 2, 1}, w},
-      {"attention_into: out overlaps lse", [&] { ea::attention_into(Q, K, V, attn_in_shared, lse_in_shared); },
-       {3, 2, 1}, w},
+       [&] { ea::attention_decomposed_into(Q, K, V, good_scores, attn_in_shared, lse_in_shared); },
+       {3, 2, 1},
+       w},
+      {"attention_into: out overlaps lse",
+       [&] { ea::attention_into(Q, K, V, attn_in_shared, lse_in_shared); },
+       {3, 2, 1},
+       w},
   };
   for (const auto& b : bad) check_bad_call(b);
 
@@ -253,12 +295,13 @@ TEST_CASE_TEMPLATE("errors: an output that is the input itself", T, float, doubl
   EA_CHECK_EQUAL(V, V0);
 }
 
-TEST_CASE_TEMPLATE("errors: a resizable output that is an input or another output throws before resizing", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("errors: a resizable output that is an input or another output throws before resizing", T,
+                   float, double) {
   // Resizing such a matrix would free the memory that the other argument's view still points to
   // (this crashed before the front doors checked it).
   Rng rng(3);
-  const RowMatrix<T> Q = random_matrix<RowMatrix<T>>(rng, 40, kDk), V = random_matrix<RowMatrix<T>>(rng, 60, kDv);
+  const RowMatrix<T> Q = random_matrix<RowMatrix<T>>(rng, 40, kDk),
+                     V = random_matrix<RowMatrix<T>>(rng, 60, kDv);
   RowMatrix<T> K = random_matrix<RowMatrix<T>>(rng, 60, kDk);
   const RowMatrix<T> K_before = K;
   RowMatrix<T> X;  // empty: both outputs would resize it
@@ -273,7 +316,8 @@ TEST_CASE_TEMPLATE("errors: a resizable output that is an input or another outpu
     }
   };
   throws_naming([&] { ea::attention_decomposed_into(Q, K, V, X, X); }, "scores is the same matrix as attn");
-  throws_naming([&] { ea::attention_decomposed_into(Q, K, V, X, X, lse); }, "scores is the same matrix as attn");
+  throws_naming([&] { ea::attention_decomposed_into(Q, K, V, X, X, lse); },
+                "scores is the same matrix as attn");
   throws_naming([&] { ea::attention_into(Q, K, V, K); }, "out is the same matrix as K");
   throws_naming([&] { ea::attention_into(Q, K, V, K, lse); }, "out is the same matrix as K");
   throws_naming([&] { ea::attention_scores_into(Q, K, K); }, "scores is the same matrix as K");
@@ -282,10 +326,12 @@ TEST_CASE_TEMPLATE("errors: a resizable output that is an input or another outpu
   CHECK(K == K_before);  // nothing resized, nothing written
 }
 
-TEST_CASE_TEMPLATE("errors: const Maps, Refs and blocks are writable outputs, as in Eigen", T, float, double) {
+TEST_CASE_TEMPLATE("errors: const Maps, Refs and blocks are writable outputs, as in Eigen", T, float,
+                   double) {
   // Only a const Eigen::Matrix is refused (at compile time: test/compile_fail/const_output.cpp).
   Rng rng(4);
-  const RowMatrix<T> Q = random_matrix<RowMatrix<T>>(rng, kTq, kDk), K = random_matrix<RowMatrix<T>>(rng, kTk, kDk),
+  const RowMatrix<T> Q = random_matrix<RowMatrix<T>>(rng, kTq, kDk),
+                     K = random_matrix<RowMatrix<T>>(rng, kTk, kDk),
                      V = random_matrix<RowMatrix<T>>(rng, kTk, kDv);
   const RowMatrix<T> expected = ea::attention(Q, K, V);
   RowMatrix<T> storage = RowMatrix<T>::Zero(kTq, kDv);
@@ -304,7 +350,8 @@ TEST_CASE_TEMPLATE("errors: const Maps, Refs and blocks are writable outputs, as
   storage.setZero();
   const auto write = [&](const auto& out) {
     using D = std::decay_t<decltype(out.derived())>;
-    ea::attention_into(Q, K, V, const_cast<Eigen::MatrixBase<D>&>(static_cast<const Eigen::MatrixBase<D>&>(out)));
+    ea::attention_into(Q, K, V,
+                       const_cast<Eigen::MatrixBase<D>&>(static_cast<const Eigen::MatrixBase<D>&>(out)));
   };
   write(storage);
   CHECK(storage == expected);

@@ -46,7 +46,8 @@ long double exp_argument_spread(const ReferenceResult& ref) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("fused vs decomposed: the same ATTN and LSE within a few ulps, every kernel", T, float, double) {
+TEST_CASE_TEMPLATE("fused vs decomposed: the same ATTN and LSE within a few ulps, every kernel", T, float,
+                   double) {
   Rng rng(51);
   for (const Case& cs : kCases) {
     CAPTURE(cs.tq);

@@ -53,8 +53,9 @@ TEST_CASE_TEMPLATE("fuzz finding window-overflow: windows up to PTRDIFF_MAX are 
         plain.alignment = alignment;
         plain.kernel = kernel;
         const auto expected = ea::attention_decomposed(Q, K, V, plain);
-        for (const auto& [left, right] : {std::pair{kHuge, kHuge}, std::pair{kHuge, std::ptrdiff_t{-1}},
-                                          std::pair{std::ptrdiff_t{-1}, kHuge}, std::pair{kHuge - 1, kHuge - 7}}) {
+        for (const auto& [left, right] :
+             {std::pair{kHuge, kHuge}, std::pair{kHuge, std::ptrdiff_t{-1}},
+              std::pair{std::ptrdiff_t{-1}, kHuge}, std::pair{kHuge - 1, kHuge - 7}}) {
           CAPTURE(left);
           CAPTURE(right);
           ea::Options opt = plain;
@@ -70,8 +71,8 @@ TEST_CASE_TEMPLATE("fuzz finding window-overflow: windows up to PTRDIFF_MAX are 
   }
 }
 
-TEST_CASE_TEMPLATE("fuzz finding hidden-nan: a NaN logit leaves the keys a row does not see at exactly 0", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("fuzz finding hidden-nan: a NaN logit leaves the keys a row does not see at exactly 0", T,
+                   float, double) {
   // The row sum was NaN and the final division reached the hidden keys' zeros too.
   const T nan = std::numeric_limits<T>::quiet_NaN();
   RowMatrix<T> Q(2, 1), K(2, 1), V(2, 1);
@@ -96,9 +97,10 @@ TEST_CASE_TEMPLATE("fuzz finding hidden-nan: a NaN logit leaves the keys a row d
     T scores[4], out[2];
     ea::Masks<T> m;
     m.mask = ea::BroadcastView<bool>::matrix(mask, 2, 2);
-    ea::attention_heads_decomposed(ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 2, 1),
-                                   ea::HeadsView<const T>::bhtd(v, 1, 1, 2, 1), ea::HeadsView<T>::bhtd(scores, 1, 1, 2, 2),
-                                   ea::HeadsView<T>::bhtd(out, 1, 1, 2, 1), opt, m);
+    ea::attention_heads_decomposed(
+        ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 2, 1),
+        ea::HeadsView<const T>::bhtd(v, 1, 1, 2, 1), ea::HeadsView<T>::bhtd(scores, 1, 1, 2, 2),
+        ea::HeadsView<T>::bhtd(out, 1, 1, 2, 1), opt, m);
     CHECK(std::isnan(scores[0]));
     CHECK(scores[1] == 0);
     CHECK(scores[2] == T(0.5));
@@ -106,8 +108,8 @@ TEST_CASE_TEMPLATE("fuzz finding hidden-nan: a NaN logit leaves the keys a row d
   }
 }
 
-TEST_CASE_TEMPLATE("fuzz finding: an additive bias of -inf gives a weight of exactly 0 on every kernel", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("fuzz finding: an additive bias of -inf gives a weight of exactly 0 on every kernel", T,
+                   float, double) {
   // Eigen's vectorised exp clamps its argument, so exp(-inf) came out as a subnormal.
   const T q[2] = {1, 2}, k[3] = {1, 2, 3}, v[3] = {1, 2, 3};
   const T inf = std::numeric_limits<T>::infinity();
@@ -120,14 +122,16 @@ TEST_CASE_TEMPLATE("fuzz finding: an additive bias of -inf gives a weight of exa
     ea::Masks<T> m;
     m.bias = ea::BroadcastView<T>::matrix(bias, 2, 3);
     T scores[6], out[2];
-    ea::attention_heads_decomposed(ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 3, 1),
-                                   ea::HeadsView<const T>::bhtd(v, 1, 1, 3, 1), ea::HeadsView<T>::bhtd(scores, 1, 1, 2, 3),
-                                   ea::HeadsView<T>::bhtd(out, 1, 1, 2, 1), opt, m);
+    ea::attention_heads_decomposed(
+        ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 3, 1),
+        ea::HeadsView<const T>::bhtd(v, 1, 1, 3, 1), ea::HeadsView<T>::bhtd(scores, 1, 1, 2, 3),
+        ea::HeadsView<T>::bhtd(out, 1, 1, 2, 1), opt, m);
     CHECK(scores[1] == 0);
     CHECK(scores[3] == 0);
     T fused[2];
-    ea::attention_heads(ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 3, 1),
-                        ea::HeadsView<const T>::bhtd(v, 1, 1, 3, 1), ea::HeadsView<T>::bhtd(fused, 1, 1, 2, 1), opt, m);
+    ea::attention_heads(
+        ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 3, 1),
+        ea::HeadsView<const T>::bhtd(v, 1, 1, 3, 1), ea::HeadsView<T>::bhtd(fused, 1, 1, 2, 1), opt, m);
     // Row 1 sees keys 1 and 2 only, row 0 keys 0 and 2.
     const T w0 = 1 / (1 + std::exp(T(2))), w1 = w0;  // logits 1, 3 and 4, 6
     CHECK(fused[0] == doctest::Approx(double(w0 * 1 + (1 - w0) * 3)));
@@ -135,8 +139,8 @@ TEST_CASE_TEMPLATE("fuzz finding: an additive bias of -inf gives a weight of exa
   }
 }
 
-TEST_CASE_TEMPLATE("fuzz finding null-offset: empty column-major matrices (null data) in every role", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("fuzz finding null-offset: empty column-major matrices (null data) in every role", T,
+                   float, double) {
   // An empty Eigen::Matrix has data() == nullptr; the kernels offset it by row * row_stride,
   // which is undefined behaviour unless the offset is 0 (reported by UBSan).
   Rng rng(12);
@@ -173,12 +177,14 @@ TEST_CASE_TEMPLATE("fuzz finding null-offset: empty column-major matrices (null 
   }
 }
 
-TEST_CASE_TEMPLATE("fuzz finding empty-scores: averaging needs the per-head scores; key padding without them works",
-                   T, float, double) {
+TEST_CASE_TEMPLATE(
+    "fuzz finding empty-scores: averaging needs the per-head scores; key padding without them works", T,
+    float, double) {
   // With no SCORES view, averaging and key-padding zeroing wrote through its null pointer.
   Rng rng(13);
   const Index B = 2, H = 2, tq = 3, tk = 4, d = 2;
-  const auto q = random_matrix<RowMatrix<T>>(rng, B * H * tq, d), k = random_matrix<RowMatrix<T>>(rng, B * H * tk, d),
+  const auto q = random_matrix<RowMatrix<T>>(rng, B * H * tq, d),
+             k = random_matrix<RowMatrix<T>>(rng, B * H * tk, d),
              v = random_matrix<RowMatrix<T>>(rng, B * H * tk, d);
   const auto Q = ea::HeadsView<const T>::bhtd(q.data(), B, H, tq, d);
   const auto K = ea::HeadsView<const T>::bhtd(k.data(), B, H, tk, d);
@@ -200,8 +206,8 @@ TEST_CASE_TEMPLATE("fuzz finding empty-scores: averaging needs the per-head scor
   CHECK(out == expected);
 }
 
-TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or ALiBi slopes are rejected", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or ALiBi slopes are rejected", T,
+                   float, double) {
   Rng rng(14);
   const Index tq = 3, tk = 3, d = 2;
   const auto q = random_matrix<RowMatrix<T>>(rng, tq, d), k = random_matrix<RowMatrix<T>>(rng, tk, d),
@@ -234,14 +240,14 @@ TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or A
   cu_in_weights[1] = 3;
   check_invalid_argument(
       [&] {
-        ea::attention_varlen_decomposed(Q, K, V, weights, size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d),
-                                        cu_in_weights, cu, 1);
+        ea::attention_varlen_decomposed(
+            Q, K, V, weights, size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), cu_in_weights, cu, 1);
       },
       "cu_seqlens_q");
   check_invalid_argument(
       [&] {
-        ea::attention_varlen_decomposed(Q, K, V, weights, size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), cu,
-                                        cu_in_weights, 1);
+        ea::attention_varlen_decomposed(
+            Q, K, V, weights, size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), cu, cu_in_weights, 1);
       },
       "cu_seqlens_k");
   std::vector<T> packed(size + 1);
@@ -250,23 +256,24 @@ TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or A
   packed[4] = T(0.5);
   check_invalid_argument(
       [&] {
-        ea::attention_varlen_decomposed(Q, K, V, packed.data(), size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d),
-                                        cu, cu, 1, {}, m);
+        ea::attention_varlen_decomposed(Q, K, V, packed.data(), size,
+                                        ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), cu, cu, 1, {}, m);
       },
       "alibi_slopes");
   CHECK(packed[4] == T(0.5));
 }
 
-TEST_CASE_TEMPLATE("fuzz finding merge-empty-side: a side whose LSE is -inf contributes nothing, even NaN", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("fuzz finding merge-empty-side: a side whose LSE is -inf contributes nothing, even NaN", T,
+                   float, double) {
   // exp(-inf - m) * NaN was NaN: the side that saw no key poisoned the merged row.
   const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
   const T out_a[4] = {nan, nan, 1, 2}, lse_a[2] = {-inf, T(0.5)};
   const T out_b[4] = {3, 4, nan, inf}, lse_b[2] = {T(1.5), -inf};
   T out[4], lse[2];
-  ea::merge_attention(ea::HeadsView<const T>::bhtd(out_a, 1, 1, 2, 2), ea::HeadsView<const T>::bhtd(lse_a, 1, 1, 2, 1),
-                      ea::HeadsView<const T>::bhtd(out_b, 1, 1, 2, 2), ea::HeadsView<const T>::bhtd(lse_b, 1, 1, 2, 1),
-                      ea::HeadsView<T>::bhtd(out, 1, 1, 2, 2), ea::HeadsView<T>::bhtd(lse, 1, 1, 2, 1));
+  ea::merge_attention(
+      ea::HeadsView<const T>::bhtd(out_a, 1, 1, 2, 2), ea::HeadsView<const T>::bhtd(lse_a, 1, 1, 2, 1),
+      ea::HeadsView<const T>::bhtd(out_b, 1, 1, 2, 2), ea::HeadsView<const T>::bhtd(lse_b, 1, 1, 2, 1),
+      ea::HeadsView<T>::bhtd(out, 1, 1, 2, 2), ea::HeadsView<T>::bhtd(lse, 1, 1, 2, 1));
   CHECK(out[0] == 3);
   CHECK(out[1] == 4);
   CHECK(lse[0] == T(1.5));
@@ -275,9 +282,12 @@ TEST_CASE_TEMPLATE("fuzz finding merge-empty-side: a side whose LSE is -inf cont
   CHECK(lse[1] == T(0.5));
   // d_v = 0 with null out views: only the LSE is merged.
   T lse0[2];
-  ea::merge_attention(ea::HeadsView<const T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1}, ea::HeadsView<const T>::bhtd(lse_a, 1, 1, 2, 1),
-                      ea::HeadsView<const T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1}, ea::HeadsView<const T>::bhtd(lse_b, 1, 1, 2, 1),
-                      ea::HeadsView<T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1}, ea::HeadsView<T>::bhtd(lse0, 1, 1, 2, 1));
+  ea::merge_attention(ea::HeadsView<const T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1},
+                      ea::HeadsView<const T>::bhtd(lse_a, 1, 1, 2, 1),
+                      ea::HeadsView<const T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1},
+                      ea::HeadsView<const T>::bhtd(lse_b, 1, 1, 2, 1),
+                      ea::HeadsView<T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1},
+                      ea::HeadsView<T>::bhtd(lse0, 1, 1, 2, 1));
   CHECK(lse0[0] == T(1.5));
   CHECK(lse0[1] == T(0.5));
 }
@@ -286,9 +296,12 @@ TEST_CASE("fuzz finding as-heads-overflow: view factories whose strides overflow
   const Index big = Index{1} << 40;
   float x = 0;
   check_invalid_argument([&] { (void)ea::HeadsView<float>::bhtd(&x, 1, big, big, 1); }, "HeadsView::bhtd");
-  check_invalid_argument([&] { (void)ea::HeadsView<float>::bthd(&x, 0, big, 1, big); }, "HeadsView::bthd");  // H * D
-  check_invalid_argument([&] { (void)ea::BroadcastView<float>::per_sequence(&x, 1, big, big); }, "BroadcastView::per_sequence");
-  check_invalid_argument([&] { (void)ea::BroadcastView<float>::per_head(&x, 1, big, big, 1); }, "BroadcastView::per_head");
+  check_invalid_argument([&] { (void)ea::HeadsView<float>::bthd(&x, 0, big, 1, big); },
+                         "HeadsView::bthd");  // H * D
+  check_invalid_argument([&] { (void)ea::BroadcastView<float>::per_sequence(&x, 1, big, big); },
+                         "BroadcastView::per_sequence");
+  check_invalid_argument([&] { (void)ea::BroadcastView<float>::per_head(&x, 1, big, big, 1); },
+                         "BroadcastView::per_head");
   // A zero size makes the strides that include it 0, whatever the others.
   const auto empty = ea::HeadsView<float>::bhtd(&x, 1, big, 0, big);
   CHECK(empty.batch_stride == 0);

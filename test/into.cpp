@@ -130,14 +130,16 @@ TEST_CASE_TEMPLATE("into: writing into blocks, Maps and Refs touches only the vi
       view = "Maps with strides";
       std::vector<T> bufA(static_cast<size_t>(tq * (dv + 2)), kSentinel<T>);
       std::vector<T> bufS(static_cast<size_t>(3 * tq * tk), kSentinel<T>);
-      Eigen::Map<Row, Eigen::Unaligned, Eigen::OuterStride<>> mapA(bufA.data(), tq, dv, Eigen::OuterStride<>(dv + 2));
+      Eigen::Map<Row, Eigen::Unaligned, Eigen::OuterStride<>> mapA(bufA.data(), tq, dv,
+                                                                   Eigen::OuterStride<>(dv + 2));
       Eigen::Map<Col, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>> mapS(
           bufS.data(), tq, tk, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(3 * tq, 3));
       ea::attention_decomposed_into(Q, K, V, mapS, mapA, opt);
       EA_CHECK_NEAR(mapA, ref.attn, b.attn);
       EA_CHECK_NEAR(mapS, ref.scores, b.scores);
       for (Eigen::Index i = 0; i < tq; ++i)
-        for (Eigen::Index c = dv; c < dv + 2; ++c) CHECK(bufA[static_cast<size_t>(i * (dv + 2) + c)] == kSentinel<T>);
+        for (Eigen::Index c = dv; c < dv + 2; ++c)
+          CHECK(bufA[static_cast<size_t>(i * (dv + 2) + c)] == kSentinel<T>);
       size_t untouched = 0;
       for (size_t n = 0; n < bufS.size(); ++n)
         if (n % 3 != 0) untouched += bufS[n] == kSentinel<T> ? 1 : 0;
@@ -156,7 +158,8 @@ TEST_CASE_TEMPLATE("into: writing into blocks, Maps and Refs touches only the vi
   }
 }
 
-TEST_CASE_TEMPLATE("into: resizable outputs are resized, fixed-size ones of the right shape work", T, float, double) {
+TEST_CASE_TEMPLATE("into: resizable outputs are resized, fixed-size ones of the right shape work", T, float,
+                   double) {
   Rng rng(43);
   const Eigen::Index tq = 3, tk = 9, dk = 4, dv = 2;
   const auto [Q, K, V] = random_inputs<T>(rng, {tq, tk, dk, dv});
@@ -204,7 +207,8 @@ TEST_CASE_TEMPLATE("into: inputs and outputs may be disjoint blocks of one matri
   const auto ref = reference_attention(Q, K, V, MaskSpec{true, false});
   const Budget b = budget_for<T>(ref, dk);  // one computed result vs exact: the error model
   const ea::Options opt = make_options(MaskSpec{true, false});
-  ea::attention_into(QA.leftCols(dk), KV.leftCols(dk), KV.rightCols(dv), QA.middleCols(dk, dv), QA.col(dk + dv), opt);
+  ea::attention_into(QA.leftCols(dk), KV.leftCols(dk), KV.rightCols(dv), QA.middleCols(dk, dv),
+                     QA.col(dk + dv), opt);
   EA_CHECK_NEAR(QA.middleCols(dk, dv), ref.attn, b.attn);
   EA_CHECK_NEAR(QA.col(dk + dv), ref.lse, b.lse);
   EA_CHECK_EQUAL(QA.leftCols(dk), Q);

@@ -37,11 +37,13 @@ TEST_CASE_TEMPLATE("invariants: SCORES rows sum to 1, or to 0 when the query see
         const std::string kname = ea::kernel_name(kernel);
         CAPTURE(kname);
         const ea::Options opt = make_options(mask, std::nullopt, kernel);
-        for (const auto& scores : {ea::attention_decomposed(Q, K, V, opt).scores, ea::attention_scores(Q, K, opt)}) {
+        for (const auto& scores :
+             {ea::attention_decomposed(Q, K, V, opt).scores, ea::attention_scores(Q, K, opt)}) {
           for (Eigen::Index i = 0; i < s.tq; ++i) {
             CAPTURE(i);
             bool sees_a_key = false;
-            for (Eigen::Index j = 0; j < s.tk; ++j) sees_a_key = sees_a_key || key_visible(i, j, s.tq, s.tk, mask);
+            for (Eigen::Index j = 0; j < s.tk; ++j)
+              sees_a_key = sees_a_key || key_visible(i, j, s.tq, s.tk, mask);
             long double sum = 0;
             for (Eigen::Index j = 0; j < s.tk; ++j) sum += scores(i, j);
             if (sees_a_key) {
@@ -69,7 +71,8 @@ TEST_CASE_TEMPLATE("invariants: weights above the causal frontier are exact zero
         const std::string kname = ea::kernel_name(kernel);
         CAPTURE(kname);
         const ea::Options opt = make_options(mask, std::nullopt, kernel);
-        for (const auto& scores : {ea::attention_decomposed(Q, K, V, opt).scores, ea::attention_scores(Q, K, opt)}) {
+        for (const auto& scores :
+             {ea::attention_decomposed(Q, K, V, opt).scores, ea::attention_scores(Q, K, opt)}) {
           Eigen::Index nonzero = 0, first_i = -1, first_j = -1;
           long double first_value = 0;
           for (Eigen::Index i = 0; i < s.tq; ++i)
@@ -91,7 +94,8 @@ TEST_CASE_TEMPLATE("invariants: weights above the causal frontier are exact zero
   }
 }
 
-TEST_CASE_TEMPLATE("invariants: permuting the keys permutes SCORES columns and keeps ATTN", T, float, double) {
+TEST_CASE_TEMPLATE("invariants: permuting the keys permutes SCORES columns and keeps ATTN", T, float,
+                   double) {
   Rng rng(13);
   for (const Shape& s : kShapes) {
     CAPTURE(s.tq);

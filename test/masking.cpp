@@ -71,7 +71,8 @@ TEST_CASE_TEMPLATE("masking: the frontier of each alignment, exactly", T, float,
   }
 }
 
-TEST_CASE_TEMPLATE("masking: bottom-right with T_q > T_k leaves the first rows seeing no key", T, float, double) {
+TEST_CASE_TEMPLATE("masking: bottom-right with T_q > T_k leaves the first rows seeing no key", T, float,
+                   double) {
   Rng rng(22);
   const Eigen::Index tq = 75, tk = 7, dk = 5, dv = 4, blind = tq - tk;  // rows 0..67 see nothing
   const auto [Q, K, V] = random_inputs<T>(rng, {tq, tk, dk, dv});
@@ -260,7 +261,8 @@ TEST_CASE_TEMPLATE("masking: d_k = 0 with an explicit scale gives uniform weight
   }
 }
 
-TEST_CASE_TEMPLATE("masking: the alignment is ignored without the mask, and equal when T_q = T_k", T, float, double) {
+TEST_CASE_TEMPLATE("masking: the alignment is ignored without the mask, and equal when T_q = T_k", T, float,
+                   double) {
   Rng rng(26);
   for (const Sizes& s : kSizes) {
     CAPTURE(s.tq);
@@ -272,8 +274,10 @@ TEST_CASE_TEMPLATE("masking: the alignment is ignored without the mask, and equa
       for (const bool causal : {false, true}) {
         if (causal && s.tq != s.tk) continue;  // the two masks differ then
         CAPTURE(causal);
-        const auto tl = ea::attention_decomposed(Q, K, V, make_options(MaskSpec{causal, false}, std::nullopt, kernel));
-        const auto br = ea::attention_decomposed(Q, K, V, make_options(MaskSpec{causal, true}, std::nullopt, kernel));
+        const auto tl =
+            ea::attention_decomposed(Q, K, V, make_options(MaskSpec{causal, false}, std::nullopt, kernel));
+        const auto br =
+            ea::attention_decomposed(Q, K, V, make_options(MaskSpec{causal, true}, std::nullopt, kernel));
         EA_CHECK_EQUAL(br.scores, tl.scores);
         EA_CHECK_EQUAL(br.attn, tl.attn);
         EA_CHECK_EQUAL(br.lse, tl.lse);

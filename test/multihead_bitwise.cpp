@@ -7,7 +7,8 @@
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
-TEST_CASE_TEMPLATE("multihead crosscheck: threads 1, 2 and 0 give bitwise the same results", T, float, double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: threads 1, 2 and 0 give bitwise the same results", T, float,
+                   double) {
   Rng rng(17);
   Config c{"", 2, 4, 2, 150, 170, 32, 16};
   c.causal = c.bottom_right = c.alibi = c.key_lengths = true;
@@ -45,7 +46,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: threads 1, 2 and 0 give bitwise the sa
       const Run<T> v1 = varlen(1);
       for (const int threads : {2, 0}) {
         CAPTURE(threads);
-        check_runs_equal(run_heads<T>(p, options_for(p.spec, kernel, threads), layout, false), f1, "attention_heads");
+        check_runs_equal(run_heads<T>(p, options_for(p.spec, kernel, threads), layout, false), f1,
+                         "attention_heads");
         check_runs_equal(run_heads<T>(p, options_for(p.spec, kernel, threads), layout, true), d1,
                          "attention_heads_decomposed");
         check_runs_equal(varlen(threads), v1, "attention_varlen");
@@ -54,7 +56,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: threads 1, 2 and 0 give bitwise the sa
   }
 }
 
-TEST_CASE_TEMPLATE("multihead crosscheck: BHTD and BTHD buffers give bitwise the same results", T, float, double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: BHTD and BTHD buffers give bitwise the same results", T, float,
+                   double) {
   Rng rng(18);
   for (const Config& c : feature_configs()) {
     if (c.Tq > 20) continue;  // the small ones suffice here

@@ -6,8 +6,8 @@
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
-TEST_CASE_TEMPLATE("multihead crosscheck: no query, no key, all keys padded: empty/zero results, never NaN", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: no query, no key, all keys padded: empty/zero results, never NaN",
+                   T, float, double) {
   Rng rng(20);
   const Eigen::Index B = 2, H = 4, Hkv = 2, dk = 5, dv = 3;
   for (const auto kernel : kernels_under_test()) {

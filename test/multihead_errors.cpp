@@ -33,8 +33,8 @@ const std::vector<std::string> kLengthWord = {"length"};
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad shapes, masks and options", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad shapes, masks and options",
+                   T, float, double) {
   Rng rng(3);
   const auto L = mh::Layout::BHTD;
   auto random_buffer = [&](Eigen::Index b, Eigen::Index h, Eigen::Index t, Eigen::Index d) {
@@ -60,8 +60,9 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
                  out_t15 = sentinel(kB, kH, 15, kDv), out_d16 = sentinel(kB, kH, kTq, 16),
                  lse_t17 = sentinel(kB, kH, 17, 1), scores_d18 = sentinel(kB, kH, kTq, 18),
                  avg_t19 = sentinel(kB, 1, 19, kTk), avg_h12 = sentinel(kB, kH, kTq, kTk);
-  const std::vector<HeadsBuffer<T>*> outputs = {&out,    &lse,     &scores,  &avg,        &out_b13, &out_h8,
-                                                &out_t15, &out_d16, &lse_t17, &scores_d18, &avg_t19, &avg_h12};
+  const std::vector<HeadsBuffer<T>*> outputs = {&out,     &lse,        &scores,  &avg,
+                                                &out_b13, &out_h8,     &out_t15, &out_d16,
+                                                &lse_t17, &scores_d18, &avg_t19, &avg_h12};
   const auto untouched = [&] {
     for (const auto* o : outputs)
       if (!o->all_equal_to(kSentinel<T>)) return false;
@@ -72,10 +73,12 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
   std::unique_ptr<bool[]> mask_data(new bool[30 * 30 * 30]());
   std::vector<T> bias_data(30 * 30 * 30, T(0.5));
   auto mask_view = [&](Eigen::Index b, Eigen::Index h, Eigen::Index r, Eigen::Index c) {
-    return mh::BroadcastView<bool>{mask_data.get(), b, h, r, c, b == 1 ? 0 : h * r * c, h == 1 ? 0 : r * c, c, 1};
+    return mh::BroadcastView<bool>{mask_data.get(),    b, h, r, c, b == 1 ? 0 : h * r * c,
+                                   h == 1 ? 0 : r * c, c, 1};
   };
   auto bias_view = [&](Eigen::Index b, Eigen::Index h, Eigen::Index r, Eigen::Index c) {
-    return mh::BroadcastView<T>{bias_data.data(), b, h, r, c, b == 1 ? 0 : h * r * c, h == 1 ? 0 : r * c, c, 1};
+    return mh::BroadcastView<T>{bias_data.data(),   b, h, r, c, b == 1 ? 0 : h * r * c,
+                                h == 1 ? 0 : r * c, c, 1};
   };
   auto with_mask = [&](Eigen::Index b, Eigen::Index h, Eigen::Index r, Eigen::Index c) {
     mh::Masks<T> m;
@@ -102,22 +105,25 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
 
     // The base problem is valid, in every form and with every valid broadcast.
     {
-      HeadsBuffer<T> o = sentinel(kB, kH, kTq, kDv), l = sentinel(kB, kH, kTq, 1), s = sentinel(kB, kH, kTq, kTk),
-                     a = sentinel(kB, 1, kTq, kTk);
+      HeadsBuffer<T> o = sentinel(kB, kH, kTq, kDv), l = sentinel(kB, kH, kTq, 1),
+                     s = sentinel(kB, kH, kTq, kTk), a = sentinel(kB, 1, kTq, kTk);
       CHECK_NOTHROW(mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, {}, l.view()));
-      CHECK_NOTHROW(mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), s.view(), o.view(), opt, {},
-                                                   l.view(), a.view()));
+      CHECK_NOTHROW(mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), s.view(), o.view(), opt,
+                                                   {}, l.view(), a.view()));
       for (const Eigen::Index b : {Eigen::Index(1), kB})
         for (const Eigen::Index h : {Eigen::Index(1), kH}) {
-          CHECK_NOTHROW(mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, with_mask(b, h, kTq, kTk)));
-          CHECK_NOTHROW(mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, with_bias(b, h, kTq, kTk)));
+          CHECK_NOTHROW(
+              mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, with_mask(b, h, kTq, kTk)));
+          CHECK_NOTHROW(
+              mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, with_bias(b, h, kTq, kTk)));
         }
       mh::Options edge = opt;
       edge.window_left = 0;
       edge.window_right = 0;
       edge.softcap = 1e-3;
       const std::vector<std::int64_t> lengths_edge = {0, kTk};
-      CHECK_NOTHROW(mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), edge, with_lengths(lengths_edge)));
+      CHECK_NOTHROW(
+          mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), edge, with_lengths(lengths_edge)));
     }
 
     auto heads = [&](const HeadsBuffer<T>& k, const HeadsBuffer<T>& v, HeadsBuffer<T>& o,
@@ -133,7 +139,8 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
       set(o);
       return o;
     };
-    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    const double nan = std::numeric_limits<double>::quiet_NaN(),
+                 inf = std::numeric_limits<double>::infinity();
 
     const std::vector<BadCall> bad = {
         // inconsistent sizes between Q, K, V and the outputs
@@ -148,43 +155,52 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
         {"out with 15 tokens", heads(K, V, out_t15), {15}, {}},
         {"out with dim 16", heads(K, V, out_d16), {16}, {}},
         {"lse with 17 tokens",
-         [&] { mh::attention_heads(Q.cview(), K.cview(), V.cview(), out.view(), opt, {}, lse_t17.view()); }, {17}, {}},
+         [&] { mh::attention_heads(Q.cview(), K.cview(), V.cview(), out.view(), opt, {}, lse_t17.view()); },
+         {17},
+         {}},
         {"scores with 18 keys",
          [&] {
-           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores_d18.view(), out.view(), opt, {},
-                                          lse.view(), avg.view());
+           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores_d18.view(), out.view(), opt,
+                                          {}, lse.view(), avg.view());
          },
-         {18}, {}},
+         {18},
+         {}},
         {"average scores with 19 tokens",
          [&] {
            mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), opt, {},
                                           lse.view(), avg_t19.view());
          },
-         {19}, {}},
+         {19},
+         {}},
         {"average scores with 12 heads (must be 1)",
          [&] {
            mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), opt, {},
                                           lse.view(), avg_h12.view());
          },
-         {12}, {}},
+         {12},
+         {}},
         {"decomposed, K with d_k 10",
          [&] {
-           mh::attention_heads_decomposed(Q.cview(), K_dk10.cview(), V.cview(), scores.view(), out.view(), opt, {},
-                                          lse.view(), avg.view());
+           mh::attention_heads_decomposed(Q.cview(), K_dk10.cview(), V.cview(), scores.view(), out.view(),
+                                          opt, {}, lse.view(), avg.view());
          },
-         {9, 10}, {}},
+         {9, 10},
+         {}},
         {"decomposed, H = 12 not a multiple of H_kv = 5",
          [&] {
-           mh::attention_heads_decomposed(Q.cview(), K_h5.cview(), V_h5.cview(), scores.view(), out.view(), opt, {},
-                                          lse.view(), avg.view());
+           mh::attention_heads_decomposed(Q.cview(), K_h5.cview(), V_h5.cview(), scores.view(), out.view(),
+                                          opt, {}, lse.view(), avg.view());
          },
-         {12, 5}, {}},
+         {12, 5},
+         {}},
         // masks and biases of the wrong shape
         {"mask with 20 query rows", heads(K, V, out, opt, with_mask(1, 1, 20, kTk)), {20}, {kMaskWord}},
         {"mask with 21 key columns", heads(K, V, out, opt, with_mask(kB, kH, kTq, 21)), {21}, {kMaskWord}},
         {"mask with batch 22", heads(K, V, out, opt, with_mask(22, 1, kTq, kTk)), {22}, {kMaskWord}},
         {"mask with 23 heads", heads(K, V, out, opt, with_mask(1, 23, kTq, kTk)), {23}, {kMaskWord}},
-        {"mask with H_kv = 4 heads (must be 1 or H)", heads(K, V, out, opt, with_mask(kB, kHkv, kTq, kTk)), {},
+        {"mask with H_kv = 4 heads (must be 1 or H)",
+         heads(K, V, out, opt, with_mask(kB, kHkv, kTq, kTk)),
+         {},
          {kMaskWord}},
         {"bias with 24 query rows", heads(K, V, out, opt, with_bias(kB, 1, 24, kTk)), {24}, {kBiasWord}},
         {"bias with 25 key columns", heads(K, V, out, opt, with_bias(1, 1, kTq, 25)), {25}, {kBiasWord}},
@@ -195,16 +211,29 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
            mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), opt,
                                           with_bias(1, 1, kTq, 25), lse.view(), avg.view());
          },
-         {25}, {kBiasWord}},
+         {25},
+         {kBiasWord}},
         // options
-        {"window_left -17", heads(K, V, out, opt_with([](mh::Options& o) { o.window_left = -17; })), {17},
+        {"window_left -17",
+         heads(K, V, out, opt_with([](mh::Options& o) { o.window_left = -17; })),
+         {17},
          {kWindowWord}},
-        {"window_right -23", heads(K, V, out, opt_with([](mh::Options& o) { o.window_right = -23; })), {23},
+        {"window_right -23",
+         heads(K, V, out, opt_with([](mh::Options& o) { o.window_right = -23; })),
+         {23},
          {kWindowWord}},
-        {"softcap -2.5", heads(K, V, out, opt_with([](mh::Options& o) { o.softcap = -2.5; })), {},
+        {"softcap -2.5",
+         heads(K, V, out, opt_with([](mh::Options& o) { o.softcap = -2.5; })),
+         {},
          {kSoftcapWord, {"2.5"}}},
-        {"softcap NaN", heads(K, V, out, opt_with([&](mh::Options& o) { o.softcap = nan; })), {}, {kSoftcapWord}},
-        {"softcap +inf", heads(K, V, out, opt_with([&](mh::Options& o) { o.softcap = inf; })), {}, {kSoftcapWord}},
+        {"softcap NaN",
+         heads(K, V, out, opt_with([&](mh::Options& o) { o.softcap = nan; })),
+         {},
+         {kSoftcapWord}},
+        {"softcap +inf",
+         heads(K, V, out, opt_with([&](mh::Options& o) { o.softcap = inf; })),
+         {},
+         {kSoftcapWord}},
         {"decomposed, window_left -17",
          [&] {
            mh::Options o = opt;
@@ -212,10 +241,14 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
            mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), o, {},
                                           lse.view(), avg.view());
          },
-         {17}, {kWindowWord}},
+         {17},
+         {kWindowWord}},
         // key lengths
         {"key length -15", heads(K, V, out, opt, with_lengths(lengths_negative)), {15}, {kLengthWord}},
-        {"key length 19 > T_k = 7", heads(K, V, out, opt, with_lengths(lengths_too_long)), {19, 7}, {kLengthWord}},
+        {"key length 19 > T_k = 7",
+         heads(K, V, out, opt, with_lengths(lengths_too_long)),
+         {19, 7},
+         {kLengthWord}},
     };
     for (const auto& b : bad) check_bad_call(b, untouched);
   }
@@ -252,12 +285,14 @@ TEST_CASE_TEMPLATE("multihead errors: outputs that overlap an input or each othe
          mh::attention_heads_decomposed(Q, K, V, mh::HeadsView<T>::bhtd(inputs.data() + nq, kB, kH, kTq, kTk),
                                         out.view());
        },
-       {}, {word}},
+       {},
+       {word}},
   };
   for (const auto& b : bad) check_bad_call(b, untouched);
 }
 
-TEST_CASE_TEMPLATE("multihead errors: attention_varlen rejects bad offsets and per-sequence masks", T, float, double) {
+TEST_CASE_TEMPLATE("multihead errors: attention_varlen rejects bad offsets and per-sequence masks", T, float,
+                   double) {
   Rng rng(4);
   const auto L = mh::Layout::BTHD;
   constexpr Eigen::Index total_q = 29, total_k = 31;
@@ -284,8 +319,8 @@ TEST_CASE_TEMPLATE("multihead errors: attention_varlen rejects bad offsets and p
     opt.causal = true;
     {
       HeadsBuffer<T> o(L, 1, kH, total_q, kDv, kSentinel<T>), l(L, 1, kH, total_q, 1, kSentinel<T>);
-      CHECK_NOTHROW(mh::attention_varlen(Q.cview(), K.cview(), V.cview(), o.view(), cu_q.data(), cu_k.data(), 2, opt,
-                                         {}, l.view()));
+      CHECK_NOTHROW(mh::attention_varlen(Q.cview(), K.cview(), V.cview(), o.view(), cu_q.data(), cu_k.data(),
+                                         2, opt, {}, l.view()));
     }
     auto varlen = [&](std::vector<std::int64_t> q, std::vector<std::int64_t> k, mh::Masks<T> m = {}) {
       return [&, q, k, m] {
@@ -312,10 +347,11 @@ TEST_CASE_TEMPLATE("multihead errors: attention_varlen rejects bad offsets and p
          [&] {
            mh::Options o = opt;
            o.window_right = -23;
-           mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), cu_q.data(), cu_k.data(), 2, o, {},
-                                lse.view());
+           mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), cu_q.data(), cu_k.data(), 2, o,
+                                {}, lse.view());
          },
-         {23}, {kWindowWord}},
+         {23},
+         {kWindowWord}},
     };
     for (const auto& b : bad) check_bad_call(b, untouched);
   }
@@ -330,26 +366,34 @@ TEST_CASE_TEMPLATE("multihead errors: merge_attention rejects mismatched shapes"
   HeadsBuffer<T> out(L, kB, kH, kTq, kDv, kSentinel<T>), lse(L, kB, kH, kTq, 1, kSentinel<T>);
   HeadsBuffer<T> out_h8(L, kB, 8, kTq, kDv, kSentinel<T>);
   const auto untouched = [&] {
-    return out.all_equal_to(kSentinel<T>) && lse.all_equal_to(kSentinel<T>) && out_h8.all_equal_to(kSentinel<T>);
+    return out.all_equal_to(kSentinel<T>) && lse.all_equal_to(kSentinel<T>) &&
+           out_h8.all_equal_to(kSentinel<T>);
   };
   {
     HeadsBuffer<T> o(L, kB, kH, kTq, kDv, kSentinel<T>), l(L, kB, kH, kTq, 1, kSentinel<T>);
     REQUIRE_NOTHROW(mh::merge_attention(oa.cview(), la.cview(), ob.cview(), lb.cview(), o.view(), l.view()));
     CHECK(o.all_equal_to(T(1.5)));  // equal LSEs: the mean
     // equal LSEs 0: log 2, within a few ulps
-    for (const T x : l.data) CHECK(std::fabs(static_cast<long double>(x) - std::log(2.0L)) <= 4 * unit_roundoff<T>());
+    for (const T x : l.data)
+      CHECK(std::fabs(static_cast<long double>(x) - std::log(2.0L)) <= 4 * unit_roundoff<T>());
   }
   const std::vector<BadCall> bad = {
       {"out_b and lse_b with 6 tokens",
-       [&] { mh::merge_attention(oa.cview(), la.cview(), ob_t6.cview(), lb_t6.cview(), out.view(), lse.view()); },
+       [&] {
+         mh::merge_attention(oa.cview(), la.cview(), ob_t6.cview(), lb_t6.cview(), out.view(), lse.view());
+       },
        {6},
        {}},
       {"out_b with dim 10",
-       [&] { mh::merge_attention(oa.cview(), la.cview(), ob_d10.cview(), lb.cview(), out.view(), lse.view()); },
+       [&] {
+         mh::merge_attention(oa.cview(), la.cview(), ob_d10.cview(), lb.cview(), out.view(), lse.view());
+       },
        {10},
        {}},
       {"out with 8 heads",
-       [&] { mh::merge_attention(oa.cview(), la.cview(), ob.cview(), lb.cview(), out_h8.view(), lse.view()); },
+       [&] {
+         mh::merge_attention(oa.cview(), la.cview(), ob.cview(), lb.cview(), out_h8.view(), lse.view());
+       },
        {8},
        {}},
   };
@@ -404,7 +448,8 @@ TEST_CASE("multihead errors: merge_attention takes in-place merges but rejects p
   // lse_a laid over out_a's first column, with out_a's very strides: out merged in place over out_a
   // would overwrite lse_a as it reads it. Only the same view (sizes and strides) is "in place".
   const std::vector<float> a_before = a;
-  const ea::HeadsView<float> first_column{a.data(), B, H, T, 1, A.batch_stride, A.head_stride, A.token_stride, 1};
+  const ea::HeadsView<float> first_column{a.data(),       B, H, T, 1, A.batch_stride, A.head_stride,
+                                          A.token_stride, 1};
   CHECK_THROWS_WITH_AS(ea::merge_attention(A, first_column, Bv, LB, A, LA), doctest::Contains("overlaps"),
                        std::invalid_argument);
   CHECK(a == a_before);

@@ -32,7 +32,8 @@ auto lse_budget(const MultiHeadReference& ref) {
 }
 template <class T>
 auto scores_budget(const MultiHeadReference& ref) {
-  return [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).scores; };
+  return
+      [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).scores; };
 }
 template <class T>
 auto avg_budget(const MultiHeadReference& ref) {
@@ -42,8 +43,9 @@ auto avg_budget(const MultiHeadReference& ref) {
 /// Checks packed varlen rows: sequence s, head h, rows [cu[s], cu[s+1]) with that group's
 /// budget in precision BT.
 template <class BT, class S>
-void check_varlen_near(const mh::HeadsView<S>& actual, const Array4& expected, const std::vector<std::int64_t>& cu,
-                       const MultiHeadReference& ref, bool is_lse, const std::string& what) {
+void check_varlen_near(const mh::HeadsView<S>& actual, const Array4& expected,
+                       const std::vector<std::int64_t>& cu, const MultiHeadReference& ref, bool is_lse,
+                       const std::string& what) {
   CAPTURE(what);
   REQUIRE(actual.batch == 1);
   REQUIRE(actual.heads == expected.n[1]);
@@ -62,7 +64,8 @@ void check_varlen_near(const mh::HeadsView<S>& actual, const Array4& expected, c
 }
 
 MultiHeadReference reference_for_golden(const MultiHeadGolden& g) {
-  return g.varlen ? reference_varlen(g.Q, g.K, g.V, g.cu_q, g.cu_k, g.spec) : reference_heads(g.Q, g.K, g.V, g.spec);
+  return g.varlen ? reference_varlen(g.Q, g.K, g.V, g.cu_q, g.cu_k, g.spec)
+                  : reference_heads(g.Q, g.K, g.V, g.spec);
 }
 
 }  // namespace
@@ -97,7 +100,8 @@ TEST_CASE("multihead golden: every case parses and the long-double reference agr
     } else {
       check_heads_near(array_view(ref.lse), g.lse, lse_budget<double>(ref), "reference LSE");
       check_heads_near(array_view(ref.scores), g.scores, scores_budget<double>(ref), "reference SCORES");
-      check_heads_near(array_view(ref.avg_scores), g.avg_scores, avg_budget<double>(ref), "reference AVG_SCORES");
+      check_heads_near(array_view(ref.avg_scores), g.avg_scores, avg_budget<double>(ref),
+                       "reference AVG_SCORES");
     }
     for (const long double x : g.lse.v) dead_rows += x == -std::numeric_limits<long double>::infinity();
   }
@@ -106,8 +110,9 @@ TEST_CASE("multihead golden: every case parses and the long-double reference agr
   CHECK(dead_rows > 0);
 }
 
-TEST_CASE_TEMPLATE("multihead golden: attention_heads and _decomposed, every kernel, both layouts, threads 1 and 2", T,
-                   float, double) {
+TEST_CASE_TEMPLATE(
+    "multihead golden: attention_heads and _decomposed, every kernel, both layouts, threads 1 and 2", T,
+    float, double) {
   const auto files = multihead_golden_files();
   REQUIRE(files.size() == expected_multihead_files().size());
   int cases = 0;
@@ -164,8 +169,8 @@ TEST_CASE_TEMPLATE("multihead golden: attention_heads and _decomposed, every ker
   CHECK(cases == 36);
 }
 
-TEST_CASE_TEMPLATE("multihead golden: attention_varlen, every kernel, both layouts, threads 1 and 2", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("multihead golden: attention_varlen, every kernel, both layouts, threads 1 and 2", T,
+                   float, double) {
   const auto files = multihead_golden_files();
   REQUIRE(files.size() == expected_multihead_files().size());
   int cases = 0;
@@ -190,13 +195,13 @@ TEST_CASE_TEMPLATE("multihead golden: attention_varlen, every kernel, both layou
           CAPTURE(threads);
           const mh::Options opt = options_for(g.spec, kernel, threads);
           HeadsBuffer<T> out(layout, 1, H, tq, dv, kSentinel<T>), lse(layout, 1, H, tq, 1, kSentinel<T>);
-          mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), g.cu_q.data(), g.cu_k.data(), batch, opt,
-                               masks.masks, lse.view());
+          mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), g.cu_q.data(), g.cu_k.data(),
+                               batch, opt, masks.masks, lse.view());
           check_varlen_near<T>(out.view(), g.out, g.cu_q, ref, false, "attention_varlen OUT");
           check_varlen_near<T>(lse.view(), g.lse, g.cu_q, ref, true, "attention_varlen LSE");
           HeadsBuffer<T> out_only(layout, 1, H, tq, dv, kSentinel<T>);
-          mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out_only.view(), g.cu_q.data(), g.cu_k.data(), batch,
-                               opt, masks.masks);
+          mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out_only.view(), g.cu_q.data(), g.cu_k.data(),
+                               batch, opt, masks.masks);
           check_varlen_near<T>(out_only.view(), g.out, g.cu_q, ref, false, "attention_varlen OUT (no LSE)");
         }
       }

@@ -29,7 +29,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: GQA/MQA == K/V copied per query head",
       }
     const auto ref = reference_heads(gqa.Q, gqa.K, gqa.V, gqa.spec);
     const auto ref_rep = reference_heads(rep.Q, rep.K, rep.V, rep.spec);
-    EA_CHECK_EQUAL(ref_rep.out.slice(1, 5), ref.out.slice(1, 5));  // the reference indexes K/V heads as stated
+    EA_CHECK_EQUAL(ref_rep.out.slice(1, 5),
+                   ref.out.slice(1, 5));  // the reference indexes K/V heads as stated
     for (const auto kernel : kernels_under_test()) {
       const std::string kname = ea::kernel_name(kernel);
       CAPTURE(kname);

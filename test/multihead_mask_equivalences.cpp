@@ -8,8 +8,8 @@
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
-TEST_CASE_TEMPLATE("multihead crosscheck: causal == a boolean lower-triangular mask, both alignments", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: causal == a boolean lower-triangular mask, both alignments", T,
+                   float, double) {
   Rng rng(11);
   struct Shape {
     Eigen::Index tq, tk;
@@ -34,7 +34,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: causal == a boolean lower-triangular m
         CAPTURE(kname);
         for (const bool decomposed : {false, true}) {
           CAPTURE(decomposed);
-          const Run<T> a = run_heads<T>(causal, options_for(causal.spec, kernel), mh::Layout::BHTD, decomposed);
+          const Run<T> a =
+              run_heads<T>(causal, options_for(causal.spec, kernel), mh::Layout::BHTD, decomposed);
           // masked call: no causal flag (the alignment then does not matter)
           const Eigen::Index B = c.B, H = c.H, dv = c.dv;
           const HeadsBuffer<T> Q(causal.Q, mh::Layout::BHTD), K(causal.K, mh::Layout::BHTD),
@@ -48,8 +49,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: causal == a boolean lower-triangular m
           if (decomposed) {
             b.scores = HeadsBuffer<T>(mh::Layout::BHTD, B, H, s.tq, s.tk, kSentinel<T>);
             b.avg = HeadsBuffer<T>(mh::Layout::BHTD, B, 1, s.tq, s.tk, kSentinel<T>);
-            mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), b.scores.view(), b.out.view(), opt,
-                                           masks, b.lse.view(), b.avg.view());
+            mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), b.scores.view(), b.out.view(),
+                                           opt, masks, b.lse.view(), b.avg.view());
           } else {
             mh::attention_heads(Q.cview(), K.cview(), V.cview(), b.out.view(), opt, masks, b.lse.view());
           }
@@ -76,7 +77,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: ALiBi == the equivalent additive bias"
         Problem with_alibi = make_problem<T>(c, rng);
         if (power_of_two)
           for (Eigen::Index h = 0; h < c.H; ++h)
-            with_alibi.spec.alibi[static_cast<size_t>(h)] = std::pow(2.0L, -8.0L * static_cast<long double>(h + 1) / c.H);
+            with_alibi.spec.alibi[static_cast<size_t>(h)] =
+                std::pow(2.0L, -8.0L * static_cast<long double>(h + 1) / c.H);
         // bias[1, H, T_q, T_k] = -slope_h |i + offset - j|, rounded to T once
         Problem with_bias = with_alibi;
         with_bias.spec.alibi.clear();
@@ -85,8 +87,9 @@ TEST_CASE_TEMPLATE("multihead crosscheck: ALiBi == the equivalent additive bias"
         for (Eigen::Index h = 0; h < c.H; ++h)
           for (Eigen::Index i = 0; i < c.Tq; ++i)
             for (Eigen::Index j = 0; j < c.Tk; ++j)
-              bias(0, h, i, j) = static_cast<T>(-static_cast<T>(with_alibi.spec.alibi[static_cast<size_t>(h)]) *
-                                                static_cast<T>(std::abs(i + offset - j)));
+              bias(0, h, i, j) =
+                  static_cast<T>(-static_cast<T>(with_alibi.spec.alibi[static_cast<size_t>(h)]) *
+                                 static_cast<T>(std::abs(i + offset - j)));
         with_bias.spec.bias = bias;
         const auto ref = reference_heads(with_alibi.Q, with_alibi.K, with_alibi.V, with_alibi.spec);
         // the reference agrees with itself across the two forms
@@ -97,8 +100,10 @@ TEST_CASE_TEMPLATE("multihead crosscheck: ALiBi == the equivalent additive bias"
           CAPTURE(kname);
           for (const bool decomposed : {false, true}) {
             CAPTURE(decomposed);
-            const Run<T> a = run_heads<T>(with_alibi, options_for(with_alibi.spec, kernel), mh::Layout::BHTD, decomposed);
-            const Run<T> b = run_heads<T>(with_bias, options_for(with_bias.spec, kernel), mh::Layout::BHTD, decomposed);
+            const Run<T> a =
+                run_heads<T>(with_alibi, options_for(with_alibi.spec, kernel), mh::Layout::BHTD, decomposed);
+            const Run<T> b =
+                run_heads<T>(with_bias, options_for(with_bias.spec, kernel), mh::Layout::BHTD, decomposed);
             check_runs_near(a, b, ref, "alibi vs bias");
             check_against(a, ref, 1, "alibi vs reference");
           }
@@ -108,8 +113,9 @@ TEST_CASE_TEMPLATE("multihead crosscheck: ALiBi == the equivalent additive bias"
   }
 }
 
-TEST_CASE_TEMPLATE("multihead crosscheck: a bias of -inf == the boolean mask (rows of -inf: zeros, never NaN)", T,
-                   float, double) {
+TEST_CASE_TEMPLATE(
+    "multihead crosscheck: a bias of -inf == the boolean mask (rows of -inf: zeros, never NaN)", T, float,
+    double) {
   Rng rng(22);
   Config c{"", 2, 4, 2, 7, 9, 8, 5};
   c.mask = "BxH";

@@ -64,13 +64,17 @@ TEST_CASE_TEMPLATE("multihead crosscheck: merge of a split of the keys == attent
 
       HeadsBuffer<T> out(mh::Layout::BHTD, c.B, c.H, c.Tq, c.dv, kSentinel<T>);
       HeadsBuffer<T> lse(mh::Layout::BHTD, c.B, c.H, c.Tq, 1, kSentinel<T>);
-      mh::merge_attention(ra.out.cview(), ra.lse.cview(), rb.out.cview(), rb.lse.cview(), out.view(), lse.view());
-      check_heads_near(out.view(), whole.out.to_array(), [&](Eigen::Index, Eigen::Index) { return merged_attn_tol; },
-                       "merged OUT vs whole");
-      check_heads_near(lse.view(), whole.lse.to_array(), [&](Eigen::Index, Eigen::Index) { return merged_lse_tol; },
-                       "merged LSE vs whole");
-      check_heads_near(out.view(), ref.out, [&](Eigen::Index, Eigen::Index) { return merged_attn_tol; },
-                       "merged OUT vs reference");
+      mh::merge_attention(ra.out.cview(), ra.lse.cview(), rb.out.cview(), rb.lse.cview(), out.view(),
+                          lse.view());
+      check_heads_near(
+          out.view(), whole.out.to_array(), [&](Eigen::Index, Eigen::Index) { return merged_attn_tol; },
+          "merged OUT vs whole");
+      check_heads_near(
+          lse.view(), whole.lse.to_array(), [&](Eigen::Index, Eigen::Index) { return merged_lse_tol; },
+          "merged LSE vs whole");
+      check_heads_near(
+          out.view(), ref.out, [&](Eigen::Index, Eigen::Index) { return merged_attn_tol; },
+          "merged OUT vs reference");
 
       // The merge arithmetic alone, against the formula in long double on the same inputs:
       // exp(lse - m) is off by u (1 + |lse - m|) relative, the rest by a few u.
@@ -83,9 +87,10 @@ TEST_CASE_TEMPLATE("multihead crosscheck: merge of a split of the keys == attent
         if (std::isfinite(la) && std::isfinite(lb)) spread = std::max(spread, std::fabs(la - lb));
       }
       const long double merge_tol = 8 * u * (1 + spread) * max_v;
-      check_heads_near(out.view(), mout, [&](Eigen::Index, Eigen::Index) { return merge_tol; }, "merge vs formula");
-      check_heads_near(lse.view(), mlse, [&](Eigen::Index, Eigen::Index) { return merge_tol; },
-                       "merge LSE vs formula");
+      check_heads_near(
+          out.view(), mout, [&](Eigen::Index, Eigen::Index) { return merge_tol; }, "merge vs formula");
+      check_heads_near(
+          lse.view(), mlse, [&](Eigen::Index, Eigen::Index) { return merge_tol; }, "merge LSE vs formula");
       // Rows 2 see no key on either side: zeros and -inf exactly.
       for (Eigen::Index bb = 0; bb < c.B; ++bb)
         for (Eigen::Index h = 0; h < c.H; ++h) {
@@ -95,8 +100,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: merge of a split of the keys == attent
 
       // In place: out/lse aliasing out_a/lse_a give the same bits.
       Run<T> inplace = ra;
-      mh::merge_attention(inplace.out.cview(), inplace.lse.cview(), rb.out.cview(), rb.lse.cview(), inplace.out.view(),
-                          inplace.lse.view());
+      mh::merge_attention(inplace.out.cview(), inplace.lse.cview(), rb.out.cview(), rb.lse.cview(),
+                          inplace.out.view(), inplace.lse.view());
       check_heads_equal(inplace.out.view(), out.view(), "in-place merged OUT");
       check_heads_equal(inplace.lse.view(), lse.view(), "in-place merged LSE");
     }

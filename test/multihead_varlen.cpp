@@ -7,7 +7,8 @@
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
-TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads calls per sequence", T, float, double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads calls per sequence", T, float,
+                   double) {
   Rng rng(15);
   struct VarlenConfig {
     const char* name;
@@ -61,12 +62,12 @@ TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads cal
         const std::size_t packed_size = mh::varlen_scores_size(cu_q.data(), cu_k.data(), n, vc.H);
         std::vector<T> packed(packed_size, kSentinel<T>);
         HeadsBuffer<T> out_d(layout, 1, vc.H, tq, dv, kSentinel<T>);
-        mh::attention_varlen_decomposed(Q.cview(), K.cview(), V.cview(), packed.data(), packed.size(), out_d.view(),
-                                        cu_q.data(), cu_k.data(), n, opt, masks.masks);
-        CHECK_THROWS_AS(mh::attention_varlen_decomposed(Q.cview(), K.cview(), V.cview(), packed.data(),
-                                                        packed.size() + 1, out_d.view(), cu_q.data(), cu_k.data(),
-                                                        n, opt, masks.masks),
-                        std::invalid_argument);
+        mh::attention_varlen_decomposed(Q.cview(), K.cview(), V.cview(), packed.data(), packed.size(),
+                                        out_d.view(), cu_q.data(), cu_k.data(), n, opt, masks.masks);
+        CHECK_THROWS_AS(
+            mh::attention_varlen_decomposed(Q.cview(), K.cview(), V.cview(), packed.data(), packed.size() + 1,
+                                            out_d.view(), cu_q.data(), cu_k.data(), n, opt, masks.masks),
+            std::invalid_argument);
         std::size_t packed_offset = 0;
         for (Eigen::Index s = 0; s < n; ++s) {
           CAPTURE(s);
@@ -80,7 +81,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads cal
             // separate call vs the reference, and the varlen rows vs the separate call
             EA_CHECK_NEAR(o.view().head(0, h), ref.out.rows(0, h, q0, lq), bud.attn);
             EA_CHECK_NEAR(l.view().head(0, h), ref.lse.rows(0, h, q0, lq), bud.lse);
-            const MatrixLD o_sep = to_long_double(o.view().head(0, h)), l_sep = to_long_double(l.view().head(0, h));
+            const MatrixLD o_sep = to_long_double(o.view().head(0, h)),
+                           l_sep = to_long_double(l.view().head(0, h));
             EA_CHECK_NEAR(out.view().head(0, h).middleRows(q0, lq), o_sep, 2 * bud.attn);
             EA_CHECK_NEAR(lse.view().head(0, h).middleRows(q0, lq), l_sep, 2 * bud.lse);
             EA_CHECK_NEAR(out_d.view().head(0, h).middleRows(q0, lq), o_sep, 2 * bud.attn);
@@ -88,7 +90,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads cal
           HeadsBuffer<T> sc(mh::Layout::BHTD, 1, vc.H, lq, lk, kSentinel<T>);
           HeadsBuffer<T> o2(layout, 1, vc.H, lq, dv, kSentinel<T>);
           mh::attention_heads_decomposed(token_subview(Q.cview(), q0, lq), token_subview(K.cview(), k0, lk),
-                                         token_subview(V.cview(), k0, lk), sc.view(), o2.view(), opt, masks.masks);
+                                         token_subview(V.cview(), k0, lk), sc.view(), o2.view(), opt,
+                                         masks.masks);
           for (Eigen::Index h = 0; h < vc.H; ++h) {
             CAPTURE(h);
             const Budget bud = multihead_budget<T>(ref, s * vc.H + h);

@@ -9,8 +9,8 @@
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
-TEST_CASE_TEMPLATE("multihead crosscheck: views into one fused, padded QKV buffer (general strides)", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: views into one fused, padded QKV buffer (general strides)", T,
+                   float, double) {
   // A transformer's fused projection: per token [Q heads | K heads | V heads | 3 padding values],
   // so every view has token_stride = (H + 2 H_kv) D + 3 and a batch stride of T times that.
   Rng rng(21);
@@ -48,7 +48,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: views into one fused, padded QKV buffe
     check_heads_near(O, ref.out, budget_fn<T>(ref, 1, &Budget::attn), "strided OUT vs reference");
     check_heads_near(lse.view(), ref.lse, budget_fn<T>(ref, 1, &Budget::lse), "strided LSE vs reference");
     const Run<T> contiguous = run_heads<T>(p, opt, mh::Layout::BTHD, false);
-    check_heads_near(O, contiguous.out.to_array(), budget_fn<T>(ref, 2, &Budget::attn), "strided vs contiguous");
+    check_heads_near(O, contiguous.out.to_array(), budget_fn<T>(ref, 2, &Budget::attn),
+                     "strided vs contiguous");
     // the padding between the heads' rows is never written
     for (Eigen::Index e = 0; e < static_cast<Eigen::Index>(out_buf.size()); ++e)
       if (e % (D + 5) >= D) REQUIRE(out_buf[static_cast<size_t>(e)] == kSentinel<T>);
@@ -80,8 +81,8 @@ void tensor_roundtrip(const Problem& p, const MultiHeadReference& ref, mh::Layou
       vm(v.data(), v.dimensions());
   const Eigen::Index B = p.Q.n[0], H = p.Q.n[1], tq = p.Q.n[2], dv = p.V.n[3];
   const bool bthd = layout == mh::Layout::BTHD;
-  std::vector<T> out_buf(static_cast<size_t>(B * H * tq * dv), kSentinel<T>), lse_buf(static_cast<size_t>(B * H * tq),
-                                                                                       kSentinel<T>);
+  std::vector<T> out_buf(static_cast<size_t>(B * H * tq * dv), kSentinel<T>),
+      lse_buf(static_cast<size_t>(B * H * tq), kSentinel<T>);
   Eigen::TensorMap<Tensor> om(out_buf.data(), B, bthd ? tq : H, bthd ? H : tq, dv);
   Eigen::TensorMap<Tensor> lm(lse_buf.data(), B, bthd ? tq : H, bthd ? H : tq, 1);
   const MasksBuffer<T> masks(p.spec);
@@ -91,8 +92,9 @@ void tensor_roundtrip(const Problem& p, const MultiHeadReference& ref, mh::Layou
   CHECK(Q.tokens == tq);
   CHECK(Q.dim == p.Q.n[3]);
   mh::attention_heads(Q, mh::HeadsView<const T>::from_tensor(km, layout),
-                      mh::HeadsView<const T>::from_tensor(vm, layout), mh::HeadsView<T>::from_tensor(om, layout),
-                      options_for(p.spec, kernel), masks.masks, mh::HeadsView<T>::from_tensor(lm, layout));
+                      mh::HeadsView<const T>::from_tensor(vm, layout),
+                      mh::HeadsView<T>::from_tensor(om, layout), options_for(p.spec, kernel), masks.masks,
+                      mh::HeadsView<T>::from_tensor(lm, layout));
   // Read the results back through the tensors' own indexing.
   Array4 out(B, H, tq, dv), lse(B, H, tq, 1);
   for (Eigen::Index b = 0; b < B; ++b)
@@ -107,8 +109,9 @@ void tensor_roundtrip(const Problem& p, const MultiHeadReference& ref, mh::Layou
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("multihead crosscheck: Eigen tensors through HeadsView::from_tensor, row- and column-major", T,
-                   float, double) {
+TEST_CASE_TEMPLATE(
+    "multihead crosscheck: Eigen tensors through HeadsView::from_tensor, row- and column-major", T, float,
+    double) {
   Rng rng(19);
   Config c{"", 2, 6, 2, 5, 9, 7, 3};
   c.causal = c.bottom_right = c.alibi = true;

@@ -8,8 +8,8 @@
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
-TEST_CASE_TEMPLATE("multihead crosscheck: the long-double reference vs attention_heads and _decomposed", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: the long-double reference vs attention_heads and _decomposed", T,
+                   float, double) {
   Rng rng(9001);
   for (const Config& c : feature_configs()) {
     const std::string config = c.name;
@@ -33,7 +33,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: the long-double reference vs attention
   }
 }
 
-TEST_CASE_TEMPLATE("multihead crosscheck: random configurations vs the long-double reference", T, float, double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: random configurations vs the long-double reference", T, float,
+                   double) {
   // Seeded random shapes and options (every combination of features is likely to come up); each
   // against the reference, fused and decomposed, on a kernel and thread count drawn at random.
   Rng rng(777);

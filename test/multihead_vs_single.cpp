@@ -6,7 +6,8 @@
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
-TEST_CASE_TEMPLATE("multihead crosscheck: multi-head == a loop of single-head attention calls", T, float, double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: multi-head == a loop of single-head attention calls", T, float,
+                   double) {
   Rng rng(14);
   for (const int mode : {0, 1, 2}) {  // no mask, causal top-left, causal bottom-right
     for (const auto& [tq, tk] : {std::pair<Eigen::Index, Eigen::Index>{9, 9}, {6, 13}, {13, 6}}) {
@@ -37,9 +38,11 @@ TEST_CASE_TEMPLATE("multihead crosscheck: multi-head == a loop of single-head at
               const Eigen::Index kh = h / (c.H / c.Hkv);
               auto o = single.out.view().head(b, h);
               auto l = single.lse.view().head(b, h);
-              ea::attention_into(Q.cview().head(b, h), K.cview().head(b, kh), V.cview().head(b, kh), o, l, opt);
+              ea::attention_into(Q.cview().head(b, h), K.cview().head(b, kh), V.cview().head(b, kh), o, l,
+                                 opt);
               auto s = single.scores.view().head(b, h);
-              auto dec = ea::attention_decomposed(Q.cview().head(b, h), K.cview().head(b, kh), V.cview().head(b, kh), opt);
+              auto dec = ea::attention_decomposed(Q.cview().head(b, h), K.cview().head(b, kh),
+                                                  V.cview().head(b, kh), opt);
               s = dec.scores;
             }
           check_runs_near(multi, single, ref, "multi-head vs single-head loop");

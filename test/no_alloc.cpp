@@ -114,19 +114,21 @@ void run(const char* type) {
       opt.causal = s.causal;
       opt.alignment = s.bottom_right ? ea::CausalAlignment::BottomRight : ea::CausalAlignment::TopLeft;
       opt.kernel = kernel;
-      const std::string where = std::string(type) + " " + ea::kernel_name(kernel) + " T_q=" + std::to_string(s.tq) +
-                                " T_k=" + std::to_string(s.tk) + " d_k=" + std::to_string(s.dk) +
-                                " d_v=" + std::to_string(s.dv) + (s.causal ? " causal" : "") +
-                                (s.bottom_right ? " bottom-right" : "");
+      const std::string where = std::string(type) + " " + ea::kernel_name(kernel) +
+                                " T_q=" + std::to_string(s.tq) + " T_k=" + std::to_string(s.tk) +
+                                " d_k=" + std::to_string(s.dk) + " d_v=" + std::to_string(s.dv) +
+                                (s.causal ? " causal" : "") + (s.bottom_right ? " bottom-right" : "");
       expect_no_allocation("attention_into " + where, [&] { ea::attention_into(Q, K, V, out, opt); });
       expect_no_allocation("attention_into (column-major out) " + where,
                            [&] { ea::attention_into(Q, K, V, out_col, opt); });
-      expect_no_allocation("attention_into with lse " + where, [&] { ea::attention_into(Q, K, V, out, lse, opt); });
+      expect_no_allocation("attention_into with lse " + where,
+                           [&] { ea::attention_into(Q, K, V, out, lse, opt); });
       expect_no_allocation("attention_decomposed_into " + where,
                            [&] { ea::attention_decomposed_into(Q, K, V, scores, out, opt); });
       expect_no_allocation("attention_decomposed_into with lse " + where,
                            [&] { ea::attention_decomposed_into(Q, K, V, scores, out, lse, opt); });
-      expect_no_allocation("attention_scores_into " + where, [&] { ea::attention_scores_into(Q, K, scores, opt); });
+      expect_no_allocation("attention_scores_into " + where,
+                           [&] { ea::attention_scores_into(Q, K, scores, opt); });
     }
   }
 }
@@ -143,7 +145,8 @@ int main() {
   std::free(p);
   delete v;
   if (g_allocations < 2) {
-    std::printf("FAIL: the malloc interposer counted %ld allocation(s) of 2 (malloc and new)\n", g_allocations);
+    std::printf("FAIL: the malloc interposer counted %ld allocation(s) of 2 (malloc and new)\n",
+                g_allocations);
     return 1;
   }
 

@@ -16,16 +16,16 @@ using namespace ea_test;
 namespace {
 
 enum class Reach {
-  WholeRow,  // SCORES (visible entries), ATTN and LSE of an affected row are all non-finite
-  VColumn,   // only ATTN(i, c) of an affected row is non-finite; SCORES and LSE untouched
+  WholeRow,          // SCORES (visible entries), ATTN and LSE of an affected row are all non-finite
+  VColumn,           // only ATTN(i, c) of an affected row is non-finite; SCORES and LSE untouched
   OnlyOthersChecked  // affected rows unspecified (e.g. Inf in K: +-inf logits); others exact
 };
 
 struct Poison {
   std::string what;
   Reach reach;
-  bool nan;           // NaN (must stay NaN) or Inf (must be non-finite)
-  Eigen::Index col;   // for VColumn: the poisoned column of V
+  bool nan;          // NaN (must stay NaN) or Inf (must be non-finite)
+  Eigen::Index col;  // for VColumn: the poisoned column of V
   std::vector<bool> affected;
 };
 
@@ -43,14 +43,14 @@ struct Tally {
     }
   }
   std::string str() const {
-    return std::to_string(count) + " element(s) wrong, first (" + std::to_string(row) + ", " + std::to_string(col) +
-           ") = " + std::to_string(static_cast<double>(value));
+    return std::to_string(count) + " element(s) wrong, first (" + std::to_string(row) + ", " +
+           std::to_string(col) + ") = " + std::to_string(static_cast<double>(value));
   }
 };
 
 template <class T>
-void check_propagation(const RowMatrix<T>& Q, const RowMatrix<T>& K, const RowMatrix<T>& V, const MaskSpec& mask,
-                       const ReferenceResult& clean, const Poison& p) {
+void check_propagation(const RowMatrix<T>& Q, const RowMatrix<T>& K, const RowMatrix<T>& V,
+                       const MaskSpec& mask, const ReferenceResult& clean, const Poison& p) {
   CAPTURE(p.what);
   const Eigen::Index tq = Q.rows(), tk = K.rows(), dv = V.cols();
   // Unaffected rows against the clean problem's exact answer: the error model.
@@ -123,8 +123,8 @@ struct Case {
 
 // Square causal (frontier inside the first 64-key tile), bottom-right with T_q < T_k and with
 // T_q > T_k, and no mask.
-const std::vector<Case> kCases = {{70, 70, {true, false}}, {40, 70, {true, true}}, {70, 40, {true, true}},
-                                  {33, 45, {false, false}}};
+const std::vector<Case> kCases = {
+    {70, 70, {true, false}}, {40, 70, {true, true}}, {70, 40, {true, true}}, {33, 45, {false, false}}};
 
 /// For every case, a random problem (d_k = 8, d_v = 5) and its clean reference; for keys 0,
 /// T_k / 2 - 3 and T_k - 1, `check_key(Q, K, V, mask, clean, j, affected)` poisons row j of an
@@ -178,7 +178,8 @@ TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a query row reaches only that row",
     RowMatrix<T> Kmixed = K;
     Kmixed(cs.tk - 1, 0) = -std::abs(Kmixed(cs.tk - 1, 0)) - T(0.5);
     const auto clean_mixed = reference_attention(Q0, Kmixed, V, cs.mask);
-    check_propagation<T>(Q, Kmixed, V, cs.mask, clean_mixed, {"+Inf in Q(r, 0)", Reach::WholeRow, false, 0, affected});
+    check_propagation<T>(Q, Kmixed, V, cs.mask, clean_mixed,
+                         {"+Inf in Q(r, 0)", Reach::WholeRow, false, 0, affected});
 
     // And a poisoned row in the middle, in the first tile of queries.
     Q = Q0;
@@ -187,38 +188,42 @@ TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a query row reaches only that row",
     std::vector<bool> affected_m(static_cast<size_t>(cs.tq), false);
     affected_m[static_cast<size_t>(m)] = true;
     bool m_sees_a_key = false;
-    for (Eigen::Index j = 0; j < cs.tk; ++j) m_sees_a_key = m_sees_a_key || key_visible(m, j, cs.tq, cs.tk, cs.mask);
-    if (m_sees_a_key) check_propagation<T>(Q, K, V, cs.mask, clean, {"NaN in Q(m, 1)", Reach::WholeRow, true, 0, affected_m});
+    for (Eigen::Index j = 0; j < cs.tk; ++j)
+      m_sees_a_key = m_sees_a_key || key_visible(m, j, cs.tq, cs.tk, cs.mask);
+    if (m_sees_a_key)
+      check_propagation<T>(Q, K, V, cs.mask, clean, {"NaN in Q(m, 1)", Reach::WholeRow, true, 0, affected_m});
   }
 }
 
-TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a key row reaches only the queries that see it", T, float, double) {
+TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a key row reaches only the queries that see it", T, float,
+                   double) {
   Rng rng(32);
-  for_each_key_row<T>(rng, [](const RowMatrix<T>& Q, const RowMatrix<T>& K0, const RowMatrix<T>& V,
-                              const MaskSpec& mask, const ReferenceResult& clean, Eigen::Index j,
-                              const std::vector<bool>& affected) {
-    RowMatrix<T> K = K0;
-    K(j, 2) = std::numeric_limits<T>::quiet_NaN();
-    check_propagation<T>(Q, K, V, mask, clean, {"NaN in K(j, 2)", Reach::WholeRow, true, 0, affected});
-    // +Inf in K gives logits +Inf or -Inf depending on the sign of Q(i, 2): the queries that
-    // do not see key j are what the contract speaks of.
-    K = K0;
-    K(j, 2) = std::numeric_limits<T>::infinity();
-    check_propagation<T>(Q, K, V, mask, clean, {"+Inf in K(j, 2)", Reach::OnlyOthersChecked, false, 0, affected});
-  });
+  for_each_key_row<T>(
+      rng, [](const RowMatrix<T>& Q, const RowMatrix<T>& K0, const RowMatrix<T>& V, const MaskSpec& mask,
+              const ReferenceResult& clean, Eigen::Index j, const std::vector<bool>& affected) {
+        RowMatrix<T> K = K0;
+        K(j, 2) = std::numeric_limits<T>::quiet_NaN();
+        check_propagation<T>(Q, K, V, mask, clean, {"NaN in K(j, 2)", Reach::WholeRow, true, 0, affected});
+        // +Inf in K gives logits +Inf or -Inf depending on the sign of Q(i, 2): the queries that
+        // do not see key j are what the contract speaks of.
+        K = K0;
+        K(j, 2) = std::numeric_limits<T>::infinity();
+        check_propagation<T>(Q, K, V, mask, clean,
+                             {"+Inf in K(j, 2)", Reach::OnlyOthersChecked, false, 0, affected});
+      });
 }
 
-TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a value row reaches only that column of the queries that see it", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a value row reaches only that column of the queries that see it",
+                   T, float, double) {
   Rng rng(33);
-  for_each_key_row<T>(rng, [](const RowMatrix<T>& Q, const RowMatrix<T>& K, const RowMatrix<T>& V0,
-                              const MaskSpec& mask, const ReferenceResult& clean, Eigen::Index j,
-                              const std::vector<bool>& affected) {
-    RowMatrix<T> V = V0;
-    V(j, 1) = std::numeric_limits<T>::quiet_NaN();
-    check_propagation<T>(Q, K, V, mask, clean, {"NaN in V(j, 1)", Reach::VColumn, true, 1, affected});
-    V = V0;
-    V(j, 4) = -std::numeric_limits<T>::infinity();
-    check_propagation<T>(Q, K, V, mask, clean, {"-Inf in V(j, 4)", Reach::VColumn, false, 4, affected});
-  });
+  for_each_key_row<T>(
+      rng, [](const RowMatrix<T>& Q, const RowMatrix<T>& K, const RowMatrix<T>& V0, const MaskSpec& mask,
+              const ReferenceResult& clean, Eigen::Index j, const std::vector<bool>& affected) {
+        RowMatrix<T> V = V0;
+        V(j, 1) = std::numeric_limits<T>::quiet_NaN();
+        check_propagation<T>(Q, K, V, mask, clean, {"NaN in V(j, 1)", Reach::VColumn, true, 1, affected});
+        V = V0;
+        V(j, 4) = -std::numeric_limits<T>::infinity();
+        check_propagation<T>(Q, K, V, mask, clean, {"-Inf in V(j, 4)", Reach::VColumn, false, 4, affected});
+      });
 }

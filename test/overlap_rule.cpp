@@ -29,7 +29,7 @@ ea::HeadsView<T> view_of(T* parent, const std::array<Index, 4>& strides, const B
   Index offset = 0;
   for (int a = 0; a < 4; ++a) offset += box.at[a] * strides[a];
   return {parent + offset, box.size[0], box.size[1], box.size[2], box.size[3],
-          strides[0], strides[1], strides[2], strides[3]};
+          strides[0],      strides[1],  strides[2],  strides[3]};
 }
 
 template <typename T>
@@ -62,8 +62,8 @@ bool throws_overlap(F&& f) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("overlap rule: blocks of one parent are judged exactly, single-head and multi-head alike", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("overlap rule: blocks of one parent are judged exactly, single-head and multi-head alike",
+                   T, float, double) {
   Rng rng(2024);
   int overlapping = 0, apart = 0;
   for (int trial = 0; trial < 400; ++trial) {
@@ -96,16 +96,18 @@ TEST_CASE_TEMPLATE("overlap rule: blocks of one parent are judged exactly, singl
     const auto V = ea::HeadsView<const T>::bhtd(kv.data(), B, H, tk, dv);
     const bool shared = share_an_element(ea::HeadsView<const T>(out), q);
     CAPTURE(shared);
-    const std::string layout = "B=" + std::to_string(B) + " H=" + std::to_string(H) + " tq=" + std::to_string(tq) +
-                               " dk=" + std::to_string(dk) + " dv=" + std::to_string(dv) + " strides=" +
-                               std::to_string(strides[0]) + "," + std::to_string(strides[1]) + "," +
-                               std::to_string(strides[2]) + "," + std::to_string(strides[3]) + " q@" +
-                               std::to_string(q.data - parent.data()) + " out@" + std::to_string(out.data - parent.data());
+    const std::string layout = "B=" + std::to_string(B) + " H=" + std::to_string(H) +
+                               " tq=" + std::to_string(tq) + " dk=" + std::to_string(dk) +
+                               " dv=" + std::to_string(dv) + " strides=" + std::to_string(strides[0]) + "," +
+                               std::to_string(strides[1]) + "," + std::to_string(strides[2]) + "," +
+                               std::to_string(strides[3]) + " q@" + std::to_string(q.data - parent.data()) +
+                               " out@" + std::to_string(out.data - parent.data());
     CAPTURE(layout);
     CHECK(throws_overlap([&] { ea::attention_heads(q, K, V, out); }) == shared);
     if (B == 1 && H == 1) {  // the same blocks as matrices, through the single-head calls
       using Strides = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
-      const Eigen::Map<const RowMatrix<T>, 0, Strides> Qm(q.data, tq, dk, Strides(q.token_stride, q.dim_stride));
+      const Eigen::Map<const RowMatrix<T>, 0, Strides> Qm(q.data, tq, dk,
+                                                          Strides(q.token_stride, q.dim_stride));
       Eigen::Map<RowMatrix<T>, 0, Strides> Om(out.data, tq, dv, Strides(out.token_stride, out.dim_stride));
       const Eigen::Map<const RowMatrix<T>> Km(K.data, tk, dk), Vm(V.data, tk, dv);
       CHECK(throws_overlap([&] { ea::attention_into(Qm, Km, Vm, Om); }) == shared);
@@ -117,7 +119,8 @@ TEST_CASE_TEMPLATE("overlap rule: blocks of one parent are judged exactly, singl
   CHECK(apart > 50);
 }
 
-TEST_CASE_TEMPLATE("overlap rule: views with different strides are apart when their bytes are", T, float, double) {
+TEST_CASE_TEMPLATE("overlap rule: views with different strides are apart when their bytes are", T, float,
+                   double) {
   Rng rng(7);
   for (int trial = 0; trial < 300; ++trial) {
     CAPTURE(trial);
@@ -136,7 +139,7 @@ TEST_CASE_TEMPLATE("overlap rule: views with different strides are apart when th
     const bool threw = throws_overlap([&] { ea::attention_heads(q, K, K, out); });
     CAPTURE(bytes_apart);
     CAPTURE(shared);
-    if (shared) CHECK(threw);          // never missed
+    if (shared) CHECK(threw);             // never missed
     if (bytes_apart) CHECK_FALSE(threw);  // never rejected when apart
   }
 }

@@ -16,9 +16,9 @@ namespace {
 
 // Sizes on both sides of likely tile edges (64) and far from any power of two.
 const std::vector<Shape> kShapes = {
-    {1, 1, 1, 1},      {1, 3, 8, 5},      {3, 17, 16, 8},    {17, 3, 5, 7},     {63, 64, 32, 16},
-    {64, 64, 64, 64},  {65, 65, 17, 3},   {127, 129, 24, 40}, {129, 127, 40, 24}, {1, 200, 16, 16},
-    {200, 1, 16, 16},  {64, 65, 8, 8},    {65, 63, 12, 1},   {200, 200, 64, 32}, {3, 129, 33, 65}};
+    {1, 1, 1, 1},     {1, 3, 8, 5},    {3, 17, 16, 8},     {17, 3, 5, 7},      {63, 64, 32, 16},
+    {64, 64, 64, 64}, {65, 65, 17, 3}, {127, 129, 24, 40}, {129, 127, 40, 24}, {1, 200, 16, 16},
+    {200, 1, 16, 16}, {64, 65, 8, 8},  {65, 63, 12, 1},    {200, 200, 64, 32}, {3, 129, 33, 65}};
 
 // Checks every form of the call with every kernel against `ref`, within the budget of T.
 template <class T, class DQ, class DK, class DV>
@@ -42,7 +42,8 @@ void check_against_reference(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("random: odd shapes, every mask, default and custom scales, every kernel", T, float, double) {
+TEST_CASE_TEMPLATE("random: odd shapes, every mask, default and custom scales, every kernel", T, float,
+                   double) {
   Rng rng(20240601);
   const std::vector<std::optional<double>> scales = {std::nullopt, 0.3, 2.0, 1e-3};
   for (const Shape& s : kShapes) {
@@ -92,8 +93,10 @@ TEST_CASE_TEMPLATE("random: every input layout gives the reference's answer", T,
   // and every element spaced by 2 (inner stride) for the fully strided map.
   std::vector<T> bq(static_cast<size_t>((tq + 5) * dk)), bk(static_cast<size_t>(tk * (dk + 3))),
       bv(static_cast<size_t>(2 * tk * dv));
-  Eigen::Map<Col, Eigen::Unaligned, Eigen::OuterStride<>>(bq.data(), tq, dk, Eigen::OuterStride<>(tq + 5)) = Q;
-  Eigen::Map<Row, Eigen::Unaligned, Eigen::OuterStride<>>(bk.data(), tk, dk, Eigen::OuterStride<>(dk + 3)) = K;
+  Eigen::Map<Col, Eigen::Unaligned, Eigen::OuterStride<>>(bq.data(), tq, dk, Eigen::OuterStride<>(tq + 5)) =
+      Q;
+  Eigen::Map<Row, Eigen::Unaligned, Eigen::OuterStride<>>(bk.data(), tk, dk, Eigen::OuterStride<>(dk + 3)) =
+      K;
   Eigen::Map<Row, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>(
       bv.data(), tk, dv, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(2 * dv, 2)) = V;
   const OuterMapCol mQ(bq.data(), tq, dk, Eigen::OuterStride<>(tq + 5));
@@ -128,17 +131,20 @@ TEST_CASE_TEMPLATE("random: every input layout gives the reference's answer", T,
     layout = "maps: column-major outer stride, row-major outer stride, inner stride 2";
     check_against_reference<T>(mQ, mK, mV, opt, ref);
     layout = "blocks: .block() of column-major, .middleRows() of row-major";
-    check_against_reference<T>(bigQ.block(3, 2, tq, dk), bigK.middleRows(4, tk), bigV.block(1, 5, tk, dv), opt, ref);
+    check_against_reference<T>(bigQ.block(3, 2, tq, dk), bigK.middleRows(4, tk), bigV.block(1, 5, tk, dv),
+                               opt, ref);
     layout = "Eigen::Ref";
     check_against_reference<T>(Eigen::Ref<const Col>(Col(Q)), Eigen::Ref<const Row>(K),
-                               Eigen::Ref<const Col, 0, Eigen::OuterStride<>>(bigV.block(1, 5, tk, dv)), opt, ref);
+                               Eigen::Ref<const Col, 0, Eigen::OuterStride<>>(bigV.block(1, 5, tk, dv)), opt,
+                               ref);
     layout = "transposed storage";
     check_against_reference<T>(Qt.transpose(), K, V, opt, ref);
 
     // Expressions without direct access are evaluated once: their reference is the evaluated value.
     layout = "expressions: 2*Q, K + K, V.array().square()";
     const Row Q2 = T(2) * Q, K2 = K + K, V2 = V.array().square().matrix();
-    check_against_reference<T>(T(2) * Q, K + K, V.array().square().matrix(), opt, reference_for(Q2, K2, V2, opt));
+    check_against_reference<T>(T(2) * Q, K + K, V.array().square().matrix(), opt,
+                               reference_for(Q2, K2, V2, opt));
     layout = "expression: a product Q * I";
     const Row I = Row::Identity(dk, dk);
     check_against_reference<T>(Q * I, K, V, opt, ref);
@@ -148,7 +154,8 @@ TEST_CASE_TEMPLATE("random: every input layout gives the reference's answer", T,
 TEST_CASE("random: a row-major float Map over a plain buffer") {
   Rng rng(99);
   const Eigen::Index tq = 17, tk = 63, dk = 20, dv = 9;
-  std::vector<float> q(static_cast<size_t>(tq * dk)), k(static_cast<size_t>(tk * dk)), v(static_cast<size_t>(tk * dv));
+  std::vector<float> q(static_cast<size_t>(tq * dk)), k(static_cast<size_t>(tk * dk)),
+      v(static_cast<size_t>(tk * dv));
   for (auto* buf : {&q, &k, &v})
     for (auto& x : *buf) x = static_cast<float>(rng.normal());
   const Eigen::Map<const RowMatrix<float>> Q(q.data(), tq, dk), K(k.data(), tk, dk), V(v.data(), tk, dv);

@@ -84,7 +84,8 @@ struct Case {
 /// Measures and checks one output against the reference; returns the worst metric and updates
 /// `used`. `bound` is the per-element bound of the metric.
 template <class A, class B>
-long double measure(const char* what, const A& actual, const B& expected, const std::function<long double(Index, Index)>& metric,
+long double measure(const char* what, const A& actual, const B& expected,
+                    const std::function<long double(Index, Index)>& metric,
                     const std::function<long double(Index, Index)>& bound, long double& used) {
   REQUIRE(actual.rows() == expected.rows());
   REQUIRE(actual.cols() == expected.cols());
@@ -105,8 +106,8 @@ long double measure(const char* what, const A& actual, const B& expected, const 
       }
     }
   }
-  CHECK_MESSAGE(bad == 0, what << ": " << bad << " element(s) beyond the bound; worst (" << bad_i << ", " << bad_c
-                               << ") at " << static_cast<double>(bad_excess) << "x the bound");
+  CHECK_MESSAGE(bad == 0, what << ": " << bad << " element(s) beyond the bound; worst (" << bad_i << ", "
+                               << bad_c << ") at " << static_cast<double>(bad_excess) << "x the bound");
   return worst;
 }
 
@@ -124,7 +125,9 @@ Worst run_case(const Case<T>& cs) {
   const long double eta = (tk + 2) * static_cast<long double>(std::numeric_limits<T>::denorm_min());
   std::vector<long double> vmax(static_cast<size_t>(dv), 0);
   for (Index c = 0; c < dv; ++c)
-    for (Index j = 0; j < tk; ++j) vmax[size_t(c)] = std::max<long double>(vmax[size_t(c)], std::fabs(static_cast<long double>(cs.V(j, c))));
+    for (Index j = 0; j < tk; ++j)
+      vmax[size_t(c)] =
+          std::max<long double>(vmax[size_t(c)], std::fabs(static_cast<long double>(cs.V(j, c))));
   const auto attn_metric = [&](const RowMatrix<T>& a) {
     return [&a, &ref, &vmax](Index i, Index c) -> long double {
       const long double x = a(i, c), y = ref.attn(i, c);
@@ -159,21 +162,22 @@ Worst run_case(const Case<T>& cs) {
           "decomposed SCORES", r.scores, ref.scores,
           [&](Index i, Index j) { return near_metric(r.scores(i, j), ref.scores(i, j)); },
           [&](Index, Index) { return b.scores; }, w.used);
-      w.attn = std::max(w.attn, measure("decomposed ATTN", r.attn, ref.attn, attn_metric(r.attn), attn_bound, w.used));
+      w.attn = std::max(
+          w.attn, measure("decomposed ATTN", r.attn, ref.attn, attn_metric(r.attn), attn_bound, w.used));
       w.lse = std::max(w.lse, measure(
                                   "decomposed LSE", r.lse, ref.lse,
                                   [&](Index i, Index) { return near_metric(r.lse(i), ref.lse(i)); },
                                   [&](Index, Index) { return b.lse; }, w.used));
     }
-    MESSAGE("robustness | " << cs.name << " | " << type_name<T>() << " | " << kname
-                            << " | SCORES " << (w.has_scores ? sci(w.scores) : std::string("-")) << " | ATTN "
-                            << sci(w.attn) << " | LSE " << sci(w.lse) << " | used " << percent(w.used));
+    MESSAGE("robustness | " << cs.name << " | " << type_name<T>() << " | " << kname << " | SCORES "
+                            << (w.has_scores ? sci(w.scores) : std::string("-")) << " | ATTN " << sci(w.attn)
+                            << " | LSE " << sci(w.lse) << " | used " << percent(w.used));
     all.merge(w);
   }
   MESSAGE("robustness | " << cs.name << " | " << type_name<T>() << " | worst"
-                          << " | SCORES " << (all.has_scores ? sci(all.scores) : std::string("-")) << " | ATTN "
-                          << sci(all.attn) << " | LSE " << sci(all.lse) << " | used " << percent(all.used)
-                          << " | logit magnitude " << sci(ref.logit_magnitude));
+                          << " | SCORES " << (all.has_scores ? sci(all.scores) : std::string("-"))
+                          << " | ATTN " << sci(all.attn) << " | LSE " << sci(all.lse) << " | used "
+                          << percent(all.used) << " | logit magnitude " << sci(ref.logit_magnitude));
   return all;
 }
 
@@ -192,26 +196,45 @@ TEST_CASE_TEMPLATE("robustness: worst errors on adversarial inputs, every kernel
     // Logits of +-1e4 (alternating by row) that differ by O(1) within a row, so that every row
     // has many weights that matter: exp(1e4) would overflow, and the logits' own rounding
     // (~(d_k + 4) u 1e4, the softmax's condition number) dominates the error.
-    Case<T> c{"|logit| ~ 1e4, O(1) apart", normal<T>(rng, 33, 8), normal<T>(rng, 129, 8), normal<T>(rng, 129, 7), {}};
+    Case<T> c{"|logit| ~ 1e4, O(1) apart",
+              normal<T>(rng, 33, 8),
+              normal<T>(rng, 129, 8),
+              normal<T>(rng, 129, 7),
+              {}};
     for (Index i = 0; i < c.Q.rows(); ++i) c.Q(i, 0) = static_cast<T>((i % 2 ? -1e4 : 1e4) * std::sqrt(8.0));
     for (Index j = 0; j < c.K.rows(); ++j) c.K(j, 0) = 1;
     cases.push_back(c);
   }
   // Logits of order 1e4 with gaps of order 1e3 in a row (Q, K ~ 100 N(0, 1)): one-hot rows.
-  cases.push_back({"|logit| ~ 1e4, far apart", normal<T>(rng, 33, 16, 100), normal<T>(rng, 129, 16, 100),
-                   normal<T>(rng, 129, 7), {}});
+  cases.push_back({"|logit| ~ 1e4, far apart",
+                   normal<T>(rng, 33, 16, 100),
+                   normal<T>(rng, 129, 16, 100),
+                   normal<T>(rng, 129, 7),
+                   {}});
   // Logits of order 1e30 (Q, K ~ 1e15): one-hot rows, LSE = the top logit.
-  cases.push_back({"|logit| ~ 1e30", normal<T>(rng, 40, 8, 1e15), normal<T>(rng, 70, 8, 1e15), normal<T>(rng, 70, 3), {}});
+  cases.push_back({"|logit| ~ 1e30",
+                   normal<T>(rng, 40, 8, 1e15),
+                   normal<T>(rng, 70, 8, 1e15),
+                   normal<T>(rng, 70, 3),
+                   {}});
   {
     // Every key of a row has the same logit (K's rows all equal): uniform weights 1/1000.
-    Case<T> c{"all-equal logits (T_k = 1000)", normal<T>(rng, 17, 8, 2), RowMatrix<T>(1000, 8), normal<T>(rng, 1000, 5), {}};
+    Case<T> c{"all-equal logits (T_k = 1000)",
+              normal<T>(rng, 17, 8, 2),
+              RowMatrix<T>(1000, 8),
+              normal<T>(rng, 1000, 5),
+              {}};
     const RowMatrix<T> k = normal<T>(rng, 1, 8, 2);
     for (Index j = 0; j < c.K.rows(); ++j) c.K.row(j) = k;
     cases.push_back(c);
   }
   {
     // The same with every logit exactly 0 and causal: row i averages V's first i + 1 rows.
-    Case<T> c{"all-zero logits, causal", RowMatrix<T>::Zero(70, 4), normal<T>(rng, 70, 4), normal<T>(rng, 70, 6), {}};
+    Case<T> c{"all-zero logits, causal",
+              RowMatrix<T>::Zero(70, 4),
+              normal<T>(rng, 70, 4),
+              normal<T>(rng, 70, 6),
+              {}};
     c.opt.causal = true;
     cases.push_back(c);
   }
@@ -220,7 +243,8 @@ TEST_CASE_TEMPLATE("robustness: worst errors on adversarial inputs, every kernel
   {
     // A long key sequence: 64 queries against 65536 keys, fused only (bottom-right causal: the
     // last query sees every key).
-    Case<T> c{"T_k = 65536 (fused)", normal<T>(rng, 64, 4), normal<T>(rng, 65536, 4), normal<T>(rng, 65536, 4), {}};
+    Case<T> c{
+        "T_k = 65536 (fused)", normal<T>(rng, 64, 4), normal<T>(rng, 65536, 4), normal<T>(rng, 65536, 4), {}};
     c.opt.causal = true;
     c.opt.alignment = ea::CausalAlignment::BottomRight;
     c.opt.threads = 2;
@@ -231,7 +255,11 @@ TEST_CASE_TEMPLATE("robustness: worst errors on adversarial inputs, every kernel
     // Subnormal Q and K: every product underflows, the logits are 0 (the reference's are
     // ~1e-80 or less: the same weights). V's column 1 is subnormal too.
     const double tiny = sizeof(T) == 4 ? 1e-41 : 1e-311;
-    Case<T> c{"subnormal Q, K and V column", normal<T>(rng, 20, 8, tiny), normal<T>(rng, 50, 8, tiny), normal<T>(rng, 50, 3), {}};
+    Case<T> c{"subnormal Q, K and V column",
+              normal<T>(rng, 20, 8, tiny),
+              normal<T>(rng, 50, 8, tiny),
+              normal<T>(rng, 50, 3),
+              {}};
     for (Index j = 0; j < c.V.rows(); ++j) c.V(j, 1) = static_cast<T>(tiny * rng.normal());
     CHECK(std::fpclassify(c.Q(0, 0)) == FP_SUBNORMAL);
     cases.push_back(c);
@@ -239,7 +267,11 @@ TEST_CASE_TEMPLATE("robustness: worst errors on adversarial inputs, every kernel
   {
     // V mixing 1e30 and 1e-30 in one column, a column of 1e-30 and one of 1e30: each column's
     // error is relative to its own largest value.
-    Case<T> c{"mixed huge/tiny V (1e30, 1e-30)", normal<T>(rng, 33, 8), normal<T>(rng, 200, 8), RowMatrix<T>(200, 3), {}};
+    Case<T> c{"mixed huge/tiny V (1e30, 1e-30)",
+              normal<T>(rng, 33, 8),
+              normal<T>(rng, 200, 8),
+              RowMatrix<T>(200, 3),
+              {}};
     for (Index j = 0; j < 200; ++j) {
       c.V(j, 0) = static_cast<T>((j % 2 ? 1e30 : 1e-30) * rng.normal());
       c.V(j, 1) = static_cast<T>(1e-30 * rng.normal());
@@ -263,13 +295,13 @@ TEST_CASE_TEMPLATE("robustness: worst errors on adversarial inputs, every kernel
     CAPTURE(cs.name);
     total.merge(run_case(cs));
   }
-  MESSAGE("robustness | all cases | " << type_name<T>() << " | worst | SCORES "
-                                      << sci(total.scores) << " | ATTN " << sci(total.attn) << " | LSE "
-                                      << sci(total.lse) << " | used " << percent(total.used));
+  MESSAGE("robustness | all cases | " << type_name<T>() << " | worst | SCORES " << sci(total.scores)
+                                      << " | ATTN " << sci(total.attn) << " | LSE " << sci(total.lse)
+                                      << " | used " << percent(total.used));
 }
 
-TEST_CASE_TEMPLATE("robustness: a q.k that overflows the scalar type gives +-inf logits, handled row by row", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("robustness: a q.k that overflows the scalar type gives +-inf logits, handled row by row",
+                   T, float, double) {
   // h = sqrt(max(T)): h * 2h = 2 max(T) overflows T (float: inputs ~1.8e19; double ~1.3e154),
   // while the long-double reference computes it. The dot product is formed in T before the
   // scale is applied (a smaller scale does not help). What the library does, on every kernel:
@@ -338,8 +370,8 @@ TEST_CASE_TEMPLATE("robustness: a q.k that overflows the scalar type gives +-inf
   RowMatrix<T> K2(2, 2), V2(2, 1), Q2(2, 2);
   K2 << 2 * h, -2 * h, 2 * h, 0;
   V2 << 1, 2;
-  Q2 << h, h,      // key 0: 2max - 2max -> inf + (-inf) = NaN; key 1: +inf
-      -h, 0;       // both keys -inf
+  Q2 << h, h,  // key 0: 2max - 2max -> inf + (-inf) = NaN; key 1: +inf
+      -h, 0;   // both keys -inf
   for (const auto kernel : ea::available_kernels()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
@@ -391,8 +423,8 @@ TEST_CASE_TEMPLATE("robustness: weights far below the row maximum are 0 or a sub
                                                 << static_cast<double>(worst));
 }
 
-TEST_CASE_TEMPLATE("robustness: the fused ATTN overflows when T_k * max|V| exceeds the scalar type's range", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("robustness: the fused ATTN overflows when T_k * max|V| exceeds the scalar type's range",
+                   T, float, double) {
   // The fused call accumulates sum_j exp(s_j - m) V_j, the weights not yet divided by their sum
   // (each <= 1, the sum <= T_k): with |V| near max(T) that accumulator can overflow where the
   // true ATTN, and the decomposed call's (which normalises first), are finite. Documented as a
@@ -404,7 +436,7 @@ TEST_CASE_TEMPLATE("robustness: the fused ATTN overflows when T_k * max|V| excee
   Q(1, 0) = 1;
   const T big = static_cast<T>(0.6L * static_cast<long double>(std::numeric_limits<T>::max()));
   for (Index j = 0; j < tk; ++j) {
-    V(j, 0) = big;                        // the true ATTN of row 0 is `big`: finite
+    V(j, 0) = big;  // the true ATTN of row 0 is `big`: finite
     V(j, 1) = static_cast<T>(j + 1);
   }
   const auto ref = reference_attention(Q, K, V, MaskSpec{}, 1.0L);
@@ -425,9 +457,9 @@ TEST_CASE_TEMPLATE("robustness: the fused ATTN overflows when T_k * max|V| excee
       const bool right = std::fabs(fused(i, 0) - ref.attn(i, 0)) <= b.attn * big;
       CHECK((right || !std::isfinite(fused(i, 0))));
     }
-    MESSAGE("robustness | fused accumulator overflow | " << type_name<T>() << " | " << kname
-                                                         << " | true ATTN " << static_cast<double>(ref.attn(0, 0))
-                                                         << " | decomposed " << static_cast<double>(r.attn(0, 0))
-                                                         << " | fused " << static_cast<double>(fused(0, 0)));
+    MESSAGE("robustness | fused accumulator overflow | "
+            << type_name<T>() << " | " << kname << " | true ATTN " << static_cast<double>(ref.attn(0, 0))
+            << " | decomposed " << static_cast<double>(r.attn(0, 0)) << " | fused "
+            << static_cast<double>(fused(0, 0)));
   }
 }

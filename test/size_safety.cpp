@@ -80,15 +80,15 @@ std::string outcome(F&& f) {
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 /// The call throws std::invalid_argument whose message holds every number in `numbers`.
-#define CHECK_REJECTS(call, ...)                                                        \
-  do {                                                                                  \
-    const std::string what_ = outcome([&] { (void)(call); });                           \
-    CAPTURE(what_);                                                                     \
-    CHECK_MESSAGE(starts_with(what_, "invalid_argument: "), #call);                     \
-    for (const long long n_ : std::vector<long long>{__VA_ARGS__}) {                    \
-      CAPTURE(n_);                                                                      \
-      CHECK(what_.find(std::to_string(n_)) != std::string::npos);                       \
-    }                                                                                   \
+#define CHECK_REJECTS(call, ...)                                     \
+  do {                                                               \
+    const std::string what_ = outcome([&] { (void)(call); });        \
+    CAPTURE(what_);                                                  \
+    CHECK_MESSAGE(starts_with(what_, "invalid_argument: "), #call);  \
+    for (const long long n_ : std::vector<long long>{__VA_ARGS__}) { \
+      CAPTURE(n_);                                                   \
+      CHECK(what_.find(std::to_string(n_)) != std::string::npos);    \
+    }                                                                \
   } while (false)
 
 /// The call throws std::bad_alloc (or std::length_error, the standard library's word for an
@@ -156,8 +156,8 @@ TEST_CASE_TEMPLATE("size safety: Q and K claiming 2^40 rows with different d_k a
   CHECK_REJECTS(ea::attention_scores_into(Q, K, scores), 8, 7);
 }
 
-TEST_CASE_TEMPLATE("size safety: an input whose element count overflows Eigen::Index is rejected unread", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("size safety: an input whose element count overflows Eigen::Index is rejected unread", T,
+                   float, double) {
   // Consistent shapes, 2^80 elements each: no pointer into them could be formed.
   const auto Q = huge<T>(kTwo40, kTwo40);
   const auto K = huge<T>(kTwo40, kTwo40);
@@ -186,8 +186,9 @@ TEST_CASE_TEMPLATE("size safety: an input whose element count overflows Eigen::I
   CHECK_REJECTS(ea::attention_into(Qs, Ks, huge<T>(kTwo40, 4), scores), kTwo40);
 }
 
-TEST_CASE_TEMPLATE("size safety: by-value SCORES of T_q = T_k = 2^32 throw std::invalid_argument before reading Q", T,
-                   float, double) {
+TEST_CASE_TEMPLATE(
+    "size safety: by-value SCORES of T_q = T_k = 2^32 throw std::invalid_argument before reading Q", T, float,
+    double) {
   // Q, K and V are countable (2^35 elements); SCORES would be 2^64 elements.
   const auto Q = huge<T>(kTwo32, 8);
   const auto K = huge<T>(kTwo32, 8);
@@ -211,13 +212,14 @@ TEST_CASE_TEMPLATE("size safety: by-value SCORES of T_q = T_k = 2^32 throw std::
   CHECK_REJECTS(ea::attention_decomposed(Qt, Kt, Vt), kTwo40);
 }
 
-TEST_CASE_TEMPLATE("size safety: strides whose byte span overflows Eigen::Index are rejected unread", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("size safety: strides whose byte span overflows Eigen::Index are rejected unread", T,
+                   float, double) {
   ea::Options opt;
   const SMap<T> ok(guard<T>(), 16, 8, DStride(8, 1));
-  const SMap<T> far_rows(guard<T>(), 16, 8, DStride(kTwo60, 1));        // 15 * 2^60 elements apart
-  const SMap<T> far_cols(guard<T>(), 16, 8, DStride(8, -kTwo60));       // negative, just as far
-  const SMap<T> min_stride(guard<T>(), 1, 8, DStride(std::numeric_limits<Index>::min(), 1));  // |stride| overflows
+  const SMap<T> far_rows(guard<T>(), 16, 8, DStride(kTwo60, 1));   // 15 * 2^60 elements apart
+  const SMap<T> far_cols(guard<T>(), 16, 8, DStride(8, -kTwo60));  // negative, just as far
+  const SMap<T> min_stride(guard<T>(), 1, 8,
+                           DStride(std::numeric_limits<Index>::min(), 1));  // |stride| overflows
   for (const auto* bad : {&far_rows, &far_cols}) {
     CHECK_REJECTS(ea::compiled::attention<T>(*bad, ok, ok, opt), kTwo60);
     CHECK_REJECTS(ea::compiled::attention<T>(ok, *bad, ok, opt), kTwo60);
@@ -236,11 +238,12 @@ TEST_CASE_TEMPLATE("size safety: strides whose byte span overflows Eigen::Index 
   CHECK_REJECTS(ea::compiled::attention_into<T>(ok, ok, ok, out_far, nullptr, opt), kTwo60);
   CHECK_REJECTS(ea::compiled::attention_into<T>(ok, ok, ok, out_ok, &lse_far, opt), kTwo60);
   CHECK_REJECTS(ea::compiled::attention_scores_into<T>(ok, ok, scores_far, nullptr, opt), kTwo60);
-  CHECK_REJECTS(ea::compiled::attention_decomposed_into<T>(ok, ok, ok, scores_far, out_ok, nullptr, opt), kTwo60);
+  CHECK_REJECTS(ea::compiled::attention_decomposed_into<T>(ok, ok, ok, scores_far, out_ok, nullptr, opt),
+                kTwo60);
 }
 
-TEST_CASE_TEMPLATE("size safety: d_k past the kernels' scratch limit is rejected, even over real memory", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("size safety: d_k past the kernels' scratch limit is rejected, even over real memory", T,
+                   float, double) {
   // Stride 0: one real element stands for 2^50 (or 2^60) columns, a legitimate view. The tiled
   // kernels' per-thread scratch holds a few thousand rows of d_k: its count must be
   // representable, so such a d_k is rejected by name.
@@ -321,8 +324,8 @@ TEST_CASE_TEMPLATE("size safety: a representable result too large for memory thr
   }
 }
 
-TEST_CASE_TEMPLATE("size safety: _into with an Eigen::Matrix output that would grow past Eigen::Index", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("size safety: _into with an Eigen::Matrix output that would grow past Eigen::Index", T,
+                   float, double) {
   // The front door resizes a resizable output before the compiled call sees it; Eigen's resize
   // refuses T_q x T_k = 2^64 with std::bad_alloc before allocating anything. Either that or
   // std::invalid_argument is acceptable; Q and K are never read.
@@ -390,8 +393,8 @@ TEST_CASE("size safety: the fused calls never form T_q x T_k (T = 2^21 with a sl
   }
 }
 
-TEST_CASE_TEMPLATE("size safety: HeadsView shapes and strides past Eigen::Index are rejected unread", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("size safety: HeadsView shapes and strides past Eigen::Index are rejected unread", T,
+                   float, double) {
   using C = const T;
   const Index n = kTwo20;
   // [2^20, 2^20, 2^20, 2^20] contiguous: 2^80 elements (the strides themselves would overflow;
@@ -403,25 +406,30 @@ TEST_CASE_TEMPLATE("size safety: HeadsView shapes and strides past Eigen::Index 
   // dim = 0 does not make the rest countable: B x H x T = 2^60 x 2^20 query rows.
   const auto q_rows = huge_heads<C>(kTwo60, n, 1, 0, 0, 0, 0, 0);
   CHECK_REJECTS(ea::attention_heads(q_rows, q_rows, q_rows, huge_heads<T>(kTwo60, n, 1, 0, 0, 0, 0, 0),
-                                    [] { ea::Options o; o.scale = 1.0; return o; }()),
+                                    [] {
+                                      ea::Options o;
+                                      o.scale = 1.0;
+                                      return o;
+                                    }()),
                 kTwo60);
   // Countable shapes, strides spanning more than Eigen::Index: Q, K, V, out, lse, scores.
   const auto q_far = huge_heads<C>(1, 2, 4, 4, 0, kTwo60, 4);
-  CHECK_REJECTS(ea::attention_heads(q_far, huge_heads<C>(1, 2, 4, 4, 0, 16, 4), huge_heads<C>(1, 2, 4, 4, 0, 16, 4),
-                                    huge_heads<T>(1, 2, 4, 4, 0, 16, 4)),
+  CHECK_REJECTS(ea::attention_heads(q_far, huge_heads<C>(1, 2, 4, 4, 0, 16, 4),
+                                    huge_heads<C>(1, 2, 4, 4, 0, 16, 4), huge_heads<T>(1, 2, 4, 4, 0, 16, 4)),
                 kTwo60);
   CHECK_REJECTS(ea::attention_heads(small, small, small, huge_heads<T>(1, 1, 4, 4, 0, 0, kTwo60)), kTwo60);
   CHECK_REJECTS(ea::attention_heads(small, small, small, out_small, ea::Options{}, ea::Masks<T>{},
                                     huge_heads<T>(1, 1, 4, 1, 0, 0, -kTwo60)),
                 kTwo60);
-  CHECK_REJECTS(ea::attention_heads_decomposed(small, small, small, huge_heads<T>(1, 1, 4, 4, 0, 0, 4, kTwo60),
-                                               out_small),
+  CHECK_REJECTS(ea::attention_heads_decomposed(small, small, small,
+                                               huge_heads<T>(1, 1, 4, 4, 0, 0, 4, kTwo60), out_small),
                 kTwo60);
   // SCORES [1, 1, 2^32, 2^32] with countable Q and K of 2^32 tokens (stride 0 over the guard).
   const auto q_long = huge_heads<C>(1, 1, kTwo32, 8, 0, 0, 0);
-  CHECK_REJECTS(ea::attention_heads_decomposed(q_long, q_long, q_long, huge_heads<T>(1, 1, kTwo32, kTwo32, 0, 0, 0, 0),
-                                               ea::HeadsView<T>{}),
-                kTwo32);
+  CHECK_REJECTS(
+      ea::attention_heads_decomposed(q_long, q_long, q_long, huge_heads<T>(1, 1, kTwo32, kTwo32, 0, 0, 0, 0),
+                                     ea::HeadsView<T>{}),
+      kTwo32);
   // A mask or bias of the right shape with strides past Eigen::Index.
   ea::Masks<T> masks;
   masks.bias = {guard<T>(), 1, 1, 4, 4, 0, 0, kTwo60, 1};
@@ -435,19 +443,21 @@ TEST_CASE_TEMPLATE("size safety: HeadsView shapes and strides past Eigen::Index 
   masks = {};
   masks.key_lengths = guard<std::int64_t>();
   const auto q_many = huge_heads<C>(many, 1, 1, 1, 0, 0, 1);
-  CHECK_REJECTS(ea::attention_heads(q_many, q_many, q_many, huge_heads<T>(many, 1, 1, 1, 0, 0, 1), ea::Options{}, masks),
+  CHECK_REJECTS(ea::attention_heads(q_many, q_many, q_many, huge_heads<T>(many, 1, 1, 1, 0, 0, 1),
+                                    ea::Options{}, masks),
                 many);
   // merge_attention: the same checks.
   CHECK_REJECTS(ea::merge_attention(q_huge, q_huge, q_huge, q_huge, huge_heads<T>(n, n, n, n, 0, 0, 0, 0),
                                     huge_heads<T>(n, n, n, 1, 0, 0, 0, 0)),
                 n);
-  CHECK_REJECTS(ea::merge_attention(q_far, huge_heads<C>(1, 2, 4, 1, 0, 4, 1), q_far, huge_heads<C>(1, 2, 4, 1, 0, 4, 1),
-                                    huge_heads<T>(1, 2, 4, 4, 0, 16, 4), huge_heads<T>(1, 2, 4, 1, 0, 4, 1)),
+  CHECK_REJECTS(ea::merge_attention(q_far, huge_heads<C>(1, 2, 4, 1, 0, 4, 1), q_far,
+                                    huge_heads<C>(1, 2, 4, 1, 0, 4, 1), huge_heads<T>(1, 2, 4, 4, 0, 16, 4),
+                                    huge_heads<T>(1, 2, 4, 1, 0, 4, 1)),
                 kTwo60);
 }
 
-TEST_CASE_TEMPLATE("size safety: packed varlen weights past Eigen::Index are rejected before allocating", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("size safety: packed varlen weights past Eigen::Index are rejected before allocating", T,
+                   float, double) {
   using C = const T;
   // One sequence of 2^32 queries and 2^32 keys: T_q x T_k = 2^64 weights.
   const std::int64_t cu[2] = {0, std::int64_t{1} << 32};
@@ -456,14 +466,14 @@ TEST_CASE_TEMPLATE("size safety: packed varlen weights past Eigen::Index are rej
   const std::int64_t cu2[3] = {0, std::int64_t{1} << 30, std::int64_t{1} << 31};
   CHECK_REJECTS(ea::varlen_scores_size(cu2, cu2, 2, 4), Index{1} << 30);
   const auto q = huge_heads<C>(1, 4, Index{1} << 31, 8, 0, 0, 0);
-  CHECK_REJECTS(ea::attention_varlen_decomposed(q, q, q, guard<T>(), 0, huge_heads<T>(1, 4, Index{1} << 31, 8, 0, 0, 0),
-                                                cu2, cu2, 2),
+  CHECK_REJECTS(ea::attention_varlen_decomposed(q, q, q, guard<T>(), 0,
+                                                huge_heads<T>(1, 4, Index{1} << 31, 8, 0, 0, 0), cu2, cu2, 2),
                 Index{1} << 30);
   // A batch whose batch + 1 offsets could not be counted: rejected before the offsets are
   // allocated or read (they are the guard page).
   const Index batch = std::numeric_limits<Index>::max();
   CHECK_REJECTS(ea::varlen_scores_size(guard<std::int64_t>(), guard<std::int64_t>(), batch, 1), batch);
-  CHECK_REJECTS(ea::attention_varlen(q, q, q, huge_heads<T>(1, 4, Index{1} << 31, 8, 0, 0, 0), guard<std::int64_t>(),
-                                     guard<std::int64_t>(), batch),
+  CHECK_REJECTS(ea::attention_varlen(q, q, q, huge_heads<T>(1, 4, Index{1} << 31, 8, 0, 0, 0),
+                                     guard<std::int64_t>(), guard<std::int64_t>(), batch),
                 batch);
 }

@@ -25,7 +25,6 @@ std::vector<ea::Kernel> tiled_kernels() {
   return ks;
 }
 
-
 }  // namespace
 
 TEST_CASE_TEMPLATE("threads: every thread count gives bitwise the same result", T, float, double) {
@@ -89,7 +88,8 @@ TEST_CASE("threads: concurrent callers sharing inputs get the sequential results
 }
 
 TEST_CASE("threads: a negative count throws std::invalid_argument naming it") {
-  Eigen::MatrixXd Q = Eigen::MatrixXd::Ones(3, 2), K = Eigen::MatrixXd::Ones(3, 2), V = Eigen::MatrixXd::Ones(3, 2);
+  Eigen::MatrixXd Q = Eigen::MatrixXd::Ones(3, 2), K = Eigen::MatrixXd::Ones(3, 2),
+                  V = Eigen::MatrixXd::Ones(3, 2);
   ea::Options opt;
   opt.threads = -2;
   CHECK_THROWS_WITH_AS(ea::attention(Q, K, V, opt), doctest::Contains("-2"), std::invalid_argument);
@@ -122,8 +122,8 @@ TEST_CASE("threads: a forked child can use threads after the parent did") {
 }
 #endif
 
-TEST_CASE_TEMPLATE("determinism: Kernel::Auto and the storage order of the inputs do not change a bit", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("determinism: Kernel::Auto and the storage order of the inputs do not change a bit", T,
+                   float, double) {
   // Auto runs the best available kernel: the very same bits as asking for it by name. The
   // kernels copy each tile of Q, K and V into contiguous scratch before any arithmetic, so
   // row-major, column-major and strided inputs give the same bits too.

@@ -45,8 +45,9 @@ template <class T>
 constexpr long double kTol = 16 * unit_roundoff<T>();
 
 template <class T>
-void check_all_forms(const RowMatrix<T>& Q, const RowMatrix<T>& K, const RowMatrix<T>& V, const ea::Options& base,
-                     const MatrixLD& scores, const MatrixLD& attn, const VectorLD& lse) {
+void check_all_forms(const RowMatrix<T>& Q, const RowMatrix<T>& K, const RowMatrix<T>& V,
+                     const ea::Options& base, const MatrixLD& scores, const MatrixLD& attn,
+                     const VectorLD& lse) {
   for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
@@ -98,11 +99,11 @@ TEST_CASE_TEMPLATE("worked example: causal top-left", T, float, double) {
   const long double Z1 = 1 + a, Z2 = 2 * a + e;
   MatrixLD scores(3, 3), attn(3, 3);
   VectorLD lse(3);
-  scores << 1, 0, 0,        //
-      1 / Z1, a / Z1, 0,    //
+  scores << 1, 0, 0,      //
+      1 / Z1, a / Z1, 0,  //
       a / Z2, a / Z2, e / Z2;
-  attn << 1, 2, 0,                                       //
-      1 / Z1, (2 + a) / Z1, (3 * a) / Z1,                //
+  attn << 1, 2, 0,                         //
+      1 / Z1, (2 + a) / Z1, (3 * a) / Z1,  //
       (a + 2 * e) / Z2, (3 * a) / Z2, (3 * a + e) / Z2;
   lse << 0.5L, std::log(Z1), std::log(Z2);
 

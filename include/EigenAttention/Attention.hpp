@@ -74,10 +74,11 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
   // Inputs are validated before an output is resized (then again by the call itself).
   if (detail::will_resize(out, Q.rows(), V.cols())) {
     compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
-    detail::check_resizable_apart("attention_into",
-                                  {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-                                   detail::input_extent("V", V, v.map())},
-                                  {detail::output_extent("out", out)});
+    detail::check_resizable_apart(
+        "attention_into",
+        {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+         detail::input_extent("V", V, v.map())},
+        {detail::output_extent("out", out)});
   }
   const auto o = detail::output_view(out, Q.rows(), V.cols());
   compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, nullptr, opt);
@@ -91,20 +92,20 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
                     const Eigen::MatrixBase<DV>& V, DO&& out, DL&& lse, const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>,
-                        detail::ScalarOf<DL>>{};
+                            detail::ScalarOf<DL>>{};
   (void)detail::OutputCheck<DO>{};
   (void)detail::OutputCheck<DL>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
   // Inputs are validated before an output is resized (then again by the call itself).
-  if (detail::will_resize(out, Q.rows(), V.cols()) ||
-      detail::will_resize(lse, Q.rows(), 1)) {
+  if (detail::will_resize(out, Q.rows(), V.cols()) || detail::will_resize(lse, Q.rows(), 1)) {
     compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
-    detail::check_resizable_apart("attention_into",
-                                  {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-                                   detail::input_extent("V", V, v.map())},
-                                  {detail::output_extent("out", out), detail::output_extent("lse", lse)});
+    detail::check_resizable_apart(
+        "attention_into",
+        {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+         detail::input_extent("V", V, v.map())},
+        {detail::output_extent("out", out), detail::output_extent("lse", lse)});
   }
   const auto o = detail::output_view(out, Q.rows(), V.cols());
   const auto l = detail::output_view(lse, Q.rows(), 1);
@@ -135,23 +136,24 @@ DecomposedResult<typename DQ::Scalar> attention_decomposed(const Eigen::MatrixBa
 /// Outputs as for attention_into(); they must overlap neither the inputs nor each other.
 template <class DQ, class DK, class DV, class DS, class DO, detail::EnableIfMatrix<DS, DO> = 0>
 void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                               const Eigen::MatrixBase<DV>& V, DS&& scores, DO&& attn, const Options& opt = {}) {
+                               const Eigen::MatrixBase<DV>& V, DS&& scores, DO&& attn,
+                               const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DS>,
-                        detail::ScalarOf<DO>>{};
+                            detail::ScalarOf<DO>>{};
   (void)detail::OutputCheck<DS>{};
   (void)detail::OutputCheck<DO>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
   // Inputs are validated before an output is resized (then again by the call itself).
-  if (detail::will_resize(scores, Q.rows(), K.rows()) ||
-      detail::will_resize(attn, Q.rows(), V.cols())) {
+  if (detail::will_resize(scores, Q.rows(), K.rows()) || detail::will_resize(attn, Q.rows(), V.cols())) {
     compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
-    detail::check_resizable_apart("attention_decomposed_into",
-                                  {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-                                   detail::input_extent("V", V, v.map())},
-                                  {detail::output_extent("scores", scores), detail::output_extent("attn", attn)});
+    detail::check_resizable_apart(
+        "attention_decomposed_into",
+        {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+         detail::input_extent("V", V, v.map())},
+        {detail::output_extent("scores", scores), detail::output_extent("attn", attn)});
   }
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   const auto o = detail::output_view(attn, Q.rows(), V.cols());
@@ -165,7 +167,7 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
                                const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DS>,
-                        detail::ScalarOf<DO>, detail::ScalarOf<DL>>{};
+                            detail::ScalarOf<DO>, detail::ScalarOf<DL>>{};
   (void)detail::OutputCheck<DS>{};
   (void)detail::OutputCheck<DO>{};
   (void)detail::OutputCheck<DL>{};
@@ -173,15 +175,15 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
   // Inputs are validated before an output is resized (then again by the call itself).
-  if (detail::will_resize(scores, Q.rows(), K.rows()) ||
-      detail::will_resize(attn, Q.rows(), V.cols()) ||
+  if (detail::will_resize(scores, Q.rows(), K.rows()) || detail::will_resize(attn, Q.rows(), V.cols()) ||
       detail::will_resize(lse, Q.rows(), 1)) {
     compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
-    detail::check_resizable_apart("attention_decomposed_into",
-                                  {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-                                   detail::input_extent("V", V, v.map())},
-                                  {detail::output_extent("scores", scores), detail::output_extent("attn", attn),
-                                   detail::output_extent("lse", lse)});
+    detail::check_resizable_apart(
+        "attention_decomposed_into",
+        {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
+         detail::input_extent("V", V, v.map())},
+        {detail::output_extent("scores", scores), detail::output_extent("attn", attn),
+         detail::output_extent("lse", lse)});
   }
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   const auto o = detail::output_view(attn, Q.rows(), V.cols());
@@ -193,8 +195,7 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
 /// \throws std::invalid_argument on mismatched shapes or a bad scale.
 template <class DQ, class DK>
 RowMatrix<typename DQ::Scalar> attention_scores(const Eigen::MatrixBase<DQ>& Q,
-                                                const Eigen::MatrixBase<DK>& K,
-                                                const Options& opt = {}) {
+                                                const Eigen::MatrixBase<DK>& K, const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar>{};
   detail::InputView<DQ> q(Q.derived());
@@ -214,9 +215,10 @@ void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBa
   // Inputs are validated before an output is resized (then again by the call itself).
   if (detail::will_resize(scores, Q.rows(), K.rows())) {
     compiled::validate<Scalar>("attention_scores_into", q.map(), k.map(), nullptr, opt);
-    detail::check_resizable_apart("attention_scores_into",
-                                  {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map())},
-                                  {detail::output_extent("scores", scores)});
+    detail::check_resizable_apart(
+        "attention_scores_into",
+        {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map())},
+        {detail::output_extent("scores", scores)});
   }
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   compiled::attention_scores_into<Scalar>(q.map(), k.map(), s, nullptr, opt);

@@ -52,7 +52,8 @@ EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const double> q
 /// or outputs that overlap an input or each other; nothing is written then.
 EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const float> q, MatrixView<const float> k,
                                 const MatrixView<const float>* v, const MatrixView<float>* scores,
-                                const MatrixView<float>* attn, const MatrixView<float>* lse, const Options& opt);
+                                const MatrixView<float>* attn, const MatrixView<float>* lse,
+                                const Options& opt);
 /// \overload
 /// The same computation for double.
 EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const double> q, MatrixView<const double> k,
@@ -85,8 +86,9 @@ MatrixView<std::remove_pointer_t<decltype(std::declval<Derived&>().data())>> vie
 /// idiom for writable views).
 template <typename Scalar>
 MatrixView<Scalar> view(const StridedMap<Scalar>& m) {
-  return {const_cast<Scalar*>(m.data()), static_cast<std::ptrdiff_t>(m.rows()), static_cast<std::ptrdiff_t>(m.cols()),
-          static_cast<std::ptrdiff_t>(m.rowStride()), static_cast<std::ptrdiff_t>(m.colStride())};
+  return {const_cast<Scalar*>(m.data()), static_cast<std::ptrdiff_t>(m.rows()),
+          static_cast<std::ptrdiff_t>(m.cols()), static_cast<std::ptrdiff_t>(m.rowStride()),
+          static_cast<std::ptrdiff_t>(m.colStride())};
 }
 
 namespace detail {
@@ -157,7 +159,8 @@ DecomposedResult<Scalar> attention_decomposed(const ConstStridedMap<Scalar>& q,
   detail::check_result<Scalar>(api, "SCORES", "T_q x T_k", qv.rows, kv.rows);
   detail::check_result<Scalar>(api, "ATTN", "T_q x d_v", qv.rows, vv.cols);
   detail::check_result<Scalar>(api, "LSE", "T_q x 1", qv.rows, 1);
-  DecomposedResult<Scalar> r{detail::result<Scalar>(qv.rows, kv.rows), detail::result<Scalar>(qv.rows, vv.cols),
+  DecomposedResult<Scalar> r{detail::result<Scalar>(qv.rows, kv.rows),
+                             detail::result<Scalar>(qv.rows, vv.cols),
                              Vector<Scalar>(static_cast<Eigen::Index>(qv.rows))};
   prefer_huge_pages(r.scores.data(), static_cast<std::size_t>(r.scores.size()) * sizeof(Scalar));
   const MatrixView<Scalar> s = view(r.scores), a = view(r.attn), l = view(r.lse);
@@ -174,7 +177,8 @@ void attention_decomposed_into(const ConstStridedMap<Scalar>& q, const ConstStri
   const MatrixView<const Scalar> vv = view(v);
   const MatrixView<Scalar> s = view(scores), a = view(attn);
   const MatrixView<Scalar> l = lse != nullptr ? view(*lse) : MatrixView<Scalar>{};
-  compiled::run("attention_decomposed_into", view(q), view(k), &vv, &s, &a, lse != nullptr ? &l : nullptr, opt);
+  compiled::run("attention_decomposed_into", view(q), view(k), &vv, &s, &a, lse != nullptr ? &l : nullptr,
+                opt);
 }
 
 /// SCORES alone (T_q x T_k), freshly allocated.
@@ -199,8 +203,8 @@ void attention_scores_into(const ConstStridedMap<Scalar>& q, const ConstStridedM
                            const Options& opt) {
   const MatrixView<Scalar> s = view(scores);
   const MatrixView<Scalar> l = lse != nullptr ? view(*lse) : MatrixView<Scalar>{};
-  compiled::run("attention_scores_into", view(q), view(k), nullptr, &s, nullptr, lse != nullptr ? &l : nullptr,
-                opt);
+  compiled::run("attention_scores_into", view(q), view(k), nullptr, &s, nullptr,
+                lse != nullptr ? &l : nullptr, opt);
 }
 ///@}
 

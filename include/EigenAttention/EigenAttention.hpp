@@ -9,13 +9,13 @@
 /// (EigenAttention::EigenAttention), one pkg-config name (eigen-attention).
 #pragma once
 
-#include <EigenAttention/Version.hpp>
-#include <EigenAttention/Kernels.hpp>
-#include <EigenAttention/Options.hpp>
-#include <EigenAttention/Types.hpp>
-#include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/Attention.hpp>
+#include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/HeadsView.hpp>
+#include <EigenAttention/Kernels.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/MultiHead.hpp>
 #include <EigenAttention/Npy.hpp>
+#include <EigenAttention/Options.hpp>
+#include <EigenAttention/Types.hpp>
+#include <EigenAttention/Version.hpp>

@@ -58,28 +58,46 @@ struct HeadsView {
   static HeadsView bhtd(Scalar* data, std::ptrdiff_t batch, std::ptrdiff_t heads, std::ptrdiff_t tokens,
                         std::ptrdiff_t dim) {
     const auto sizes = {batch, heads, tokens, dim};
-    return {data, batch, heads, tokens, dim, detail::stride_product("HeadsView::bhtd", sizes, {heads, tokens, dim}),
-            detail::stride_product("HeadsView::bhtd", sizes, {tokens, dim}), dim, 1};
+    return {data,
+            batch,
+            heads,
+            tokens,
+            dim,
+            detail::stride_product("HeadsView::bhtd", sizes, {heads, tokens, dim}),
+            detail::stride_product("HeadsView::bhtd", sizes, {tokens, dim}),
+            dim,
+            1};
   }
   /// A contiguous [batch, tokens, heads, dim] buffer (note the order of the size arguments).
   /// \throws std::invalid_argument when a stride overflows std::ptrdiff_t.
   static HeadsView bthd(Scalar* data, std::ptrdiff_t batch, std::ptrdiff_t tokens, std::ptrdiff_t heads,
                         std::ptrdiff_t dim) {
     const auto sizes = {batch, tokens, heads, dim};
-    return {data, batch, heads, tokens, dim, detail::stride_product("HeadsView::bthd", sizes, {tokens, heads, dim}),
-            dim, detail::stride_product("HeadsView::bthd", sizes, {heads, dim}), 1};
+    return {data,  batch,
+            heads, tokens,
+            dim,   detail::stride_product("HeadsView::bthd", sizes, {tokens, heads, dim}),
+            dim,   detail::stride_product("HeadsView::bthd", sizes, {heads, dim}),
+            1};
   }
   /// A contiguous buffer in either layout, sizes given as (batch, heads, tokens, dim).
   static HeadsView contiguous(Scalar* data, Layout layout, std::ptrdiff_t batch, std::ptrdiff_t heads,
                               std::ptrdiff_t tokens, std::ptrdiff_t dim) {
-    return layout == Layout::BHTD ? bhtd(data, batch, heads, tokens, dim) : bthd(data, batch, tokens, heads, dim);
+    return layout == Layout::BHTD ? bhtd(data, batch, heads, tokens, dim)
+                                  : bthd(data, batch, tokens, heads, dim);
   }
   /// One matrix (a Matrix, Map, Ref or block with direct access, e.g. `M.topRows(2)`) as
   /// batch = heads = 1. A HeadsView of non-const Scalar needs a writable matrix.
   template <class Derived>
   static HeadsView single(Derived&& m) {
-    return {m.data(), 1, 1, static_cast<std::ptrdiff_t>(m.rows()), static_cast<std::ptrdiff_t>(m.cols()), 0, 0,
-            static_cast<std::ptrdiff_t>(m.rowStride()), static_cast<std::ptrdiff_t>(m.colStride())};
+    return {m.data(),
+            1,
+            1,
+            static_cast<std::ptrdiff_t>(m.rows()),
+            static_cast<std::ptrdiff_t>(m.cols()),
+            0,
+            0,
+            static_cast<std::ptrdiff_t>(m.rowStride()),
+            static_cast<std::ptrdiff_t>(m.colStride())};
   }
   /// A rank-4 Eigen::Tensor or TensorMap whose four dimensions are in `layout`'s order.
   /// (Eigen's tensors are column-major unless declared RowMajor; both are handled.)
@@ -112,8 +130,8 @@ struct HeadsView {
                                         RowMatrix<Scalar>>;
   /// Head h of sequence b as an Eigen matrix view (tokens x dim) over the same elements,
   /// strides included. Not bounds-checked: needs 0 <= b < batch and 0 <= h < heads.
-  Eigen::Map<HeadMatrix, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>> head(std::ptrdiff_t b,
-                                                                                              std::ptrdiff_t h) const {
+  Eigen::Map<HeadMatrix, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>> head(
+      std::ptrdiff_t b, std::ptrdiff_t h) const {
     return {data + b * batch_stride + h * head_stride, static_cast<Eigen::Index>(tokens),
             static_cast<Eigen::Index>(dim),
             Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(static_cast<Eigen::Index>(token_stride),

@@ -46,22 +46,36 @@ struct BroadcastView {
   /// (This and per_head throw std::invalid_argument when a stride overflows std::ptrdiff_t.)
   static BroadcastView per_sequence(const Element* data, std::ptrdiff_t batch, std::ptrdiff_t rows,
                                     std::ptrdiff_t cols) {
-    return {data, batch, 1, rows, cols,
-            detail::stride_product("BroadcastView::per_sequence", {batch, rows, cols}, {rows, cols}), 0, cols, 1};
+    return {
+        data, batch, 1,
+        rows, cols,  detail::stride_product("BroadcastView::per_sequence", {batch, rows, cols}, {rows, cols}),
+        0,    cols,  1};
   }
   /// A contiguous [batch, heads, T_q, T_k] array: one matrix per sequence and head.
-  static BroadcastView per_head(const Element* data, std::ptrdiff_t batch, std::ptrdiff_t heads, std::ptrdiff_t rows,
-                                std::ptrdiff_t cols) {
+  static BroadcastView per_head(const Element* data, std::ptrdiff_t batch, std::ptrdiff_t heads,
+                                std::ptrdiff_t rows, std::ptrdiff_t cols) {
     const auto sizes = {batch, heads, rows, cols};
-    return {data, batch, heads, rows, cols,
+    return {data,
+            batch,
+            heads,
+            rows,
+            cols,
             detail::stride_product("BroadcastView::per_head", sizes, {heads, rows, cols}),
-            detail::stride_product("BroadcastView::per_head", sizes, {rows, cols}), cols, 1};
+            detail::stride_product("BroadcastView::per_head", sizes, {rows, cols}),
+            cols,
+            1};
   }
   /// An Eigen matrix (any storage order, direct access) for every sequence and head.
   template <class Derived>
   static BroadcastView of(const Eigen::DenseBase<Derived>& m) {
-    return {m.derived().data(), 1, 1, static_cast<std::ptrdiff_t>(m.rows()), static_cast<std::ptrdiff_t>(m.cols()),
-            0, 0, static_cast<std::ptrdiff_t>(m.derived().rowStride()),
+    return {m.derived().data(),
+            1,
+            1,
+            static_cast<std::ptrdiff_t>(m.rows()),
+            static_cast<std::ptrdiff_t>(m.cols()),
+            0,
+            0,
+            static_cast<std::ptrdiff_t>(m.derived().rowStride()),
             static_cast<std::ptrdiff_t>(m.derived().colStride())};
   }
   /// Is this the empty view (data null), i.e. no mask or bias?

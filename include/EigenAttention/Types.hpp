@@ -37,11 +37,11 @@ using StridedMap =
 /// The front doors build these from any Eigen matrix; compiled::view() does it for a Map.
 template <typename Scalar>
 struct MatrixView {
-  Scalar* data = nullptr;        ///< element (0, 0); may be null when the matrix is empty
-  std::ptrdiff_t rows = 0;       ///< number of rows
-  std::ptrdiff_t cols = 0;       ///< number of columns
-  std::ptrdiff_t row_stride = 0; ///< elements from (i, j) to (i + 1, j)
-  std::ptrdiff_t col_stride = 0; ///< elements from (i, j) to (i, j + 1)
+  Scalar* data = nullptr;         ///< element (0, 0); may be null when the matrix is empty
+  std::ptrdiff_t rows = 0;        ///< number of rows
+  std::ptrdiff_t cols = 0;        ///< number of columns
+  std::ptrdiff_t row_stride = 0;  ///< elements from (i, j) to (i + 1, j)
+  std::ptrdiff_t col_stride = 0;  ///< elements from (i, j) to (i, j + 1)
 };
 
 /// What attention_decomposed() returns.

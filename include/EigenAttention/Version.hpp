@@ -16,7 +16,7 @@
 #define EIGEN_ATTENTION_VERSION_PATCH 0
 
 /// The version as one integer, e.g. 200 for 0.2.0 (major * 10000 + minor * 100 + patch).
-#define EIGEN_ATTENTION_VERSION                                           \
+#define EIGEN_ATTENTION_VERSION                                                  \
   (EIGEN_ATTENTION_VERSION_MAJOR * 10000 + EIGEN_ATTENTION_VERSION_MINOR * 100 + \
    EIGEN_ATTENTION_VERSION_PATCH)
 

@@ -35,7 +35,8 @@ double median_seconds(double budget, F&& f) {
   f();
   std::vector<double> t;
   const auto start = clock::now();
-  while (t.size() < 3 || (std::chrono::duration<double>(clock::now() - start).count() < budget && t.size() < 1000)) {
+  while (t.size() < 3 ||
+         (std::chrono::duration<double>(clock::now() - start).count() < budget && t.size() < 1000)) {
     const auto t0 = clock::now();
     f();
     t.push_back(std::chrono::duration<double>(clock::now() - t0).count());
@@ -53,13 +54,15 @@ int bench_command(const BenchArgs& args) {
   std::vector<int> thread_counts{1};
   if (hardware > 1) thread_counts.push_back(0);
 
-  std::printf("eigen-attention bench: one head, T_q = T_k = T, d = %ld, float, kernel %s, %u hardware thread%s\n",
-              d, kernel_name(available_kernels().front()), hardware, hardware == 1 ? "" : "s");
+  std::printf(
+      "eigen-attention bench: one head, T_q = T_k = T, d = %ld, float, kernel %s, %u hardware thread%s\n", d,
+      kernel_name(available_kernels().front()), hardware, hardware == 1 ? "" : "s");
   std::printf("  %-11s %5s %8s %10s %9s\n", "call", "T", "threads", "time/ms", "GFLOP/s");
   std::fflush(stdout);
   for (const bool decomposed : {false, true}) {
     for (const long T : args.quick ? std::vector<long>{256, 512} : std::vector<long>{1024, 2048}) {
-      const std::vector<float> q = random_values(std::size_t(T * d), 1), k = random_values(std::size_t(T * d), 2),
+      const std::vector<float> q = random_values(std::size_t(T * d), 1),
+                               k = random_values(std::size_t(T * d), 2),
                                v = random_values(std::size_t(T * d), 3);
       std::vector<float> out(std::size_t(T * d)), scores(decomposed ? std::size_t(T * T) : 0);
       const auto Q = HeadsView<const float>::bhtd(q.data(), 1, 1, T, d);

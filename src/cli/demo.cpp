@@ -232,8 +232,8 @@ int run_demo(const DemoSettings& settings) {
   std::string kernels;
   for (const ea::Kernel k : ea::available_kernels())
     kernels += std::string(kernels.empty() ? "" : ", ") + ea::kernel_name(k);
-  std::printf("EigenAttention %s: softmax(Q K^T / sqrt(d_k)) V   (kernels on this CPU: %s)\n\n", ea::version(),
-              kernels.c_str());
+  std::printf("EigenAttention %s: softmax(Q K^T / sqrt(d_k)) V   (kernels on this CPU: %s)\n\n",
+              ea::version(), kernels.c_str());
 
   const Sentence sentence = demo_sentence();
   const Eigen::MatrixXd &Q = sentence.q, &K = sentence.k, &V = sentence.v;

@@ -38,7 +38,8 @@ Image draw(const std::string& path, const double* weights, long rows, long cols,
 
 namespace detail {
 
-HeatmapGeometry heatmap_geometry(const std::string& path, long rows, long cols, const HeatmapOptions& options) {
+HeatmapGeometry heatmap_geometry(const std::string& path, long rows, long cols,
+                                 const HeatmapOptions& options) {
   return make_plan(path, rows, cols, options).g;
 }
 

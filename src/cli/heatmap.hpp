@@ -54,21 +54,22 @@ struct Rgb {
 inline bool operator==(Rgb a, Rgb b) { return a.r == b.r && a.g == b.g && a.b == b.b; }
 inline bool operator!=(Rgb a, Rgb b) { return !(a == b); }
 
-constexpr Rgb kMaskedColour{16, 16, 16};   // exactly 0
-constexpr Rgb kNanColour{255, 0, 255};     // NaN
-Rgb colour_map(double t);                  // t in [0, 1] (clamped; NaN gives kNanColour)
+constexpr Rgb kMaskedColour{16, 16, 16};  // exactly 0
+constexpr Rgb kNanColour{255, 0, 255};    // NaN
+Rgb colour_map(double t);                 // t in [0, 1] (clamped; NaN gives kNanColour)
 
 struct HeatmapGeometry {
-  int width = 0, height = 0;          // the whole image, in pixels
-  long block_rows = 1, block_cols = 1;  // pooling block (1 = not pooled)
-  long cell_rows = 0, cell_cols = 0;    // cells drawn (after pooling)
-  int cell_w = 0, cell_h = 0;           // pixels per cell
-  int heat_x = 0, heat_y = 0;           // top-left pixel of cell (0, 0)
+  int width = 0, height = 0;                       // the whole image, in pixels
+  long block_rows = 1, block_cols = 1;             // pooling block (1 = not pooled)
+  long cell_rows = 0, cell_cols = 0;               // cells drawn (after pooling)
+  int cell_w = 0, cell_h = 0;                      // pixels per cell
+  int heat_x = 0, heat_y = 0;                      // top-left pixel of cell (0, 0)
   int bar_x = 0, bar_y = 0, bar_w = 0, bar_h = 0;  // the colour bar (top = largest value)
 };
 // The layout for these dimensions and options (it does not depend on the values). Throws
 // std::runtime_error("<path>: <problem>") for the argument errors write_heatmap_png throws for.
-HeatmapGeometry heatmap_geometry(const std::string& path, long rows, long cols, const HeatmapOptions& options);
+HeatmapGeometry heatmap_geometry(const std::string& path, long rows, long cols,
+                                 const HeatmapOptions& options);
 
 }  // namespace detail
 

@@ -49,7 +49,8 @@ void make_ticks(Axis& axis, int cell_px, int spacing_px) {
   const long need = std::max<long>(1, ceil_div(spacing_px, cell_px));
   const long step = axis.tokens ? need : nice_step(need);
   axis.ticks.clear();
-  for (long c = 0; c < axis.cells; c += step) axis.ticks.push_back(Tick{c, axis.labels[static_cast<std::size_t>(c)]});
+  for (long c = 0; c < axis.cells; c += step)
+    axis.ticks.push_back(Tick{c, axis.labels[static_cast<std::size_t>(c)]});
 }
 
 // Places everything for cells of cell_w x cell_h pixels.
@@ -60,7 +61,8 @@ void lay_out(Plan& p, const std::string& full_title, int cell_w, int cell_h) {
   // Every row when each has room for a line, else (indices) ticks at least two lines apart.
   make_ticks(p.rows, cell_h, p.rows.tokens || cell_h >= kLineH + 2 ? kLineH + 2 : 2 * kLineH);
   // Column tokens lie horizontally when every one fits its column, else vertically (reading upwards).
-  p.col_labels_vertical = p.cols.tokens && static_cast<int>(p.cols.max_label_chars) * kCharW + kCharW / 2 > cell_w;
+  p.col_labels_vertical =
+      p.cols.tokens && static_cast<int>(p.cols.max_label_chars) * kCharW + kCharW / 2 > cell_w;
   make_ticks(p.cols, cell_w,
              p.col_labels_vertical ? kLineH : static_cast<int>(p.cols.max_label_chars + 1) * kCharW);
 
@@ -106,9 +108,10 @@ void lay_out(Plan& p, const std::string& full_title, int cell_w, int cell_h) {
   p.pool_note.clear();
   if (g.block_rows > 1 || g.block_cols > 1) {
     y += 12;
-    p.pool_note = "pooled: " + std::to_string(p.rows.size) + "x" + std::to_string(p.cols.size) + " shown as " +
-                  std::to_string(g.cell_rows) + "x" + std::to_string(g.cell_cols) + " (mean of " +
-                  std::to_string(g.block_rows) + "x" + std::to_string(g.block_cols) + " blocks)";
+    p.pool_note = "pooled: " + std::to_string(p.rows.size) + "x" + std::to_string(p.cols.size) +
+                  " shown as " + std::to_string(g.cell_rows) + "x" + std::to_string(g.cell_cols) +
+                  " (mean of " + std::to_string(g.block_rows) + "x" + std::to_string(g.block_cols) +
+                  " blocks)";
     p.pool_note_y = y;
     y += kGlyphH;
     extend(kMargin + text_width(p.pool_note), y);
@@ -139,17 +142,18 @@ void lay_out(Plan& p, const std::string& full_title, int cell_w, int cell_h) {
 
 Plan make_plan(const std::string& path, long rows, long cols, const HeatmapOptions& options) {
   if (rows < 1 || cols < 1) {
-    throw heatmap_failure(path, "cannot draw a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix");
+    throw heatmap_failure(path,
+                          "cannot draw a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix");
   }
   if (options.max_cells < 1) throw heatmap_failure(path, "max_cells must be at least 1");
   if (options.cell_pixels < 0) throw heatmap_failure(path, "cell_pixels must not be negative");
   if (!options.row_labels.empty() && static_cast<long>(options.row_labels.size()) != rows) {
-    throw heatmap_failure(path, std::to_string(options.row_labels.size()) + " row labels for " + std::to_string(rows) +
-                            " rows");
+    throw heatmap_failure(path, std::to_string(options.row_labels.size()) + " row labels for " +
+                                    std::to_string(rows) + " rows");
   }
   if (!options.col_labels.empty() && static_cast<long>(options.col_labels.size()) != cols) {
     throw heatmap_failure(path, std::to_string(options.col_labels.size()) + " column labels for " +
-                            std::to_string(cols) + " columns");
+                                    std::to_string(cols) + " columns");
   }
 
   Plan p;
@@ -176,9 +180,11 @@ Plan make_plan(const std::string& path, long rows, long cols, const HeatmapOptio
     lay_out(p, options.title, 1, 1);
     const long room_w = std::max(1L, kImageTarget - (g.width - g.cell_cols));
     const long room_h = std::max(1L, kImageTarget - (g.height - g.cell_rows));
-    const long base = std::clamp(std::min(room_w / g.cell_cols, room_h / g.cell_rows), 1L, long{kMaxCellPixels});
+    const long base =
+        std::clamp(std::min(room_w / g.cell_cols, room_h / g.cell_rows), 1L, long{kMaxCellPixels});
     const auto grown = [base](long cells, long room) {
-      return static_cast<int>(std::max(base, std::min({long{kMaxCellPixels}, kHeatMin / cells, room / cells})));
+      return static_cast<int>(
+          std::max(base, std::min({long{kMaxCellPixels}, kHeatMin / cells, room / cells})));
     };
     lay_out(p, options.title, grown(g.cell_cols, room_w), grown(g.cell_rows, room_h));
   }

@@ -41,9 +41,9 @@ struct Tick {
 
 struct Axis {
   long size = 0, block = 1, cells = 0;
-  bool tokens = false;                // token labels (given, and not pooled), else indices
-  std::vector<std::string> labels;    // every cell's label, printable and cut to kMaxLabelChars
-  std::size_t max_label_chars = 0;    // over all of them (the layout does not depend on the ticks)
+  bool tokens = false;              // token labels (given, and not pooled), else indices
+  std::vector<std::string> labels;  // every cell's label, printable and cut to kMaxLabelChars
+  std::size_t max_label_chars = 0;  // over all of them (the layout does not depend on the ticks)
   std::vector<Tick> ticks;
 };
 

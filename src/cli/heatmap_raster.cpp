@@ -29,7 +29,8 @@ std::string format_weight(double v) {
 }
 
 // The cells after pooling (means over blocks), row-major.
-std::vector<double> pool(const double* weights, long rows, long cols, long row_stride, const HeatmapGeometry& g) {
+std::vector<double> pool(const double* weights, long rows, long cols, long row_stride,
+                         const HeatmapGeometry& g) {
   const auto cells = static_cast<std::size_t>(g.cell_rows * g.cell_cols);
   std::vector<double> sum(cells, 0.0);
   for (long i = 0; i < rows; ++i) {
@@ -62,11 +63,15 @@ Rgb colour_map(double t) {
 }
 
 Canvas::Canvas(int width, int height)
-    : width_(width), height_(height), rgb_(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * 3, 255) {}
+    : width_(width),
+      height_(height),
+      rgb_(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * 3, 255) {}
 
 void Canvas::set(int x, int y, Rgb c) {
   if (x < 0 || y < 0 || x >= width_ || y >= height_) return;
-  unsigned char* p = &rgb_[(static_cast<std::size_t>(y) * static_cast<std::size_t>(width_) + static_cast<std::size_t>(x)) * 3];
+  unsigned char* p =
+      &rgb_[(static_cast<std::size_t>(y) * static_cast<std::size_t>(width_) + static_cast<std::size_t>(x)) *
+            3];
   p[0] = c.r;
   p[1] = c.g;
   p[2] = c.b;
@@ -87,7 +92,8 @@ void Canvas::frame(int x, int y, int w, int h, Rgb c) {
   fill(x + w, y, 1, h, c);
 }
 
-std::vector<unsigned char> render(const Plan& p, const double* weights, long rows, long cols, long row_stride) {
+std::vector<unsigned char> render(const Plan& p, const double* weights, long rows, long cols,
+                                  long row_stride) {
   const HeatmapGeometry& g = p.g;
   const std::vector<double> cells = pool(weights, rows, cols, row_stride, g);
   double vmax = 0.0;
@@ -107,8 +113,8 @@ std::vector<unsigned char> render(const Plan& p, const double* weights, long row
   };
   for (long i = 0; i < g.cell_rows; ++i) {
     for (long j = 0; j < g.cell_cols; ++j) {
-      canvas.fill(g.heat_x + static_cast<int>(j) * g.cell_w, g.heat_y + static_cast<int>(i) * g.cell_h, g.cell_w,
-                  g.cell_h, colour_of(cells[static_cast<std::size_t>(i * g.cell_cols + j)]));
+      canvas.fill(g.heat_x + static_cast<int>(j) * g.cell_w, g.heat_y + static_cast<int>(i) * g.cell_h,
+                  g.cell_w, g.cell_h, colour_of(cells[static_cast<std::size_t>(i * g.cell_cols + j)]));
     }
   }
   const int heat_w = static_cast<int>(g.cell_cols) * g.cell_w;
@@ -121,7 +127,8 @@ std::vector<unsigned char> render(const Plan& p, const double* weights, long row
   for (const Tick& tick : p.rows.ticks) {
     const int centre = g.heat_y + static_cast<int>(tick.cell) * g.cell_h + g.cell_h / 2;
     canvas.fill(g.heat_x - 1 - kTick, centre, kTick, 1, kTickColour);
-    draw_text(canvas, g.heat_x - 1 - kTick - kGap - text_width(tick.text), centre - kGlyphH / 2, tick.text, kBlack);
+    draw_text(canvas, g.heat_x - 1 - kTick - kGap - text_width(tick.text), centre - kGlyphH / 2, tick.text,
+              kBlack);
   }
   const std::string query = "query";
   draw_text_up(canvas, p.query_title_x, p.query_title_bottom, query, kBlack);
@@ -131,7 +138,8 @@ std::vector<unsigned char> render(const Plan& p, const double* weights, long row
     const int centre = g.heat_x + static_cast<int>(tick.cell) * g.cell_w + g.cell_w / 2;
     canvas.fill(centre, g.heat_y + heat_h + 1, 1, kTick, kTickColour);
     if (p.col_labels_vertical) {
-      draw_text_up(canvas, centre - kGlyphH / 2 + 1, p.col_label_y + text_width(tick.text), tick.text, kBlack);
+      draw_text_up(canvas, centre - kGlyphH / 2 + 1, p.col_label_y + text_width(tick.text), tick.text,
+                   kBlack);
     } else {
       draw_text(canvas, centre - text_width(tick.text) / 2, p.col_label_y, tick.text, kBlack);
     }
@@ -150,7 +158,8 @@ std::vector<unsigned char> render(const Plan& p, const double* weights, long row
     const double f = static_cast<double>(q) / quarters;
     const int yy = g.bar_y + static_cast<int>(std::lround((1.0 - f) * (g.bar_h - 1)));
     canvas.fill(g.bar_x + g.bar_w + 1, yy, kTick, 1, kTickColour);
-    draw_text(canvas, g.bar_x + g.bar_w + 1 + kTick + kGap, yy - kGlyphH / 2, format_weight(f * vmax), kBlack);
+    draw_text(canvas, g.bar_x + g.bar_w + 1 + kTick + kGap, yy - kGlyphH / 2, format_weight(f * vmax),
+              kBlack);
   }
 
   // Legend: only what occurs.

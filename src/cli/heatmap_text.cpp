@@ -36,7 +36,8 @@ void draw_text_up(Canvas& canvas, int x, int bottom, const std::string& s, Rgb c
     for (int gy = 0; gy < font5x8::kGlyphHeight; ++gy) {
       for (int gx = 0; gx < font5x8::kGlyphWidth; ++gx) {
         if ((rows[gy] >> (font5x8::kGlyphWidth - 1 - gx)) & 1) {
-          canvas.fill(x + gy * kScale, bottom - static_cast<int>(k) * kCharW - (gx + 1) * kScale, kScale, kScale, c);
+          canvas.fill(x + gy * kScale, bottom - static_cast<int>(k) * kCharW - (gx + 1) * kScale, kScale,
+                      kScale, c);
         }
       }
     }

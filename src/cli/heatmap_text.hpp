@@ -15,7 +15,7 @@ namespace detail {
 class Canvas;
 
 constexpr int kScale = 2;
-constexpr int kCharW = font5x8::kAdvance * kScale;      // 12: advance per character
+constexpr int kCharW = font5x8::kAdvance * kScale;       // 12: advance per character
 constexpr int kGlyphH = font5x8::kGlyphHeight * kScale;  // 16: height of a line's ink
 constexpr int kLineH = font5x8::kLineHeight * kScale;    // 18: line pitch
 

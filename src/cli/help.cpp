@@ -28,7 +28,8 @@ Exit status: 0 on success, 1 when a command fails (a bad file, inconsistent shap
 'eigen-attention: <file or option>: <problem>'.
 )";
 
-const char* const kDemoHelp = R"(Usage: eigen-attention demo [--quick] [--tokens T] [--dim D] [--runs N] [--heatmap FILE]
+const char* const kDemoHelp =
+    R"(Usage: eigen-attention demo [--quick] [--tokens T] [--dim D] [--runs N] [--heatmap FILE]
 
 Prints the attention weights (SCORES) and outputs (ATTN) of a six-token sentence
 embedded in the program, without and with the causal mask, then times attention()
@@ -111,7 +112,8 @@ Example:
       --scores scores.npy --heatmap scores.png --head 3 --tokens tokens.txt
 )";
 
-const char* const kHeatmapHelp = R"(Usage: eigen-attention heatmap --scores SCORES.npy --png OUT.png [OPTION]...
+const char* const kHeatmapHelp =
+    R"(Usage: eigen-attention heatmap --scores SCORES.npy --png OUT.png [OPTION]...
 
 Draws attention weights as a PNG heatmap: queries are rows (top to bottom), keys are
 columns, colours from dark purple (0) to yellow (the largest weight), masked weights

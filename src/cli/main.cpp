@@ -164,12 +164,13 @@ int main(int argc, char** argv) {
       if (*demo) {
         check_leftovers(*demo, false);
         cli::DemoSettings settings = quick ? cli::DemoSettings::quick() : cli::DemoSettings{};
-        for (const auto& [option, text, field] :
-             {std::tuple{"--tokens", &tokens_text, &settings.tokens}, std::tuple{"--dim", &dim_text, &settings.dim},
-              std::tuple{"--runs", &runs_text, &settings.runs}}) {
+        for (const auto& [option, text, field] : {std::tuple{"--tokens", &tokens_text, &settings.tokens},
+                                                  std::tuple{"--dim", &dim_text, &settings.dim},
+                                                  std::tuple{"--runs", &runs_text, &settings.runs}}) {
           if (text->empty()) continue;
           const long long v = cli::parse_integer(option, *text);
-          if (v <= 0 || v > 1 << 20) throw cli::usage_error(option, "must be a positive integer, got " + *text);
+          if (v <= 0 || v > 1 << 20)
+            throw cli::usage_error(option, "must be a positive integer, got " + *text);
           *field = static_cast<long>(v);
         }
         const int status = cli::run_demo(settings);
@@ -178,13 +179,14 @@ int main(int argc, char** argv) {
           const cli::Sentence sentence = cli::demo_sentence();
           ea::Options causal;
           causal.causal = true;
-          const ea::DecomposedResult<double> r = ea::attention_decomposed(sentence.q, sentence.k, sentence.v, causal);
+          const ea::DecomposedResult<double> r =
+              ea::attention_decomposed(sentence.q, sentence.k, sentence.v, causal);
           cli::HeatmapOptions options;
           options.row_labels = options.col_labels = sentence.tokens;
           options.title = "causal SCORES";
           options.cell_pixels = 36;
-          cli::write_heatmap_png(demo_heatmap, r.scores.data(), r.scores.rows(), r.scores.cols(), r.scores.cols(),
-                                 options);
+          cli::write_heatmap_png(demo_heatmap, r.scores.data(), r.scores.rows(), r.scores.cols(),
+                                 r.scores.cols(), options);
           std::printf("%s: heatmap of the causal SCORES (PNG)\n", demo_heatmap.c_str());
         }
         return status;

@@ -15,12 +15,11 @@ namespace EigenAttention {
 namespace cli {
 
 template <typename T>
-void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows,
-                  std::int64_t cols, std::int64_t row_stride, const std::vector<std::string>& tokens,
-                  const std::string& title) {
+void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows, std::int64_t cols,
+                  std::int64_t row_stride, const std::vector<std::string>& tokens, const std::string& title) {
   if (rows < 1 || cols < 1) {
     throw Failure(file.path(), "the weights are " + std::to_string(rows) + " x " + std::to_string(cols) +
-                              "; there is nothing to draw");
+                                   "; there is nothing to draw");
   }
   // The renderer takes doubles: copy the rows x cols block (contiguous).
   std::vector<double> block(static_cast<std::size_t>(rows * cols));
@@ -35,8 +34,8 @@ void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows,
     if (rows == cols) options.row_labels = options.col_labels;
   }
   try {
-    write_heatmap_png(file, block.data(), static_cast<long>(rows), static_cast<long>(cols), static_cast<long>(cols),
-                      options);
+    write_heatmap_png(file, block.data(), static_cast<long>(rows), static_cast<long>(cols),
+                      static_cast<long>(cols), options);
   } catch (const npy::Error&) {
     throw;  // an I/O error, naming the file
   } catch (const std::runtime_error& e) {
@@ -55,8 +54,8 @@ template void draw_weights<double>(AtomicFile&, const double*, std::int64_t, std
 namespace {
 
 template <typename T>
-void draw_from(const npy::Array& a, AtomicFile& file, std::int64_t offset,
-               std::int64_t rows, std::int64_t cols, std::int64_t row_stride, const std::vector<std::string>& tokens,
+void draw_from(const npy::Array& a, AtomicFile& file, std::int64_t offset, std::int64_t rows,
+               std::int64_t cols, std::int64_t row_stride, const std::vector<std::string>& tokens,
                const std::string& title) {
   draw_weights<T>(file, a.data<T>() + offset, rows, cols, row_stride, tokens, title);
 }
@@ -110,9 +109,10 @@ int heatmap_command(const HeatmapArgs& a) {
       rows = d[1], H = d[2], cols = d[3];
     }
   } else {
-    throw Failure(a.scores, "shape " + shape_string(d) +
-                                "; expected (T_q, T_k), (batch, T_q, T_k) (averaged over heads) or 4-D (" +
-                                (layout == Layout::BHTD ? "batch, heads, T_q, T_k" : "batch, T_q, heads, T_k") + ")");
+    throw Failure(a.scores,
+                  "shape " + shape_string(d) +
+                      "; expected (T_q, T_k), (batch, T_q, T_k) (averaged over heads) or 4-D (" +
+                      (layout == Layout::BHTD ? "batch, heads, T_q, T_k" : "batch, T_q, heads, T_k") + ")");
   }
   if (batch >= B) {
     throw usage_error("--batch", std::to_string(batch) + " is out of range: " + a.scores + " has " +
@@ -133,7 +133,8 @@ int heatmap_command(const HeatmapArgs& a) {
   } else {
     title = file + ": batch " + std::to_string(batch) + ", head " + std::to_string(head);
   }
-  const std::vector<std::string> tokens = a.tokens.empty() ? std::vector<std::string>() : read_tokens(a.tokens);
+  const std::vector<std::string> tokens =
+      a.tokens.empty() ? std::vector<std::string>() : read_tokens(a.tokens);
 
   progress.phase("drawing");
   if (s.dtype == npy::DType::Float32) {
@@ -144,8 +145,8 @@ int heatmap_command(const HeatmapArgs& a) {
   files.commit();
   progress.stop();
   if (!a.quiet) {
-    std::printf("%s: heatmap of %s (%lld x %lld)\n", a.png.c_str(), title.c_str(), static_cast<long long>(rows),
-                static_cast<long long>(cols));
+    std::printf("%s: heatmap of %s (%lld x %lld)\n", a.png.c_str(), title.c_str(),
+                static_cast<long long>(rows), static_cast<long long>(cols));
   }
   return 0;
 }

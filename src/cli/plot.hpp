@@ -17,9 +17,8 @@ namespace cli {
 /// labelled by their index. Throws Failure naming file.path() when there is nothing to draw or
 /// the renderer refuses, npy::Error naming it on an I/O error.
 template <typename T>
-void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows,
-                  std::int64_t cols, std::int64_t row_stride, const std::vector<std::string>& tokens,
-                  const std::string& title);
+void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows, std::int64_t cols,
+                  std::int64_t row_stride, const std::vector<std::string>& tokens, const std::string& title);
 
 }  // namespace cli
 }  // namespace EigenAttention

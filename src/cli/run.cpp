@@ -57,8 +57,9 @@ Settings parse_settings(const RunArgs& a) {
   if (a.k.empty()) throw usage_error("--k", "missing: the keys (K.npy) are required");
   if (a.v.empty()) throw usage_error("--v", "missing: the values (V.npy) are required");
   if (a.out.empty() && a.scores.empty() && a.lse.empty() && a.heatmap.empty()) {
-    throw usage_error("--out", "missing: no output requested; give at least one of --out ATTN.npy, "
-                               "--scores SCORES.npy, --lse LSE.npy, --heatmap OUT.png");
+    throw usage_error("--out",
+                      "missing: no output requested; give at least one of --out ATTN.npy, "
+                      "--scores SCORES.npy, --lse LSE.npy, --heatmap OUT.png");
   }
   s.opt.causal = a.causal;
   if (a.align == "top-left") {
@@ -77,7 +78,8 @@ Settings parse_settings(const RunArgs& a) {
   }
   if (!a.scale.empty()) {
     const double scale = parse_double("--scale", a.scale);
-    if (!(scale > 0) || !std::isfinite(scale)) throw usage_error("--scale", "must be finite and > 0, got " + a.scale);
+    if (!(scale > 0) || !std::isfinite(scale))
+      throw usage_error("--scale", "must be finite and > 0, got " + a.scale);
     s.opt.scale = scale;
   }
   if (!a.softcap.empty()) {
@@ -110,8 +112,8 @@ Settings parse_settings(const RunArgs& a) {
     throw usage_error("--average-heads", "needs --scores or --heatmap (it averages the weights)");
   }
   if (a.heatmap.empty()) {
-    for (const auto& [option, value] : {std::pair{"--batch", a.batch}, std::pair{"--head", a.head},
-                                        std::pair{"--tokens", a.tokens}}) {
+    for (const auto& [option, value] :
+         {std::pair{"--batch", a.batch}, std::pair{"--head", a.head}, std::pair{"--tokens", a.tokens}}) {
       if (!value.empty()) throw usage_error(option, "only with --heatmap (it picks what the heatmap shows)");
     }
   }
@@ -124,7 +126,8 @@ Settings parse_settings(const RunArgs& a) {
     s.head = parse_integer("--head", a.head);
     s.head_given = true;
     if (s.head < 0) throw usage_error("--head", "must be >= 0, got " + a.head);
-    if (a.average_heads) throw usage_error("--head", "not with --average-heads (the heatmap shows the mean over heads)");
+    if (a.average_heads)
+      throw usage_error("--head", "not with --average-heads (the heatmap shows the mean over heads)");
   }
   return s;
 }
@@ -151,10 +154,12 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
   const char* axes = layout == Layout::BHTD ? "batch, heads, tokens, dim" : "batch, tokens, heads, dim";
   for (const Input* in : {&q, &k, &v}) {
     if (!is_float(in->a.dtype)) {
-      throw Failure(in->path, std::string("dtype ") + dtype_name(in->a.dtype) + "; Q, K and V must be float32 or float64");
+      throw Failure(in->path, std::string("dtype ") + dtype_name(in->a.dtype) +
+                                  "; Q, K and V must be float32 or float64");
     }
     if (in->shape().size() != 2 && in->shape().size() != 4) {
-      throw Failure(in->path, "shape " + dims(in->shape()) + "; expected 2-D (tokens, dim) or 4-D (" + axes + ")");
+      throw Failure(in->path,
+                    "shape " + dims(in->shape()) + "; expected 2-D (tokens, dim) or 4-D (" + axes + ")");
     }
   }
   for (const Input* in : {&k, &v}) {
@@ -164,7 +169,8 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
     }
     if (in->shape().size() != q.shape().size()) {
       throw Failure(in->path, "is " + std::to_string(in->shape().size()) + "-D but " + q.path + " is " +
-                                  std::to_string(q.shape().size()) + "-D; Q, K and V must have the same rank");
+                                  std::to_string(q.shape().size()) +
+                                  "-D; Q, K and V must have the same rank");
     }
   }
   Geometry g;
@@ -175,12 +181,14 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
   sizes_of(v, layout, vb, vh, vt, g.dv);
   const std::string order = g.rank == 4 ? std::string(" (") + axes + ")" : std::string(" (tokens, dim)");
   if (kd != g.dk) {
-    throw Failure(k.path, "shape " + shape_string(k.shape()) + order + " has d_k = " + std::to_string(kd) + " but " +
-                              q.path + " " + shape_string(q.shape()) + " has d_k = " + std::to_string(g.dk));
+    throw Failure(k.path, "shape " + shape_string(k.shape()) + order + " has d_k = " + std::to_string(kd) +
+                              " but " + q.path + " " + shape_string(q.shape()) +
+                              " has d_k = " + std::to_string(g.dk));
   }
   if (vt != g.Tk) {
-    throw Failure(v.path, "shape " + shape_string(v.shape()) + order + " has " + std::to_string(vt) + " tokens but " +
-                              k.path + " " + shape_string(k.shape()) + " has " + std::to_string(g.Tk));
+    throw Failure(v.path, "shape " + shape_string(v.shape()) + order + " has " + std::to_string(vt) +
+                              " tokens but " + k.path + " " + shape_string(k.shape()) + " has " +
+                              std::to_string(g.Tk));
   }
   if (g.rank == 4) {
     for (const auto& [in, b] : {std::pair{&k, kb}, std::pair{&v, vb}}) {
@@ -192,7 +200,8 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
     }
     if (vh != g.Hkv) {
       throw Failure(v.path, std::to_string(vh) + " heads but " + k.path + " has " + std::to_string(g.Hkv) +
-                                "; shapes " + shape_string(v.shape()) + " and " + shape_string(k.shape()) + order);
+                                "; shapes " + shape_string(v.shape()) + " and " + shape_string(k.shape()) +
+                                order);
     }
     if (g.Hkv == 0 ? g.H != 0 : g.H % g.Hkv != 0) {
       throw Failure(k.path, std::to_string(g.Hkv) + " heads, which do not divide the " + std::to_string(g.H) +
@@ -207,18 +216,19 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
 void check_mask_shape(const Input& m, const Geometry& g) {
   const auto& s = m.shape();
   const std::string expected = shape_string({g.Tq, g.Tk}) + " or (" + std::to_string(g.B) + " or 1, " +
-                               std::to_string(g.H) + " or 1, " + std::to_string(g.Tq) + ", " + std::to_string(g.Tk) +
-                               ") (batch, heads, T_q, T_k)";
+                               std::to_string(g.H) + " or 1, " + std::to_string(g.Tq) + ", " +
+                               std::to_string(g.Tk) + ") (batch, heads, T_q, T_k)";
   const bool ok = (s.size() == 2 && s[0] == g.Tq && s[1] == g.Tk) ||
-                  (s.size() == 4 && (s[0] == 1 || s[0] == g.B) && (s[1] == 1 || s[1] == g.H) && s[2] == g.Tq &&
-                   s[3] == g.Tk);
+                  (s.size() == 4 && (s[0] == 1 || s[0] == g.B) && (s[1] == 1 || s[1] == g.H) &&
+                   s[2] == g.Tq && s[3] == g.Tk);
   if (!ok) throw Failure(m.path, "shape " + shape_string(s) + " does not fit; expected " + expected);
 }
 
 template <typename E>
 BroadcastView<E> broadcast_of(const E* data, const std::vector<I64>& s) {
   if (s.size() == 2) return BroadcastView<E>::matrix(data, s[0], s[1]);
-  return {data, s[0], s[1], s[2], s[3], s[0] == 1 ? 0 : s[1] * s[2] * s[3], s[1] == 1 ? 0 : s[2] * s[3], s[3], 1};
+  return {data, s[0], s[1], s[2], s[3], s[0] == 1 ? 0 : s[1] * s[2] * s[3], s[1] == 1 ? 0 : s[2] * s[3],
+          s[3], 1};
 }
 
 // The values of a float array (float32 or float64) as T.
@@ -239,7 +249,8 @@ std::vector<T> as_scalars(const Array& a) {
 void check_vector_shape(const Input& in, I64 n, const std::string& what) {
   const auto& s = in.shape();
   if (!((s.size() == 1 && s[0] == n) || (s.empty() && n == 1))) {
-    throw Failure(in.path, "shape " + shape_string(s) + "; expected " + shape_string({n}) + " (" + what + ")");
+    throw Failure(in.path,
+                  "shape " + shape_string(s) + "; expected " + shape_string({n}) + " (" + what + ")");
   }
 }
 
@@ -256,7 +267,8 @@ const T* data_of(const Array& a) {
 }
 
 template <typename T>
-HeadsView<const T> input_view(const Input& in, const Geometry& g, Layout layout, I64 heads, I64 tokens, I64 dim) {
+HeadsView<const T> input_view(const Input& in, const Geometry& g, Layout layout, I64 heads, I64 tokens,
+                              I64 dim) {
   const T* p = data_of<T>(in.a);
   if (g.rank == 2) return HeadsView<const T>::bhtd(p, 1, 1, tokens, dim);
   return HeadsView<const T>::contiguous(p, layout, g.B, heads, tokens, dim);
@@ -270,8 +282,8 @@ struct Written {
 
 template <typename T>
 int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& k, const Input& v,
-              const Input& mask, const Input& lengths, const Input& alibi, const Geometry& g, OutputFiles& files,
-              const std::vector<AtomicFile*>& outs, Progress& progress) {
+              const Input& mask, const Input& lengths, const Input& alibi, const Geometry& g,
+              OutputFiles& files, const std::vector<AtomicFile*>& outs, Progress& progress) {
   progress.phase("preparing");
   // What the library would reject in its own words, said here in terms of the command line.
   const char* type = std::is_same_v<T, float> ? "float32" : "float64";
@@ -336,8 +348,8 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
   if (alibi.given()) {
     check_vector_shape(alibi, g.H, "one slope per query head");
     if (!is_float(alibi.a.dtype)) {
-      throw Failure(alibi.path,
-                    std::string("dtype ") + dtype_name(alibi.a.dtype) + "; ALiBi slopes are float32 or float64");
+      throw Failure(alibi.path, std::string("dtype ") + dtype_name(alibi.a.dtype) +
+                                    "; ALiBi slopes are float32 or float64");
     }
     slopes = as_scalars<T>(alibi.a);
     masks.alibi_slopes = slopes.data();
@@ -349,7 +361,8 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
   const DType dtype = q.a.dtype;
   const auto per_layout = [&](I64 tokens, I64 dim) -> std::vector<I64> {
     if (g.rank == 2) return {tokens, dim};
-    return layout == Layout::BHTD ? std::vector<I64>{g.B, g.H, tokens, dim} : std::vector<I64>{g.B, tokens, g.H, dim};
+    return layout == Layout::BHTD ? std::vector<I64>{g.B, g.H, tokens, dim}
+                                  : std::vector<I64>{g.B, tokens, g.H, dim};
   };
   Array attn = npy::zeros<T>(per_layout(g.Tq, g.dv));
   const auto O = HeadsView<T>::contiguous(data_of<T>(attn), layout, g.B, g.H, g.Tq, g.dv);
@@ -368,7 +381,8 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
   const T* heads_data = nullptr;  // the per-head weights, [B, H, T_q, T_k]
   if (s.weights) {
     if (!a.scores.empty() && !a.average_heads) {
-      scores = npy::zeros<T>(g.rank == 2 ? std::vector<I64>{g.Tq, g.Tk} : std::vector<I64>{g.B, g.H, g.Tq, g.Tk});
+      scores =
+          npy::zeros<T>(g.rank == 2 ? std::vector<I64>{g.Tq, g.Tk} : std::vector<I64>{g.B, g.H, g.Tq, g.Tk});
       heads_data = data_of<T>(scores);
     } else {
       scratch.assign(static_cast<std::size_t>(g.B * g.H * g.Tq * g.Tk), T(0));
@@ -385,12 +399,14 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
   // The heatmap's choice, checked before the work.
   if (!a.heatmap.empty()) {
     if (s.batch >= g.B) {
-      throw usage_error("--batch", std::to_string(s.batch) + " is out of range: the batch has " +
-                                       std::to_string(g.B) + (g.B == 1 ? " entry (0)" : " entries (0.." + std::to_string(g.B - 1) + ")"));
+      throw usage_error("--batch",
+                        std::to_string(s.batch) + " is out of range: the batch has " + std::to_string(g.B) +
+                            (g.B == 1 ? " entry (0)" : " entries (0.." + std::to_string(g.B - 1) + ")"));
     }
     if (s.head >= g.H) {
-      throw usage_error("--head", std::to_string(s.head) + " is out of range: there are " + std::to_string(g.H) +
-                                      (g.H == 1 ? " head (0)" : " heads (0.." + std::to_string(g.H - 1) + ")"));
+      throw usage_error("--head",
+                        std::to_string(s.head) + " is out of range: there are " + std::to_string(g.H) +
+                            (g.H == 1 ? " head (0)" : " heads (0.." + std::to_string(g.H - 1) + ")"));
     }
     if (g.Tq == 0 || g.Tk == 0) {
       throw Failure("--heatmap", "the weights are " + std::to_string(g.Tq) + " x " + std::to_string(g.Tk) +
@@ -422,17 +438,19 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
     written.push_back({"LSE", a.lse, dtype, lse.shape});
   }
   if (!a.heatmap.empty()) {
-    const std::vector<std::string> tokens = a.tokens.empty() ? std::vector<std::string>() : read_tokens(a.tokens);
+    const std::vector<std::string> tokens =
+        a.tokens.empty() ? std::vector<std::string>() : read_tokens(a.tokens);
     std::string title;
     if (a.average_heads) {
-      title = g.rank == 4 ? "batch " + std::to_string(s.batch) + ", mean over heads" : std::string("attention weights");
-      draw_weights<T>(*outs[next++], average.data<T>() + s.batch * g.Tq * g.Tk, g.Tq, g.Tk, g.Tk,
-                      tokens, title);
+      title = g.rank == 4 ? "batch " + std::to_string(s.batch) + ", mean over heads"
+                          : std::string("attention weights");
+      draw_weights<T>(*outs[next++], average.data<T>() + s.batch * g.Tq * g.Tk, g.Tq, g.Tk, g.Tk, tokens,
+                      title);
     } else {
       title = g.rank == 4 ? "batch " + std::to_string(s.batch) + ", head " + std::to_string(s.head)
                           : std::string("attention weights");
-      draw_weights<T>(*outs[next++], heads_data + (s.batch * g.H + s.head) * g.Tq * g.Tk, g.Tq,
-                      g.Tk, g.Tk, tokens, title);
+      draw_weights<T>(*outs[next++], heads_data + (s.batch * g.H + s.head) * g.Tq * g.Tk, g.Tq, g.Tk, g.Tk,
+                      tokens, title);
     }
     written.push_back({"heatmap", a.heatmap, dtype, {}});
   }

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -10,7 +11,6 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
-#include <condition_variable>
 
 #include <unistd.h>
 
@@ -165,7 +165,8 @@ void Progress::loop() {
     if (done_.load()) break;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (elapsed < 1.0) continue;
-    std::fprintf(stderr, "\r\033[Keigen-attention: %s... %.1f s %c", phase_.load(), elapsed, spinner[tick++ % 4]);
+    std::fprintf(stderr, "\r\033[Keigen-attention: %s... %.1f s %c", phase_.load(), elapsed,
+                 spinner[tick++ % 4]);
     std::fflush(stderr);
     shown = true;
   }

@@ -45,16 +45,16 @@ struct RawProblem {
   RawMatrix<const T> q, k, v;  // T_q x d_k, T_k x d_k, T_k x d_v
   T scale;
   bool causal;
-  index_t offset;                      // 0, or T_k - T_q for bottom-right alignment
-  index_t window_left, window_right;   // -1: unbounded
-  T softcap;                           // 0: off
+  index_t offset;                     // 0, or T_k - T_q for bottom-right alignment
+  index_t window_left, window_right;  // -1: unbounded
+  T softcap;                          // 0: off
   bool has_alibi;
   T alibi_slope;
   RawMatrix<const T> bias;     // T_q x T_k additive bias, when data is not null
   RawMatrix<const bool> mask;  // T_q x T_k, true = may attend, when data is not null
-  RawMatrix<T> scores;  // T_q x T_k, when want_scores (the decomposed call)
-  RawMatrix<T> attn;    // T_q x d_v, when want_attn
-  RawMatrix<T> lse;     // T_q x 1, when want_lse
+  RawMatrix<T> scores;         // T_q x T_k, when want_scores (the decomposed call)
+  RawMatrix<T> attn;           // T_q x d_v, when want_attn
+  RawMatrix<T> lse;            // T_q x 1, when want_lse
   bool want_scores, want_attn, want_lse;
 
   /// The first key query i may see. (Written so that no window size, up to PTRDIFF_MAX, can
@@ -84,8 +84,8 @@ using RowsKernel = void (*)(const RawProblem<T>& p, index_t first_row, index_t r
 
 /// <name>_rows: the tiled kernel of each table entry this build holds (kernels.cmake), defined
 /// in its generated tiled_<name>.cpp.
-#define EIGEN_ATTENTION_DECLARE_TILED(Enumerator, name, cpu_supports)                  \
-  void name##_rows(const RawProblem<float>& p, index_t first_row, index_t rows);        \
+#define EIGEN_ATTENTION_DECLARE_TILED(Enumerator, name, cpu_supports)            \
+  void name##_rows(const RawProblem<float>& p, index_t first_row, index_t rows); \
   void name##_rows(const RawProblem<double>& p, index_t first_row, index_t rows);
 
 EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_DECLARE_TILED)

@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/kernels.hpp"
 #include "kernels/abi.hpp"
+#include "kernels/kernels.hpp"
 #include "kernels/table.hpp"
 #include "thread_pool.hpp"
 
@@ -36,10 +36,13 @@ bool kernel_available(Kernel kernel) {
 
 const char* kernel_name(Kernel kernel) {
   switch (kernel) {
-    case Kernel::Auto: return "auto";
-    case Kernel::Reference: return "reference";
+    case Kernel::Auto:
+      return "auto";
+    case Kernel::Reference:
+      return "reference";
 #define EIGEN_ATTENTION_NAME(Enumerator, name, value) \
-  case Kernel::Enumerator: return #name;
+  case Kernel::Enumerator:                            \
+    return #name;
       EIGEN_ATTENTION_ALL_TILED_KERNELS(EIGEN_ATTENTION_NAME)
 #undef EIGEN_ATTENTION_NAME
   }
@@ -52,10 +55,12 @@ template <typename T>
 RowsKernel<T> tiled_kernel(Kernel kernel) {
   switch (kernel) {
 #define EIGEN_ATTENTION_CASE(Enumerator, name, cpu_supports) \
-  case Kernel::Enumerator: return &name##_rows;
+  case Kernel::Enumerator:                                   \
+    return &name##_rows;
     EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_CASE)
 #undef EIGEN_ATTENTION_CASE
-    default: return &portable_rows;
+    default:
+      return &portable_rows;
   }
 }
 
@@ -66,8 +71,8 @@ Kernel resolve_kernel(const char* api, Kernel requested) {
   const std::vector<Kernel>& available = kernels_here();
   if (requested == Kernel::Auto) return available.front();
   if (std::find(available.begin(), available.end(), requested) != available.end()) return requested;
-  throw std::invalid_argument(std::string("EigenAttention::") + api + ": kernel '" +
-                              kernel_name(requested) + "' is not available on this CPU or in this build");
+  throw std::invalid_argument(std::string("EigenAttention::") + api + ": kernel '" + kernel_name(requested) +
+                              "' is not available on this CPU or in this build");
 }
 
 int useful_threads(int requested, double work) {

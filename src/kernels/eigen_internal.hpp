@@ -38,13 +38,12 @@ class Blocking : public Eigen::internal::level3_blocking<T, T> {
 
 /// C (m x n, row stride ldc) += alpha * A (m x k, row stride lda) * B^T, B being n x k (ldb).
 template <typename T>
-void gemm_abt(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* b, index_t ldb,
-              T* c, index_t ldc, T alpha, Blocking<T>& blocking) {
+void gemm_abt(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* b, index_t ldb, T* c,
+              index_t ldc, T alpha, Blocking<T>& blocking) {
   if (m == 0 || n == 0 || k == 0) return;
   Eigen::internal::general_matrix_matrix_product<index_t, T, Eigen::RowMajor, false, T, Eigen::ColMajor,
-                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb,
-                                                                                 c, 1, ldc, alpha,
-                                                                                 blocking);
+                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb, c,
+                                                                                 1, ldc, alpha, blocking);
 }
 
 /// C (m x n, row stride ldc) += A (m x k, row stride lda) * B, B being k x n (ldb).
@@ -53,9 +52,8 @@ void gemm_ab(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* 
              index_t ldc, Blocking<T>& blocking) {
   if (m == 0 || n == 0 || k == 0) return;
   Eigen::internal::general_matrix_matrix_product<index_t, T, Eigen::RowMajor, false, T, Eigen::RowMajor,
-                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb,
-                                                                                 c, 1, ldc, T(1),
-                                                                                 blocking);
+                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb, c,
+                                                                                 1, ldc, T(1), blocking);
 }
 
 /// row[t] = exp(row[t] - shift) for t in [e0, e1), and exactly 0 where row[t] is -inf, in whole

@@ -76,7 +76,9 @@ void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& p
       tile = task % tiles_each;
       tiles = tiles_each;
     } else {
-      which = static_cast<index_t>(std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin()) - 1;
+      which = static_cast<index_t>(std::upper_bound(first_task.begin(), first_task.end(), task) -
+                                   first_task.begin()) -
+              1;
       tile = task - first_task[which];
       tiles = first_task[which + 1] - first_task[which];
     }

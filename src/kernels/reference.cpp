@@ -11,16 +11,19 @@ namespace internal {
 namespace {
 
 template <typename T>
-using StridedConst = Eigen::Map<const RowMatrix<T>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+using StridedConst =
+    Eigen::Map<const RowMatrix<T>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
 
 template <typename T>
 StridedConst<T> view(const RawMatrix<const T>& m) {
-  return StridedConst<T>(m.data, m.rows, m.cols, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
+  return StridedConst<T>(m.data, m.rows, m.cols,
+                         Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
 }
 
 template <typename T>
 StridedMap<T> view(const RawMatrix<T>& m) {
-  return StridedMap<T>(m.data, m.rows, m.cols, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
+  return StridedMap<T>(m.data, m.rows, m.cols,
+                       Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
 }
 
 }  // namespace

@@ -17,8 +17,8 @@
 namespace EigenAttention {
 namespace internal {
 
-#define EIGEN_ATTENTION_CHECK_ENUMERATOR(Enumerator, name, value)              \
-  static_assert(static_cast<int>(Kernel::Enumerator) == (value),               \
+#define EIGEN_ATTENTION_CHECK_ENUMERATOR(Enumerator, name, value)                    \
+  static_assert(static_cast<int>(Kernel::Enumerator) == (value),                     \
                 "kernels.cmake: Kernel::" #Enumerator " must have the value " #value \
                 " (include/EigenAttention/Kernels.hpp)");
 EIGEN_ATTENTION_ALL_TILED_KERNELS(EIGEN_ATTENTION_CHECK_ENUMERATOR)
@@ -37,10 +37,12 @@ constexpr bool fastest_first() {
   }
   return kTableValues[std::size(kTableValues) - 1] > static_cast<int>(Kernel::Reference);
 }
-static_assert(fastest_first(), "kernels.cmake: the table must list the kernels fastest first, by decreasing value");
-static_assert(kTableValues[0] == static_cast<int>(kFastestKernel),
-              "kernels.cmake: the table's first (fastest) kernel must be kFastestKernel in Kernels.hpp, which "
-              "available_kernels() walks down from");
+static_assert(fastest_first(),
+              "kernels.cmake: the table must list the kernels fastest first, by decreasing value");
+static_assert(
+    kTableValues[0] == static_cast<int>(kFastestKernel),
+    "kernels.cmake: the table's first (fastest) kernel must be kFastestKernel in Kernels.hpp, which "
+    "available_kernels() walks down from");
 
 }  // namespace internal
 }  // namespace EigenAttention

@@ -56,8 +56,8 @@ namespace EigenAttention {
 namespace internal {
 namespace {
 
-constexpr index_t kRows = 128;  // query rows per tile
-constexpr index_t kCols = 512;  // keys per tile
+constexpr index_t kRows = 128;    // query rows per tile
+constexpr index_t kCols = 512;    // keys per tile
 constexpr index_t kDecRows = 64;  // query rows whose whole logit rows the decomposed call holds
 // Validation bounds d_k, d_v and T_k so that kScratchRows rows of them fit Eigen::Index
 // (abi.hpp); Scratch below must take fewer rows than that. Fused: Q, K, V, acc tiles
@@ -65,7 +65,8 @@ constexpr index_t kDecRows = 64;  // query rows whose whole logit rows the decom
 // Decomposed: Q, K, V, acc tiles and kDecRows rows of T_k logits. The GEMM packing buffers
 // are bounded by Eigen's cache-sized blocking, far below either.
 static_assert(2 * kRows + 2 * kCols + 2 < kScratchRows, "fused tiles too large for the scratch size limit");
-static_assert(2 * kDecRows + 2 * kCols + kDecRows < kScratchRows, "decomposed tiles too large for the scratch size limit");
+static_assert(2 * kDecRows + 2 * kCols + kDecRows < kScratchRows,
+              "decomposed tiles too large for the scratch size limit");
 
 template <typename T>
 using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -166,7 +167,8 @@ Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> rows_of(cons
 
 template <typename T>
 StridedMap<T> map_of(const RawMatrix<T>& m) {
-  return StridedMap<T>(m.data, m.rows, m.cols, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
+  return StridedMap<T>(m.data, m.rows, m.cols,
+                       Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
 }
 
 /// dst[0, n) = src[0, n) (or 0 when src is null). SCORES is written once and not read back
@@ -284,8 +286,12 @@ bool values_finite(const RawProblem<T>& p, index_t first, index_t count) {
   const StridedMap<T> v(const_cast<T*>(p.v.data), p.v.rows, p.v.cols,
                         Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(p.v.row_stride, p.v.col_stride));
   for (index_t j = begin; j < end; ++j) {
-    const T sum = p.v.col_stride == 1 ? (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p.v.data + j * p.v.row_stride, p.v.cols) * T(0)).sum()
-                                      : (v.row(j).array() * T(0)).sum();
+    const T sum =
+        p.v.col_stride == 1
+            ? (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p.v.data + j * p.v.row_stride, p.v.cols) *
+               T(0))
+                  .sum()
+            : (v.row(j).array() * T(0)).sum();
     if (sum != sum) return false;
   }
   return true;
@@ -296,8 +302,8 @@ bool values_finite(const RawProblem<T>& p, index_t first, index_t count) {
 /// holds a NaN or Inf (0 * NaN); then each row sums over its visible keys only. `v_finite`:
 /// every V row the caller's rows may see is known to be finite.
 template <typename T, class PTile, class VTile>
-void accumulate(const RawProblem<T>& p, index_t i0, index_t j0, const PTile& P, index_t ldp,
-                const VTile& V, bool v_finite, T* acc, index_t dv, Blocking<T>& blocking) {
+void accumulate(const RawProblem<T>& p, index_t i0, index_t j0, const PTile& P, index_t ldp, const VTile& V,
+                bool v_finite, T* acc, index_t dv, Blocking<T>& blocking) {
   const index_t rows = P.rows(), cols = P.cols();
   bool hides_keys = p.mask.data != nullptr;
   for (index_t r = 0; r < rows && !hides_keys && !v_finite; ++r) {
@@ -312,7 +318,8 @@ void accumulate(const RawProblem<T>& p, index_t i0, index_t j0, const PTile& P, 
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
     const Span span = span_in_tile(p, i, j0, cols);
-    const bool* m = p.mask.data != nullptr ? p.mask.data + i * p.mask.row_stride + j0 * p.mask.col_stride : nullptr;
+    const bool* m =
+        p.mask.data != nullptr ? p.mask.data + i * p.mask.row_stride + j0 * p.mask.col_stride : nullptr;
     for (index_t t = span.a; t < span.b; ++t) {
       if (m == nullptr || m[t * p.mask.col_stride]) A.row(r).noalias() += P(r, t) * V.row(t);
     }
@@ -365,7 +372,7 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
           row.setZero();
           continue;
         }
-        const T rescale = std::exp(m(r) - new_max);  // 0 on the row's first visible tile
+        const T rescale = std::exp(m(r) - new_max);                // 0 on the row's first visible tile
         exp_in_packets(buf.s + r * lds, span.a, span.b, new_max);  // masked keys (-inf) give exactly 0
         l(r) = rescale * l(r) + row.sum();
         if (rescale != T(1)) acc.row(r) *= rescale;
@@ -413,8 +420,8 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
     for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
       const index_t cols = std::min(kCols, key_end - j0);
       const auto K = rows_of(p.k, j0, cols, buf.k);
-      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), buf.s + (j0 - key_begin), lds,
-               p.scale, qk);
+      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), buf.s + (j0 - key_begin),
+               lds, p.scale, qk);
     }
     // Masks and row softmax in place: keys a row does not see weigh exactly 0.
     for (index_t r = 0; r < rows; ++r) {

@@ -64,12 +64,10 @@ void run(Call call, Reader& r, bool big) {
   }
 }
 
-
 }  // namespace
 }  // namespace ea_fuzz_attention
 
 using namespace ea_fuzz_attention;
-
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   g_verbose = std::getenv("EA_FUZZ_VERBOSE") != nullptr;

@@ -20,7 +20,8 @@ const char* slot_name(int s) {
 /// check_untouched, check_threads.
 template <class T>
 struct HeadsCall {
-  HeadsCall(Call call_, const ea::Options& opt_, Reader& r_, bool big_) : call(call_), opt(opt_), r(r_), big(big_) {}
+  HeadsCall(Call call_, const ea::Options& opt_, Reader& r_, bool big_)
+      : call(call_), opt(opt_), r(r_), big(big_) {}
 
   Call call;
   const ea::Options& opt;
@@ -146,9 +147,10 @@ struct HeadsCall {
         claim.axis = (b >> 6) % 4;
         claim.value = kHuge[r.u8() % 6];
         // Only where validation compares the size with another one.
-        const bool present = claim_slot <= kV || (claim_slot == kOut && has_out) || (claim_slot == kLse && has_lse) ||
-                             (claim_slot == kScores && has_scores) || (claim_slot == kAverage && has_average) ||
-                             (claim_slot == kMask && has_mask) || (claim_slot == kBias && has_bias);
+        const bool present = claim_slot <= kV || (claim_slot == kOut && has_out) ||
+                             (claim_slot == kLse && has_lse) || (claim_slot == kScores && has_scores) ||
+                             (claim_slot == kAverage && has_average) || (claim_slot == kMask && has_mask) ||
+                             (claim_slot == kBias && has_bias);
         const bool v_dim_unchecked = claim_slot == kV && claim.axis == 3 && !has_out && has_scores;
         if (!present || v_dim_unchecked) {
           claim_slot = -1, claim.axis = -1;
@@ -158,8 +160,11 @@ struct HeadsCall {
     // Layouts and overlap.
     for (int s = 0; s < kSlots; ++s) {
       const std::uint8_t b = r.u8();
-      lays[s] = s <= kV ? heads_input_lay(b) : s >= kMask ? (b % 3 == 2 ? Lay::ColMajor : b % 3 == 1 ? Lay::Padded : Lay::BHTD)
-                                                          : heads_output_lay(b);
+      lays[s] = s <= kV      ? heads_input_lay(b)
+                : s >= kMask ? (b % 3 == 2   ? Lay::ColMajor
+                                : b % 3 == 1 ? Lay::Padded
+                                             : Lay::BHTD)
+                             : heads_output_lay(b);
       pads[s] = 1 + (b >> 4) % 3;
     }
     {
@@ -175,11 +180,11 @@ struct HeadsCall {
 
   /// Places every tensor in the arena (some over others) and allocates it.
   void lay_out() {
-    for (int s = 0; s < kMask; ++s) t[s] = make_tensor<T>(n[s][0], n[s][1], n[s][2], n[s][3], lays[s], pads[s]);
+    for (int s = 0; s < kMask; ++s)
+      t[s] = make_tensor<T>(n[s][0], n[s][1], n[s][2], n[s][3], lays[s], pads[s]);
     bias = make_tensor<T>(n[kBias][0], n[kBias][1], n[kBias][2], n[kBias][3], lays[kBias], pads[kBias]);
     mask = make_tensor<bool>(n[kMask][0], n[kMask][1], n[kMask][2], n[kMask][3], lays[kMask], pads[kMask]);
-    present = {true,        true,       true,     has_out, has_lse,
-                                  has_scores,  has_average, has_mask, has_bias};
+    present = {true, true, true, has_out, has_lse, has_scores, has_average, has_mask, has_bias};
     for (int s = 0; s <= kV; ++s) place(t[s], arena);
     place(mask, arena);
     place(bias, arena);
@@ -194,11 +199,13 @@ struct HeadsCall {
     // varlen_decomposed: the packed weights.
     if (call == Call::VarlenDecomposed) {
       for (Index s = 0; s < S; ++s) {
-        const Index lq = std::max<Index>(cu_q[s + 1] - cu_q[s], 0), lk = std::max<Index>(cu_k[s + 1] - cu_k[s], 0);
+        const Index lq = std::max<Index>(cu_q[s + 1] - cu_q[s], 0),
+                    lk = std::max<Index>(cu_k[s + 1] - cu_k[s], 0);
         packed_size += H * lq * lk;
       }
       const std::uint8_t b = r.u8() % 16;
-      packed_claim = static_cast<std::size_t>(packed_size) + (b == 15 ? 1 : 0) - (b == 14 && packed_size > 0 ? 1 : 0);
+      packed_claim =
+          static_cast<std::size_t>(packed_size) + (b == 15 ? 1 : 0) - (b == 14 && packed_size > 0 ? 1 : 0);
       packed = make_tensor<T>(1, 1, 1, Index(packed_claim), Lay::BHTD, 0);
     }
     Tensor<T>* hosts_t[] = {&t[kQ], &t[kK], &t[kV], &t[kOut], &t[kLse], &t[kScores]};
@@ -217,8 +224,8 @@ struct HeadsCall {
           } else {
             place_inside(t[s], slopes, arena, alias_shift);
           }
-          note(format("  %s placed over %s + %td elements", slot_name(s), varlen ? "cu_seqlens_q" : "alibi_slopes",
-                      alias_shift));
+          note(format("  %s placed over %s + %td elements", slot_name(s),
+                      varlen ? "cu_seqlens_q" : "alibi_slopes", alias_shift));
         }
       } else {
         place(t[s], arena);
@@ -232,8 +239,10 @@ struct HeadsCall {
         if (which == 1) place_inside(packed, slopes, arena, 0);
         if (which == 2) place_inside(packed, t[kOut], arena, (b >> 5) % 4);
         if (which == 3) place_inside(packed, t[kQ], arena, (b >> 5) % 4);
-        note(format("  packed scores placed over %s", which == 0 ? "cu_seqlens_k" : which == 1 ? "alibi_slopes"
-                                                     : which == 2 ? "out" : "Q"));
+        note(format("  packed scores placed over %s", which == 0   ? "cu_seqlens_k"
+                                                      : which == 1 ? "alibi_slopes"
+                                                      : which == 2 ? "out"
+                                                                   : "Q"));
       } else {
         place(packed, arena);
       }
@@ -290,12 +299,13 @@ struct HeadsCall {
       for (auto x : cu_q) s += format(" %lld", (long long)x);
       s += "; cu_seqlens_k";
       for (auto x : cu_k) s += format(" %lld", (long long)x);
-      if (call == Call::VarlenDecomposed) s += format("; scores %zu elements (need %td)", packed_claim, packed_size);
+      if (call == Call::VarlenDecomposed)
+        s += format("; scores %zu elements (need %td)", packed_claim, packed_size);
       note(s);
     }
     if (claim_slot >= 0)
-      note(format("claim: %s size %d = %td (its buffer holds %td)", slot_name(claim_slot), claim.axis, claim.value,
-                  n[claim_slot][claim.axis]));
+      note(format("claim: %s size %d = %td (its buffer holds %td)", slot_name(claim_slot), claim.axis,
+                  claim.value, n[claim_slot][claim.axis]));
   }
 
   /// The views, masks and sizes handed to the library.
@@ -358,10 +368,13 @@ struct HeadsCall {
       e.check(Kv.tokens == Vv.tokens, "T_k differs between K and V");
       e.check(Qv.dim == Kv.dim, "d_k differs between Q and K");
       e.check(options_ok<T>(opt, Qv.dim), "an option is invalid");
-      if (!Ov.empty() || Sv.empty()) e.check(shape_is(Ov, Qv.batch, Qv.heads, Qv.tokens, Vv.dim), "out has the wrong shape");
+      if (!Ov.empty() || Sv.empty())
+        e.check(shape_is(Ov, Qv.batch, Qv.heads, Qv.tokens, Vv.dim), "out has the wrong shape");
       if (!Lv.empty()) e.check(shape_is(Lv, Qv.batch, Qv.heads, Qv.tokens, 1), "lse has the wrong shape");
-      if (!Sv.empty()) e.check(shape_is(Sv, Qv.batch, Qv.heads, Qv.tokens, Kv.tokens), "scores has the wrong shape");
-      if (!Av.empty()) e.check(shape_is(Av, Qv.batch, 1, Qv.tokens, Kv.tokens), "average_scores has the wrong shape");
+      if (!Sv.empty())
+        e.check(shape_is(Sv, Qv.batch, Qv.heads, Qv.tokens, Kv.tokens), "scores has the wrong shape");
+      if (!Av.empty())
+        e.check(shape_is(Av, Qv.batch, 1, Qv.tokens, Kv.tokens), "average_scores has the wrong shape");
       const Index Bseq = varlen ? sequences : Qv.batch;
       if (varlen) {
         e.check(sequences >= 0, "negative number of sequences");
@@ -391,7 +404,7 @@ struct HeadsCall {
         const ea::HeadsView<const T> outs[] = {Ov, Lv, Sv, Av};
         const auto as_heads = [](const auto& m) {
           using E = std::remove_const_t<std::remove_pointer_t<decltype(m.data)>>;
-          return ea::HeadsView<const E>{m.data, m.batch, m.heads, m.rows, m.cols,
+          return ea::HeadsView<const E>{m.data,         m.batch,       m.heads,      m.rows,      m.cols,
                                         m.batch_stride, m.head_stride, m.row_stride, m.col_stride};
         };
         const auto vec = [](const auto* p, Index count) {
@@ -405,8 +418,10 @@ struct HeadsCall {
           for (const auto& in : {Qv, Kv, Vv}) expect_apart(e, verdict(o, in), "an output overlaps Q, K or V");
           if (has_mask) expect_apart(e, verdict(o, as_heads(masks.mask)), "an output overlaps the mask");
           if (has_bias) expect_apart(e, verdict(o, as_heads(masks.bias)), "an output overlaps the bias");
-          if (has_alibi) expect_apart(e, verdict(o, vec(masks.alibi_slopes, Qv.heads)), "an output overlaps the slopes");
-          if (has_lengths) expect_apart(e, verdict(o, vec(masks.key_lengths, Bseq)), "an output overlaps key_lengths");
+          if (has_alibi)
+            expect_apart(e, verdict(o, vec(masks.alibi_slopes, Qv.heads)), "an output overlaps the slopes");
+          if (has_lengths)
+            expect_apart(e, verdict(o, vec(masks.key_lengths, Bseq)), "an output overlaps key_lengths");
           if (varlen) {
             expect_apart(e, verdict(o, vec(cuq.data(), Bseq + 1)), "an output overlaps cu_seqlens");
             expect_apart(e, verdict(o, vec(cuk.data(), Bseq + 1)), "an output overlaps cu_seqlens");
@@ -428,21 +443,29 @@ struct HeadsCall {
         };
         expect_apart(e, verdict(pv, vec(cuq.data(), S + 1)), "packed scores overlap cu_seqlens");
         expect_apart(e, verdict(pv, vec(cuk.data(), S + 1)), "packed scores overlap cu_seqlens");
-        if (has_alibi) expect_apart(e, verdict(pv, vec(slopes.data(), H)), "packed scores overlap the ALiBi slopes");
+        if (has_alibi)
+          expect_apart(e, verdict(pv, vec(slopes.data(), H)), "packed scores overlap the ALiBi slopes");
       }
       if (claim_slot >= 0) e.fail("a claimed size exceeds its buffer and must be rejected");
       // Weights wanted with no SCORES view: MultiHead.hpp neither allows nor forbids it.
       if (decomposed && !has_scores && !e.invalid) e.uncertain = true;
     }
-    note(format("expect: %s%s", e.invalid ? ("throw: " + e.why).c_str() : "success", e.uncertain ? " (or a throw)" : ""));
+    note(format("expect: %s%s", e.invalid ? ("throw: " + e.why).c_str() : "success",
+                e.uncertain ? " (or a throw)" : ""));
   }
 
   /// The call itself, with options `o`.
   void invoke(const ea::Options& o) {
     switch (call) {
-      case Call::Heads: ea::attention_heads(Qv, Kv, Vv, Ov, o, masks, Lv); break;
-      case Call::HeadsDecomposed: ea::attention_heads_decomposed(Qv, Kv, Vv, Sv, Ov, o, masks, Lv, Av); break;
-      case Call::Varlen: ea::attention_varlen(Qv, Kv, Vv, Ov, cuq.data(), cuk.data(), sequences, o, masks, Lv); break;
+      case Call::Heads:
+        ea::attention_heads(Qv, Kv, Vv, Ov, o, masks, Lv);
+        break;
+      case Call::HeadsDecomposed:
+        ea::attention_heads_decomposed(Qv, Kv, Vv, Sv, Ov, o, masks, Lv, Av);
+        break;
+      case Call::Varlen:
+        ea::attention_varlen(Qv, Kv, Vv, Ov, cuq.data(), cuk.data(), sequences, o, masks, Lv);
+        break;
       default:
         ea::attention_varlen_decomposed(Qv, Kv, Vv, packed.data(), packed_claim, Ov, cuq.data(), cuk.data(),
                                         sequences, o, masks, Lv);
@@ -499,8 +522,8 @@ struct HeadsCall {
             const T mean = H > 0 ? sum / static_cast<T>(H) : T(0);
             const T got = t[kAverage].at(b, 0, i, j);
             EA_EXPECT((std::isnan(mean) && std::isnan(got)) || got == mean,
-                      "average_scores(%td, %td, %td) = %.9g, the mean over heads is %.9g", b, i, j, double(got),
-                      double(mean));
+                      "average_scores(%td, %td, %td) = %.9g, the mean over heads is %.9g", b, i, j,
+                      double(got), double(mean));
           }
     }
   }
@@ -524,8 +547,9 @@ struct HeadsCall {
     if (big && opt.threads != 1) {
       Digest first;
       for (int s = kOut; s <= kAverage; ++s)
-        if (present[s]) first.bytes.insert(first.bytes.end(), (*t[s].arena)[t[s].buf].bytes.get(),
-                                           (*t[s].arena)[t[s].buf].bytes.get() + (*t[s].arena)[t[s].buf].size);
+        if (present[s])
+          first.bytes.insert(first.bytes.end(), (*t[s].arena)[t[s].buf].bytes.get(),
+                             (*t[s].arena)[t[s].buf].bytes.get() + (*t[s].arena)[t[s].buf].size);
       if (call == Call::VarlenDecomposed) first.add(Acc<T>{packed.data(), 1, packed.n[3], 0, 1});
       arena.restore();
       ea::Options one = opt;
@@ -533,11 +557,12 @@ struct HeadsCall {
       invoke(one);
       Digest again;
       for (int s = kOut; s <= kAverage; ++s)
-        if (present[s]) again.bytes.insert(again.bytes.end(), (*t[s].arena)[t[s].buf].bytes.get(),
-                                           (*t[s].arena)[t[s].buf].bytes.get() + (*t[s].arena)[t[s].buf].size);
+        if (present[s])
+          again.bytes.insert(again.bytes.end(), (*t[s].arena)[t[s].buf].bytes.get(),
+                             (*t[s].arena)[t[s].buf].bytes.get() + (*t[s].arena)[t[s].buf].size);
       if (call == Call::VarlenDecomposed) again.add(Acc<T>{packed.data(), 1, packed.n[3], 0, 1});
-      EA_EXPECT(first.bytes == again.bytes, "%s: threads = %d and threads = 1 give different bits", call_name(call),
-                opt.threads);
+      EA_EXPECT(first.bytes == again.bytes, "%s: threads = %d and threads = 1 give different bits",
+                call_name(call), opt.threads);
     }
   }
 };

@@ -34,7 +34,8 @@ void merge(Reader& r) {
   }
   Arena arena;
   Tensor<T> t[kN];
-  for (int s = 0; s < kN; ++s) t[s] = make_tensor<T>(n[s][0], n[s][1], n[s][2], n[s][3], heads_output_lay(r.u8()), 1);
+  for (int s = 0; s < kN; ++s)
+    t[s] = make_tensor<T>(n[s][0], n[s][1], n[s][2], n[s][3], heads_output_lay(r.u8()), 1);
   for (int s = 0; s < kO; ++s) place(t[s], arena);
   // Where the outputs go: apart, in place over an input, or partly over one.
   const std::uint8_t where_out = r.u8() % 8, where_lse = r.u8() % 8;
@@ -89,8 +90,15 @@ void merge(Reader& r) {
     }
   }
   note(format("  out %s%s; lse %s%s", t[kO].describe().c_str(),
-              out_same ? " (in place)" : where_out == 3 ? " (over out_a)" : where_out == 4 ? " (over lse_b)" : "",
-              t[kL].describe().c_str(), lse_same ? " (in place)" : where_lse == 3 ? " (over lse_a)" : where_lse == 4 && !out_same ? " (over out)" : ""));
+              out_same         ? " (in place)"
+              : where_out == 3 ? " (over out_a)"
+              : where_out == 4 ? " (over lse_b)"
+                               : "",
+              t[kL].describe().c_str(),
+              lse_same                      ? " (in place)"
+              : where_lse == 3              ? " (over lse_a)"
+              : where_lse == 4 && !out_same ? " (over out)"
+                                            : ""));
   if (claim_slot >= 0)
     note(format("claim: %s size %d = %td (its buffer holds %td)", names[claim_slot], claim.axis, claim.value,
                 n[claim_slot][claim.axis]));
@@ -117,7 +125,8 @@ void merge(Reader& r) {
     e.check(nonneg(v[kOa]), "a negative size");
     e.check(nonneg(v[kOb]) && dims(v[kOb]) == dims(v[kOa]), "out_b differs from out_a");
     e.check(nonneg(v[kO]) && dims(v[kO]) == dims(v[kOa]), "out differs from out_a");
-    e.check(nonneg(v[kLa]) && dims(v[kLa]) == (std::array<Index, 4>{v[kOa].batch, v[kOa].heads, v[kOa].tokens, 1}),
+    e.check(nonneg(v[kLa]) &&
+                dims(v[kLa]) == (std::array<Index, 4>{v[kOa].batch, v[kOa].heads, v[kOa].tokens, 1}),
             "lse_a is not [B, H, T, 1]");
     e.check(nonneg(v[kLb]) && dims(v[kLb]) == dims(v[kLa]), "lse_b differs from lse_a");
     e.check(nonneg(v[kL]) && dims(v[kL]) == dims(v[kLa]), "lse differs from lse_a");
@@ -136,7 +145,8 @@ void merge(Reader& r) {
           }
         }
       }
-      expect_apart(e, verdict(ea::HeadsView<const T>(v[kO]), ea::HeadsView<const T>(v[kL])), "out overlaps lse");
+      expect_apart(e, verdict(ea::HeadsView<const T>(v[kO]), ea::HeadsView<const T>(v[kL])),
+                   "out overlaps lse");
     }
     if (claim_slot >= 0) e.fail("a claimed size exceeds its buffer and must be rejected");
   }
@@ -161,8 +171,8 @@ void merge(Reader& r) {
       for (Index i = 0; i < Tn; ++i, ++row) {
         const T la = before[kLa][row], lb = before[kLb][row];
         const T lse = t[kL].at(b, h, i, 0);
-        const std::string where = format("merge row (%td, %td, %td), lse_a %.9g lse_b %.9g", b, h, i, double(la),
-                                         double(lb));
+        const std::string where =
+            format("merge row (%td, %td, %td), lse_a %.9g lse_b %.9g", b, h, i, double(la), double(lb));
         if (la == minus_inf && lb == minus_inf) {
           EA_EXPECT(lse == minus_inf, "%s: merged lse %.9g (must be -inf)", where.c_str(), double(lse));
           for (Index d = 0; d < D; ++d)
@@ -183,11 +193,11 @@ void merge(Reader& r) {
         const long double wa = std::exp((long double)la - m), wb = std::exp((long double)lb - m);
         const long double ref_lse = m + std::log(wa + wb);
         if (lb == minus_inf || la == minus_inf) {
-          EA_EXPECT(lse == (la == minus_inf ? lb : la), "%s: merged lse %.9g, one side being empty", where.c_str(),
-                    double(lse));
+          EA_EXPECT(lse == (la == minus_inf ? lb : la), "%s: merged lse %.9g, one side being empty",
+                    where.c_str(), double(lse));
         } else {
-          EA_EXPECT(std::fabs(lse - ref_lse) <= rel * (1 + std::fabs(ref_lse)), "%s: merged lse %.9g, reference %.9Lg",
-                    where.c_str(), double(lse), ref_lse);
+          EA_EXPECT(std::fabs(lse - ref_lse) <= rel * (1 + std::fabs(ref_lse)),
+                    "%s: merged lse %.9g, reference %.9Lg", where.c_str(), double(lse), ref_lse);
         }
         for (Index d = 0; d < D; ++d) {
           const long double va = before[kOa][row * D + d], vb = before[kOb][row * D + d];
@@ -195,11 +205,14 @@ void merge(Reader& r) {
           const T got = t[kO].at(b, h, i, d);
           if (lb == minus_inf || la == minus_inf) {
             EA_EXPECT(got == (la == minus_inf ? vb : va),
-                      "%s: out(%td) = %.9g, but the side with lse -inf saw no key and the other side's value is %.9g "
+                      "%s: out(%td) = %.9g, but the side with lse -inf saw no key and the other side's value "
+                      "is %.9g "
                       "(out_a %.9g, out_b %.9g)",
-                      where.c_str(), d, double(got), double(la == minus_inf ? vb : va), double(va), double(vb));
+                      where.c_str(), d, double(got), double(la == minus_inf ? vb : va), double(va),
+                      double(vb));
           } else {
-            EA_EXPECT(std::fabs(got - ref) <= rel * (std::fabs(va) + std::fabs(vb)) + 4 * (long double)std::numeric_limits<T>::denorm_min(),
+            EA_EXPECT(std::fabs(got - ref) <= rel * (std::fabs(va) + std::fabs(vb)) +
+                                                  4 * (long double)std::numeric_limits<T>::denorm_min(),
                       "%s: out(%td) = %.9g, reference %.9Lg", where.c_str(), d, double(got), ref);
           }
         }

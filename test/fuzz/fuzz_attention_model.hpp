@@ -33,11 +33,11 @@
 #include "fuzz_common.hpp"
 
 namespace ea = EigenAttention;
-using Eigen::Index;
 using ea_fuzz::format;
 using ea_fuzz::note;
 using ea_fuzz::Reader;
 using ea_fuzz::Rng;
+using Eigen::Index;
 
 namespace ea_fuzz_attention {
 
@@ -126,20 +126,28 @@ enum class Lay {
   Interleaved  // row stride 1 and column stride 1 (elements share memory)
 };
 inline const char* lay_name(Lay l) {
-  static const char* names[] = {"BHTD", "BTHD", "padded", "col-major", "reversed-tokens", "dim-stride-2",
-                                "zero-row-stride", "zero-col-stride", "zero-batch-stride", "interleaved"};
+  static const char* names[] = {"BHTD",
+                                "BTHD",
+                                "padded",
+                                "col-major",
+                                "reversed-tokens",
+                                "dim-stride-2",
+                                "zero-row-stride",
+                                "zero-col-stride",
+                                "zero-batch-stride",
+                                "interleaved"};
   return names[int(l)];
 }
 
 /// The layouts of multi-head inputs and outputs (attention_heads, attention_varlen, merge).
 inline Lay heads_input_lay(std::uint8_t b) {
-  static const Lay lays[] = {Lay::BHTD, Lay::BTHD, Lay::BHTD, Lay::BTHD, Lay::Padded, Lay::ColMajor,
-                             Lay::Reversed, Lay::DimStride2, Lay::ZeroBatch, Lay::ZeroRow};
+  static const Lay lays[] = {Lay::BHTD,     Lay::BTHD,     Lay::BHTD,       Lay::BTHD,      Lay::Padded,
+                             Lay::ColMajor, Lay::Reversed, Lay::DimStride2, Lay::ZeroBatch, Lay::ZeroRow};
   return lays[b % 10];
 }
 inline Lay heads_output_lay(std::uint8_t b) {
-  static const Lay lays[] = {Lay::BHTD, Lay::BTHD, Lay::BHTD, Lay::Padded, Lay::ColMajor, Lay::Reversed,
-                             Lay::DimStride2};
+  static const Lay lays[] = {Lay::BHTD,     Lay::BTHD,     Lay::BHTD,      Lay::Padded,
+                             Lay::ColMajor, Lay::Reversed, Lay::DimStride2};
   return lays[b % 7];
 }
 
@@ -163,8 +171,8 @@ struct Tensor {
     return has_elements() ? byte_offset + static_cast<std::size_t>(hi + 1) * sizeof(E) : byte_offset;
   }
   std::string describe() const {
-    return format("[%td, %td, %td, %td] %s strides (%td, %td, %td, %td)", n[0], n[1], n[2], n[3], lay_name(lay),
-                  s[0], s[1], s[2], s[3]);
+    return format("[%td, %td, %td, %td] %s strides (%td, %td, %td, %td)", n[0], n[1], n[2], n[3],
+                  lay_name(lay), s[0], s[1], s[2], s[3]);
   }
 };
 
@@ -246,7 +254,8 @@ void mark_written(const Tensor<E>& t, Index row_begin = 0, Index row_end = -1) {
     for (Index h = 0; h < t.n[1]; ++h)
       for (Index r = row_begin; r < row_end; ++r)
         for (Index c = 0; c < t.n[3]; ++c) {
-          const std::size_t at = t.byte_offset + static_cast<std::size_t>(t.offset(i, h, r, c) * Index(sizeof(E)));
+          const std::size_t at =
+              t.byte_offset + static_cast<std::size_t>(t.offset(i, h, r, c) * Index(sizeof(E)));
           std::fill(b.writable.begin() + at, b.writable.begin() + at + sizeof(E), 1);
         }
 }
@@ -286,13 +295,38 @@ Acc<E> matrix_of(const Tensor<E>& t, Index b, Index h, Index first_row = 0, Inde
 template <class T>
 T palette(unsigned i) {
   using L = std::numeric_limits<T>;
-  const T values[32] = {T(0),       T(-0.0),    T(1),           T(-1),           T(0.5),
-                        T(-2),      T(3),       T(-0.25),       T(1e-3),         T(7.5),
-                        T(100),     T(-1000),   T(1000),        L::quiet_NaN(),  L::infinity(),
-                        -L::infinity(), L::denorm_min(), -L::denorm_min(), L::min() / 2, T(1e38),
-                        T(-1e38),   T(3.4028234663852886e38), T(-3.4028234663852886e38), L::max(), T(1e-30),
-                        T(3e4),     T(-1e5),    T(0.1),         T(-5),           T(11),
-                        T(1e6),     T(-0.5)};
+  const T values[32] = {T(0),
+                        T(-0.0),
+                        T(1),
+                        T(-1),
+                        T(0.5),
+                        T(-2),
+                        T(3),
+                        T(-0.25),
+                        T(1e-3),
+                        T(7.5),
+                        T(100),
+                        T(-1000),
+                        T(1000),
+                        L::quiet_NaN(),
+                        L::infinity(),
+                        -L::infinity(),
+                        L::denorm_min(),
+                        -L::denorm_min(),
+                        L::min() / 2,
+                        T(1e38),
+                        T(-1e38),
+                        T(3.4028234663852886e38),
+                        T(-3.4028234663852886e38),
+                        L::max(),
+                        T(1e-30),
+                        T(3e4),
+                        T(-1e5),
+                        T(0.1),
+                        T(-5),
+                        T(11),
+                        T(1e6),
+                        T(-0.5)};
   return values[i % 32];
 }
 
@@ -349,8 +383,9 @@ class Filler {
     }
   }
   std::string describe() const {
-    static const char* names[] = {"uniform[-2,2]", "uniform+specials", "palette bytes", "constant",
-                                  "integers[-3,3]", "uniform*magnitude", "raw bits", "uniform+many specials"};
+    static const char* names[] = {"uniform[-2,2]", "uniform+specials",     "palette bytes",
+                                  "constant",      "integers[-3,3]",       "uniform*magnitude",
+                                  "raw bits",      "uniform+many specials"};
     std::string s = names[mode_];
     if (mode_ == 3) s += format(" %g", double(constant_));
     if (mode_ == 5) s += format(" %g", magnitude_);
@@ -421,8 +456,9 @@ inline ea::Options decode_options(Reader& r) {
   const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
   {
     const std::uint8_t b = r.u8() % 24;
-    static const double scales[] = {1.0, 0.125, 0.5, 1e3, 0.0, -1.0, nan, inf, -inf, 1e-45, 1e-50, 1e38, 1e300,
-                                    3.4028234663852886e38, 1e39, 4.9e-324, 2.0, 1e-3};
+    static const double scales[] = {1.0,  0.125,    0.5,   1e3,   0.0,  -1.0,  nan,
+                                    inf,  -inf,     1e-45, 1e-50, 1e38, 1e300, 3.4028234663852886e38,
+                                    1e39, 4.9e-324, 2.0,   1e-3};
     if (b < 5) {
       o.scale.reset();
     } else if (b - 5 < 18) {
@@ -436,8 +472,24 @@ inline ea::Options decode_options(Reader& r) {
   }
   const auto window = [&r]() -> std::ptrdiff_t {
     const std::uint8_t b = r.u8() % 20;
-    static const std::ptrdiff_t values[] = {-1, -1, -1, -1, -1, 0, 1, 2, 3, 5, 8, -2, -100,
-                                            std::ptrdiff_t(1) << 40, kIndexMax, kIndexMin, kIndexMax - 5, 600};
+    static const std::ptrdiff_t values[] = {-1,
+                                            -1,
+                                            -1,
+                                            -1,
+                                            -1,
+                                            0,
+                                            1,
+                                            2,
+                                            3,
+                                            5,
+                                            8,
+                                            -2,
+                                            -100,
+                                            std::ptrdiff_t(1) << 40,
+                                            kIndexMax,
+                                            kIndexMin,
+                                            kIndexMax - 5,
+                                            600};
     if (b < 18) return values[b];
     return static_cast<std::ptrdiff_t>(r.u8());
   };
@@ -445,7 +497,8 @@ inline ea::Options decode_options(Reader& r) {
   o.window_right = window();
   {
     const std::uint8_t b = r.u8() % 20;
-    static const double caps[] = {0, 0, 0, 0, 0, 1, 5, 30, 0.5, nan, -1, inf, -inf, 1e-45, 1e-50, 1e38, 1e300, 50};
+    static const double caps[] = {0,   0,  0,   0,    0,     1,     5,    30,    0.5,
+                                  nan, -1, inf, -inf, 1e-45, 1e-50, 1e38, 1e300, 50};
     if (b < 18) {
       o.softcap = caps[b];
     } else {
@@ -500,8 +553,8 @@ inline bool kernel_ok(ea::Kernel k) {
 /// The rules every call shares (for the scalar type T and d_k as the call sees it).
 template <class T>
 bool options_ok(const ea::Options& o, Index dk) {
-  return scale_ok<T>(o, dk) && o.threads >= 0 && o.window_left >= -1 && o.window_right >= -1 && softcap_ok<T>(o) &&
-         kernel_ok(o.kernel);
+  return scale_ok<T>(o, dk) && o.threads >= 0 && o.window_left >= -1 && o.window_right >= -1 &&
+         softcap_ok<T>(o) && kernel_ok(o.kernel);
 }
 
 /// What a call's outcome must be.
@@ -614,27 +667,28 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
         if (vis[j]) ref_sum += std::exp(logit[j] - max_logit);
     }
     const auto ref_weight = [&](Index j) { return std::exp(logit[j] - max_logit) / ref_sum; };
-    const std::string where = format("%s row %td (%td visible keys, safe=%d, tame=%d)", c.name.c_str(), i, nvis,
-                                     int(safe), int(tame));
+    const std::string where = format("%s row %td (%td visible keys, safe=%d, tame=%d)", c.name.c_str(), i,
+                                     nvis, int(safe), int(tame));
 
     if (c.scores.present()) {
       long double sum = 0;
       for (Index j = 0; j < tk; ++j) {
         const T s = c.scores(i, j);
         if (!vis[j]) {
-          EA_EXPECT(s == 0, "%s: SCORES(%td, %td) = %.9g for a hidden key (must be exactly 0)", where.c_str(), i, j,
-                    double(s));
+          EA_EXPECT(s == 0, "%s: SCORES(%td, %td) = %.9g for a hidden key (must be exactly 0)", where.c_str(),
+                    i, j, double(s));
           continue;
         }
-        EA_EXPECT(std::isnan(s) || (s >= 0 && s <= 1), "%s: SCORES(%td, %td) = %.9g outside [0, 1]", where.c_str(), i,
-                  j, double(s));
-        EA_EXPECT(!safe || !std::isnan(s), "%s: SCORES(%td, %td) is NaN though every input it depends on is finite",
-                  where.c_str(), i, j);
+        EA_EXPECT(std::isnan(s) || (s >= 0 && s <= 1), "%s: SCORES(%td, %td) = %.9g outside [0, 1]",
+                  where.c_str(), i, j, double(s));
+        EA_EXPECT(!safe || !std::isnan(s),
+                  "%s: SCORES(%td, %td) is NaN though every input it depends on is finite", where.c_str(), i,
+                  j);
         sum += s;
         if (tame) {
           const long double ref = ref_weight(j);
-          EA_EXPECT(std::fabs(s - ref) <= ref_rel * ref + ref_abs + tiny, "%s: SCORES(%td, %td) = %.9g, reference %.9Lg",
-                    where.c_str(), i, j, double(s), ref);
+          EA_EXPECT(std::fabs(s - ref) <= ref_rel * ref + ref_abs + tiny,
+                    "%s: SCORES(%td, %td) = %.9g, reference %.9Lg", where.c_str(), i, j, double(s), ref);
         }
       }
       if (safe && nvis > 0) {
@@ -645,8 +699,8 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
       for (Index d = 0; d < dv; ++d) {
         const T a = c.attn(i, d);
         if (nvis == 0) {
-          EA_EXPECT(a == 0, "%s: ATTN(%td, %td) = %.9g for a row that sees no key (must be 0)", where.c_str(), i, d,
-                    double(a));
+          EA_EXPECT(a == 0, "%s: ATTN(%td, %td) = %.9g for a row that sees no key (must be 0)", where.c_str(),
+                    i, d, double(a));
           continue;
         }
         if (!safe) continue;
@@ -663,33 +717,35 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
             via_mag += std::fabs((long double)c.scores(i, j) * c.v(j, d));
           }
         }
-        EA_EXPECT(std::isfinite(a), "%s: ATTN(%td, %td) = %.9g is not finite though its inputs are", where.c_str(), i,
-                  d, double(a));
+        EA_EXPECT(std::isfinite(a), "%s: ATTN(%td, %td) = %.9g is not finite though its inputs are",
+                  where.c_str(), i, d, double(a));
         EA_EXPECT(std::fabs((long double)a) <= vmax * (1 + 1e-3L) + tiny,
-                  "%s: |ATTN(%td, %td)| = %.9g exceeds the largest visible |V| %.9Lg", where.c_str(), i, d, double(a),
-                  vmax);
+                  "%s: |ATTN(%td, %td)| = %.9g exceeds the largest visible |V| %.9Lg", where.c_str(), i, d,
+                  double(a), vmax);
         if (tame) {
           EA_EXPECT(std::fabs(a - ref) <= ref_rel * ref_mag + ref_abs * vmax + tiny,
                     "%s: ATTN(%td, %td) = %.9g, reference %.9Lg", where.c_str(), i, d, double(a), ref);
         }
         if (c.scores.present()) {
           EA_EXPECT(std::fabs(a - via_scores) <= 1e-3L * via_mag + 1e-6L * vmax + tiny,
-                    "%s: ATTN(%td, %td) = %.9g but SCORES * V gives %.9Lg", where.c_str(), i, d, double(a), via_scores);
+                    "%s: ATTN(%td, %td) = %.9g but SCORES * V gives %.9Lg", where.c_str(), i, d, double(a),
+                    via_scores);
         }
       }
     }
     if (c.lse.present()) {
       const T l = c.lse(i, 0);
       if (nvis == 0) {
-        EA_EXPECT(l == -std::numeric_limits<T>::infinity(), "%s: LSE(%td) = %.9g for a row that sees no key (must be -inf)",
-                  where.c_str(), i, double(l));
-      } else if (safe) {
-        EA_EXPECT(std::isfinite(l), "%s: LSE(%td) = %.9g is not finite though its inputs are", where.c_str(), i,
+        EA_EXPECT(l == -std::numeric_limits<T>::infinity(),
+                  "%s: LSE(%td) = %.9g for a row that sees no key (must be -inf)", where.c_str(), i,
                   double(l));
+      } else if (safe) {
+        EA_EXPECT(std::isfinite(l), "%s: LSE(%td) = %.9g is not finite though its inputs are", where.c_str(),
+                  i, double(l));
         if (tame) {
           const long double ref = max_logit + std::log(ref_sum);
-          EA_EXPECT(std::fabs(l - ref) <= ref_rel * (1 + std::fabs(ref)), "%s: LSE(%td) = %.9g, reference %.9Lg",
-                    where.c_str(), i, double(l), ref);
+          EA_EXPECT(std::fabs(l - ref) <= ref_rel * (1 + std::fabs(ref)),
+                    "%s: LSE(%td) = %.9g, reference %.9Lg", where.c_str(), i, double(l), ref);
         }
       }
     }
@@ -738,7 +794,6 @@ struct Digest {
 
 inline const Index kHuge[] = {Index(1) << 40, Index(1) << 62, kIndexMax, -1, kIndexMin, Index(1) << 31};
 
-
 enum class Call {
   Attention,
   AttentionInto,
@@ -773,7 +828,6 @@ inline const char* call_name(Call c) {
                                 "merge_attention"};
   return names[int(c)];
 }
-
 
 // The call families (explicitly instantiated for float and double in their files).
 template <class T>

@@ -21,7 +21,8 @@ template <class T>
 struct In<T, 1> {
   Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> m;
   In(const Tensor<T>& t, Claim)
-      : m(ea::ConstStridedMap<T>(t.data(), t.n[2], t.n[3], Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.s[2], t.s[3]))) {}
+      : m(ea::ConstStridedMap<T>(t.data(), t.n[2], t.n[3],
+                                 Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.s[2], t.s[3]))) {}
   const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>& get() const { return m; }
 };
 template <class T>
@@ -62,21 +63,21 @@ struct SingleSpec {
   Index kcols = 0, vrows = 0;  // K's columns and V's rows (faults make them differ)
   int share = 0;               // 1: K is Q; 2: V is K; 3: both
   int in_kind = 0, out_kind = 0;
-  Lay lay[3] = {};             // Q, K, V
-  Lay out_lay[3] = {};         // the outputs, in call order
-  bool out_wrong[3] = {};      // output shape off by one row or column
+  Lay lay[3] = {};         // Q, K, V
+  Lay out_lay[3] = {};     // the outputs, in call order
+  bool out_wrong[3] = {};  // output shape off by one row or column
   Index out_pad[3] = {};
   Index r0[3] = {}, c0[3] = {};  // initial sizes of resizable outputs
-  int claim_target = -1;       // 0 Q.cols, 1 V.rows, 2 out0.rows, 3 out0.cols, 4 out1.cols, 5 out2.rows
+  int claim_target = -1;         // 0 Q.cols, 1 V.rows, 2 out0.rows, 3 out0.cols, 4 out1.cols, 5 out2.rows
   Index claim_value = 0;
-  int alias_out = -1;          // which output lies over another tensor
-  int alias_host = 0;          // 0 Q, 1 K, 2 V, 3 the previous output
+  int alias_out = -1;  // which output lies over another tensor
+  int alias_host = 0;  // 0 Q, 1 K, 2 V, 3 the previous output
   Index alias_shift = 0;
 };
 
 Lay input_lay(std::uint8_t b) {
-  static const Lay lays[] = {Lay::BHTD, Lay::BHTD, Lay::ColMajor, Lay::Padded, Lay::ColMajor,
-                             Lay::ZeroRow, Lay::ZeroCol, Lay::Interleaved};
+  static const Lay lays[] = {Lay::BHTD,     Lay::BHTD,    Lay::ColMajor, Lay::Padded,
+                             Lay::ColMajor, Lay::ZeroRow, Lay::ZeroCol,  Lay::Interleaved};
   return lays[b % 8];
 }
 
@@ -89,15 +90,26 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
   int outputs = 0;
   const char* out_names[3] = {"", "", ""};
   switch (call) {
-    case Call::AttentionInto: outputs = 1, out_names[0] = "out"; break;
-    case Call::AttentionIntoLse: outputs = 2, out_names[0] = "out", out_names[1] = "lse"; break;
-    case Call::DecomposedInto: outputs = 2, out_names[0] = "scores", out_names[1] = "attn"; break;
+    case Call::AttentionInto:
+      outputs = 1, out_names[0] = "out";
+      break;
+    case Call::AttentionIntoLse:
+      outputs = 2, out_names[0] = "out", out_names[1] = "lse";
+      break;
+    case Call::DecomposedInto:
+      outputs = 2, out_names[0] = "scores", out_names[1] = "attn";
+      break;
     case Call::DecomposedIntoLse:
       outputs = 3, out_names[0] = "scores", out_names[1] = "attn", out_names[2] = "lse";
       break;
-    case Call::ScoresInto: outputs = 1, out_names[0] = "scores"; break;
-    case Call::ScoresIntoLse: outputs = 2, out_names[0] = "scores", out_names[1] = "lse"; break;
-    default: break;
+    case Call::ScoresInto:
+      outputs = 1, out_names[0] = "scores";
+      break;
+    case Call::ScoresIntoLse:
+      outputs = 2, out_names[0] = "scores", out_names[1] = "lse";
+      break;
+    default:
+      break;
   }
   // The right shape of each output.
   Index want_r[3] = {sp.tq, sp.tq, sp.tq}, want_c[3] = {0, 0, 0};
@@ -112,8 +124,8 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
   Tensor<T> v = make_tensor<T>(1, 1, sp.vrows, sp.dv, sp.lay[2], 1);
   Tensor<T> outs[3];
   for (int o = 0; o < outputs; ++o) {
-    outs[o] = make_tensor<T>(1, 1, want_r[o] + (sp.out_wrong[o] && o % 2 == 0), want_c[o] + (sp.out_wrong[o] && o % 2),
-                             sp.out_lay[o], sp.out_pad[o]);
+    outs[o] = make_tensor<T>(1, 1, want_r[o] + (sp.out_wrong[o] && o % 2 == 0),
+                             want_c[o] + (sp.out_wrong[o] && o % 2), sp.out_lay[o], sp.out_pad[o]);
   }
   place(q, arena);
   if (sp.share & 1) {
@@ -158,16 +170,17 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
   for (int o = 0; o < outputs; ++o) {
     if (OK == 0) {
       note(format("  output %s %s%s", out_names[o], outs[o].describe().c_str(),
-                  o == sp.alias_out ? format(" placed over %s + %td elements", sp.alias_host == 3 ? "the previous output"
-                                                                                   : sp.alias_host % 3 == 0 ? "Q"
-                                                                                   : sp.alias_host % 3 == 1 ? "K"
-                                                                                                            : "V",
+                  o == sp.alias_out ? format(" placed over %s + %td elements",
+                                             sp.alias_host == 3       ? "the previous output"
+                                             : sp.alias_host % 3 == 0 ? "Q"
+                                             : sp.alias_host % 3 == 1 ? "K"
+                                                                      : "V",
                                              sp.alias_shift)
                                           .c_str()
                                     : ""));
     } else {
-      note(format("  output %s: resizable %s matrix, initially %tdx%td", out_names[o], OK == 1 ? "row-major" : "col-major",
-                  sp.r0[o], sp.c0[o]));
+      note(format("  output %s: resizable %s matrix, initially %tdx%td", out_names[o],
+                  OK == 1 ? "row-major" : "col-major", sp.r0[o], sp.c0[o]));
     }
   }
 
@@ -181,18 +194,21 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
   Claim out_claim[3];
   if (sp.claim_target >= 2) {
     const int o = sp.claim_target == 2 || sp.claim_target == 3 ? 0 : sp.claim_target == 4 ? 1 : 2;
-    if (o < outputs && OK == 0) out_claim[o] = {sp.claim_target == 2 || sp.claim_target == 5 ? 2 : 3, sp.claim_value};
+    if (o < outputs && OK == 0)
+      out_claim[o] = {sp.claim_target == 2 || sp.claim_target == 5 ? 2 : 3, sp.claim_value};
   }
   if (OK == 0) {
     for (int o = 0; o < outputs; ++o) {
       const Index rows = out_claim[o].axis == 2 ? out_claim[o].value : outs[o].n[2];
       const Index cols = out_claim[o].axis == 3 ? out_claim[o].value : outs[o].n[3];
       e.check(rows == want_r[o] && cols == want_c[o], "an output has the wrong shape");
-      if (rows == want_r[o] && cols == want_c[o]) e.check(nested(outs[o]), "an output's strides are not nested");
+      if (rows == want_r[o] && cols == want_c[o])
+        e.check(nested(outs[o]), "an output's strides are not nested");
     }
     if (sp.alias_out >= 0 && sp.alias_out < outputs) {
       const Tensor<T>& o = outs[sp.alias_out];
-      const Tensor<T>& host = sp.alias_host == 3 && sp.alias_out > 0 ? outs[sp.alias_out - 1] : *hosts[sp.alias_host % 3];
+      const Tensor<T>& host =
+          sp.alias_host == 3 && sp.alias_out > 0 ? outs[sp.alias_out - 1] : *hosts[sp.alias_host % 3];
       const bool host_is_input = !(sp.alias_host == 3 && sp.alias_out > 0);
       const bool host_used = !host_is_input || sp.alias_host % 3 != 2 || with_v;
       if (host_used && elements_intersect(byte_ranges(o), byte_ranges(host))) {
@@ -219,18 +235,32 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
     const auto& K = ki.get();
     const auto& V = vi.get();
     switch (call) {
-      case Call::Attention: ret_attn = ea::attention(Q, K, V, o); break;
-      case Call::AttentionInto: ea::attention_into(Q, K, V, o0->m, o); break;
-      case Call::AttentionIntoLse: ea::attention_into(Q, K, V, o0->m, o1->m, o); break;
+      case Call::Attention:
+        ret_attn = ea::attention(Q, K, V, o);
+        break;
+      case Call::AttentionInto:
+        ea::attention_into(Q, K, V, o0->m, o);
+        break;
+      case Call::AttentionIntoLse:
+        ea::attention_into(Q, K, V, o0->m, o1->m, o);
+        break;
       case Call::Decomposed: {
         auto res = ea::attention_decomposed(Q, K, V, o);
         ret_scores = std::move(res.scores), ret_attn = std::move(res.attn), ret_lse = std::move(res.lse);
         break;
       }
-      case Call::DecomposedInto: ea::attention_decomposed_into(Q, K, V, o0->m, o1->m, o); break;
-      case Call::DecomposedIntoLse: ea::attention_decomposed_into(Q, K, V, o0->m, o1->m, o2->m, o); break;
-      case Call::Scores: ret_scores = ea::attention_scores(Q, K, o); break;
-      case Call::ScoresInto: ea::attention_scores_into(Q, K, o0->m, o); break;
+      case Call::DecomposedInto:
+        ea::attention_decomposed_into(Q, K, V, o0->m, o1->m, o);
+        break;
+      case Call::DecomposedIntoLse:
+        ea::attention_decomposed_into(Q, K, V, o0->m, o1->m, o2->m, o);
+        break;
+      case Call::Scores:
+        ret_scores = ea::attention_scores(Q, K, o);
+        break;
+      case Call::ScoresInto:
+        ea::attention_scores_into(Q, K, o0->m, o);
+        break;
       case Call::ScoresIntoLse:
         if constexpr (IK == 0 && OK == 0) {
           ea::compiled::attention_scores_into<T>(Q, K, o0->m, &o1->m, o);
@@ -238,7 +268,8 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
           ea::attention_scores_into(Q, K, o0->m, o);  // the front door takes no LSE
         }
         break;
-      default: break;
+      default:
+        break;
     }
   };
   arena.snapshot();
@@ -265,8 +296,8 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
       const auto& m = o == 0 ? o0->m : o == 1 ? o1->m : o2->m;
       a = {m.data(), m.rows(), m.cols(), m.rowStride(), m.colStride()};
     }
-    EA_EXPECT(a.rows == want_r[o] && a.cols == want_c[o], "%s: output %s is %tdx%td, not %tdx%td", call_name(call),
-              out_names[o], a.rows, a.cols, want_r[o], want_c[o]);
+    EA_EXPECT(a.rows == want_r[o] && a.cols == want_c[o], "%s: output %s is %tdx%td, not %tdx%td",
+              call_name(call), out_names[o], a.rows, a.cols, want_r[o], want_c[o]);
     return a;
   };
   for (int o = 0; o < outputs; ++o) {
@@ -277,12 +308,14 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
     (n == "lse" ? c.lse : n == "scores" ? c.scores : c.attn) = a;
   }
   const auto returned_acc = [&](const auto& m, Index rows, Index cols, const char* what) {
-    EA_EXPECT(m.rows() == rows && m.cols() == cols, "%s returned %s of %tdx%td, not %tdx%td", call_name(call), what,
-              Index(m.rows()), Index(m.cols()), rows, cols);
+    EA_EXPECT(m.rows() == rows && m.cols() == cols, "%s returned %s of %tdx%td, not %tdx%td", call_name(call),
+              what, Index(m.rows()), Index(m.cols()), rows, cols);
     return Acc<T>{m.data(), Index(m.rows()), Index(m.cols()), Index(m.rowStride()), Index(m.colStride())};
   };
-  if (call == Call::Attention || call == Call::Decomposed) c.attn = returned_acc(ret_attn, sp.tq, sp.dv, "ATTN");
-  if (call == Call::Decomposed || call == Call::Scores) c.scores = returned_acc(ret_scores, sp.tq, sp.tk, "SCORES");
+  if (call == Call::Attention || call == Call::Decomposed)
+    c.attn = returned_acc(ret_attn, sp.tq, sp.dv, "ATTN");
+  if (call == Call::Decomposed || call == Call::Scores)
+    c.scores = returned_acc(ret_scores, sp.tq, sp.tk, "SCORES");
   if (call == Call::Decomposed) c.lse = returned_acc(ret_lse, sp.tq, 1, "LSE");
   if (OK == 0) arena.expect_only_outputs_changed(call_name(call));
 
@@ -314,8 +347,8 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
     }
     for (const Acc<T>* a : {&c.attn, &c.scores, &c.lse})
       if (a->present()) again.add(*a);
-    EA_EXPECT(first.bytes == again.bytes, "%s: threads = %d and threads = 1 give different bits", call_name(call),
-              opt.threads);
+    EA_EXPECT(first.bytes == again.bytes, "%s: threads = %d and threads = 1 give different bits",
+              call_name(call), opt.threads);
   }
 }
 
@@ -342,8 +375,8 @@ void single(Call call, const ea::Options& opt, Reader& r, bool big) {
   for (Lay& l : sp.lay) l = input_lay(r.u8());
   for (int o = 0; o < 3; ++o) {
     const std::uint8_t b = r.u8();
-    static const Lay lays[] = {Lay::BHTD, Lay::BHTD, Lay::ColMajor, Lay::Padded, Lay::ColMajor, Lay::ZeroRow,
-                               Lay::ZeroCol, Lay::Interleaved};
+    static const Lay lays[] = {Lay::BHTD,     Lay::BHTD,    Lay::ColMajor, Lay::Padded,
+                               Lay::ColMajor, Lay::ZeroRow, Lay::ZeroCol,  Lay::Interleaved};
     sp.out_lay[o] = lays[b % 8];
     sp.out_wrong[o] = (b >> 3) % 8 == 7;
     sp.out_pad[o] = (b >> 6) % 3;
@@ -368,21 +401,40 @@ void single(Call call, const ea::Options& opt, Reader& r, bool big) {
       sp.alias_shift = r.u8() % 8;
     }
   }
-  note(format("single head: %s<%s> T_q=%td T_k=%td d_k=%td d_v=%td (K cols %td, V rows %td) share=%d input kind %d "
-              "output kind %d claim %d=%td",
-              call_name(call), type_name<T>(), sp.tq, sp.tk, sp.dk, sp.dv, sp.kcols, sp.vrows, sp.share, sp.in_kind,
-              sp.out_kind, sp.claim_target, sp.claim_value));
+  note(format(
+      "single head: %s<%s> T_q=%td T_k=%td d_k=%td d_v=%td (K cols %td, V rows %td) share=%d input kind %d "
+      "output kind %d claim %d=%td",
+      call_name(call), type_name<T>(), sp.tq, sp.tk, sp.dk, sp.dv, sp.kcols, sp.vrows, sp.share, sp.in_kind,
+      sp.out_kind, sp.claim_target, sp.claim_value));
   const int variant = sp.in_kind * 3 + sp.out_kind;
   switch (variant) {
-    case 0: run_single<T, 0, 0>(call, opt, sp, r, big); break;
-    case 1: run_single<T, 0, 1>(call, opt, sp, r, big); break;
-    case 2: run_single<T, 0, 2>(call, opt, sp, r, big); break;
-    case 3: run_single<T, 1, 0>(call, opt, sp, r, big); break;
-    case 4: run_single<T, 1, 1>(call, opt, sp, r, big); break;
-    case 5: run_single<T, 1, 2>(call, opt, sp, r, big); break;
-    case 6: run_single<T, 2, 0>(call, opt, sp, r, big); break;
-    case 7: run_single<T, 2, 1>(call, opt, sp, r, big); break;
-    default: run_single<T, 2, 2>(call, opt, sp, r, big); break;
+    case 0:
+      run_single<T, 0, 0>(call, opt, sp, r, big);
+      break;
+    case 1:
+      run_single<T, 0, 1>(call, opt, sp, r, big);
+      break;
+    case 2:
+      run_single<T, 0, 2>(call, opt, sp, r, big);
+      break;
+    case 3:
+      run_single<T, 1, 0>(call, opt, sp, r, big);
+      break;
+    case 4:
+      run_single<T, 1, 1>(call, opt, sp, r, big);
+      break;
+    case 5:
+      run_single<T, 1, 2>(call, opt, sp, r, big);
+      break;
+    case 6:
+      run_single<T, 2, 0>(call, opt, sp, r, big);
+      break;
+    case 7:
+      run_single<T, 2, 1>(call, opt, sp, r, big);
+      break;
+    default:
+      run_single<T, 2, 2>(call, opt, sp, r, big);
+      break;
   }
 }
 

@@ -68,9 +68,10 @@ inline void note(const std::string& line) {
   description() += '\n';
 }
 
-[[noreturn]] inline void violation(const char* file, int line, const char* condition, const std::string& detail) {
-  std::fprintf(stderr, "\n==== %s:%d: invariant violated: %s\n%s\n---- decoded configuration ----\n%s\n", file, line,
-               condition, detail.c_str(), description().c_str());
+[[noreturn]] inline void violation(const char* file, int line, const char* condition,
+                                   const std::string& detail) {
+  std::fprintf(stderr, "\n==== %s:%d: invariant violated: %s\n%s\n---- decoded configuration ----\n%s\n",
+               file, line, condition, detail.c_str(), description().c_str());
   std::fflush(stderr);
   __builtin_trap();
 }
@@ -79,7 +80,7 @@ inline void note(const std::string& line) {
 
 /// Checks an invariant; on failure prints the detail (printf-style) and the configuration, then
 /// traps, which libFuzzer reports as a crash and saves the input for.
-#define EA_EXPECT(cond, ...)                                                                 \
-  do {                                                                                       \
+#define EA_EXPECT(cond, ...)                                                                      \
+  do {                                                                                            \
     if (!(cond)) ::ea_fuzz::violation(__FILE__, __LINE__, #cond, ::ea_fuzz::format(__VA_ARGS__)); \
   } while (0)

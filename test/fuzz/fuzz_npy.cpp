@@ -93,7 +93,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     a = npy::parse(data, size, "input.npy");
   } catch (const npy::Error& e) {
-    EA_EXPECT(std::strstr(e.what(), "input.npy") != nullptr, "npy::Error does not name the file: %s", e.what());
+    EA_EXPECT(std::strstr(e.what(), "input.npy") != nullptr, "npy::Error does not name the file: %s",
+              e.what());
     return 0;
   }
   ea_fuzz::note(format("parsed: dtype %d (%s), shape %s, %zu bytes", int(a.dtype), npy::dtype_descr(a.dtype),
@@ -109,8 +110,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     EA_EXPECT(false, "size() of a parsed array throws: %s", e.what());
   }
   const std::size_t elem = npy::dtype_size(a.dtype);
-  EA_EXPECT(a.bytes.size() == static_cast<std::size_t>(count) * elem, "%zu bytes for %lld elements of %zu bytes",
-            a.bytes.size(), (long long)count, elem);
+  EA_EXPECT(a.bytes.size() == static_cast<std::size_t>(count) * elem,
+            "%zu bytes for %lld elements of %zu bytes", a.bytes.size(), (long long)count, elem);
   if (a.dtype == npy::DType::Bool) {
     for (unsigned char b : a.bytes) EA_EXPECT(b <= 1, "boolean byte %u", unsigned(b));
   }
@@ -132,7 +133,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // past int64 (possible when another dimension is 0) must be refused with npy::Error.
   bool strides_overflow = false;
   std::int64_t product = 1;
-  for (auto d : a.shape) strides_overflow = strides_overflow || (d != 0 && __builtin_mul_overflow(product, d, &product));
+  for (auto d : a.shape)
+    strides_overflow = strides_overflow || (d != 0 && __builtin_mul_overflow(product, d, &product));
   for (auto layout : {EigenAttention::Layout::BHTD, EigenAttention::Layout::BTHD}) {
     expect_only_npy_errors("as_heads", [&] {
       const auto h = npy::as_heads<float>(a, layout, "h");
@@ -146,8 +148,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (count > 0) {
         const float* last = &h.data[(h.batch - 1) * h.batch_stride + (h.heads - 1) * h.head_stride +
                                     (h.tokens - 1) * h.token_stride + (h.dim - 1) * h.dim_stride];
-        EA_EXPECT(reinterpret_cast<const unsigned char*>(last) + sizeof(float) == a.bytes.data() + a.bytes.size(),
-                  "as_heads<float>'s last element is not the array's last");
+        EA_EXPECT(
+            reinterpret_cast<const unsigned char*>(last) + sizeof(float) == a.bytes.data() + a.bytes.size(),
+            "as_heads<float>'s last element is not the array's last");
       }
     });
     expect_only_npy_errors("as_heads", [&] {
@@ -173,7 +176,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   EA_EXPECT(back.dtype == a.dtype && back.shape == a.shape && back.bytes == a.bytes,
             "round trip changed the array: dtype %d -> %d, shape %s -> %s, %zu -> %zu bytes", int(a.dtype),
-            int(back.dtype), shape_text(a).c_str(), shape_text(back).c_str(), a.bytes.size(), back.bytes.size());
+            int(back.dtype), shape_text(a).c_str(), shape_text(back).c_str(), a.bytes.size(),
+            back.bytes.size());
   npy::Array again;
   try {
     again = npy::parse(file.data(), file.size(), "written.npy");

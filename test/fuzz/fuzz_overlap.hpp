@@ -22,7 +22,7 @@ namespace ea_fuzz_attention {
 
 /// Do two element sets (offsets in bytes from a common origin) share a byte?
 inline bool elements_intersect(std::vector<std::pair<std::intptr_t, std::intptr_t>> a,
-                        std::vector<std::pair<std::intptr_t, std::intptr_t>> b) {
+                               std::vector<std::pair<std::intptr_t, std::intptr_t>> b) {
   std::sort(a.begin(), a.end());
   std::sort(b.begin(), b.end());
   std::size_t i = 0, j = 0;
@@ -57,8 +57,8 @@ bool view_extent(const ea::HeadsView<E>& v, std::uintptr_t& lo, std::uintptr_t& 
   if (v.data == nullptr || v.batch == 0 || v.heads == 0 || v.tokens == 0 || v.dim == 0) return false;
   const Index size = static_cast<Index>(sizeof(*v.data));
   Index low = 0, high = 0;
-  const Index n[4] = {v.batch, v.heads, v.tokens, v.dim}, s[4] = {v.batch_stride, v.head_stride, v.token_stride,
-                                                                  v.dim_stride};
+  const Index n[4] = {v.batch, v.heads, v.tokens, v.dim},
+              s[4] = {v.batch_stride, v.head_stride, v.token_stride, v.dim_stride};
   for (int a = 0; a < 4; ++a) {
     const Index reach = (n[a] - 1) * s[a] * size;
     low += std::min<Index>(reach, 0);
@@ -128,8 +128,8 @@ bool nested(const Tensor<E>& t) {
 }
 template <class E>
 bool nested(const ea::HeadsView<E>& v) {
-  const Index n[4] = {v.batch, v.heads, v.tokens, v.dim}, s[4] = {v.batch_stride, v.head_stride, v.token_stride,
-                                                                  v.dim_stride};
+  const Index n[4] = {v.batch, v.heads, v.tokens, v.dim},
+              s[4] = {v.batch_stride, v.head_stride, v.token_stride, v.dim_stride};
   return nested(n, s);
 }
 

@@ -42,25 +42,25 @@ namespace {
 
 int failures = 0;
 
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      ++failures;                                                                     \
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      ++failures;                                                                   \
       std::cerr << __FILE__ << ":" << __LINE__ << ": CHECK failed: " #cond << "\n"; \
-    }                                                                                 \
+    }                                                                               \
   } while (0)
 
 std::ostream& operator<<(std::ostream& os, Rgb c) {
   return os << "(" << int(c.r) << ", " << int(c.g) << ", " << int(c.b) << ")";
 }
 
-#define CHECK_COLOUR(actual, expected)                                                                   \
-  do {                                                                                                   \
-    const Rgb a_ = (actual), e_ = (expected);                                                            \
-    if (a_ != e_) {                                                                                      \
-      ++failures;                                                                                        \
+#define CHECK_COLOUR(actual, expected)                                                                     \
+  do {                                                                                                     \
+    const Rgb a_ = (actual), e_ = (expected);                                                              \
+    if (a_ != e_) {                                                                                        \
+      ++failures;                                                                                          \
       std::cerr << __FILE__ << ":" << __LINE__ << ": colour " << a_ << " != " << e_ << " (" #actual ")\n"; \
-    }                                                                                                    \
+    }                                                                                                      \
   } while (0)
 
 constexpr Rgb kTop{253, 231, 37};  // the colour map's top (the largest weight)
@@ -154,7 +154,8 @@ void check_colour_bar(const Image& image, const HeatmapGeometry& g) {
   CHECK(luminance(image.at(x, g.bar_y)) > 200);
   CHECK(luminance(image.at(x, g.bar_y + g.bar_h - 1)) < 40);
   // Labels right of the bar.
-  CHECK(count_in(image, g.bar_x + g.bar_w + 1, g.bar_y - 8, g.width, g.bar_y + g.bar_h + 8, Rgb{0, 0, 0}) > 20);
+  CHECK(count_in(image, g.bar_x + g.bar_w + 1, g.bar_y - 8, g.width, g.bar_y + g.bar_h + 8, Rgb{0, 0, 0}) >
+        20);
 }
 
 std::set<std::string> listing(const fs::path& dir) {
@@ -199,7 +200,7 @@ void test_causal(const fs::path& dir) {
   const Image image = load_checked(path, g);
   CHECK_COLOUR(colour_map(1.0), kTop);
   CHECK_COLOUR(colour_map(0.0), kBottom);
-  CHECK_COLOUR(cell_colour(image, g, 0, 0), kTop);          // the max weight
+  CHECK_COLOUR(cell_colour(image, g, 0, 0), kTop);           // the max weight
   CHECK_COLOUR(cell_colour(image, g, 0, 5), kMaskedColour);  // masked
   CHECK(luminance(cell_colour(image, g, 0, 0)) > 200);
   CHECK(luminance(cell_colour(image, g, 0, 5)) < 40);
@@ -219,7 +220,8 @@ void test_causal(const fs::path& dir) {
   const Rgb black{0, 0, 0};
   CHECK(count_in(image, 0, 0, image.width, g.heat_y - 2, black) > 50);
   CHECK(count_in(image, 0, g.heat_y, g.heat_x - 2, g.heat_y + 6 * g.cell_h, black) > 100);
-  CHECK(count_in(image, g.heat_x, g.heat_y + 6 * g.cell_h + 2, g.heat_x + 6 * g.cell_w, image.height, black) > 100);
+  CHECK(count_in(image, g.heat_x, g.heat_y + 6 * g.cell_h + 2, g.heat_x + 6 * g.cell_w, image.height, black) >
+        100);
 }
 
 void test_one_by_one(const fs::path& dir) {
@@ -385,7 +387,7 @@ void test_failures(const fs::path& dir) {
 
 void write_sample(const std::string& path) {
   // A 12-token causal pattern: attention to the first token, to the previous one, and to itself.
-  const std::vector<std::string> tokens = {"<s>", "The",  "quick", "brown", "fox", "jumps",
+  const std::vector<std::string> tokens = {"<s>",  "The", "quick", "brown", "fox", "jumps",
                                            "over", "the", "lazy",  "dog",   ".",   "\xE2\x9C\x93"};
   const int n = static_cast<int>(tokens.size());
   std::vector<double> w(static_cast<std::size_t>(n) * n, 0.0);
@@ -440,8 +442,8 @@ int main(int argc, char** argv) {
     test_overwrite(out);
     test_failures(out);
     // Only the images asked for, no temporary files.
-    const std::set<std::string> expected = {"causal.png", "one.png", "pooled.png", "pooled300.png", "nan.png",
-                                            "labels.png", "tiny.png", "overwrite.png"};
+    const std::set<std::string> expected = {"causal.png", "one.png",    "pooled.png", "pooled300.png",
+                                            "nan.png",    "labels.png", "tiny.png",   "overwrite.png"};
     const std::set<std::string> found = listing(out);
     CHECK(found == expected);
     for (const auto& name : found) {

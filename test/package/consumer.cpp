@@ -101,7 +101,8 @@ struct Reference {
 
 template <class MQ, class MK, class MV>
 Reference reference(const MQ& Q, const MK& K, const MV& V, bool causal) {
-  const Eigen::MatrixXd q = Q.template cast<double>(), k = K.template cast<double>(), v = V.template cast<double>();
+  const Eigen::MatrixXd q = Q.template cast<double>(), k = K.template cast<double>(),
+                        v = V.template cast<double>();
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.cols()));
   Eigen::MatrixXd logits = scale * q * k.transpose();
   Reference r{Eigen::MatrixXd::Zero(q.rows(), k.rows()), Eigen::MatrixXd::Zero(q.rows(), v.cols()),
@@ -127,7 +128,8 @@ void expect_close(const char* what, const A& actual, const B& expected, double t
     ++failures;
     return;
   }
-  const double err = (actual.template cast<double>() - expected.template cast<double>()).cwiseAbs().maxCoeff();
+  const double err =
+      (actual.template cast<double>() - expected.template cast<double>()).cwiseAbs().maxCoeff();
   if (!(err <= tol)) {
     std::printf("FAIL %s: max error %.3g > %.1g\n", what, err, tol);
     ++failures;
@@ -184,8 +186,10 @@ void check_single_head(double tol) {
       expect_close((tag + "attention_into lse").c_str(), lse, ref.lse, tol);
       Mat big = Mat::Constant(kRows + 4, kValueDim + 3, T(7));
       ea::attention_into(Q, K, V, big.block(2, 1, kRows, kValueDim), opt);
-      expect_close((tag + "attention_into a block").c_str(), big.block(2, 1, kRows, kValueDim), ref.attn, tol);
-      expect(big(0, 0) == T(7) && big(kRows + 3, kValueDim + 2) == T(7), tag + "attention_into writes only its block");
+      expect_close((tag + "attention_into a block").c_str(), big.block(2, 1, kRows, kValueDim), ref.attn,
+                   tol);
+      expect(big(0, 0) == T(7) && big(kRows + 3, kValueDim + 2) == T(7),
+             tag + "attention_into writes only its block");
       std::vector<T> buffer(static_cast<std::size_t>(kRows) * kKeys);
       Eigen::Map<ea::RowMatrix<T>> scores(buffer.data(), kRows, kKeys);
       ea::RowMatrix<T> attn2;
@@ -198,17 +202,22 @@ void check_single_head(double tol) {
     }
     // The compiled:: forms on strided maps, and the plain-view entry point.
     {
-      const ea::ConstStridedMap<T> q(Q.data(), Q.rows(), Q.cols(), Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(1, Q.rows()));
-      const ea::ConstStridedMap<T> k(K.data(), K.rows(), K.cols(), Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(1, K.rows()));
-      const ea::ConstStridedMap<T> v(V.data(), V.rows(), V.cols(), Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(1, V.rows()));
-      expect_close((tag + "compiled::attention").c_str(), ea::compiled::attention<T>(q, k, v, opt), ref.attn, tol);
+      const ea::ConstStridedMap<T> q(Q.data(), Q.rows(), Q.cols(),
+                                     Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(1, Q.rows()));
+      const ea::ConstStridedMap<T> k(K.data(), K.rows(), K.cols(),
+                                     Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(1, K.rows()));
+      const ea::ConstStridedMap<T> v(V.data(), V.rows(), V.cols(),
+                                     Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(1, V.rows()));
+      expect_close((tag + "compiled::attention").c_str(), ea::compiled::attention<T>(q, k, v, opt), ref.attn,
+                   tol);
       const auto r = ea::compiled::attention_decomposed<T>(q, k, v, opt);
       expect_close((tag + "compiled::attention_decomposed").c_str(), r.scores, ref.scores, tol);
       expect_close((tag + "compiled::attention_scores").c_str(), ea::compiled::attention_scores<T>(q, k, opt),
                    ref.scores, tol);
       ea::RowMatrix<T> out(kRows, kValueDim);
       const ea::MatrixView<T> o{out.data(), kRows, kValueDim, kValueDim, 1};
-      const ea::MatrixView<const T> qv = ea::compiled::view(q), kv = ea::compiled::view(k), vv = ea::compiled::view(v);
+      const ea::MatrixView<const T> qv = ea::compiled::view(q), kv = ea::compiled::view(k),
+                                    vv = ea::compiled::view(v);
       ea::compiled::run("consumer", qv, kv, &vv, nullptr, &o, nullptr, opt);
       expect_close((tag + "compiled::run").c_str(), out, ref.attn, tol);
     }
@@ -229,7 +238,8 @@ template <typename T>
 void check_multi_head(double tol) {
   const std::string tag = sizeof(T) == 4 ? "float " : "double ";
   constexpr int B = 2, H = 4, Hkv = 2, Tq = 19, Tk = 23, D = 16;
-  std::vector<T> q(B * H * Tq * D), k(B * Hkv * Tk * D), v(B * Hkv * Tk * D), o(B * H * Tq * D), l(B * H * Tq);
+  std::vector<T> q(B * H * Tq * D), k(B * Hkv * Tk * D), v(B * Hkv * Tk * D), o(B * H * Tq * D),
+      l(B * H * Tq);
   std::vector<T> s(B * H * Tq * Tk), avg(B * Tq * Tk);
   for (auto* buf : {&q, &k, &v})
     for (T& x : *buf) x = static_cast<T>(std::rand()) / static_cast<T>(RAND_MAX) * T(2) - T(1);
@@ -266,8 +276,8 @@ void check_multi_head(double tol) {
   Row q1 = Row::Random(8, D), k1 = Row::Random(11, D), v1 = Row::Random(11, D), o1(4, D);
   ea::attention_heads(ea::HeadsView<const T>::single(q1.middleRows(2, 4)), ea::HeadsView<const T>::single(k1),
                       ea::HeadsView<const T>::single(v1), ea::HeadsView<T>::single(o1));
-  expect_close((tag + "HeadsView::single of a block").c_str(), o1, reference(q1.middleRows(2, 4), k1, v1, false).attn,
-               tol);
+  expect_close((tag + "HeadsView::single of a block").c_str(), o1,
+               reference(q1.middleRows(2, 4), k1, v1, false).attn, tol);
 
   // Varlen: two packed sequences of 5 and 9 tokens, each attended on its own.
   const std::int64_t cu[3] = {0, 5, 14};
@@ -275,8 +285,9 @@ void check_multi_head(double tol) {
   std::vector<T> packed(ea::varlen_scores_size(cu, cu, 2, 1));
   ea::attention_varlen_decomposed(ea::HeadsView<const T>::bthd(qp.data(), 1, 14, 1, D),
                                   ea::HeadsView<const T>::bthd(kp.data(), 1, 14, 1, D),
-                                  ea::HeadsView<const T>::bthd(vp.data(), 1, 14, 1, D), packed.data(), packed.size(),
-                                  ea::HeadsView<T>::bthd(op.data(), 1, 14, 1, D), cu, cu, 2, opt);
+                                  ea::HeadsView<const T>::bthd(vp.data(), 1, 14, 1, D), packed.data(),
+                                  packed.size(), ea::HeadsView<T>::bthd(op.data(), 1, 14, 1, D), cu, cu, 2,
+                                  opt);
   const Reference r0 = reference(qp.topRows(5), kp.topRows(5), vp.topRows(5), true);
   const Reference r1 = reference(qp.bottomRows(9), kp.bottomRows(9), vp.bottomRows(9), true);
   expect_close((tag + "attention_varlen_decomposed seq 0").c_str(), op.topRows(5), r0.attn, tol);
@@ -347,10 +358,12 @@ void check_eigen_globals() {
     const auto after = ea::attention_decomposed(Q, K, V, opt);
     Eigen::setCpuCacheSizes(l1, l2, l3);
     expect(same_bits(before.scores, after.scores) && same_bits(before.attn, after.attn),
-           std::string("Eigen::setCpuCacheSizes in the caller changes no bit (kernel ") + ea::kernel_name(kernel) + ")");
+           std::string("Eigen::setCpuCacheSizes in the caller changes no bit (kernel ") +
+               ea::kernel_name(kernel) + ")");
   }
   const std::vector<ea::Kernel> kernels = ea::available_kernels();
-  expect(!kernels.empty() && kernels.back() == ea::Kernel::Reference, "available_kernels ends with Reference");
+  expect(!kernels.empty() && kernels.back() == ea::Kernel::Reference,
+         "available_kernels ends with Reference");
 }
 
 void check_golden() {
@@ -368,7 +381,8 @@ void check_golden() {
   using Map = Eigen::Map<const ea::RowMatrix<float>>;
   const Map Qf(q, kTq, kDk), Kf(k, kTk, kDk), Vf(v, kTk, kDv);
   expect_near("golden float Map attention", ea::attention(Qf, Kf, Vf), kAttn, kTq, kDv, 1e-6);
-  expect_near("golden float Map scores", ea::attention_decomposed(Qf, Kf, Vf).scores, kScores, kTq, kTk, 1e-6);
+  expect_near("golden float Map scores", ea::attention_decomposed(Qf, Kf, Vf).scores, kScores, kTq, kTk,
+              1e-6);
 }
 
 }  // namespace
@@ -377,8 +391,10 @@ int main() {
   const std::string headers = std::to_string(EIGEN_ATTENTION_VERSION_MAJOR) + "." +
                               std::to_string(EIGEN_ATTENTION_VERSION_MINOR) + "." +
                               std::to_string(EIGEN_ATTENTION_VERSION_PATCH);
-  std::printf("EigenAttention consumer: library %s, headers %s, Eigen::Index of %zu bytes, EIGEN_MAX_ALIGN_BYTES %d\n",
-              ea::version(), headers.c_str(), sizeof(Eigen::Index), int(EIGEN_MAX_ALIGN_BYTES));
+  std::printf(
+      "EigenAttention consumer: library %s, headers %s, Eigen::Index of %zu bytes, EIGEN_MAX_ALIGN_BYTES "
+      "%d\n",
+      ea::version(), headers.c_str(), sizeof(Eigen::Index), int(EIGEN_MAX_ALIGN_BYTES));
   expect(headers == ea::version(), "the headers and the library are of one version");
   std::srand(7);
   check_golden();

@@ -66,7 +66,9 @@ inline std::string mask_name(const MaskSpec& m) {
 }
 
 /// The three masks: none, causal top-left, causal bottom-right.
-inline std::vector<MaskSpec> all_masks() { return {MaskSpec{false, false}, MaskSpec{true, false}, MaskSpec{true, true}}; }
+inline std::vector<MaskSpec> all_masks() {
+  return {MaskSpec{false, false}, MaskSpec{true, false}, MaskSpec{true, true}};
+}
 
 template <class Derived>
 bool all_finite(const Eigen::MatrixBase<Derived>& m) {

@@ -27,17 +27,23 @@
 namespace ea_test {
 
 /// The directory holding the golden cases (test/data of the source tree).
-inline std::filesystem::path golden_data_dir() { return std::filesystem::path(EIGEN_ATTENTION_TEST_DATA_DIR); }
+inline std::filesystem::path golden_data_dir() {
+  return std::filesystem::path(EIGEN_ATTENTION_TEST_DATA_DIR);
+}
 
 /// The cases the suite expects to find there.
 inline const std::vector<std::string>& expected_golden_files() {
-  static const std::vector<std::string> names = {
-      "dv_differs.txt",         "large_logits.txt",
-      "more_queries_bottom_right.txt", "odd_block_edges.txt",
-      "one_token.txt",          "rect_keys.txt",
-      "rect_keys_causal_bottom_right.txt", "rect_keys_causal_top_left.txt",
-      "scale_two.txt",          "seed_3x4.txt",
-      "seed_3x4_causal.txt"};
+  static const std::vector<std::string> names = {"dv_differs.txt",
+                                                 "large_logits.txt",
+                                                 "more_queries_bottom_right.txt",
+                                                 "odd_block_edges.txt",
+                                                 "one_token.txt",
+                                                 "rect_keys.txt",
+                                                 "rect_keys_causal_bottom_right.txt",
+                                                 "rect_keys_causal_top_left.txt",
+                                                 "scale_two.txt",
+                                                 "seed_3x4.txt",
+                                                 "seed_3x4_causal.txt"};
   return names;
 }
 

@@ -87,7 +87,8 @@ Problem make_problem(const Config& c, Rng& rng) {
       s.key_lengths.push_back(b == 0 ? c.Tk : (b == 1 && c.B >= 3) || c.Tk == 0 ? 0 : rng.integer(1, c.Tk));
   }
   if (c.alibi)
-    for (Eigen::Index h = 0; h < c.H; ++h) s.alibi.push_back(static_cast<T>(0.37 / static_cast<double>(h + 1)));
+    for (Eigen::Index h = 0; h < c.H; ++h)
+      s.alibi.push_back(static_cast<T>(0.37 / static_cast<double>(h + 1)));
   return p;
 }
 
@@ -108,8 +109,8 @@ Run<T> run_heads(const Problem& p, const mh::Options& opt, mh::Layout layout, bo
   if (decomposed) {
     r.scores = HeadsBuffer<T>(layout, B, H, tq, tk, kSentinel<T>);
     r.avg = HeadsBuffer<T>(layout, B, 1, tq, tk, kSentinel<T>);
-    mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), r.scores.view(), r.out.view(), opt, masks.masks,
-                                   r.lse.view(), r.avg.view());
+    mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), r.scores.view(), r.out.view(), opt,
+                                   masks.masks, r.lse.view(), r.avg.view());
   } else {
     mh::attention_heads(Q.cview(), K.cview(), V.cview(), r.out.view(), opt, masks.masks, r.lse.view());
   }
@@ -126,7 +127,8 @@ auto budget_fn(const MultiHeadReference& ref, long double factor, long double Bu
 
 /// Checks every output of `r` against the reference, each within `factor` budgets.
 template <class T>
-void check_against(const Run<T>& r, const MultiHeadReference& ref, long double factor, const std::string& what) {
+void check_against(const Run<T>& r, const MultiHeadReference& ref, long double factor,
+                   const std::string& what) {
   CAPTURE(what);
   check_heads_near(r.out.view(), ref.out, budget_fn<T>(ref, factor, &Budget::attn), "OUT");
   check_heads_near(r.lse.view(), ref.lse, budget_fn<T>(ref, factor, &Budget::lse), "LSE");
@@ -136,19 +138,22 @@ void check_against(const Run<T>& r, const MultiHeadReference& ref, long double f
   if (!r.avg.data.empty()) {
     check_heads_near(
         r.avg.view(), ref.avg_scores,
-        [&](Eigen::Index b, Eigen::Index) { return factor * average_scores_budget<T>(ref, b); }, "AVG_SCORES");
+        [&](Eigen::Index b, Eigen::Index) { return factor * average_scores_budget<T>(ref, b); },
+        "AVG_SCORES");
   }
 }
 
 /// Checks two runs against each other: `r` near `expected` within 2 budgets of `ref`.
 template <class T>
-void check_runs_near(const Run<T>& r, const Run<T>& expected, const MultiHeadReference& ref, const std::string& what) {
+void check_runs_near(const Run<T>& r, const Run<T>& expected, const MultiHeadReference& ref,
+                     const std::string& what) {
   CAPTURE(what);
   const Array4 out = expected.out.to_array(), lse = expected.lse.to_array();
   check_heads_near(r.out.view(), out, budget_fn<T>(ref, 2, &Budget::attn), "OUT");
   check_heads_near(r.lse.view(), lse, budget_fn<T>(ref, 2, &Budget::lse), "LSE");
   if (!r.scores.data.empty() && !expected.scores.data.empty())
-    check_heads_near(r.scores.view(), expected.scores.to_array(), budget_fn<T>(ref, 2, &Budget::scores), "SCORES");
+    check_heads_near(r.scores.view(), expected.scores.to_array(), budget_fn<T>(ref, 2, &Budget::scores),
+                     "SCORES");
 }
 
 template <class T>

@@ -63,46 +63,45 @@ inline std::filesystem::path multihead_data_dir() {
 
 /// The cases the suite expects to find there (make_multihead_golden.py writes exactly these).
 inline const std::vector<std::string>& expected_multihead_files() {
-  static const std::vector<std::string> names = {
-      "plain",
-      "plain_scale_odd",
-      "plain_wide",
-      "gqa_8_2",
-      "mqa_8_1",
-      "gqa_8_2_causal",
-      "causal_top_left",
-      "causal_bottom_right",
-      "causal_top_left_more_queries",
-      "causal_bottom_right_more_queries",
-      "mask_2d",
-      "mask_per_batch",
-      "mask_per_head",
-      "bias_2d",
-      "bias_per_batch",
-      "bias_per_head",
-      "mask_and_bias",
-      "mask_and_bias_causal",
-      "key_lengths",
-      "key_lengths_causal_bottom_right",
-      "key_lengths_causal_top_left",
-      "window_both",
-      "window_left_causal_top_left",
-      "window_left_causal_bottom_right",
-      "window_bottom_right",
-      "window_right_only_top_left",
-      "window_zero_zero_bottom_right",
-      "alibi",
-      "alibi_top_left_rect",
-      "alibi_bottom_right_rect",
-      "alibi_causal_bottom_right",
-      "softcap",
-      "softcap_causal_gqa",
-      "combo_all",
-      "combo_mqa_window",
-      "combo_no_softcap",
-      "varlen_gqa",
-      "varlen_causal_bottom_right_alibi",
-      "varlen_window_softcap_top_left"};
+  static const std::vector<std::string> names = {"plain",
+                                                 "plain_scale_odd",
+                                                 "plain_wide",
+                                                 "gqa_8_2",
+                                                 "mqa_8_1",
+                                                 "gqa_8_2_causal",
+                                                 "causal_top_left",
+                                                 "causal_bottom_right",
+                                                 "causal_top_left_more_queries",
+                                                 "causal_bottom_right_more_queries",
+                                                 "mask_2d",
+                                                 "mask_per_batch",
+                                                 "mask_per_head",
+                                                 "bias_2d",
+                                                 "bias_per_batch",
+                                                 "bias_per_head",
+                                                 "mask_and_bias",
+                                                 "mask_and_bias_causal",
+                                                 "key_lengths",
+                                                 "key_lengths_causal_bottom_right",
+                                                 "key_lengths_causal_top_left",
+                                                 "window_both",
+                                                 "window_left_causal_top_left",
+                                                 "window_left_causal_bottom_right",
+                                                 "window_bottom_right",
+                                                 "window_right_only_top_left",
+                                                 "window_zero_zero_bottom_right",
+                                                 "alibi",
+                                                 "alibi_top_left_rect",
+                                                 "alibi_bottom_right_rect",
+                                                 "alibi_causal_bottom_right",
+                                                 "softcap",
+                                                 "softcap_causal_gqa",
+                                                 "combo_all",
+                                                 "combo_mqa_window",
+                                                 "combo_no_softcap",
+                                                 "varlen_gqa",
+                                                 "varlen_causal_bottom_right_alibi",
+                                                 "varlen_window_softcap_top_left"};
   return names;
 }
 
@@ -202,16 +201,17 @@ inline MultiHeadGolden load_multihead_golden(const std::filesystem::path& path) 
       count *= d;
     }
     a.data.reserve(static_cast<size_t>(count));
-    for (Eigen::Index e = 0; e < count; ++e) a.data.push_back(number(token(in, path, name + " element"), path));
+    for (Eigen::Index e = 0; e < count; ++e)
+      a.data.push_back(number(token(in, path, name + " element"), path));
     order.push_back(name);
     arrays.emplace(name, std::move(a));
   }
   std::string extra;
   if (in >> extra) fail(path, "trailing content '" + extra + "'");
 
-  const std::vector<std::string> allowed = {"MASK", "BIAS", "KEY_LENGTHS", "ALIBI", "CU_SEQLENS_Q", "CU_SEQLENS_K",
-                                            "Q",    "K",    "V",           "OUT",   "LSE",          "SCORES",
-                                            "AVG_SCORES"};
+  const std::vector<std::string> allowed = {"MASK",         "BIAS",   "KEY_LENGTHS", "ALIBI", "CU_SEQLENS_Q",
+                                            "CU_SEQLENS_K", "Q",      "K",           "V",     "OUT",
+                                            "LSE",          "SCORES", "AVG_SCORES"};
   for (const auto& n : order)
     if (std::find(allowed.begin(), allowed.end(), n) == allowed.end()) fail(path, "unknown array " + n);
   auto need = [&](const std::string& n) -> const RawArray& {
@@ -227,7 +227,8 @@ inline MultiHeadGolden load_multihead_golden(const std::filesystem::path& path) 
   const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], dk = g.Q.n[3];
   const Eigen::Index hkv = g.K.n[1], tk = g.K.n[2], dv = g.V.n[3];
   if (g.K.n[0] != B || g.K.n[3] != dk || g.V.n[0] != B || g.V.n[1] != hkv || g.V.n[2] != tk ||
-      g.out.n != std::array<Eigen::Index, 4>{{B, H, tq, dv}} || g.lse.n != std::array<Eigen::Index, 4>{{B, H, tq, 1}})
+      g.out.n != std::array<Eigen::Index, 4>{{B, H, tq, dv}} ||
+      g.lse.n != std::array<Eigen::Index, 4>{{B, H, tq, 1}})
     fail(path, "inconsistent Q/K/V/OUT/LSE shapes");
   if (hkv == 0 || H % hkv != 0) fail(path, "H is not a multiple of H_kv");
 
@@ -251,7 +252,8 @@ inline MultiHeadGolden load_multihead_golden(const std::filesystem::path& path) 
   }
   if (g.varlen) {
     if (B != 1) fail(path, "varlen needs B = 1");
-    if (g.spec.mask || g.spec.bias || !g.spec.key_lengths.empty()) fail(path, "varlen takes no mask/bias/lengths");
+    if (g.spec.mask || g.spec.bias || !g.spec.key_lengths.empty())
+      fail(path, "varlen takes no mask/bias/lengths");
     for (auto [n, cu] : {std::pair{"CU_SEQLENS_Q", &g.cu_q}, std::pair{"CU_SEQLENS_K", &g.cu_k}})
       for (const long double x : need(n).data) cu->push_back(static_cast<std::int64_t>(x));
     if (g.cu_q.size() != g.cu_k.size() || g.cu_q.size() < 2 || g.cu_q.front() != 0 || g.cu_k.front() != 0 ||
@@ -304,7 +306,8 @@ struct HeadsBuffer {
   }
 
   mh::HeadsView<T> view() {
-    return mh::HeadsView<T>::contiguous(data.empty() ? dummy() : data.data(), layout, batch, heads, tokens, dim);
+    return mh::HeadsView<T>::contiguous(data.empty() ? dummy() : data.data(), layout, batch, heads, tokens,
+                                        dim);
   }
   mh::HeadsView<T> view() const { return const_cast<HeadsBuffer*>(this)->view(); }
   mh::HeadsView<const T> cview() const { return view(); }
@@ -355,7 +358,8 @@ struct MasksBuffer {
     if (spec.mask) {
       const Array4& m = *spec.mask;
       mask.reset(new bool[static_cast<size_t>(std::max<Eigen::Index>(1, m.size()))]);
-      for (Eigen::Index e = 0; e < m.size(); ++e) mask[static_cast<size_t>(e)] = m.v[static_cast<size_t>(e)] != 0;
+      for (Eigen::Index e = 0; e < m.size(); ++e)
+        mask[static_cast<size_t>(e)] = m.v[static_cast<size_t>(e)] != 0;
       masks.mask = broadcast_view<bool>(mask.get(), m);
     }
     if (spec.bias) {
@@ -384,7 +388,8 @@ struct MasksBuffer {
 };
 
 /// The library's Options for a spec.
-inline mh::Options options_for(const MultiHeadSpec& spec, mh::Kernel kernel = mh::Kernel::Auto, int threads = 1) {
+inline mh::Options options_for(const MultiHeadSpec& spec, mh::Kernel kernel = mh::Kernel::Auto,
+                               int threads = 1) {
   mh::Options opt;
   opt.causal = spec.causal;
   opt.alignment = spec.bottom_right ? mh::CausalAlignment::BottomRight : mh::CausalAlignment::TopLeft;
@@ -400,13 +405,15 @@ inline mh::Options options_for(const MultiHeadSpec& spec, mh::Kernel kernel = mh
 /// CHECK every (b, h) slice of `actual` against `expected` with the budget of its group
 /// (budget_of(b, h) returns the tolerance).
 template <class S, class F>
-void check_heads_near(const mh::HeadsView<S>& actual, const Array4& expected, F budget_of, const std::string& what) {
+void check_heads_near(const mh::HeadsView<S>& actual, const Array4& expected, F budget_of,
+                      const std::string& what) {
   CAPTURE(what);
   const bool shape_ok = actual.batch == expected.n[0] && actual.heads == expected.n[1] &&
                         actual.tokens == expected.n[2] && actual.dim == expected.n[3];
-  CHECK_MESSAGE(shape_ok, what << ": view shape [" << actual.batch << ", " << actual.heads << ", " << actual.tokens
-                               << ", " << actual.dim << "] differs from the expected [" << expected.n[0] << ", "
-                               << expected.n[1] << ", " << expected.n[2] << ", " << expected.n[3] << "]");
+  CHECK_MESSAGE(shape_ok, what << ": view shape [" << actual.batch << ", " << actual.heads << ", "
+                               << actual.tokens << ", " << actual.dim << "] differs from the expected ["
+                               << expected.n[0] << ", " << expected.n[1] << ", " << expected.n[2] << ", "
+                               << expected.n[3] << "]");
   if (!shape_ok) return;
   for (Eigen::Index b = 0; b < expected.n[0]; ++b)
     for (Eigen::Index h = 0; h < expected.n[1]; ++h) {
@@ -419,7 +426,8 @@ void check_heads_near(const mh::HeadsView<S>& actual, const Array4& expected, F 
 
 /// CHECK two views element for element equal (bitwise for finite values).
 template <class S1, class S2>
-void check_heads_equal(const mh::HeadsView<S1>& actual, const mh::HeadsView<S2>& expected, const std::string& what) {
+void check_heads_equal(const mh::HeadsView<S1>& actual, const mh::HeadsView<S2>& expected,
+                       const std::string& what) {
   CAPTURE(what);
   REQUIRE(actual.batch == expected.batch);
   REQUIRE(actual.heads == expected.heads);

@@ -144,12 +144,12 @@ struct Array4 {
 /// Everything a multi-head call may be given besides Q, K, V, without the library's types.
 struct MultiHeadSpec {
   bool causal = false;
-  bool bottom_right = false;  ///< alignment of the causal frontier, the window and ALiBi
+  bool bottom_right = false;         ///< alignment of the causal frontier, the window and ALiBi
   std::optional<long double> scale;  ///< empty: 1/sqrt(d_k)
   long window_left = -1, window_right = -1;
   long double softcap = 0;
-  std::optional<Array4> mask;  ///< 0/1 (1 = may attend), [1|B, 1|H, T_q, T_k]
-  std::optional<Array4> bias;  ///< [1|B, 1|H, T_q, T_k]
+  std::optional<Array4> mask;             ///< 0/1 (1 = may attend), [1|B, 1|H, T_q, T_k]
+  std::optional<Array4> bias;             ///< [1|B, 1|H, T_q, T_k]
   std::vector<std::int64_t> key_lengths;  ///< empty: not used
   std::vector<long double> alibi;         ///< one slope per query head; empty: not used
 };
@@ -203,7 +203,8 @@ Budget multihead_budget(const MultiHeadReference& ref, Eigen::Index group) {
 template <class T>
 long double average_scores_budget(const MultiHeadReference& ref, Eigen::Index b) {
   long double tol = 0;
-  for (Eigen::Index h = 0; h < ref.heads; ++h) tol = std::max(tol, multihead_budget<T>(ref, b * ref.heads + h).scores);
+  for (Eigen::Index h = 0; h < ref.heads; ++h)
+    tol = std::max(tol, multihead_budget<T>(ref, b * ref.heads + h).scores);
   return tol + static_cast<long double>(ref.heads + 1) * unit_roundoff<T>();
 }
 
@@ -216,7 +217,8 @@ inline void require(bool ok, const std::string& what) {
 }  // namespace mh_detail
 
 /// The reference for attention_heads / attention_heads_decomposed.
-inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, const Array4& V, const MultiHeadSpec& spec) {
+inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, const Array4& V,
+                                          const MultiHeadSpec& spec) {
   using mh_detail::require;
   const Eigen::Index B = Q.n[0], H = Q.n[1], tq = Q.n[2], dk = Q.n[3];
   const Eigen::Index hkv = K.n[1], tk = K.n[2], dv = V.n[3];
@@ -225,8 +227,10 @@ inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, cons
   require(spec.key_lengths.empty() || static_cast<Eigen::Index>(spec.key_lengths.size()) == B, "key_lengths");
   require(spec.alibi.empty() || static_cast<Eigen::Index>(spec.alibi.size()) == H, "alibi");
   for (const auto* m : {spec.mask ? &*spec.mask : nullptr, spec.bias ? &*spec.bias : nullptr})
-    if (m) require((m->n[0] == 1 || m->n[0] == B) && (m->n[1] == 1 || m->n[1] == H) && m->n[2] == tq && m->n[3] == tk,
-                   "mask/bias shape");
+    if (m)
+      require(
+          (m->n[0] == 1 || m->n[0] == B) && (m->n[1] == 1 || m->n[1] == H) && m->n[2] == tq && m->n[3] == tk,
+          "mask/bias shape");
   const long double inf = std::numeric_limits<long double>::infinity();
   const long double scale = spec.scale ? *spec.scale : 1.0L / std::sqrt(static_cast<long double>(dk));
   const Eigen::Index group_size = H / hkv;
@@ -253,7 +257,8 @@ inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, cons
       const Eigen::Index kh = h / group_size;
       const size_t g = static_cast<size_t>(b * H + h);
       for (Eigen::Index j = 0; j < tk; ++j)
-        for (Eigen::Index c = 0; c < dv; ++c) r.max_abs_v[g] = std::max(r.max_abs_v[g], std::fabs(V(b, kh, j, c)));
+        for (Eigen::Index c = 0; c < dv; ++c)
+          r.max_abs_v[g] = std::max(r.max_abs_v[g], std::fabs(V(b, kh, j, c)));
       for (Eigen::Index i = 0; i < tq; ++i) {
         const Eigen::Index pos = i + offset;
         for (Eigen::Index j = 0; j < tk; ++j) {
@@ -262,24 +267,25 @@ inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, cons
             dot += Q(b, h, i, c) * K(b, kh, j, c);
             abs_dot += std::fabs(Q(b, h, i, c) * K(b, kh, j, c));
           }
-          long double s = scale * dot;                                   // 1.
+          long double s = scale * dot;  // 1.
           long double extra = 2 * std::fabs(s);
-          if (spec.softcap > 0) {                                        // 2.
+          if (spec.softcap > 0) {  // 2.
             s = spec.softcap * std::tanh(s / spec.softcap);
             extra += 8 * std::fabs(s);
           }
-          if (!spec.alibi.empty()) {                                     // 3.
-            const long double a = spec.alibi[static_cast<size_t>(h)] * std::fabs(static_cast<long double>(pos - j));
+          if (!spec.alibi.empty()) {  // 3.
+            const long double a =
+                spec.alibi[static_cast<size_t>(h)] * std::fabs(static_cast<long double>(pos - j));
             s -= a;
             extra += 4 * std::fabs(a);
           }
-          if (spec.bias) {                                               // 4.
+          if (spec.bias) {  // 4.
             const Array4& bs = *spec.bias;
             const long double x = bs(bs.n[0] == 1 ? 0 : b, bs.n[1] == 1 ? 0 : h, i, j);
             s += x;
             if (std::isfinite(x)) extra += 4 * std::fabs(x);
           }
-          bool visible = j < len;                                        // 5.
+          bool visible = j < len;  // 5.
           if (spec.mask) {
             const Array4& ms = *spec.mask;
             visible = visible && ms(ms.n[0] == 1 ? 0 : b, ms.n[1] == 1 ? 0 : h, i, j) != 0;
@@ -289,19 +295,20 @@ inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, cons
           if (spec.window_right >= 0) visible = visible && j <= pos + spec.window_right;
           logits[static_cast<size_t>(j)] = visible ? s : -inf;
           if (visible) {
-            r.logit_magnitude[g] = std::max(r.logit_magnitude[g],
-                                            std::fabs(scale) * abs_dot + extra / static_cast<long double>(dk + 4));
+            r.logit_magnitude[g] = std::max(
+                r.logit_magnitude[g], std::fabs(scale) * abs_dot + extra / static_cast<long double>(dk + 4));
             r.dot_magnitude[g] = std::max(r.dot_magnitude[g], std::fabs(scale) * abs_dot);
           }
         }
-        long double m = -inf;                                            // 6.
+        long double m = -inf;  // 6.
         for (const long double x : logits) m = std::max(m, x);
         if (m == -inf) continue;  // no visible key: zeros and -inf, already set
         long double sum = 0;
         for (const long double x : logits) sum += std::exp(x - m);
-        for (Eigen::Index j = 0; j < tk; ++j) r.scores(b, h, i, j) = std::exp(logits[static_cast<size_t>(j)] - m) / sum;
+        for (Eigen::Index j = 0; j < tk; ++j)
+          r.scores(b, h, i, j) = std::exp(logits[static_cast<size_t>(j)] - m) / sum;
         r.lse(b, h, i, 0) = m + std::log(sum);
-        for (Eigen::Index c = 0; c < dv; ++c) {                          // 7.
+        for (Eigen::Index c = 0; c < dv; ++c) {  // 7.
           long double acc = 0;
           for (Eigen::Index j = 0; j < tk; ++j) acc += r.scores(b, h, i, j) * V(b, kh, j, c);
           r.out(b, h, i, c) = acc;
@@ -367,7 +374,8 @@ inline MultiHeadReference reference_varlen(const Array4& Q, const Array4& K, con
   for (Eigen::Index s = 0; s < n; ++s) {
     const Eigen::Index q0 = cu_q[s], lq = cu_q[s + 1] - cu_q[s], k0 = cu_k[s], lk = cu_k[s + 1] - cu_k[s];
     require(lq >= 0 && lk >= 0 && q0 + lq <= Q.n[2] && k0 + lk <= K.n[2], "cu_seqlens out of range");
-    const auto part = reference_heads(Q.token_range(q0, lq), K.token_range(k0, lk), V.token_range(k0, lk), spec);
+    const auto part =
+        reference_heads(Q.token_range(q0, lq), K.token_range(k0, lk), V.token_range(k0, lk), spec);
     for (Eigen::Index h = 0; h < H; ++h) {
       const size_t g = static_cast<size_t>(s * H + h);
       r.logit_magnitude[g] = part.logit_magnitude[static_cast<size_t>(h)];
@@ -384,8 +392,8 @@ inline MultiHeadReference reference_varlen(const Array4& Q, const Array4& K, con
 }
 
 /// merge_attention's specification, row by row, in long double.
-inline void reference_merge(const Array4& out_a, const Array4& lse_a, const Array4& out_b, const Array4& lse_b,
-                            Array4& out, Array4& lse) {
+inline void reference_merge(const Array4& out_a, const Array4& lse_a, const Array4& out_b,
+                            const Array4& lse_b, Array4& out, Array4& lse) {
   const long double inf = std::numeric_limits<long double>::infinity();
   out = Array4(out_a.n[0], out_a.n[1], out_a.n[2], out_a.n[3], 0);
   lse = Array4(lse_a.n[0], lse_a.n[1], lse_a.n[2], 1, -inf);

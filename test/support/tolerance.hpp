@@ -115,14 +115,14 @@ inline std::string describe(const Comparison& c) {
   std::ostringstream s;
   s.precision(21);
   if (!c.shape_ok) {
-    s << "shape " << c.rows << "x" << c.cols << " but expected " << c.expected_rows << "x"
-      << c.expected_cols;
+    s << "shape " << c.rows << "x" << c.cols << " but expected " << c.expected_rows << "x" << c.expected_cols;
     return s.str();
   }
   if (c.ok) return "all elements near";
   s << c.failures << " of " << c.rows * c.cols << " elements off; worst (" << c.row << ", " << c.col
-    << "): actual " << c.actual << " expected " << c.expected << " |diff| " << std::fabs(c.actual - c.expected)
-    << " tol*(1+|expected|) " << c.tol * (1.0L + std::fabs(c.expected)) << " (x" << c.excess << ")";
+    << "): actual " << c.actual << " expected " << c.expected << " |diff| "
+    << std::fabs(c.actual - c.expected) << " tol*(1+|expected|) " << c.tol * (1.0L + std::fabs(c.expected))
+    << " (x" << c.excess << ")";
   return s.str();
 }
 
@@ -160,15 +160,15 @@ Comparison compare_exact(const Eigen::MatrixBase<DA>& a, const Eigen::MatrixBase
 
 /// CHECK that two matrices have the same shape and every element is near() within `tol`;
 /// on failure the message names the worst element.
-#define EA_CHECK_NEAR(actual, expected, tol)                                       \
-  do {                                                                             \
-    const ::ea_test::Comparison ea_cmp_ = ::ea_test::compare((actual), (expected), (tol)); \
+#define EA_CHECK_NEAR(actual, expected, tol)                                                  \
+  do {                                                                                        \
+    const ::ea_test::Comparison ea_cmp_ = ::ea_test::compare((actual), (expected), (tol));    \
     CHECK_MESSAGE(ea_cmp_.ok, #actual " vs " #expected ": " << ::ea_test::describe(ea_cmp_)); \
   } while (false)
 
 /// CHECK that two matrices are equal element by element (bitwise for finite values).
-#define EA_CHECK_EQUAL(actual, expected)                                           \
-  do {                                                                             \
-    const ::ea_test::Comparison ea_cmp_ = ::ea_test::compare_exact((actual), (expected)); \
+#define EA_CHECK_EQUAL(actual, expected)                                                      \
+  do {                                                                                        \
+    const ::ea_test::Comparison ea_cmp_ = ::ea_test::compare_exact((actual), (expected));     \
     CHECK_MESSAGE(ea_cmp_.ok, #actual " == " #expected ": " << ::ea_test::describe(ea_cmp_)); \
   } while (false)

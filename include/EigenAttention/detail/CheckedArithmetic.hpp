@@ -5,7 +5,8 @@
 #pragma once
 
 #ifndef EIGEN_ATTENTION_PUBLIC_HEADER
-#error "EigenAttention: <EigenAttention/detail/CheckedArithmetic.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
+#error \
+    "EigenAttention: <EigenAttention/detail/CheckedArithmetic.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
 #endif
 
 #include <cstddef>

@@ -4,7 +4,8 @@
 #pragma once
 
 #ifndef EIGEN_ATTENTION_PUBLIC_HEADER
-#error "EigenAttention: <EigenAttention/detail/FrontDoor.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
+#error \
+    "EigenAttention: <EigenAttention/detail/FrontDoor.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
 #endif
 
 #include <cstddef>
@@ -28,18 +29,18 @@ namespace detail {
 template <class Derived, class = void>
 inline constexpr bool kHasStridedData = false;
 template <class Derived>
-inline constexpr bool kHasStridedData<Derived, std::void_t<decltype(std::declval<const Derived&>().data()),
-                                                           decltype(std::declval<const Derived&>().rowStride()),
-                                                           decltype(std::declval<const Derived&>().colStride())>> =
-    true;
+inline constexpr bool
+    kHasStridedData<Derived, std::void_t<decltype(std::declval<const Derived&>().data()),
+                                         decltype(std::declval<const Derived&>().rowStride()),
+                                         decltype(std::declval<const Derived&>().colStride())>> = true;
 
 template <class Derived>
 inline constexpr bool kHasDirectAccess =
     (int(Derived::Flags) & Eigen::DirectAccessBit) != 0 && kHasStridedData<Derived>;
 
 template <class Derived>
-inline constexpr bool kIsWritable =
-    kHasDirectAccess<Derived> && (int(Derived::Flags) & Eigen::LvalueBit) != 0;
+inline constexpr bool kIsWritable = kHasDirectAccess<Derived> &&
+                                    (int(Derived::Flags) & Eigen::LvalueBit) != 0;
 
 template <class Derived>
 inline constexpr bool kIsResizable = std::is_base_of_v<Eigen::PlainObjectBase<Derived>, Derived>;
@@ -55,8 +56,8 @@ struct ScalarCheck {
                 "convert one with .template cast<float>() or .template cast<double>()");
   static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>,
                 "EigenAttention: the scalar type must be float or double");
-  static constexpr bool ok =
-      (std::is_same_v<Scalar, Others> && ...) && (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>);
+  static constexpr bool ok = (std::is_same_v<Scalar, Others> && ...) &&
+                             (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>);
 };
 
 template <class T>
@@ -120,8 +121,9 @@ Extent extent_of(const char* name, const void* object, const Scalar* data, std::
   std::ptrdiff_t dr, dc, lo, hi, lo_bytes, hi_bytes;
   const std::ptrdiff_t size = sizeof(Scalar);
   if (!checked_mul(rows - 1, row_stride, dr) || !checked_mul(cols - 1, col_stride, dc) ||
-      !checked_add(dr < 0 ? dr : 0, dc < 0 ? dc : 0, lo) || !checked_add(dr > 0 ? dr : 0, dc > 0 ? dc : 0, hi) ||
-      !checked_mul(lo, size, lo_bytes) || !checked_add(hi, 1, hi) || !checked_mul(hi, size, hi_bytes)) {
+      !checked_add(dr < 0 ? dr : 0, dc < 0 ? dc : 0, lo) ||
+      !checked_add(dr > 0 ? dr : 0, dc > 0 ? dc : 0, hi) || !checked_mul(lo, size, lo_bytes) ||
+      !checked_add(hi, 1, hi) || !checked_mul(hi, size, hi_bytes)) {
     return e;
   }
   // Addresses as integers: the span may lie outside any object the compiler knows of.
@@ -154,11 +156,13 @@ inline void check_resizable_apart(const char* api, std::initializer_list<Extent>
                                   std::initializer_list<Extent> outputs) {
   const auto apart = [&](const Extent& out, const Extent& other) {
     if (out.object == other.object) {
-      throw std::invalid_argument(std::string("EigenAttention::") + api + ": " + out.name + " is the same matrix as " +
-                                  other.name + "; an output must not be an input or another output");
+      throw std::invalid_argument(std::string("EigenAttention::") + api + ": " + out.name +
+                                  " is the same matrix as " + other.name +
+                                  "; an output must not be an input or another output");
     }
     if (out.lo != out.hi && other.lo != other.hi && out.lo < other.hi && other.lo < out.hi) {
-      throw std::invalid_argument(std::string("EigenAttention::") + api + ": " + out.name + " overlaps " + other.name +
+      throw std::invalid_argument(std::string("EigenAttention::") + api + ": " + out.name + " overlaps " +
+                                  other.name +
                                   "; an output must not share memory with an input or another output");
     }
   };
@@ -211,7 +215,8 @@ bool will_resize(const Out& out, Eigen::Index rows, Eigen::Index cols) {
   if constexpr (kIsResizable<Derived>) {
     constexpr int kRows = Derived::RowsAtCompileTime, kCols = Derived::ColsAtCompileTime;
     const Derived& o = static_cast<const Derived&>(out.derived());
-    const bool fits = (kRows == Eigen::Dynamic || kRows == rows) && (kCols == Eigen::Dynamic || kCols == cols);
+    const bool fits =
+        (kRows == Eigen::Dynamic || kRows == rows) && (kCols == Eigen::Dynamic || kCols == cols);
     return fits && (o.rows() != rows || o.cols() != cols);
   } else {
     (void)out, (void)rows, (void)cols;
@@ -234,11 +239,13 @@ StridedMap<ScalarOf<Out>> output_view(Out&& out, Eigen::Index rows, Eigen::Index
   Derived& o = const_cast<Derived&>(static_cast<const Derived&>(out.derived()));
   if constexpr (kIsResizable<Derived>) {
     constexpr int kRows = Derived::RowsAtCompileTime, kCols = Derived::ColsAtCompileTime;
-    const bool fits = (kRows == Eigen::Dynamic || kRows == rows) && (kCols == Eigen::Dynamic || kCols == cols);
+    const bool fits =
+        (kRows == Eigen::Dynamic || kRows == rows) && (kCols == Eigen::Dynamic || kCols == cols);
     if (fits && (o.rows() != rows || o.cols() != cols)) o.resize(rows, cols);
   }
   return StridedMap<typename Derived::Scalar>(
-      o.data(), o.rows(), o.cols(), Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(o.rowStride(), o.colStride()));
+      o.data(), o.rows(), o.cols(),
+      Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(o.rowStride(), o.colStride()));
 }
 
 }  // namespace detail

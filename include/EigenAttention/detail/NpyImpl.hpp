@@ -5,7 +5,8 @@
 #pragma once
 
 #ifndef EIGEN_ATTENTION_PUBLIC_HEADER
-#error "EigenAttention: <EigenAttention/detail/NpyImpl.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
+#error \
+    "EigenAttention: <EigenAttention/detail/NpyImpl.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
 #endif
 
 #include <cstddef>
@@ -76,7 +77,8 @@ inline void fill_array(Array* a, DType dtype, const std::int64_t* shape, std::si
 
 /// The compiled reader, parser and writer behind read(), parse() and write().
 EIGEN_ATTENTION_EXPORT void read_file(const char* path, Sink sink);
-EIGEN_ATTENTION_EXPORT void parse_bytes(const unsigned char* data, std::size_t size, const char* name, Sink sink);
+EIGEN_ATTENTION_EXPORT void parse_bytes(const unsigned char* data, std::size_t size, const char* name,
+                                        Sink sink);
 EIGEN_ATTENTION_EXPORT void write_file(const char* path, ArrayRef array);
 EIGEN_ATTENTION_EXPORT void write_to(AtomicFile& file, ArrayRef array);
 
@@ -111,7 +113,9 @@ inline Array parse(const unsigned char* data, std::size_t size, const std::strin
   return a;
 }
 
-inline void write(const std::string& path, const Array& array) { detail::write_file(path.c_str(), detail::ref(array)); }
+inline void write(const std::string& path, const Array& array) {
+  detail::write_file(path.c_str(), detail::ref(array));
+}
 
 inline void write(AtomicFile& file, const Array& array) { detail::write_to(file, detail::ref(array)); }
 
@@ -144,7 +148,8 @@ Array from_matrix(const Eigen::MatrixBase<Derived>& m) {
 template <typename T>
 Eigen::Map<const RowMatrix<T>> as_matrix(const Array& a, const char* what) {
   static_assert(detail::is_real_v<T>, "npy::as_matrix: T must be float or double");
-  detail::check_array(detail::ref(a), detail::dtype_of<T>(), 2, what, std::numeric_limits<Eigen::Index>::max());
+  detail::check_array(detail::ref(a), detail::dtype_of<T>(), 2, what,
+                      std::numeric_limits<Eigen::Index>::max());
   return Eigen::Map<const RowMatrix<T>>(reinterpret_cast<const T*>(a.bytes.data()), Eigen::Index(a.shape[0]),
                                         Eigen::Index(a.shape[1]));
 }
@@ -152,7 +157,8 @@ Eigen::Map<const RowMatrix<T>> as_matrix(const Array& a, const char* what) {
 template <typename T>
 HeadsView<const T> as_heads(const Array& a, Layout layout, const char* what) {
   static_assert(detail::is_real_v<T>, "npy::as_heads: T must be float or double");
-  detail::check_array(detail::ref(a), detail::dtype_of<T>(), 4, what, std::numeric_limits<std::ptrdiff_t>::max());
+  detail::check_array(detail::ref(a), detail::dtype_of<T>(), 4, what,
+                      std::numeric_limits<std::ptrdiff_t>::max());
   const T* p = reinterpret_cast<const T*>(a.bytes.data());
   const auto s = [&](int k) { return std::ptrdiff_t(a.shape[std::size_t(k)]); };
   // The shape is in the layout's own order: [B, H, T, D] or [B, T, H, D].

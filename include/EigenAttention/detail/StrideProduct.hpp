@@ -4,7 +4,8 @@
 #pragma once
 
 #ifndef EIGEN_ATTENTION_PUBLIC_HEADER
-#error "EigenAttention: <EigenAttention/detail/StrideProduct.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
+#error \
+    "EigenAttention: <EigenAttention/detail/StrideProduct.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
 #endif
 
 #include <cstddef>
@@ -24,7 +25,7 @@ namespace detail {
 /// without overflow. \throws std::invalid_argument naming `factory` and `sizes` when it does not
 /// fit in std::ptrdiff_t. Negative sizes are left to the call's validation, which names them.
 inline std::ptrdiff_t stride_product(const char* factory, std::initializer_list<std::ptrdiff_t> sizes,
-                                   std::initializer_list<std::ptrdiff_t> factors) {
+                                     std::initializer_list<std::ptrdiff_t> factors) {
   for (std::ptrdiff_t f : factors) {
     if (f == 0) return 0;  // an empty view: no element is ever addressed
   }
