@@ -64,6 +64,13 @@ struct Array {
     }
     return "[" + num(size[0]) + ", " + num(size[1]) + ", " + num(size[2]) + ", " + num(size[3]) + "]";
   }
+  // The strides of the axes shape() prints: "(7,1)", "(0,0,7,1)", "(1)".
+  std::string strides() const {
+    std::string list;
+    for (int axis = print == Print::Heads ? 0 : print == Print::Matrix ? 2 : 3; axis < 4; ++axis)
+      list += (list.empty() ? "" : ",") + num(stride[axis]);
+    return "(" + list + ")";
+  }
   // "Q (3x7)", "Q [1, 2, 3, 7]", "key_lengths (2 entries)".
   std::string named() const {
     return std::string(name) + (print == Print::Heads ? " " + shape() : " (" + shape() + ")");
@@ -103,12 +110,7 @@ Array vector_of(const char* name, const Element* data, index_t n) {
 // bounded by them. A matrix counts its two axes; a 4-D view counts a size of 0 as 1 in the
 // element count too, as the scheduler multiplies batch, heads and tiles whatever dim is.
 void check_countable(const char* api, const Array& a) {
-  const auto what = [&] {
-    std::string strides;
-    for (int axis = a.print == Print::Heads ? 0 : a.print == Print::Matrix ? 2 : 3; axis < 4; ++axis)
-      strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
-    return a.named() + " with strides (" + strides + ")";
-  };
+  const auto what = [&] { return a.named() + " with strides " + a.strides(); };
   const bool zero_as_one = a.print == Print::Heads;
   index_t count = 1, span = 0;
   for (int axis = 0; axis < 4; ++axis) {
@@ -286,10 +288,7 @@ void check_distinct_elements(const char* api, const Array& a) {
   bool ok = axes == 0 || stride[0] >= 1;
   for (int i = 0; ok && i + 1 < axes; ++i) ok = stride[i + 1] >= size[i] * stride[i];
   if (!ok) {
-    std::string strides;
-    for (int axis = a.print == Print::Heads ? 0 : a.print == Print::Matrix ? 2 : 3; axis < 4; ++axis)
-      strides += (strides.empty() ? "" : ",") + num(a.stride[axis]);
-    fail(api, a.named() + " has strides (" + strides + ") under which two of its elements share memory");
+    fail(api, a.named() + " has strides " + a.strides() + " under which two of its elements share memory");
   }
 }
 

@@ -238,10 +238,7 @@ StridedMap<ScalarOf<Out>> output_view(Out&& out, Eigen::Index rows, Eigen::Index
                 "(an Eigen::Matrix, Map, Ref or a block of one)");
   Derived& o = const_cast<Derived&>(static_cast<const Derived&>(out.derived()));
   if constexpr (kIsResizable<Derived>) {
-    constexpr int kRows = Derived::RowsAtCompileTime, kCols = Derived::ColsAtCompileTime;
-    const bool fits =
-        (kRows == Eigen::Dynamic || kRows == rows) && (kCols == Eigen::Dynamic || kCols == cols);
-    if (fits && (o.rows() != rows || o.cols() != cols)) o.resize(rows, cols);
+    if (will_resize(out, rows, cols)) o.resize(rows, cols);
   }
   return StridedMap<typename Derived::Scalar>(
       o.data(), o.rows(), o.cols(),
