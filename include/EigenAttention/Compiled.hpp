@@ -61,6 +61,41 @@ EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const double> q, Mat
                                 const MatrixView<double>* attn, const MatrixView<double>* lse,
                                 const Options& opt);
 
+/// The inputs of a backward call (Backward.hpp), as views: the forward's Q (T_q x d_k),
+/// K (T_k x d_k), V (T_k x d_v), its ATTN (T_q x d_v) and LSE (T_q x 1), d_attn = dL/dATTN
+/// (T_q x d_v) and, when `has_d_scores`, d_scores = dL/dSCORES (T_q x T_k).
+template <typename Scalar>
+struct BackwardInputs {
+  MatrixView<const Scalar> q, k, v;       ///< the forward's inputs
+  MatrixView<const Scalar> attn, lse;     ///< the forward's ATTN and LSE
+  MatrixView<const Scalar> d_attn;        ///< dL/dATTN
+  MatrixView<const Scalar> d_scores;      ///< dL/dSCORES, read when has_d_scores
+  bool has_d_scores = false;              ///< is d_scores given?
+};
+
+/// Checks the inputs of a backward call against each other and `opt`, as validate() does for
+/// the forward. The front doors call it before resizing any output.
+/// \throws std::invalid_argument naming the shapes or the value at fault.
+EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<float>& in,
+                                              const Options& opt);
+/// \overload
+/// The same check for double.
+EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<double>& in,
+                                              const Options& opt);
+
+/// Writes the gradients dL/dQ (T_q x d_k) into `dq`, dL/dK (T_k x d_k) into `dk` and dL/dV
+/// (T_k x d_v) into `dv`. Allocates nothing once the workspaces have grown (Kernel::Reference
+/// aside). \throws std::invalid_argument for bad shapes or options, outputs of the wrong shape,
+/// or outputs that overlap an input or each other; nothing is written then.
+EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<float>& in, const MatrixView<float>& dq,
+                                     const MatrixView<float>& dk, const MatrixView<float>& dv,
+                                     const Options& opt);
+/// \overload
+/// The same computation for double.
+EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<double>& in,
+                                     const MatrixView<double>& dq, const MatrixView<double>& dk,
+                                     const MatrixView<double>& dv, const Options& opt);
+
 /// Throws std::invalid_argument (naming `api`, the result `name` and its shape `what`, e.g.
 /// "T_q x T_k") unless a rows x cols result of `element_bytes`-byte elements can be counted:
 /// its byte count fits std::ptrdiff_t and its element count is at most `max_elements` (the
@@ -205,6 +240,34 @@ void attention_scores_into(const ConstStridedMap<Scalar>& q, const ConstStridedM
   const MatrixView<Scalar> l = lse != nullptr ? view(*lse) : MatrixView<Scalar>{};
   compiled::run("attention_scores_into", view(q), view(k), nullptr, &s, nullptr,
                 lse != nullptr ? &l : nullptr, opt);
+}
+
+/// The BackwardInputs of strided maps (`d_scores` may be null).
+template <typename Scalar>
+BackwardInputs<Scalar> backward_inputs(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
+                                       const ConstStridedMap<Scalar>& v, const ConstStridedMap<Scalar>& attn,
+                                       const ConstStridedMap<Scalar>& lse, const ConstStridedMap<Scalar>& d_attn,
+                                       const ConstStridedMap<Scalar>* d_scores) {
+  BackwardInputs<Scalar> in;
+  in.q = view(q), in.k = view(k), in.v = view(v);
+  in.attn = view(attn), in.lse = view(lse), in.d_attn = view(d_attn);
+  if (d_scores != nullptr) in.d_scores = view(*d_scores);
+  in.has_d_scores = d_scores != nullptr;
+  return in;
+}
+
+/// The gradients dL/dQ, dL/dK and dL/dV, freshly allocated.
+template <typename Scalar>
+Gradients<Scalar> attention_backward(const BackwardInputs<Scalar>& in, const Options& opt) {
+  const char* api = "attention_backward";
+  validate_backward(api, in, opt);
+  detail::check_result<Scalar>(api, "dQ", "T_q x d_k", in.q.rows, in.q.cols);
+  detail::check_result<Scalar>(api, "dK", "T_k x d_k", in.k.rows, in.k.cols);
+  detail::check_result<Scalar>(api, "dV", "T_k x d_v", in.v.rows, in.v.cols);
+  Gradients<Scalar> g{detail::result<Scalar>(in.q.rows, in.q.cols), detail::result<Scalar>(in.k.rows, in.k.cols),
+                      detail::result<Scalar>(in.v.rows, in.v.cols)};
+  backward(api, in, view(g.dq), view(g.dk), view(g.dv), opt);
+  return g;
 }
 ///@}
 

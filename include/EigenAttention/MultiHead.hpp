@@ -127,6 +127,50 @@ EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
 ///@}
 
 ///@{
+/// The backward pass of attention_heads(): the gradients of a scalar loss L given
+/// d_out = dL/dATTN [B, H, T_q, d_v], from the forward's `out` and `lse` ([B, H, T_q, 1]),
+/// written into dq [B, H, T_q, d_k], dk [B, H_kv, T_k, d_k] and dv [B, H_kv, T_k, d_v]. `opt`
+/// and `masks` must be the forward's. With GQA/MQA, dk and dv of a shared K/V head are the
+/// sums over its query heads; padded keys (beyond key_lengths) get zero gradients.
+/// \param d_scores optional dL/dSCORES [B, H, T_q, T_k] (a loss on the weights themselves;
+/// entries at masked positions have no effect).
+/// \param d_bias optional dL/dbias, of the bias's own broadcast shape [b, h, T_q, T_k] (b is 1
+/// or B, h is 1 or H as in masks.bias, which must be given): summed over the axes it broadcasts.
+/// Bitwise identical for every Options::threads. Errors as attention_heads(), naming the
+/// gradient views too; nothing is written then.
+EIGEN_ATTENTION_EXPORT void attention_heads_backward(HeadsView<const float> q, HeadsView<const float> k,
+                                                     HeadsView<const float> v, HeadsView<const float> out,
+                                                     HeadsView<const float> lse, HeadsView<const float> d_out,
+                                                     HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
+                                                     const Options& opt = {}, const Masks<float>& masks = {},
+                                                     HeadsView<const float> d_scores = {},
+                                                     HeadsView<float> d_bias = {});
+EIGEN_ATTENTION_EXPORT void attention_heads_backward(HeadsView<const double> q, HeadsView<const double> k,
+                                                     HeadsView<const double> v, HeadsView<const double> out,
+                                                     HeadsView<const double> lse, HeadsView<const double> d_out,
+                                                     HeadsView<double> dq, HeadsView<double> dk,
+                                                     HeadsView<double> dv, const Options& opt = {},
+                                                     const Masks<double>& masks = {},
+                                                     HeadsView<const double> d_scores = {},
+                                                     HeadsView<double> d_bias = {});
+///@}
+
+///@{
+/// The backward pass of attention_varlen() (packed sequences, views as there): dq, dk and dv
+/// of every sequence's rows; packed rows after the last sequence are left untouched.
+EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
+    HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v, HeadsView<const float> out,
+    HeadsView<const float> lse, HeadsView<const float> d_out, HeadsView<float> dq, HeadsView<float> dk,
+    HeadsView<float> dv, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
+    const Options& opt = {}, const Masks<float>& masks = {});
+EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
+    HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v, HeadsView<const double> out,
+    HeadsView<const double> lse, HeadsView<const double> d_out, HeadsView<double> dq, HeadsView<double> dk,
+    HeadsView<double> dv, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
+    const Options& opt = {}, const Masks<double>& masks = {});
+///@}
+
+///@{
 /// Merges two partial results over disjoint key sets into the exact result over their union:
 /// with m = max(lse_a, lse_b), w_a = exp(lse_a - m), w_b = exp(lse_b - m),
 /// out = (w_a out_a + w_b out_b) / (w_a + w_b) and lse = m + log(w_a + w_b), row by row. A row

@@ -57,4 +57,13 @@ struct DecomposedResult {
   Vector<Scalar> lse;
 };
 
+/// What attention_backward() returns: the gradients of a scalar loss L with respect to the
+/// inputs of the forward call (Backward.hpp).
+template <typename Scalar>
+struct Gradients {
+  RowMatrix<Scalar> dq;  ///< dL/dQ: T_q x d_k.
+  RowMatrix<Scalar> dk;  ///< dL/dK: T_k x d_k.
+  RowMatrix<Scalar> dv;  ///< dL/dV: T_k x d_v.
+};
+
 }  // namespace EigenAttention
