@@ -152,10 +152,11 @@ TEST_CASE("backward golden: every case parses and PyTorch agrees with the long-d
           "reference LSE");
     }
     // The gradients: PyTorch's float64 within the double model of the long-double reference.
-    check_heads<double>(array_view(g.dq), r.dq, r.bq, "golden DQ", stats);
-    check_heads<double>(array_view(g.dk), r.dk, r.bk, "golden DK", stats);
-    check_heads<double>(array_view(g.dv), r.dv, r.bv, "golden DV", stats);
-    if (g.d_bias) check_heads<double>(array_view(*g.d_bias), r.d_bias, r.bbias, "golden D_BIAS", stats);
+    check_heads<double>(array_view(g.dq), r.dq, r.bq, g.name + ": golden DQ", stats);
+    check_heads<double>(array_view(g.dk), r.dk, r.bk, g.name + ": golden DK", stats);
+    check_heads<double>(array_view(g.dv), r.dv, r.bv, g.name + ": golden DV", stats);
+    if (g.d_bias)
+      check_heads<double>(array_view(*g.d_bias), r.d_bias, r.bbias, g.name + ": golden D_BIAS", stats);
 
     single += g.mode == BackwardMode::Single;
     heads += g.mode == BackwardMode::Heads;
@@ -206,9 +207,9 @@ TEST_CASE_TEMPLATE(
         if (g.d_scores) {
           const Row dS = matrix_of<Row>(*g.d_scores);
           const auto grad = ea::attention_backward(Q, K, V, O, L, dO, dS, opt);
-          check_gradient<T>(grad.dq, eq, bq, "dq", stats);
-          check_gradient<T>(grad.dk, ek, bk, "dk", stats);
-          check_gradient<T>(grad.dv, ev, bv, "dv", stats);
+          check_gradient<T>(grad.dq, eq, bq, g.name + ": dq", stats);
+          check_gradient<T>(grad.dk, ek, bk, g.name + ": dk", stats);
+          check_gradient<T>(grad.dv, ev, bv, g.name + ": dv", stats);
           // The masked entries of d_scores (~1e8 in the file) have no effect: zeroed, the
           // same gradients, bit for bit.
           const Row dS0 = matrix_of<Row>(masked_zeroed(g));
@@ -218,16 +219,16 @@ TEST_CASE_TEMPLATE(
           EA_CHECK_EQUAL(again.dv, grad.dv);
         } else {
           const auto grad = ea::attention_backward(Q, K, V, O, L, dO, opt);
-          check_gradient<T>(grad.dq, eq, bq, "dq", stats);
-          check_gradient<T>(grad.dk, ek, bk, "dk", stats);
-          check_gradient<T>(grad.dv, ev, bv, "dv", stats);
+          check_gradient<T>(grad.dq, eq, bq, g.name + ": dq", stats);
+          check_gradient<T>(grad.dk, ek, bk, g.name + ": dk", stats);
+          check_gradient<T>(grad.dv, ev, bv, g.name + ": dv", stats);
           if (threads == 1) {
             // A zero d_scores adds nothing.
             const Row zero = Row::Zero(Q.rows(), K.rows());
             const auto with_zero = ea::attention_backward(Q, K, V, O, L, dO, zero, opt);
-            check_gradient<T>(with_zero.dq, eq, bq, "dq (zero d_scores)", stats);
-            check_gradient<T>(with_zero.dk, ek, bk, "dk (zero d_scores)", stats);
-            check_gradient<T>(with_zero.dv, ev, bv, "dv (zero d_scores)", stats);
+            check_gradient<T>(with_zero.dq, eq, bq, g.name + ": dq (zero d_scores)", stats);
+            check_gradient<T>(with_zero.dk, ek, bk, g.name + ": dk (zero d_scores)", stats);
+            check_gradient<T>(with_zero.dv, ev, bv, g.name + ": dv (zero d_scores)", stats);
           }
         }
       }
@@ -275,10 +276,10 @@ TEST_CASE_TEMPLATE("backward golden: attention_heads_backward, both layouts, eve
                                        dq.view(), gk.view(), gv.view(), opt, masks.masks,
                                        dS ? dS->cview() : mh::HeadsView<const T>{},
                                        g.d_bias ? db.view() : mh::HeadsView<T>{});
-          check_heads<T>(dq.view(), g.dq, r.bq, "dq", stats);
-          check_heads<T>(gk.view(), g.dk, r.bk, "dk", stats);
-          check_heads<T>(gv.view(), g.dv, r.bv, "dv", stats);
-          if (g.d_bias) check_heads<T>(db.view(), *g.d_bias, r.bbias, "d_bias", stats);
+          check_heads<T>(dq.view(), g.dq, r.bq, g.name + ": dq", stats);
+          check_heads<T>(gk.view(), g.dk, r.bk, g.name + ": dk", stats);
+          check_heads<T>(gv.view(), g.dv, r.bv, g.name + ": dv", stats);
+          if (g.d_bias) check_heads<T>(db.view(), *g.d_bias, r.bbias, g.name + ": d_bias", stats);
 
           if (dS) {
             // The masked entries of d_scores have no effect: zeroed, the same, bit for bit.
@@ -301,9 +302,9 @@ TEST_CASE_TEMPLATE("backward golden: attention_heads_backward, both layouts, eve
             mh::attention_heads_backward(Q.cview(), K.cview(), V.cview(), O.cview(), L.cview(), dO.cview(),
                                          dq1.view(), gk1.view(), gv1.view(), opt, masks.masks,
                                          dS ? dS->cview() : mh::HeadsView<const T>{});
-            check_heads<T>(dq1.view(), g.dq, r.bq, "dq (no d_bias)", stats);
-            check_heads<T>(gk1.view(), g.dk, r.bk, "dk (no d_bias)", stats);
-            check_heads<T>(gv1.view(), g.dv, r.bv, "dv (no d_bias)", stats);
+            check_heads<T>(dq1.view(), g.dq, r.bq, g.name + ": dq (no d_bias)", stats);
+            check_heads<T>(gk1.view(), g.dk, r.bk, g.name + ": dk (no d_bias)", stats);
+            check_heads<T>(gv1.view(), g.dv, r.bv, g.name + ": dv (no d_bias)", stats);
           }
         }
       }
@@ -342,9 +343,9 @@ TEST_CASE_TEMPLATE("backward golden: attention_varlen_backward, both layouts, ev
           mh::attention_varlen_backward(Q.cview(), K.cview(), V.cview(), O.cview(), L.cview(), dO.cview(),
                                         dq.view(), gk.view(), gv.view(), g.cu_q.data(), g.cu_k.data(), batch,
                                         opt, masks.masks);
-          check_varlen<T>(dq.view(), g.dq, r.bq, g.cu_q, "dq", stats);
-          check_varlen<T>(gk.view(), g.dk, r.bk, g.cu_k, "dk", stats);
-          check_varlen<T>(gv.view(), g.dv, r.bv, g.cu_k, "dv", stats);
+          check_varlen<T>(dq.view(), g.dq, r.bq, g.cu_q, g.name + ": dq", stats);
+          check_varlen<T>(gk.view(), g.dk, r.bk, g.cu_k, g.name + ": dk", stats);
+          check_varlen<T>(gv.view(), g.dv, r.bv, g.cu_k, g.name + ": dv", stats);
         }
       }
     }
