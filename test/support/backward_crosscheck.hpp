@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -70,16 +72,18 @@ Gradients<T> run_backward(const Problem& p, const Seeds& seeds, const mh::Option
 }
 
 /// CHECK every element of `actual` within its bound: |actual - expected| <= tol (a gradient
-/// whose every term is exactly zero must come out exactly zero).
+/// whose every term is exactly zero must come out exactly zero). Returns the largest
+/// |actual - expected| / tol over all elements (0 / 0 counts 0; NaN or x / 0 infinity): <= 1
+/// when every element passed.
 template <class S>
-void check_within(const mh::HeadsView<S>& actual, const Array4& expected, const Array4& tol,
-                  const std::string& what) {
+long double check_within(const mh::HeadsView<S>& actual, const Array4& expected, const Array4& tol,
+                         const std::string& what) {
   REQUIRE(actual.batch == expected.n[0]);
   REQUIRE(actual.heads == expected.n[1]);
   REQUIRE(actual.tokens == expected.n[2]);
   REQUIRE(actual.dim == expected.n[3]);
   long failures = 0;
-  long double worst = 0;
+  long double worst = 0, fraction = 0;
   std::ostringstream where;
   for (Eigen::Index b = 0; b < expected.n[0]; ++b)
     for (Eigen::Index h = 0; h < expected.n[1]; ++h)
@@ -88,6 +92,7 @@ void check_within(const mh::HeadsView<S>& actual, const Array4& expected, const 
           const long double a = static_cast<long double>(actual.head(b, h)(i, c)), e = expected(b, h, i, c);
           const long double t = tol(b, h, i, c), err = std::fabs(a - e);
           const long double excess = t > 0 ? err / t : (err > 0 ? INFINITY : 0);
+          fraction = std::isnan(excess) ? INFINITY : std::max(fraction, excess);
           if (!(err <= t)) {
             ++failures;
             if (!(excess <= worst)) {
@@ -100,6 +105,7 @@ void check_within(const mh::HeadsView<S>& actual, const Array4& expected, const 
         }
   CHECK_MESSAGE(failures == 0, what << ": " << failures << " elements outside their bound; worst at "
                                     << where.str() << " (" << static_cast<double>(worst) << " x the bound)");
+  return fraction;
 }
 
 /// Checks every gradient of `g` against the reference.

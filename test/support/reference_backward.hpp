@@ -4,6 +4,8 @@
 /// loops over the forward reference (reference.hpp: the same logits, reference_logit, and the
 /// same weights). Independent of the library. For every element, also the error bound a
 /// computation in precision T is held to (BackwardReference::tol).
+/// Packed variable-length batches (reference_varlen_backward) are calls of
+/// reference_heads_backward, one per sequence, as reference_varlen is of reference_heads.
 ///
 /// With P the weights, per (sequence b, query head h, reading K/V head kh):
 ///   dP_ij = dOUT_i . V_j + dSCORES_ij          (visible pairs; hidden pairs take no part)
@@ -28,7 +30,10 @@
 /// (|d c'/dx| = 2 |tanh sech^2| < 1), which adds 2 (delta / softcap + 8 u) scale sum |dZ||K| (or |Q|).
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "reference.hpp"
 
@@ -116,6 +121,52 @@ BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, con
         }
       }
     }
+  }
+  return r;
+}
+
+namespace bw_ref_detail {
+
+/// Writes every (a, b) slice of `src` into `dst` at token `first` (the inverse of token_range).
+inline void put_tokens(Array4& dst, const Array4& src, Eigen::Index first) {
+  for (Eigen::Index a = 0; a < src.n[0]; ++a)
+    for (Eigen::Index b = 0; b < src.n[1]; ++b)
+      for (Eigen::Index i = 0; i < src.n[2]; ++i)
+        for (Eigen::Index c = 0; c < src.n[3]; ++c) dst(a, b, first + i, c) = src(a, b, i, c);
+}
+
+}  // namespace bw_ref_detail
+
+/// The reference gradients of attention_varlen(Q, K, V) (reference.hpp's reference_varlen:
+/// Q [1, H, total_q, d_k], K/V [1, H_kv, total_k, d]; sequence s is query rows
+/// [cu_q[s], cu_q[s+1]) and key rows [cu_k[s], cu_k[s+1]), attended on its own with `spec`)
+/// for dOUT [1, H, total_q, d_v], with error bounds in T. Each sequence is
+/// reference_heads_backward on its token ranges, with that function's error model, its
+/// gradients and bounds put back at the sequence's rows (a key row no sequence owns keeps 0
+/// and bound 0). `forward` is reference_varlen's (groups (sequence, head), no scores). No
+/// d_scores and no bias: varlen takes neither.
+template <class T>
+BackwardReference reference_varlen_backward(const Array4& Q, const Array4& K, const Array4& V,
+                                            const MultiHeadSpec& spec, const std::vector<std::int64_t>& cu_q,
+                                            const std::vector<std::int64_t>& cu_k, const Array4& d_out) {
+  BackwardReference r;
+  r.forward = reference_varlen(Q, K, V, cu_q, cu_k, spec);  // checks spec, shapes and offsets
+  const Eigen::Index H = Q.n[1], tq = Q.n[2], dk = Q.n[3];
+  const Eigen::Index hkv = K.n[1], tk = K.n[2], dv = V.n[3];
+  mh_detail::require(d_out.n == std::array<Eigen::Index, 4>{{1, H, tq, dv}}, "d_out shape");
+  r.dq = r.dq_tol = Array4(1, H, tq, dk);
+  r.dk = r.dk_tol = Array4(1, hkv, tk, dk);
+  r.dv = r.dv_tol = Array4(1, hkv, tk, dv);
+  for (size_t s = 0; s + 1 < cu_q.size(); ++s) {
+    const Eigen::Index q0 = cu_q[s], lq = cu_q[s + 1] - q0, k0 = cu_k[s], lk = cu_k[s + 1] - k0;
+    const BackwardReference part = reference_heads_backward<T>(
+        Q.token_range(q0, lq), K.token_range(k0, lk), V.token_range(k0, lk), spec, d_out.token_range(q0, lq));
+    bw_ref_detail::put_tokens(r.dq, part.dq, q0);
+    bw_ref_detail::put_tokens(r.dq_tol, part.dq_tol, q0);
+    bw_ref_detail::put_tokens(r.dk, part.dk, k0);
+    bw_ref_detail::put_tokens(r.dk_tol, part.dk_tol, k0);
+    bw_ref_detail::put_tokens(r.dv, part.dv, k0);
+    bw_ref_detail::put_tokens(r.dv_tol, part.dv_tol, k0);
   }
   return r;
 }
