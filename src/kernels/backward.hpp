@@ -136,9 +136,12 @@ void run_backward(Kernel kernel, index_t units, index_t unit_size, const Problem
       for (index_t t = 0; t < unit_size; ++t) backward_problem(tiled, problem(u, t), 1);
     });
   } else {
+    // Two waits per query tile: more threads than the hardware runs at once would make each wait
+    // for a thread that is not running (any count gives the same bits).
+    const int split = std::min(n, resolve_threads(0));
     for (index_t u = 0; u < units; ++u) {
       prepare(u);
-      for (index_t t = 0; t < unit_size; ++t) backward_problem(tiled, problem(u, t), n);
+      for (index_t t = 0; t < unit_size; ++t) backward_problem(tiled, problem(u, t), split);
     }
   }
 }

@@ -10,20 +10,21 @@
 using namespace ea_test;
 using namespace ea_test::backward;
 
-TEST_CASE_TEMPLATE("backward bitwise: every thread count and every run give the same bits", T, float,
+TEST_CASE_TEMPLATE("backward threads: every thread count and every run give the same bits", T, float,
                    double) {
   Rng rng(12);
   std::vector<Config> configs;
-  configs.push_back(Config{"one head over several key tiles, causal", 1, 1, 1, 300, 420, 16, 8});
+  configs.push_back(Config{"one head over several key tiles, causal", 1, 1, 1, 260, 300, 16, 8});
   configs.back().causal = true;
   configs.push_back(Config{"many GQA units, window + soft-cap", 3, 8, 4, 140, 150, 8, 8});
   configs.back().window_left = 50;
-  configs.back().softcap = 3;
-  configs.push_back(Config{"bias 1x1 merges every unit, mask, key lengths", 2, 4, 2, 200, 260, 8, 4});
+  configs.back().softcap = 3;  // (double's tanh is scalar: keep this one small)
+  configs.back().Tq = 40;
+  configs.push_back(Config{"bias 1x1 merges every unit, mask, key lengths", 2, 4, 2, 140, 270, 8, 4});
   configs.back().bias = "1x1";
   configs.back().mask = "BxH";
   configs.back().key_lengths = true;
-  configs.push_back(Config{"bias Bx1: one unit per sequence, ALiBi, bottom-right", 2, 3, 1, 170, 300, 12, 6});
+  configs.push_back(Config{"bias Bx1: one unit per sequence, ALiBi, bottom-right", 2, 3, 1, 130, 270, 12, 6});
   configs.back().bias = "Bx1";
   configs.back().alibi = configs.back().causal = configs.back().bottom_right = true;
   for (const Config& c : configs) {
