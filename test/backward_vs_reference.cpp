@@ -36,30 +36,11 @@ TEST_CASE_TEMPLATE("backward crosscheck: every option vs the long-double referen
 
 TEST_CASE_TEMPLATE("backward crosscheck: random configurations vs the long-double reference", T, float,
                    double) {
-  // Seeded random shapes and options; one in eight spans several query and key tiles (128 each).
+  // Seeded random shapes and options; one in eight spans several query and key tiles (128 x 256).
   Rng rng(4242);
   const auto kernels = kernels_under_test();
   for (int n = 0; n < 48; ++n) {
-    Config c{"random", 0, 0, 0, 0, 0, 0, 0};
-    const bool big = n % 8 == 7;
-    c.B = big ? 1 : rng.integer(1, 3);
-    c.Hkv = big ? 1 : rng.integer(1, 2);
-    c.H = c.Hkv * rng.integer(1, big ? 2 : 3);
-    c.Tq = big ? rng.integer(130, 300) : rng.integer(0, 30);
-    c.Tk = big ? rng.integer(130, 400) : rng.integer(0, 30);
-    c.dk = rng.integer(1, big ? 8 : 13);
-    c.dv = rng.integer(1, 9);
-    c.causal = rng.integer(0, 1) == 1;
-    c.bottom_right = rng.integer(0, 1) == 1;
-    c.window_left = rng.integer(0, 2) == 0 ? rng.integer(0, big ? 200 : 10) : -1;
-    c.window_right = rng.integer(0, 2) == 0 ? rng.integer(0, big ? 200 : 10) : -1;
-    c.softcap = rng.integer(0, 2) == 0 ? 0.5 + 5 * (rng.uniform() + 1) : 0.0;
-    const char* shapes[] = {"", "1x1", "Bx1", "1xH", "BxH"};
-    c.mask = shapes[rng.integer(0, 4)];
-    c.bias = shapes[rng.integer(0, 4)];
-    c.key_lengths = rng.integer(0, 2) == 0;
-    c.alibi = rng.integer(0, 2) == 0;
-    if (rng.integer(0, 3) == 0) c.scale = 0.1 + (rng.uniform() + 1);
+    Config c = crosscheck::random_config(rng, n % 8 == 7, {3, 2, 3, 30, 13, 130, 300, 130, 400, 8, 200});
     CAPTURE(n);
     const Problem p = crosscheck::make_problem<T>(c, rng);
     const Seeds seeds = make_seeds<T>(p, rng, rng.integer(0, 1) == 1);

@@ -226,18 +226,11 @@ void backward_pair(const RawProblem<T>& p, index_t tile, index_t j0, index_t col
     gemm_atb(cols, dk, rows, ds_buf, lds, Q.data(), Q.outerStride(), dk_buf, dk, T(1), b_dk);
     gemm_ab(rows, dk, cols, ds_buf, lds, K.data(), K.outerStride(), dq_tile, dk, b_dq);
   } else {  // sum over the visible pairs only
-    for (index_t r = 0; r < rows; ++r) {
-      const index_t i = i0 + r;
-      const Span span = span_in_tile(p, i, j0, cols);
-      const bool* m =
-          p.mask.data != nullptr ? p.mask.data + i * p.mask.row_stride + j0 * p.mask.col_stride : nullptr;
-      for (index_t t = span.a; t < span.b; ++t) {
-        if (m != nullptr && !m[t * p.mask.col_stride]) continue;
-        dV.row(t).noalias() += P(r, t) * dO.row(r);
-        dK.row(t).noalias() += dZ(r, t) * Q.row(r);
-        dQ.row(r).noalias() += dZ(r, t) * K.row(t);
-      }
-    }
+    for_each_visible(p, i0, rows, j0, cols, [&](index_t r, index_t t) {
+      dV.row(t).noalias() += P(r, t) * dO.row(r);
+      dK.row(t).noalias() += dZ(r, t) * Q.row(r);
+      dQ.row(r).noalias() += dZ(r, t) * K.row(t);
+    });
   }
   map_of(p.grad.dk).middleRows(j0, cols) = dK;
   map_of(p.grad.dv).middleRows(j0, cols) = dV;
