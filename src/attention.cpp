@@ -13,22 +13,16 @@ namespace EigenAttention {
 namespace compiled {
 namespace {
 
-// A T x d matrix as the [1, 1, T, d] view of one sequence with one head.
-template <typename T>
-HeadsView<T> one_head(const MatrixView<T>& m) {
-  return {m.data, 1, 1, m.rows, m.cols, 0, 0, m.row_stride, m.col_stride};
-}
-
 template <typename T>
 internal::Call<T> call_of(const char* api, MatrixView<const T> q, MatrixView<const T> k,
                           const MatrixView<const T>* v) {
   internal::Call<T> c;
   c.api = api;
   c.form = internal::Form::Matrix;
-  c.q = one_head(q);
-  c.k = one_head(k);
+  c.q = internal::one_head(q);
+  c.k = internal::one_head(k);
   c.has_v = v != nullptr;
-  if (v != nullptr) c.v = one_head(*v);
+  if (v != nullptr) c.v = internal::one_head(*v);
   return c;
 }
 
@@ -46,7 +40,7 @@ void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, co
                const Options& opt) {
   internal::Call<T> c = call_of(api, q, k, v);
   const auto bind = [](const MatrixView<T>* m, HeadsView<T>& view, bool& wanted) {
-    if (m != nullptr) view = one_head(*m);
+    if (m != nullptr) view = internal::one_head(*m);
     wanted = m != nullptr;
   };
   bind(scores, c.scores, c.want_scores);

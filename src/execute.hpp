@@ -2,6 +2,7 @@
 // over threads (run_problems in kernel.hpp). The one way every public call computes. Internal.
 #pragma once
 
+#include "kernels/backward.hpp"
 #include "kernels/kernels.hpp"
 #include "problem.hpp"
 
@@ -14,6 +15,55 @@ void execute(const Problem<T>& p, int threads) {
   const index_t rows = p.varlen() ? -1 : p.q.tokens;
   run_problems<T>(
       p.kernel, p.problems(), rows, [&](index_t which) { return p.problem(which); }, threads);
+}
+
+/// Zeroes rows [first, first + count) of head (b, h) of a view.
+template <typename T>
+void zero_head_rows(const HeadsView<T>& v, index_t b, index_t h, index_t first, index_t count) {
+  if (v.data == nullptr) return;
+  zero_rows(raw_matrix<T>(v.data + b * v.batch_stride + h * v.head_stride + first * v.token_stride, count,
+                          v.dim, v.token_stride, v.dim_stride));
+}
+
+/// The backward pass of a validated problem (run_backward in kernels/backward.hpp): units of
+/// the problems that add into the same dK/dV (a GQA group) or dbias (the heads or sequences
+/// sharing a broadcast bias), each in (sequence, head) order.
+template <typename T>
+void execute_backward(const Problem<T>& p, int threads) {
+  const index_t B = p.sequences, H = p.heads();
+  if (B == 0 || H == 0) return;
+  const bool bias_over_batch = p.d_bias.data != nullptr && p.d_bias.batch == 1;
+  const bool bias_over_heads = p.d_bias.data != nullptr && p.d_bias.heads == 1;
+  const index_t group = H / p.k.heads;
+  const index_t batches = bias_over_batch ? B : 1, heads = bias_over_heads ? H : group;
+  const index_t head_units = H / heads, units = (B / batches) * head_units;
+  const auto where = [&](index_t u, index_t t, index_t& b, index_t& h) {
+    b = u / head_units * batches + t / heads;
+    h = u % head_units * heads + t % heads;
+  };
+  const auto problem = [&](index_t u, index_t t) {
+    index_t b, h;
+    where(u, t, b, h);
+    return p.problem(b * H + h);
+  };
+  // Zero what unit u adds into: dK and dV of its K/V heads (every key row, padded ones too) and
+  // its slices of dbias.
+  const auto prepare = [&](index_t u) {
+    for (index_t t = 0; t < batches * heads; ++t) {
+      index_t b, h;
+      where(u, t, b, h);
+      const index_t kv = h / group;
+      const index_t batch = p.varlen() ? 0 : b;
+      const index_t first = p.varlen() ? p.cu_k[b] : 0;
+      const index_t count = p.varlen() ? p.cu_k[b + 1] - p.cu_k[b] : p.k.tokens;
+      if (h % group == 0) {
+        zero_head_rows(p.dk, batch, kv, first, count);
+        zero_head_rows(p.dv, batch, kv, first, count);
+      }
+      zero_head_rows(p.d_bias, p.d_bias.batch == 1 ? 0 : b, p.d_bias.heads == 1 ? 0 : h, 0, p.d_bias.tokens);
+    }
+  };
+  run_backward<T>(p.kernel, units, batches * heads, problem, prepare, threads);
 }
 
 }  // namespace internal

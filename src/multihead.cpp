@@ -108,7 +108,81 @@ void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<con
   internal::execute(p, opt.threads);
 }
 
+// The call of both backward entry points.
+template <typename T>
+internal::Call<T> backward_call(const char* api, HeadsView<const T> q, HeadsView<const T> k,
+                                HeadsView<const T> v, HeadsView<const T> out, HeadsView<const T> lse,
+                                HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,
+                                const Masks<T>& masks) {
+  internal::Call<T> c = call_of<T>(api, q, k, v, {}, {}, masks);
+  c.backward = true;
+  c.fwd_out = out;
+  c.fwd_lse = lse;
+  c.d_out = d_out;
+  c.dq = dq;
+  c.dk = dk;
+  c.dv = dv;
+  return c;
+}
+
+template <typename T>
+void heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> out,
+                    HeadsView<const T> lse, HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk,
+                    HeadsView<T> dv, const Options& opt, const Masks<T>& masks, HeadsView<const T> d_scores,
+                    HeadsView<T> d_bias) {
+  internal::Call<T> c =
+      backward_call("attention_heads_backward", q, k, v, out, lse, d_out, dq, dk, dv, masks);
+  c.d_scores = d_scores;
+  c.d_bias = d_bias;
+  internal::execute_backward(internal::make_problem(c, opt), opt.threads);
+}
+
+template <typename T>
+void varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> out,
+                     HeadsView<const T> lse, HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk,
+                     HeadsView<T> dv, const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch,
+                     const Options& opt, const Masks<T>& masks) {
+  internal::Call<T> c =
+      backward_call("attention_varlen_backward", q, k, v, out, lse, d_out, dq, dk, dv, masks);
+  c.cu_q = cu_q;
+  c.cu_k = cu_k;
+  c.sequences = batch;
+  internal::execute_backward(internal::make_problem(c, opt), opt.threads);
+}
+
 }  // namespace
+
+void attention_heads_backward(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
+                              HeadsView<const float> out, HeadsView<const float> lse,
+                              HeadsView<const float> d_out, HeadsView<float> dq, HeadsView<float> dk,
+                              HeadsView<float> dv, const Options& opt, const Masks<float>& masks,
+                              HeadsView<const float> d_scores, HeadsView<float> d_bias) {
+  heads_backward(q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, d_scores, d_bias);
+}
+void attention_heads_backward(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
+                              HeadsView<const double> out, HeadsView<const double> lse,
+                              HeadsView<const double> d_out, HeadsView<double> dq, HeadsView<double> dk,
+                              HeadsView<double> dv, const Options& opt, const Masks<double>& masks,
+                              HeadsView<const double> d_scores, HeadsView<double> d_bias) {
+  heads_backward(q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, d_scores, d_bias);
+}
+
+void attention_varlen_backward(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
+                               HeadsView<const float> out, HeadsView<const float> lse,
+                               HeadsView<const float> d_out, HeadsView<float> dq, HeadsView<float> dk,
+                               HeadsView<float> dv, const std::int64_t* cu_seqlens_q,
+                               const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
+                               const Masks<float>& masks) {
+  varlen_backward(q, k, v, out, lse, d_out, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, opt, masks);
+}
+void attention_varlen_backward(HeadsView<const double> q, HeadsView<const double> k,
+                               HeadsView<const double> v, HeadsView<const double> out,
+                               HeadsView<const double> lse, HeadsView<const double> d_out,
+                               HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
+                               const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                               Eigen::Index batch, const Options& opt, const Masks<double>& masks) {
+  varlen_backward(q, k, v, out, lse, d_out, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, opt, masks);
+}
 
 std::size_t varlen_scores_size(const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
                                Eigen::Index batch, Eigen::Index heads) {

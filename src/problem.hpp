@@ -20,6 +20,13 @@ namespace internal {
 /// views ("[1, 2, 3, 7]").
 enum class Form { Matrix, Heads };
 
+/// A T x d matrix as the [1, 1, T, d] view of one sequence with one head: how the single-head
+/// calls pass their matrices.
+template <typename T>
+HeadsView<T> one_head(const MatrixView<T>& m) {
+  return {m.data, 1, 1, m.rows, m.cols, 0, 0, m.row_stride, m.col_stride};
+}
+
 template <typename T>
 struct Problem {
   HeadsView<const T> q, k, v;     // [B, H, T_q, d_k], [B, H_kv, T_k, d_k], [B, H_kv, T_k, d_v]
@@ -40,6 +47,12 @@ struct Problem {
   // score_offsets[b] (see MultiHead.hpp).
   T* packed_scores = nullptr;
   const index_t* score_offsets = nullptr;
+  // The backward pass (attention_*backward*): the forward's results, dL/dATTN and, optionally,
+  // dL/dSCORES [B, H, T_q, T_k] to read; the gradients to write, dL/dbias (when d_bias.data is
+  // not null) of the bias's own broadcast shape.
+  bool backward = false;
+  HeadsView<const T> fwd_out, fwd_lse, d_out, d_scores;
+  HeadsView<T> dq, dk, dv, d_bias;
 
   index_t heads() const { return q.heads; }
   index_t problems() const { return sequences * q.heads; }
@@ -95,7 +108,9 @@ struct Problem {
                     none,
                     want_scores,
                     want_out,
-                    want_lse};
+                    want_lse,
+                    {},
+                    false};
     if (packed_scores != nullptr) {
       p.scores = tq * tk == 0 ? raw_matrix<T>(packed_scores, tq, tk, 0, 0)
                               : raw_matrix<T>(packed_scores + score_offsets[b] + h * tq * tk, tq, tk, tk, 1);
@@ -108,6 +123,30 @@ struct Problem {
       p.scores = head_of(scores, h, q_first, tq);
       p.scores.cols = tk;
       if (tk == 0) p.scores = raw_matrix<T>(p.scores.data, tq, 0, 0, 0);
+    }
+    if (backward) {
+      p.backward = true;
+      RawGradient<T>& g = p.grad;
+      g.out = head_of(fwd_out, h, q_first, tq);
+      g.lse = head_of(fwd_lse, h, q_first, tq);
+      g.d_out = head_of(d_out, h, q_first, tq);
+      g.dq = head_of(dq, h, q_first, tq);
+      g.dk = head_of(dk, kv, k_first, tk);
+      g.dv = head_of(dv, kv, k_first, tk);
+      g.d_scores = {nullptr, 0, 0, 0, 0};
+      if (d_scores.data != nullptr) {  // full T_k columns, of which the first tk are seen
+        g.d_scores = head_of(d_scores, h, q_first, tq);
+        g.d_scores.cols = tk;
+        if (tk == 0) g.d_scores = raw_matrix<const T>(g.d_scores.data, tq, 0, 0, 0);
+      }
+      g.d_bias = {nullptr, 0, 0, 0, 0};
+      if (d_bias.data != nullptr) {
+        const index_t db = d_bias.batch == 1 ? 0 : b, dh = d_bias.heads == 1 ? 0 : h;
+        g.d_bias = tq == 0 || tk == 0
+                       ? raw_matrix<T>(d_bias.data, tq, tk, 0, 0)
+                       : raw_matrix<T>(d_bias.data + db * d_bias.batch_stride + dh * d_bias.head_stride, tq,
+                                       tk, d_bias.token_stride, d_bias.dim_stride);
+      }
     }
     return p;
   }

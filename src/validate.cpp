@@ -381,7 +381,7 @@ void check_sequence_count(const char* api, index_t sequences) {
 template <typename T>
 Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   const char* api = c.api;
-  if (!c.inputs_only && !c.want_out && !c.want_scores) {
+  if (!c.backward && !c.inputs_only && !c.want_out && !c.want_scores) {
     fail(api,
          c.form == Form::Matrix ? "neither SCORES nor ATTN is asked for" : "neither out nor scores is given");
   }
@@ -421,6 +421,31 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   }
   const index_t dv = c.has_v ? c.v.dim : 0;
   check_scratch<T>(api, c.q.dim, dv, tk);
+  // The backward pass's further inputs, each of a shape the forward's sizes fix.
+  const index_t B = c.q.batch;
+  const auto shaped = [&](const char* name, const auto& view, index_t batch, index_t heads, index_t tokens,
+                          index_t cols, const char* what) {
+    const Array a = array_of(name, view, c.form);
+    check_sizes(api, a);
+    if (view.batch != batch || view.heads != heads || view.tokens != tokens || view.dim != cols) {
+      Array must = a;
+      must.size[0] = batch, must.size[1] = heads, must.size[2] = tokens, must.size[3] = cols;
+      fail(api, std::string(name) + " is " + a.shape() + " but must be " + must.shape() + " (" + what + ")");
+    }
+    return a;
+  };
+  ArrayList<4> grad_inputs;  // out, lse, d_out, d_scores
+  if (c.backward) {
+    grad_inputs.push_back(
+        shaped(c.fwd_out_name, c.fwd_out, B, H, tq, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]"));
+    grad_inputs.push_back(shaped("lse", c.fwd_lse, B, H, tq, 1, matrix ? "T_q x 1" : "[B, H, T_q, 1]"));
+    grad_inputs.push_back(
+        shaped(c.d_out_name, c.d_out, B, H, tq, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]"));
+    if (c.d_scores.data != nullptr) {
+      grad_inputs.push_back(
+          shaped("d_scores", c.d_scores, B, H, tq, tk, matrix ? "T_q x T_k" : "[B, H, T_q, T_k]"));
+    }
+  }
 
   Problem<T> p;
   check_options(api, opt, p, q);
@@ -434,19 +459,10 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   if (c.inputs_only) return p;
 
   // The outputs: shapes, then distinct elements.
-  const index_t B = c.q.batch;
-  ArrayList<4> outputs;  // out, lse, scores, average_scores
+  ArrayList<4> outputs;  // out, lse, scores, average_scores; or dq, dk, dv, d_bias
   const auto output = [&](bool wanted, const char* name, const HeadsView<T>& view, index_t heads,
                           index_t cols, const char* what) {
-    if (!wanted) return;
-    const Array a = array_of(name, view, c.form);
-    check_sizes(api, a);
-    if (view.batch != B || view.heads != heads || view.tokens != tq || view.dim != cols) {
-      Array must = a;
-      must.size[0] = B, must.size[1] = heads, must.size[2] = tq, must.size[3] = cols;
-      fail(api, std::string(name) + " is " + a.shape() + " but must be " + must.shape() + " (" + what + ")");
-    }
-    outputs.push_back(a);
+    if (wanted) outputs.push_back(shaped(name, view, B, heads, tq, cols, what));
   };
   output(c.want_out, c.out_name, c.out, H, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]");
   output(c.want_lse, "lse", c.lse, H, 1, matrix ? "T_q x 1" : "[B, H, T_q, 1]");
@@ -456,6 +472,27 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
       fail(api, "average_scores is the mean of the per-head scores, so scores must be given too");
     output(true, "average_scores", c.average, 1, tk, "[B, 1, T_q, T_k]");
   }
+  if (c.backward) {
+    const index_t Hkv = c.k.heads;
+    outputs.push_back(shaped("dq", c.dq, B, H, tq, c.q.dim, matrix ? "T_q x d_k" : "[B, H, T_q, d_k]"));
+    outputs.push_back(shaped("dk", c.dk, B, Hkv, tk, c.q.dim, matrix ? "T_k x d_k" : "[B, H_kv, T_k, d_k]"));
+    outputs.push_back(shaped("dv", c.dv, B, Hkv, tk, dv, matrix ? "T_k x d_v" : "[B, H_kv, T_k, d_v]"));
+    if (c.d_bias.data != nullptr) {
+      const BroadcastView<T>& bias = c.masks.bias;
+      if (bias.empty()) fail(api, "d_bias is given but masks.bias is not (dL/dbias needs a bias)");
+      outputs.push_back(
+          shaped("d_bias", c.d_bias, bias.batch, bias.heads, tq, tk, "the bias's shape [b, h, T_q, T_k]"));
+    }
+    p.backward = true;
+    p.fwd_out = c.fwd_out;
+    p.fwd_lse = c.fwd_lse;
+    p.d_out = c.d_out;
+    p.d_scores = c.d_scores;
+    p.dq = c.dq;
+    p.dk = c.dk;
+    p.dv = c.dv;
+    p.d_bias = c.d_bias;
+  }
   p.out = c.out;
   p.lse = c.lse;
   p.scores = c.scores;
@@ -464,10 +501,12 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   p.want_scores = c.want_scores;
 
   // The masks, or the packed batch's offsets: inputs too.
-  ArrayList<9> inputs;  // Q, K, V, mask, bias, key_lengths or the two offsets, ALiBi slopes
+  ArrayList<13> inputs;  // Q, K, V, out, lse, d_out, d_scores, mask, bias, key_lengths or the two offsets,
+                         // ALiBi slopes
   inputs.push_back(q);
   inputs.push_back(k);
   if (c.has_v) inputs.push_back(v);
+  for (const Array& a : grad_inputs) inputs.push_back(a);
   if (varlen) {
     if (c.cu_q == nullptr || c.cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
     check_sequence_count(api, c.sequences);

@@ -35,6 +35,14 @@ struct Call {
   const std::int64_t* cu_q = nullptr;
   const std::int64_t* cu_k = nullptr;
   index_t sequences = 0;
+  // The backward pass: the forward's out and lse, d_out = dL/dATTN and, when given (data not
+  // null), d_scores = dL/dSCORES are inputs; dq, dk, dv and, when given, d_bias are the outputs
+  // (the forward's outputs above are then unused).
+  bool backward = false;
+  HeadsView<const T> fwd_out, fwd_lse, d_out, d_scores;
+  HeadsView<T> dq, dk, dv, d_bias;
+  const char* fwd_out_name = "out";  // the single-head calls say "attn" and "d_attn"
+  const char* d_out_name = "d_out";
 };
 
 /// Checks everything about `call` and `opt`, in this order: the sizes of each input, the inputs

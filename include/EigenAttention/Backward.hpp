@@ -47,10 +47,10 @@ namespace EigenAttention {
 /// auto g = EigenAttention::attention_backward(Q, K, V, out, lse, d_out, opt);
 /// \endcode
 template <class DQ, class DK, class DV, class DA, class DL, class DG>
-Gradients<typename DQ::Scalar> attention_backward(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                                                  const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn,
-                                                  const Eigen::MatrixBase<DL>& lse,
-                                                  const Eigen::MatrixBase<DG>& d_attn, const Options& opt = {}) {
+Gradients<typename DQ::Scalar> attention_backward(
+    const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V,
+    const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
+    const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
                             typename DL::Scalar, typename DG::Scalar>{};
@@ -68,11 +68,10 @@ Gradients<typename DQ::Scalar> attention_backward(const Eigen::MatrixBase<DQ>& Q
 /// gradient of a loss on SCORES (d_attn may then be zero). Its entries at masked positions
 /// have no effect.
 template <class DQ, class DK, class DV, class DA, class DL, class DG, class DS>
-Gradients<typename DQ::Scalar> attention_backward(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                                                  const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn,
-                                                  const Eigen::MatrixBase<DL>& lse,
-                                                  const Eigen::MatrixBase<DG>& d_attn,
-                                                  const Eigen::MatrixBase<DS>& d_scores, const Options& opt = {}) {
+Gradients<typename DQ::Scalar> attention_backward(
+    const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V,
+    const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
+    const Eigen::MatrixBase<DS>& d_scores, const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
                             typename DL::Scalar, typename DG::Scalar, typename DS::Scalar>{};
@@ -142,8 +141,8 @@ void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
 }
 
 /// attention_backward_into() through the weights too (`d_scores` = dL/dSCORES, T_q x T_k).
-template <class DQ, class DK, class DV, class DA, class DL, class DG, class DS, class DGQ, class DGK, class DGV,
-          detail::EnableIfMatrix<DGQ, DGK, DGV> = 0>
+template <class DQ, class DK, class DV, class DA, class DL, class DG, class DS, class DGQ, class DGK,
+          class DGV, detail::EnableIfMatrix<DGQ, DGK, DGV> = 0>
 void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                              const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn,
                              const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,

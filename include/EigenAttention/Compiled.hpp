@@ -66,11 +66,11 @@ EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const double> q, Mat
 /// (T_q x d_v) and, when `has_d_scores`, d_scores = dL/dSCORES (T_q x T_k).
 template <typename Scalar>
 struct BackwardInputs {
-  MatrixView<const Scalar> q, k, v;       ///< the forward's inputs
-  MatrixView<const Scalar> attn, lse;     ///< the forward's ATTN and LSE
-  MatrixView<const Scalar> d_attn;        ///< dL/dATTN
-  MatrixView<const Scalar> d_scores;      ///< dL/dSCORES, read when has_d_scores
-  bool has_d_scores = false;              ///< is d_scores given?
+  MatrixView<const Scalar> q, k, v;    ///< the forward's inputs
+  MatrixView<const Scalar> attn, lse;  ///< the forward's ATTN and LSE
+  MatrixView<const Scalar> d_attn;     ///< dL/dATTN
+  MatrixView<const Scalar> d_scores;   ///< dL/dSCORES, read when has_d_scores
+  bool has_d_scores = false;           ///< is d_scores given?
 };
 
 /// Checks the inputs of a backward call against each other and `opt`, as validate() does for
@@ -87,9 +87,9 @@ EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInp
 /// (T_k x d_v) into `dv`. Allocates nothing once the workspaces have grown (Kernel::Reference
 /// aside). \throws std::invalid_argument for bad shapes or options, outputs of the wrong shape,
 /// or outputs that overlap an input or each other; nothing is written then.
-EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<float>& in, const MatrixView<float>& dq,
-                                     const MatrixView<float>& dk, const MatrixView<float>& dv,
-                                     const Options& opt);
+EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<float>& in,
+                                     const MatrixView<float>& dq, const MatrixView<float>& dk,
+                                     const MatrixView<float>& dv, const Options& opt);
 /// \overload
 /// The same computation for double.
 EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<double>& in,
@@ -246,7 +246,8 @@ void attention_scores_into(const ConstStridedMap<Scalar>& q, const ConstStridedM
 template <typename Scalar>
 BackwardInputs<Scalar> backward_inputs(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
                                        const ConstStridedMap<Scalar>& v, const ConstStridedMap<Scalar>& attn,
-                                       const ConstStridedMap<Scalar>& lse, const ConstStridedMap<Scalar>& d_attn,
+                                       const ConstStridedMap<Scalar>& lse,
+                                       const ConstStridedMap<Scalar>& d_attn,
                                        const ConstStridedMap<Scalar>* d_scores) {
   BackwardInputs<Scalar> in;
   in.q = view(q), in.k = view(k), in.v = view(v);
@@ -264,7 +265,8 @@ Gradients<Scalar> attention_backward(const BackwardInputs<Scalar>& in, const Opt
   detail::check_result<Scalar>(api, "dQ", "T_q x d_k", in.q.rows, in.q.cols);
   detail::check_result<Scalar>(api, "dK", "T_k x d_k", in.k.rows, in.k.cols);
   detail::check_result<Scalar>(api, "dV", "T_k x d_v", in.v.rows, in.v.cols);
-  Gradients<Scalar> g{detail::result<Scalar>(in.q.rows, in.q.cols), detail::result<Scalar>(in.k.rows, in.k.cols),
+  Gradients<Scalar> g{detail::result<Scalar>(in.q.rows, in.q.cols),
+                      detail::result<Scalar>(in.k.rows, in.k.cols),
                       detail::result<Scalar>(in.v.rows, in.v.cols)};
   backward(api, in, view(g.dq), view(g.dk), view(g.dv), opt);
   return g;

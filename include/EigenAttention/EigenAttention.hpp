@@ -5,8 +5,9 @@
 /// Eigen matrices: exactly (no approximation), with optional causal masking, in a fused form
 /// that never forms the T_q x T_k weights and a decomposed form that returns them.
 /// See Attention.hpp for the calls and their semantics, Backward.hpp for the gradients
-/// (training), MultiHead.hpp for batched multi-head attention (forward and backward), and Npy.hpp for NumPy .npy files. One library, one CMake target
-/// (EigenAttention::EigenAttention), one pkg-config name (eigen-attention).
+/// (training), MultiHead.hpp for batched multi-head attention (forward and backward), and Npy.hpp for NumPy
+/// .npy files. One library, one CMake target (EigenAttention::EigenAttention), one pkg-config name
+/// (eigen-attention).
 #pragma once
 
 #include <EigenAttention/Attention.hpp>

@@ -138,21 +138,16 @@ EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
 /// or B, h is 1 or H as in masks.bias, which must be given): summed over the axes it broadcasts.
 /// Bitwise identical for every Options::threads. Errors as attention_heads(), naming the
 /// gradient views too; nothing is written then.
-EIGEN_ATTENTION_EXPORT void attention_heads_backward(HeadsView<const float> q, HeadsView<const float> k,
-                                                     HeadsView<const float> v, HeadsView<const float> out,
-                                                     HeadsView<const float> lse, HeadsView<const float> d_out,
-                                                     HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
-                                                     const Options& opt = {}, const Masks<float>& masks = {},
-                                                     HeadsView<const float> d_scores = {},
-                                                     HeadsView<float> d_bias = {});
-EIGEN_ATTENTION_EXPORT void attention_heads_backward(HeadsView<const double> q, HeadsView<const double> k,
-                                                     HeadsView<const double> v, HeadsView<const double> out,
-                                                     HeadsView<const double> lse, HeadsView<const double> d_out,
-                                                     HeadsView<double> dq, HeadsView<double> dk,
-                                                     HeadsView<double> dv, const Options& opt = {},
-                                                     const Masks<double>& masks = {},
-                                                     HeadsView<const double> d_scores = {},
-                                                     HeadsView<double> d_bias = {});
+EIGEN_ATTENTION_EXPORT void attention_heads_backward(
+    HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v, HeadsView<const float> out,
+    HeadsView<const float> lse, HeadsView<const float> d_out, HeadsView<float> dq, HeadsView<float> dk,
+    HeadsView<float> dv, const Options& opt = {}, const Masks<float>& masks = {},
+    HeadsView<const float> d_scores = {}, HeadsView<float> d_bias = {});
+EIGEN_ATTENTION_EXPORT void attention_heads_backward(
+    HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
+    HeadsView<const double> out, HeadsView<const double> lse, HeadsView<const double> d_out,
+    HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv, const Options& opt = {},
+    const Masks<double>& masks = {}, HeadsView<const double> d_scores = {}, HeadsView<double> d_bias = {});
 ///@}
 
 ///@{
@@ -161,13 +156,14 @@ EIGEN_ATTENTION_EXPORT void attention_heads_backward(HeadsView<const double> q, 
 EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
     HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v, HeadsView<const float> out,
     HeadsView<const float> lse, HeadsView<const float> d_out, HeadsView<float> dq, HeadsView<float> dk,
-    HeadsView<float> dv, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
-    const Options& opt = {}, const Masks<float>& masks = {});
+    HeadsView<float> dv, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+    std::ptrdiff_t batch, const Options& opt = {}, const Masks<float>& masks = {});
 EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
-    HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v, HeadsView<const double> out,
-    HeadsView<const double> lse, HeadsView<const double> d_out, HeadsView<double> dq, HeadsView<double> dk,
-    HeadsView<double> dv, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
-    const Options& opt = {}, const Masks<double>& masks = {});
+    HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
+    HeadsView<const double> out, HeadsView<const double> lse, HeadsView<const double> d_out,
+    HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv, const std::int64_t* cu_seqlens_q,
+    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt = {},
+    const Masks<double>& masks = {});
 ///@}
 
 ///@{

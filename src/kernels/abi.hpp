@@ -35,6 +35,18 @@ RawMatrix<T> raw_matrix(T* data, index_t rows, index_t cols, index_t row_stride,
   return {data, rows, cols, row_stride, col_stride};
 }
 
+/// The backward pass of one single-head problem (RawProblem::grad): the forward's results and
+/// dL/dATTN to read, the gradients to write. Kernels accumulate into dk, dv and d_bias (query
+/// heads that share them, GQA or a broadcast bias, add up in turn; the caller zeroes them
+/// first) and write dq.
+template <typename T>
+struct RawGradient {
+  RawMatrix<const T> out, lse, d_out;  // T_q x d_v, T_q x 1, T_q x d_v
+  RawMatrix<const T> d_scores;         // T_q x T_k dL/dSCORES, when data is not null
+  RawMatrix<T> dq, dk, dv;             // T_q x d_k, T_k x d_k, T_k x d_v
+  RawMatrix<T> d_bias;                 // T_q x T_k, when data is not null
+};
+
 /// One validated single-head problem and where its results go.
 ///
 /// Query row i sees the keys [first_key(i), end_key(i)) (both non-decreasing in i), less those
@@ -56,6 +68,8 @@ struct RawProblem {
   RawMatrix<T> attn;           // T_q x d_v, when want_attn
   RawMatrix<T> lse;            // T_q x 1, when want_lse
   bool want_scores, want_attn, want_lse;
+  RawGradient<T> grad;  // the backward pass: valid when `backward`
+  bool backward;
 
   /// The first key query i may see. (Written so that no window size, up to PTRDIFF_MAX, can
   /// overflow: i + offset lies in [-T_q, T_k).)
@@ -72,6 +86,11 @@ struct RawProblem {
     if (window_right >= 0 && window_right < k.rows - c) end = std::min(end, c + window_right + 1);
     return std::clamp<index_t>(end, first_key(i), k.rows);
   }
+  /// Does some query row of [i0, i0 + rows) see some key of [j0, j0 + cols)? (Both ends of the
+  /// key range grow with the row, so the rows' keys lie in [first_key(i0), end_key(last)).)
+  bool sees(index_t i0, index_t rows, index_t j0, index_t cols) const {
+    return rows > 0 && cols > 0 && first_key(i0) < j0 + cols && end_key(i0 + rows - 1) > j0;
+  }
   /// Does any logit need more than scale * q.k and the key range?
   bool has_extras() const { return softcap > 0 || has_alibi || bias.data != nullptr || mask.data != nullptr; }
 };
@@ -82,14 +101,40 @@ struct RawProblem {
 template <typename T>
 using RowsKernel = void (*)(const RawProblem<T>& p, index_t first_row, index_t rows);
 
-/// <name>_rows: the tiled kernel of each table entry this build holds (kernels.cmake), defined
-/// in its generated tiled_<name>.cpp.
-#define EIGEN_ATTENTION_DECLARE_TILED(Enumerator, name, cpu_supports)            \
-  void name##_rows(const RawProblem<float>& p, index_t first_row, index_t rows); \
-  void name##_rows(const RawProblem<double>& p, index_t first_row, index_t rows);
+/// The tiled backward kernel compiled for one instruction set, in two steps (tiled_backward.hpp):
+/// `rows` writes row_terms[i] for the query rows [first_row, first_row + rows) (what every
+/// weight's gradient of row i subtracts: D_i = dO_i . O_i, plus sum_j P_ij dS_ij with d_scores);
+/// `keys` then takes the keys [first_key, first_key + keys) against the query tiles
+/// [first_tile, end_tile) (of kBackwardRows rows each) that see any of them: it accumulates into
+/// their dk, dv (and d_bias) rows and either adds each query tile's share of dq into grad.dq
+/// (dq_tile null) or writes it into dq_tile (kBackwardRows x d_k, row-major: one query tile).
+/// dq's shares are added in key order and every sum is taken the same way whichever of the two
+/// runs, so the scheduler may split the work either way without changing a bit.
+template <typename T>
+struct BackwardKernel {
+  void (*rows)(const RawProblem<T>& p, index_t first_row, index_t rows, T* row_terms);
+  void (*keys)(const RawProblem<T>& p, const T* row_terms, index_t first_key, index_t keys,
+               index_t first_tile, index_t end_tile, T* dq_tile);
+};
+
+/// Query rows of one tile of the backward pass, and keys of one key tile.
+constexpr index_t kBackwardRows = 128;
+constexpr index_t kBackwardCols = 128;
+
+/// <name>_rows, <name>_backward_rows and <name>_backward_keys: the tiled kernels of each table
+/// entry this build holds (kernels.cmake), defined in its generated tiled_<name>.cpp.
+#define EIGEN_ATTENTION_DECLARE_TILED_FOR(name, T)                                                       \
+  void name##_rows(const RawProblem<T>& p, index_t first_row, index_t rows);                             \
+  void name##_backward_rows(const RawProblem<T>& p, index_t first_row, index_t rows, T* row_terms);      \
+  void name##_backward_keys(const RawProblem<T>& p, const T* row_terms, index_t first_key, index_t keys, \
+                            index_t first_tile, index_t end_tile, T* dq_tile);
+#define EIGEN_ATTENTION_DECLARE_TILED(Enumerator, name, cpu_supports) \
+  EIGEN_ATTENTION_DECLARE_TILED_FOR(name, float)                      \
+  EIGEN_ATTENTION_DECLARE_TILED_FOR(name, double)
 
 EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_DECLARE_TILED)
 #undef EIGEN_ATTENTION_DECLARE_TILED
+#undef EIGEN_ATTENTION_DECLARE_TILED_FOR
 
 }  // namespace internal
 }  // namespace EigenAttention

@@ -67,6 +67,22 @@ RowsKernel<T> tiled_kernel(Kernel kernel) {
 template RowsKernel<float> tiled_kernel<float>(Kernel);
 template RowsKernel<double> tiled_kernel<double>(Kernel);
 
+template <typename T>
+BackwardKernel<T> tiled_backward_kernel(Kernel kernel) {
+  switch (kernel) {
+#define EIGEN_ATTENTION_CASE(Enumerator, name, cpu_supports) \
+  case Kernel::Enumerator:                                   \
+    return {&name##_backward_rows, &name##_backward_keys};
+    EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_CASE)
+#undef EIGEN_ATTENTION_CASE
+    default:
+      return {&portable_backward_rows, &portable_backward_keys};
+  }
+}
+
+template BackwardKernel<float> tiled_backward_kernel<float>(Kernel);
+template BackwardKernel<double> tiled_backward_kernel<double>(Kernel);
+
 Kernel resolve_kernel(const char* api, Kernel requested) {
   const std::vector<Kernel>& available = kernels_here();
   if (requested == Kernel::Auto) return available.front();

@@ -21,6 +21,11 @@ using Eigen::Index;
 template <typename T>
 void reference_kernel(const RawProblem<T>& p);
 
+/// The yardstick of the backward pass: the gradients written as the formula (reference_backward.cpp),
+/// with the weights recomputed whole. Accumulates into dk, dv and d_bias, writes dq.
+template <typename T>
+void reference_backward(const RawProblem<T>& p);
+
 /// The kernel `requested` resolves to on this CPU (Auto: the fastest available).
 /// Throws std::invalid_argument when it is not available here.
 Kernel resolve_kernel(const char* api, Kernel requested);
@@ -28,6 +33,10 @@ Kernel resolve_kernel(const char* api, Kernel requested);
 /// The tiled kernel compiled for `kernel`, one of the table's that this build holds (kernels.cmake).
 template <typename T>
 RowsKernel<T> tiled_kernel(Kernel kernel);
+
+/// The tiled backward kernel compiled for `kernel` (see BackwardKernel in abi.hpp).
+template <typename T>
+BackwardKernel<T> tiled_backward_kernel(Kernel kernel);
 
 /// Query rows per task handed to a thread.
 constexpr index_t kTaskRows = 128;

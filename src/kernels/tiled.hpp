@@ -224,13 +224,12 @@ Span span_in_tile(const RawProblem<T>& p, index_t i, index_t j0, index_t cols) {
   return {a, b};
 }
 
-/// Row i's scaled logits of keys j_first, j_first + 1, ... (the segment s) become the final
-/// logits: soft-capped, minus ALiBi, plus the bias, then -inf where the mask says no.
+/// Row i's soft-capped logits of keys j_first, j_first + 1, ... (the segment s) become the final
+/// logits: minus ALiBi, plus the bias, then -inf where the mask says no.
 template <typename T, class Segment>
-void apply_extras(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& s) {
+void apply_additive(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& s) {
   const index_t n = s.size();
   if (n == 0) return;
-  if (p.softcap > 0) s = (p.softcap * (s.array() / p.softcap).tanh()).matrix();
   if (p.has_alibi) {
     // distance |i + offset - j| for j = j_first + t is |c - t|, exact in T
     const T c = static_cast<T>(i + p.offset - j_first);
@@ -247,6 +246,14 @@ void apply_extras(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& 
       if (!m[t * p.mask.col_stride]) s(t) = -std::numeric_limits<T>::infinity();
     }
   }
+}
+
+/// Row i's scaled logits of keys j_first, j_first + 1, ... (the segment s) become the final
+/// logits: soft-capped, minus ALiBi, plus the bias, then -inf where the mask says no.
+template <typename T, class Segment>
+void apply_extras(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& s) {
+  if (p.softcap > 0 && s.size() > 0) s = (p.softcap * (s.array() / p.softcap).tanh()).matrix();
+  apply_additive(p, i, j_first, s);
 }
 
 /// row[a, b) = exp(row[a, b) - shift), computed in whole aligned packets: [a, b) is widened to

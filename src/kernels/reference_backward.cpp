@@ -1,0 +1,99 @@
+// The reference backward kernel: the gradients of attention written as the formula, in plain
+// Eigen expressions and loops. It recomputes the whole T_q x T_k weights from Q and K (it does
+// not use the forward's LSE or ATTN) and is meant to be read: the tiled backward kernels are
+// tested against it.
+#include <cmath>
+#include <limits>
+
+#include "kernels/kernels.hpp"
+
+namespace EigenAttention {
+namespace internal {
+namespace {
+
+template <typename T>
+using StridedConst =
+    Eigen::Map<const RowMatrix<T>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
+
+template <typename T>
+StridedConst<T> view(const RawMatrix<const T>& m) {
+  return StridedConst<T>(m.data, m.rows, m.cols,
+                         Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
+}
+
+template <typename T>
+StridedMap<T> view(const RawMatrix<T>& m) {
+  return StridedMap<T>(m.data, m.rows, m.cols,
+                       Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
+}
+
+}  // namespace
+
+template <typename T>
+void reference_backward(const RawProblem<T>& p) {
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  const auto Q = view(p.q), K = view(p.k), V = view(p.v), dO = view(p.grad.d_out);
+  const Index tq = Q.rows(), tk = K.rows();
+  const auto visible = [&](Index i, Index j) {
+    return j >= p.first_key(i) && j < p.end_key(i) && (p.mask.data == nullptr || view(p.mask)(i, j));
+  };
+
+  // The forward's steps 1-5 (reference.cpp): the logits z, and the soft-cap's derivative
+  // c' = 1 - tanh^2(s / softcap) = 1 - (capped / softcap)^2.
+  RowMatrix<T> z = p.scale * (Q * K.transpose());
+  RowMatrix<T> cap = RowMatrix<T>::Ones(tq, tk);
+  if (p.softcap > 0) {
+    z = (p.softcap * (z.array() / p.softcap).tanh()).matrix();
+    cap = (T(1) - (z.array() / p.softcap).square()).matrix();
+  }
+  for (Index i = 0; i < tq; ++i) {
+    for (Index j = 0; j < tk; ++j) {
+      if (p.has_alibi) z(i, j) -= p.alibi_slope * std::abs(static_cast<T>(i + p.offset - j));
+      if (p.bias.data != nullptr) z(i, j) += view(p.bias)(i, j);
+      if (!visible(i, j)) z(i, j) = minus_inf;
+    }
+  }
+  // 6. The weights P, row by row (zero for hidden keys and for a row that sees none).
+  RowMatrix<T> P = RowMatrix<T>::Zero(tq, tk);
+  for (Index i = 0; i < tq; ++i) {
+    const T row_max = tk > 0 ? z.row(i).template maxCoeff<Eigen::PropagateNaN>() : minus_inf;
+    if (row_max == minus_inf) continue;
+    for (Index j = 0; j < tk; ++j) P(i, j) = visible(i, j) ? std::exp(z(i, j) - row_max) : T(0);
+    const T sum = P.row(i).sum();
+    // Hidden keys stay exactly 0 even when the sum is NaN (a NaN logit this row sees).
+    for (Index j = 0; j < tk; ++j) P(i, j) = visible(i, j) ? P(i, j) / sum : T(0);
+  }
+  // dL/dP = dO V^T (+ d_scores), over the visible pairs; dZ = P o (dP - rowsum(P o dP)), the
+  // softmax's Jacobian; its hidden entries are 0.
+  RowMatrix<T> dZ = RowMatrix<T>::Zero(tq, tk);
+  for (Index i = 0; i < tq; ++i) {
+    T row_sum = 0;
+    for (Index j = 0; j < tk; ++j) {
+      if (!visible(i, j)) continue;
+      dZ(i, j) = dO.row(i).dot(V.row(j));
+      if (p.grad.d_scores.data != nullptr) dZ(i, j) += view(p.grad.d_scores)(i, j);
+      row_sum += P(i, j) * dZ(i, j);
+    }
+    for (Index j = 0; j < tk; ++j) dZ(i, j) = visible(i, j) ? P(i, j) * (dZ(i, j) - row_sum) : T(0);
+  }
+  if (p.grad.d_bias.data != nullptr) view(p.grad.d_bias) += dZ;
+  // Through the soft-cap and the scale to Q K^T; then the three products, each over the visible
+  // pairs only (so that a hidden row's NaN never reaches a gradient that does not depend on it).
+  const RowMatrix<T> dS = p.scale * dZ.cwiseProduct(cap);
+  auto dq = view(p.grad.dq), dk = view(p.grad.dk), dv = view(p.grad.dv);
+  dq.setZero();
+  for (Index i = 0; i < tq; ++i) {
+    for (Index j = 0; j < tk; ++j) {
+      if (!visible(i, j)) continue;
+      dq.row(i) += dS(i, j) * K.row(j);
+      dk.row(j) += dS(i, j) * Q.row(i);
+      dv.row(j) += P(i, j) * dO.row(i);
+    }
+  }
+}
+
+template void reference_backward<float>(const RawProblem<float>&);
+template void reference_backward<double>(const RawProblem<double>&);
+
+}  // namespace internal
+}  // namespace EigenAttention
