@@ -65,7 +65,7 @@ inline double gflops(double flops, const Timing& t) { return flops / t.median / 
 // and dV, each relative to its own largest entry.
 template <typename T>
 double tolerance() {
-  return sizeof(T) == 4 ? 1e-3 : 1e-9;
+  return sizeof(T) == 4 ? 1e-4 : 1e-9;
 }
 
 // One row of the rates table: one (type, d, causal, threads, T).

@@ -141,7 +141,7 @@ def main():
             for label, i in (("forward (autograd recording)", 0), ("backward `autograd.grad` (retain_graph)", 1)):
                 for threads in a.threads:
                     cells = [summary.get((type_name, T, d, c, threads)) for d, c in cols]
-                    print("| %s, %d thread(s) | %s |" % (label, threads, " | ".join(f(x[i]) if x else "-"
+                    print("| %s, %d thread%s | %s |" % (label, threads, "" if threads == 1 else "s", " | ".join(f(x[i]) if x else "-"
                                                                                  for x in cells)))
     if a.csv:
         print("\n# CSV")
