@@ -40,27 +40,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: random configurations vs the long-doub
   Rng rng(777);
   const auto kernels = kernels_under_test();
   for (int n = 0; n < 200; ++n) {
-    Config c{"random", 0, 0, 0, 0, 0, 0, 0};
     // one in 10 spans several query tiles (128 rows) and key tiles (512 keys)
-    const bool big = n % 10 == 9;
-    c.B = big ? 1 : rng.integer(1, 3);
-    c.Hkv = big ? 1 : rng.integer(1, 3);
-    c.H = c.Hkv * rng.integer(1, big ? 2 : 3);
-    c.Tq = big ? rng.integer(100, 300) : rng.integer(0, 40);
-    c.Tk = big ? rng.integer(400, 1100) : rng.integer(0, 40);
-    c.dk = rng.integer(1, big ? 8 : 17);
-    c.dv = rng.integer(1, 9);
-    c.causal = rng.integer(0, 1) == 1;
-    c.bottom_right = rng.integer(0, 1) == 1;
-    c.window_left = rng.integer(0, 2) == 0 ? rng.integer(0, big ? 600 : 10) : -1;
-    c.window_right = rng.integer(0, 2) == 0 ? rng.integer(0, big ? 600 : 10) : -1;
-    c.softcap = rng.integer(0, 2) == 0 ? 0.5 + 5 * (rng.uniform() + 1) : 0.0;
-    const char* shapes[] = {"", "1x1", "Bx1", "1xH", "BxH"};
-    c.mask = shapes[rng.integer(0, 4)];
-    c.bias = shapes[rng.integer(0, 4)];
-    c.key_lengths = rng.integer(0, 2) == 0;
-    c.alibi = rng.integer(0, 2) == 0;
-    if (rng.integer(0, 3) == 0) c.scale = 0.1 + (rng.uniform() + 1);
+    Config c = random_config(rng, n % 10 == 9, {3, 3, 3, 40, 17, 100, 300, 400, 1100, 8, 600});
     c.magnitude = 0.5 + (rng.uniform() + 1);
     const Problem p = make_problem<T>(c, rng);
     const auto kernel = kernels[static_cast<size_t>(rng.integer(0, static_cast<long>(kernels.size()) - 1))];

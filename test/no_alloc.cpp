@@ -1,4 +1,5 @@
-// After one warm-up call, the _into forms with pre-sized outputs allocate nothing.
+// After one warm-up call, the _into forms with pre-sized outputs allocate nothing (forward and
+// backward).
 //
 // A separate executable (not the doctest one): it replaces malloc, calloc, realloc and the
 // aligned allocators with counting forwarders to glibc's own (__libc_*), and counts while a
@@ -109,6 +110,9 @@ void run(const char* type) {
     Row out(s.tq, s.dv), scores(s.tq, s.tk);
     Col out_col(s.tq, s.dv);
     ea::Vector<T> lse(s.tq);
+    const Row d_out = Row::Random(s.tq, s.dv), d_scores = Row::Random(s.tq, s.tk);
+    Row dq(s.tq, s.dk), dv(s.tk, s.dv);
+    Col dk(s.tk, s.dk);  // a column-major gradient too
     for (const ea::Kernel kernel : kernels) {
       ea::Options opt;
       opt.causal = s.causal;
@@ -129,6 +133,18 @@ void run(const char* type) {
                            [&] { ea::attention_decomposed_into(Q, K, V, scores, out, lse, opt); });
       expect_no_allocation("attention_scores_into " + where,
                            [&] { ea::attention_scores_into(Q, K, scores, opt); });
+      // The backward pass, from this forward's ATTN and LSE, one and two threads.
+      ea::attention_into(Q, K, V, out, lse, opt);
+      for (const int threads : {1, 2}) {
+        ea::Options bwd = opt;
+        bwd.threads = threads;
+        const std::string on = where + " threads=" + std::to_string(threads);
+        expect_no_allocation("attention_backward_into " + on,
+                             [&] { ea::attention_backward_into(Q, K, V, out, lse, d_out, dq, dk, dv, bwd); });
+        expect_no_allocation("attention_backward_into with d_scores " + on, [&] {
+          ea::attention_backward_into(Q, K, V, out, lse, d_out, d_scores, dq, dk, dv, bwd);
+        });
+      }
     }
   }
 }

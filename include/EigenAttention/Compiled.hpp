@@ -66,11 +66,14 @@ EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const double> q, Mat
 /// (T_q x d_v) and, when `has_d_scores`, d_scores = dL/dSCORES (T_q x T_k).
 template <typename Scalar>
 struct BackwardInputs {
-  MatrixView<const Scalar> q, k, v;    ///< the forward's inputs
-  MatrixView<const Scalar> attn, lse;  ///< the forward's ATTN and LSE
-  MatrixView<const Scalar> d_attn;     ///< dL/dATTN
-  MatrixView<const Scalar> d_scores;   ///< dL/dSCORES, read when has_d_scores
-  bool has_d_scores = false;           ///< is d_scores given?
+  MatrixView<const Scalar> q;         ///< the forward's Q (T_q x d_k)
+  MatrixView<const Scalar> k;         ///< the forward's K (T_k x d_k)
+  MatrixView<const Scalar> v;         ///< the forward's V (T_k x d_v)
+  MatrixView<const Scalar> attn;      ///< the forward's ATTN (T_q x d_v)
+  MatrixView<const Scalar> lse;       ///< the forward's LSE (T_q x 1)
+  MatrixView<const Scalar> d_attn;    ///< dL/dATTN (T_q x d_v)
+  MatrixView<const Scalar> d_scores;  ///< dL/dSCORES (T_q x T_k), read when has_d_scores
+  bool has_d_scores = false;          ///< is d_scores given?
 };
 
 /// Checks the inputs of a backward call against each other and `opt`, as validate() does for

@@ -132,6 +132,15 @@ EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
 /// written into dq [B, H, T_q, d_k], dk [B, H_kv, T_k, d_k] and dv [B, H_kv, T_k, d_v]. `opt`
 /// and `masks` must be the forward's. With GQA/MQA, dk and dv of a shared K/V head are the
 /// sums over its query heads; padded keys (beyond key_lengths) get zero gradients.
+/// \param q, k, v the forward's inputs.
+/// \param out the forward's ATTN [B, H, T_q, d_v].
+/// \param lse the forward's log-sum-exps [B, H, T_q, 1].
+/// \param d_out dL/dATTN [B, H, T_q, d_v].
+/// \param dq receives dL/dQ [B, H, T_q, d_k].
+/// \param dk receives dL/dK [B, H_kv, T_k, d_k].
+/// \param dv receives dL/dV [B, H_kv, T_k, d_v].
+/// \param opt the forward's Options.
+/// \param masks the forward's masks.
 /// \param d_scores optional dL/dSCORES [B, H, T_q, T_k] (a loss on the weights themselves;
 /// entries at masked positions have no effect).
 /// \param d_bias optional dL/dbias, of the bias's own broadcast shape [b, h, T_q, T_k] (b is 1

@@ -101,33 +101,36 @@ struct RawProblem {
 template <typename T>
 using RowsKernel = void (*)(const RawProblem<T>& p, index_t first_row, index_t rows);
 
-/// The tiled backward kernel compiled for one instruction set, in two steps (tiled_backward.hpp):
-/// `rows` writes row_terms[i] for the query rows [first_row, first_row + rows) (what every
-/// weight's gradient of row i subtracts: D_i = dO_i . O_i, plus sum_j P_ij dS_ij with d_scores);
-/// `keys` then takes the keys [first_key, first_key + keys) against the query tiles
-/// [first_tile, end_tile) (of kBackwardRows rows each) that see any of them: it accumulates into
-/// their dk, dv (and d_bias) rows and either adds each query tile's share of dq into grad.dq
-/// (dq_tile null) or writes it into dq_tile (kBackwardRows x d_k, row-major: one query tile).
-/// dq's shares are added in key order and every sum is taken the same way whichever of the two
-/// runs, so the scheduler may split the work either way without changing a bit.
+/// The tiled backward kernel compiled for one instruction set, in three steps per tile of
+/// kBackwardRows query rows (tiled_backward.hpp, where they are explained): `weights` of one key
+/// tile (kBackwardCols keys) into the query tile's row of weights w (and cap), with partial row
+/// sums; `terms` from the partial sums of all its key tiles, added in key order; `pair` of one
+/// key tile, adding to its dk, dv (and d_bias) rows and writing the query tile's share of dq to
+/// dq_tile. Every sum is taken in one fixed order, so the scheduler may run the key tiles of a
+/// step on any threads without changing a bit.
 template <typename T>
 struct BackwardKernel {
-  void (*rows)(const RawProblem<T>& p, index_t first_row, index_t rows, T* row_terms);
-  void (*keys)(const RawProblem<T>& p, const T* row_terms, index_t first_key, index_t keys,
-               index_t first_tile, index_t end_tile, T* dq_tile);
+  void (*weights)(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, T* w, T* cap,
+                  index_t ldw, T* partial);
+  void (*terms)(const RawProblem<T>& p, index_t tile, const T* partials, index_t tiles, T* terms);
+  void (*pair)(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, T* w, const T* cap,
+               index_t ldw, const T* terms, T* dq_tile);
 };
 
 /// Query rows of one tile of the backward pass, and keys of one key tile.
 constexpr index_t kBackwardRows = 128;
-constexpr index_t kBackwardCols = 128;
+constexpr index_t kBackwardCols = 256;
 
-/// <name>_rows, <name>_backward_rows and <name>_backward_keys: the tiled kernels of each table
+/// <name>_rows and <name>_backward_{weights,terms,pair}: the tiled kernels of each table
 /// entry this build holds (kernels.cmake), defined in its generated tiled_<name>.cpp.
-#define EIGEN_ATTENTION_DECLARE_TILED_FOR(name, T)                                                       \
-  void name##_rows(const RawProblem<T>& p, index_t first_row, index_t rows);                             \
-  void name##_backward_rows(const RawProblem<T>& p, index_t first_row, index_t rows, T* row_terms);      \
-  void name##_backward_keys(const RawProblem<T>& p, const T* row_terms, index_t first_key, index_t keys, \
-                            index_t first_tile, index_t end_tile, T* dq_tile);
+#define EIGEN_ATTENTION_DECLARE_TILED_FOR(name, T)                                                          \
+  void name##_rows(const RawProblem<T>& p, index_t first_row, index_t rows);                                \
+  void name##_backward_weights(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, T* w, \
+                               T* cap, index_t ldw, T* partial);                                            \
+  void name##_backward_terms(const RawProblem<T>& p, index_t tile, const T* partials, index_t tiles,        \
+                             T* terms);                                                                     \
+  void name##_backward_pair(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, T* w,    \
+                            const T* cap, index_t ldw, const T* terms, T* dq_tile);
 #define EIGEN_ATTENTION_DECLARE_TILED(Enumerator, name, cpu_supports) \
   EIGEN_ATTENTION_DECLARE_TILED_FOR(name, float)                      \
   EIGEN_ATTENTION_DECLARE_TILED_FOR(name, double)

@@ -3,17 +3,17 @@
 //
 // Problems that add into the same gradients (the query heads of one GQA group add into one dK
 // and dV; the heads or sequences that share a broadcast bias add into one dbias) form a unit,
-// run in a fixed order. Within a problem, the gradients are sums in a fixed order too: dK and
-// dV of each key tile over the query tiles in order, dQ of each query tile over the key tiles in
-// order (BackwardKernel in abi.hpp). The work is then split one of two ways, with the same bits:
-//   - whole units per thread, when there are enough of them: a thread runs each problem key
-//     tile by key tile, adding each share of dQ into it as it comes;
-//   - otherwise units one after another, each problem query tile by query tile, with its key
-//     tiles spread over the threads: each thread owns its keys' dK and dV rows, and writes its
-//     share of the query tile's dQ to a slot; the slots are then added in key order.
+// run in a fixed order. Within a problem, query tiles go in order, and each step of a query tile
+// (BackwardKernel in abi.hpp) takes its key tiles in any order or on any thread: each key tile
+// writes its own columns of the weights, its own partial sums, its own dK and dV rows and its
+// own share of dQ, and the partial sums and the shares are added in key order afterwards. So
+// the work is split one of two ways with the same bits:
+//   - whole units per thread, when there are enough of them;
+//   - otherwise units one after another, the key tiles of each step spread over the threads.
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/kernels.hpp"
@@ -21,10 +21,10 @@
 namespace EigenAttention {
 namespace internal {
 
-/// A calling thread's workspace of at least n elements, grown on demand and kept.
+/// The calling thread's workspace `which` of at least n elements, grown on demand and kept.
 template <typename T>
 T* backward_workspace(int which, index_t n) {
-  thread_local std::vector<T> buffers[2];
+  thread_local std::vector<T> buffers[5];
   std::vector<T>& b = buffers[which];
   if (static_cast<index_t>(b.size()) < n) b.resize(static_cast<std::size_t>(n));
   return b.data();
@@ -36,46 +36,73 @@ void zero_rows(const RawMatrix<T>& m) {
     for (index_t c = 0; c < m.cols; ++c) m.data[i * m.row_stride + c * m.col_stride] = T(0);
 }
 
-/// One problem on the calling thread, key tile by key tile.
-template <typename T>
-void backward_alone(const BackwardKernel<T>& kernel, const RawProblem<T>& p) {
-  zero_rows(p.grad.dq);
-  const index_t tq = p.q.rows, tk = p.k.rows;
-  if (tq == 0 || tk == 0) return;
-  T* const terms = backward_workspace<T>(0, tq);
-  kernel.rows(p, 0, tq, terms);
-  const index_t tiles = (tq + kBackwardRows - 1) / kBackwardRows;
-  for (index_t j0 = 0; j0 < tk; j0 += kBackwardCols)
-    kernel.keys(p, terms, j0, std::min(kBackwardCols, tk - j0), 0, tiles, nullptr);
+/// task(t) for t in [0, count): on the calling thread alone when threads is 1, else as
+/// `threads` pool tasks, task k taking t = k, k + threads, ... (the pool hands task k to the
+/// same thread from one call to the next as a rule, so that the key tiles' weights, written in
+/// one step and read in the next, and their dK and dV rows stay in that thread's cache).
+template <class Task>
+void for_tasks(index_t count, int threads, const Task& task) {
+  if (threads <= 1 || count <= 1) {
+    for (index_t t = 0; t < count; ++t) task(t);
+  } else {
+    const index_t n = std::min<index_t>(threads, count);
+    ThreadPool::instance().run(n, static_cast<int>(n), [&](index_t k) {
+      for (index_t t = k; t < count; t += n) task(t);
+    });
+  }
 }
 
-/// One problem over `threads` threads, query tile by query tile, its key tiles spread over them.
+/// One problem, query tile by query tile, the key tiles of each step over `threads` threads.
 template <typename T>
-void backward_split(const BackwardKernel<T>& kernel, const RawProblem<T>& p, int threads) {
+void backward_problem(const BackwardKernel<T>& kernel, const RawProblem<T>& p, int threads) {
   zero_rows(p.grad.dq);
   const index_t tq = p.q.rows, tk = p.k.rows, dk = p.q.cols, R = kBackwardRows, C = kBackwardCols;
   if (tq == 0 || tk == 0) return;
-  T* const terms = backward_workspace<T>(0, tq);
-  const index_t tiles = (tq + R - 1) / R, key_tiles = (tk + C - 1) / C;
-  ThreadPool::instance().run(
-      tiles, threads, [&](index_t tile) { kernel.rows(p, tile * R, std::min(R, tq - tile * R), terms); });
-  T* const slots = backward_workspace<T>(1, key_tiles * R * dk);
+  // A query tile's weights: R rows of all T_k keys, each row starting on a 64-byte line.
+  constexpr index_t kLine = 64 / static_cast<index_t>(sizeof(T));
+  const index_t ldw = (tk + kLine - 1) / kLine * kLine, key_tiles = (tk + C - 1) / C;
+  T* const w = backward_workspace<T>(0, R * ldw + kLine);
+  T* const weights = w + (kLine - reinterpret_cast<std::uintptr_t>(w) / sizeof(T) % kLine) % kLine;
+  T* cap = nullptr;
+  if (p.softcap > 0) {
+    T* const c = backward_workspace<T>(1, R * ldw + kLine);
+    cap = c + (kLine - reinterpret_cast<std::uintptr_t>(c) / sizeof(T) % kLine) % kLine;
+  }
+  T* const partials = backward_workspace<T>(2, key_tiles * 2 * R);
+  T* const terms = backward_workspace<T>(3, 2 * R);
+  T* const slots = backward_workspace<T>(4, key_tiles * R * dk);
+  const index_t tiles = (tq + R - 1) / R;
   for (index_t tile = 0; tile < tiles; ++tile) {
     const index_t i0 = tile * R, rows = std::min(R, tq - i0);
     const index_t begin = p.first_key(i0), end = p.end_key(i0 + rows - 1);
-    if (begin >= end) continue;
-    const index_t first = begin / C, last = (end + C - 1) / C;
-    ThreadPool::instance().run(last - first, threads, [&](index_t t) {
+    if (begin >= end) continue;  // no key: dQ rows stay 0
+    const index_t first = begin / C, count = (end + C - 1) / C - first;
+    const auto keys = [&](index_t t) { return std::min(C, tk - (first + t) * C); };
+    for_tasks(count, threads, [&](index_t t) {
       const index_t j0 = (first + t) * C;
-      kernel.keys(p, terms, j0, std::min(C, tk - j0), tile, tile + 1, slots + t * R * dk);
+      kernel.weights(p, tile, j0, keys(t), weights + j0, cap != nullptr ? cap + j0 : nullptr, ldw,
+                     partials + t * 2 * R);
     });
-    for (index_t t = 0; t < last - first; ++t) {
+    kernel.terms(p, tile, partials, count, terms);
+    for_tasks(count, threads, [&](index_t t) {
       const index_t j0 = (first + t) * C;
-      if (!p.sees(i0, rows, j0, std::min(C, tk - j0))) continue;
-      const T* slot = slots + t * R * dk;
-      for (index_t r = 0; r < rows; ++r) {
-        T* row = p.grad.dq.data + (i0 + r) * p.grad.dq.row_stride;
-        for (index_t c = 0; c < dk; ++c) row[c * p.grad.dq.col_stride] += slot[r * dk + c];
+      if (p.sees(i0, rows, j0, keys(t)))
+        kernel.pair(p, tile, j0, keys(t), weights + j0, cap != nullptr ? cap + j0 : nullptr, ldw, terms,
+                    slots + t * R * dk);
+    });
+    // The shares of dQ, in key order (row by row: each element gets them in the same order).
+    const RawMatrix<T>& dq = p.grad.dq;
+    for (index_t r = 0; r < rows; ++r) {
+      T* row = dq.data + (i0 + r) * dq.row_stride;
+      for (index_t t = 0; t < count; ++t) {
+        if (!p.sees(i0, rows, (first + t) * C, keys(t))) continue;
+        const T* share = slots + (t * R + r) * dk;
+        if (dq.col_stride == 1) {
+          Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(row, dk) +=
+              Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(share, dk);
+        } else {
+          for (index_t c = 0; c < dk; ++c) row[c * dq.col_stride] += share[c];
+        }
       }
     }
   }
@@ -103,18 +130,18 @@ void run_backward(Kernel kernel, index_t units, index_t unit_size, const Problem
     }
   }
   const int n = useful_threads(threads, work);
-  const auto run_unit = [&](index_t u) {
-    prepare(u);
-    for (index_t t = 0; t < unit_size; ++t) backward_alone(tiled, problem(u, t));
-  };
-  if (n == 1) {
-    for (index_t u = 0; u < units; ++u) run_unit(u);
-  } else if (units >= 2 * n || units % n == 0) {
-    ThreadPool::instance().run(units, n, run_unit);
+  if (n == 1 || units >= 2 * n || units % n == 0) {
+    for_tasks(units, n, [&](index_t u) {
+      prepare(u);
+      for (index_t t = 0; t < unit_size; ++t) backward_problem(tiled, problem(u, t), 1);
+    });
   } else {
+    // Two waits per query tile: more threads than the hardware runs at once would make each wait
+    // for a thread that is not running (any count gives the same bits).
+    const int split = std::min(n, resolve_threads(0));
     for (index_t u = 0; u < units; ++u) {
       prepare(u);
-      for (index_t t = 0; t < unit_size; ++t) backward_split(tiled, problem(u, t), n);
+      for (index_t t = 0; t < unit_size; ++t) backward_problem(tiled, problem(u, t), split);
     }
   }
 }

@@ -72,11 +72,11 @@ BackwardKernel<T> tiled_backward_kernel(Kernel kernel) {
   switch (kernel) {
 #define EIGEN_ATTENTION_CASE(Enumerator, name, cpu_supports) \
   case Kernel::Enumerator:                                   \
-    return {&name##_backward_rows, &name##_backward_keys};
+    return {&name##_backward_weights, &name##_backward_terms, &name##_backward_pair};
     EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_CASE)
 #undef EIGEN_ATTENTION_CASE
     default:
-      return {&portable_backward_rows, &portable_backward_keys};
+      return {&portable_backward_weights, &portable_backward_terms, &portable_backward_pair};
   }
 }
 

@@ -4,7 +4,7 @@
 #   - the compile flags of each kernel, -m<feature> for each feature it needs, plus FLAGS;
 #   - its translation unit, tiled_<name>.cpp, generated from tiled_isa.cpp.in: checks those
 #     flags, renames Eigen (EigenAttention<Enumerator>Eigen) and defines <name>_rows and the
-#     backward pass's <name>_backward_rows and <name>_backward_keys;
+#     backward pass's <name>_backward_weights, _terms and _pair;
 #   - kernel_list.hpp, generated: the X-macros from which abi.hpp declares <name>_rows,
 #     dispatch.cpp detects the CPU (__builtin_cpu_supports("<feature>") for each feature),
 #     orders the kernels, dispatches (switch) and names them (kernel_name), and table.hpp checks

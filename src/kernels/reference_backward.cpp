@@ -5,29 +5,10 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/kernels.hpp"
+#include "kernels/reference_views.hpp"
 
 namespace EigenAttention {
 namespace internal {
-namespace {
-
-template <typename T>
-using StridedConst =
-    Eigen::Map<const RowMatrix<T>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
-
-template <typename T>
-StridedConst<T> view(const RawMatrix<const T>& m) {
-  return StridedConst<T>(m.data, m.rows, m.cols,
-                         Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
-}
-
-template <typename T>
-StridedMap<T> view(const RawMatrix<T>& m) {
-  return StridedMap<T>(m.data, m.rows, m.cols,
-                       Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
-}
-
-}  // namespace
 
 template <typename T>
 void reference_backward(const RawProblem<T>& p) {

@@ -304,6 +304,21 @@ bool values_finite(const RawProblem<T>& p, index_t first, index_t count) {
   return true;
 }
 
+/// f(r, t) for every pair of query row i0 + r (r < rows) and key j0 + t (t < cols) that the row
+/// sees, row by row: the sums that a hidden NaN must not reach.
+template <typename T, class F>
+void for_each_visible(const RawProblem<T>& p, index_t i0, index_t rows, index_t j0, index_t cols, F&& f) {
+  for (index_t r = 0; r < rows; ++r) {
+    const index_t i = i0 + r;
+    const Span span = span_in_tile(p, i, j0, cols);
+    const bool* m =
+        p.mask.data != nullptr ? p.mask.data + i * p.mask.row_stride + j0 * p.mask.col_stride : nullptr;
+    for (index_t t = span.a; t < span.b; ++t) {
+      if (m == nullptr || m[t * p.mask.col_stride]) f(r, t);
+    }
+  }
+}
+
 /// acc (rows x d_v) += P (rows x cols) V (cols x d_v) over keys [j0, j0 + cols) of query rows
 /// [i0, i0 + rows). Hidden keys weigh exactly 0, so one GEMM is exact unless a hidden V row
 /// holds a NaN or Inf (0 * NaN); then each row sums over its visible keys only. `v_finite`:
@@ -322,15 +337,8 @@ void accumulate(const RawProblem<T>& p, index_t i0, index_t j0, const PTile& P, 
     return;
   }
   Eigen::Map<RowMat<T>> A(acc, rows, dv);
-  for (index_t r = 0; r < rows; ++r) {
-    const index_t i = i0 + r;
-    const Span span = span_in_tile(p, i, j0, cols);
-    const bool* m =
-        p.mask.data != nullptr ? p.mask.data + i * p.mask.row_stride + j0 * p.mask.col_stride : nullptr;
-    for (index_t t = span.a; t < span.b; ++t) {
-      if (m == nullptr || m[t * p.mask.col_stride]) A.row(r).noalias() += P(r, t) * V.row(t);
-    }
-  }
+  for_each_visible(p, i0, rows, j0, cols,
+                   [&](index_t r, index_t t) { A.row(r).noalias() += P(r, t) * V.row(t); });
 }
 
 template <typename T>

@@ -2,23 +2,27 @@
 // kernel of the table next to the forward (tiled_isa.cpp.in); same rules as tiled.hpp, whose
 // helpers it uses. Internal.
 //
-// With the forward's log-sum-exps, the weights of any tile of query rows i and keys j are
-// recomputed exactly as the forward had them: P_ij = exp(z_ij - lse_i), z the final logit
-// (scaled, soft-capped, ALiBi, bias, masks). With dP = dO V^T and D_i = dO_i . O_i, the gradient
-// of the logits is dZ = P o (dP - D) (o: element-wise), and
+// With the forward's log-sum-exps, the weights of query row i and key j are recomputed as the
+// forward had them: P_ij = exp(z_ij - lse_i) r_i, z the final logit (scaled, soft-capped, ALiBi,
+// bias, masks) and r_i = 1 / sum_j exp(z_ij - lse_i), which renormalises the row: a weight
+// computed from a rounded LSE alone is off by the LSE's rounding (half an ulp of |lse_i|, for
+// large logits far above the weight's own rounding; the naive expression normalises exactly).
+// With dP = dO V^T and D_i = dO_i . O_i, the gradient of the logits is dZ = P o (dP - D)
+// (o: element-wise), and
 //   dV = P^T dO,   dQ = scale (dZ o c') K,   dK = scale (dZ o c')^T Q,   dbias = dZ,
 // c' = 1 - tanh^2(s / softcap) being the soft-cap's derivative (1 without one). A loss on the
 // weights adds d_scores to dP and sum_j P_ij d_scores_ij to D_i (the softmax's Jacobian).
 //
-// Two steps, which the scheduler (backward.hpp) runs:
-//   backward_row_terms: D_i for a range of query rows (one pass over dO, O and, with d_scores,
-//     one pass over the keys to recompute P: O(T_q) memory);
-//   backward_keys: one tile of keys (kBackwardCols) against query tiles (kBackwardRows rows):
-//     per pair, S = scale Q K^T and dP = dO V^T (two GEMMs), then P and dZ row by row in
-//     place, then dV += P^T dO, dK += dZ^T Q (accumulated in per-thread tiles) and the pair's
-//     share of dQ, dZ K (three GEMMs): five products of T_q T_k d per pass, nothing T_q x T_k.
-// The share of dQ goes either straight into dq (added) or into a tile the scheduler adds in key
-// order later; both give the same bits.
+// One tile of kBackwardRows query rows at a time, in three steps over its key tiles
+// (kBackwardCols keys each), which the scheduler (backward.hpp) runs, each key tile on any thread:
+//   backward_weights: S = scale Q K^T and exp(z - lse) of one key tile, into the query tile's
+//     row of weights (kBackwardRows x T_k: O(T) memory, like the decomposed forward's rows), and
+//     the tile's partial row sums;
+//   backward_terms: r_i and D_i from the partial sums, added in key-tile order;
+//   backward_pair: one key tile against the query tile: dP = dO V^T, dZ row by row, then
+//     dV += P^T dO and dK += dZ^T Q (into the key tile's gradient rows) and the query tile's
+//     share of dQ, dZ K, into a tile the scheduler adds in key order.
+// Five products of T_q T_k d in all, one exp per weight; nothing T_q x T_k.
 //
 // Keys a row does not see weigh exactly 0 and get exactly zero gradient: P and dZ are set, not
 // multiplied, outside each row's key range and where the boolean mask hides a key. A pair that
@@ -51,8 +55,9 @@ Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::I
   return {g.data + i * g.row_stride + j * g.col_stride, n, Eigen::InnerStride<>(g.col_stride)};
 }
 
-/// Row r of a tile of logits S (keys [j0, j0 + cols), query row i) becomes the weights P, and
-/// `cap` (when soft-capping) the soft-cap's derivative: zero outside [span.a, span.b).
+/// Row r of a tile of logits S (keys [j0, j0 + cols), query row i) becomes the weights
+/// exp(z - lse_i), and `cap` (when soft-capping) the soft-cap's derivative: zero
+/// outside [span.a, span.b).
 template <typename T>
 void weights_row(const RawProblem<T>& p, index_t i, index_t j0, index_t cols, const Span& span, T* s,
                  T* cap) {
@@ -74,174 +79,158 @@ void weights_row(const RawProblem<T>& p, index_t i, index_t j0, index_t cols, co
   exp_in_packets(s, span.a, span.b, lse);  // hidden keys (-inf) give exactly 0
 }
 
-/// D_i = dO_i . O_i (+ sum_j P_ij d_scores_ij) for the query rows [first, first + count),
-/// written to row_terms[i].
+/// Step 1, query tile `tile`, keys [j0, j0 + cols): the weights exp(z - lse) of its rows into
+/// w (row r at w + r * ldw, column t for key j0 + t; w 64-byte aligned and ldw a whole number
+/// of 64-byte lines), the soft-cap's derivative into cap (same layout) when soft-capping, and
+/// partial[2 r], partial[2 r + 1] = the sums over row r's keys in the tile of the weights and of
+/// the weights times d_scores.
 template <typename T>
-void backward_row_terms(const RawProblem<T>& p, index_t first, index_t count, T* row_terms) {
-  const index_t dk = p.q.cols, dv = p.v.cols, R = kBackwardRows, C = kBackwardCols;
-  const bool with_scores = p.grad.d_scores.data != nullptr;
-  const index_t lds = static_cast<index_t>(Arena<T>::round(C));
-  Blocking<T> qk(R, C, dk);
-  Arena<T> arena(Arena<T>::round(R * dv) * 2 + Arena<T>::round(R * dk) + Arena<T>::round(C * dk) +
-                 Arena<T>::round(R * lds) * 2 + Arena<T>::round(qk.size_a()) + Arena<T>::round(qk.size_b()));
-  T* const o_buf = arena.take(R * dv);
-  T* const do_buf = arena.take(R * dv);
+void backward_weights(const RawProblem<T>& p, index_t tile, index_t j0, index_t cols, T* w, T* cap,
+                      index_t ldw, T* partial) {
+  const index_t dk = p.q.cols, R = kBackwardRows;
+  const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
+  Blocking<T> qk(R, cols, dk);
+  Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(cols * dk) + Arena<T>::round(qk.size_a()) +
+                 Arena<T>::round(qk.size_b()));
   T* const q_buf = arena.take(R * dk);
-  T* const k_buf = arena.take(C * dk);
-  T* const s_buf = arena.take(R * lds);
-  T* const cap_buf = arena.take(R * lds);
+  T* const k_buf = arena.take(cols * dk);
   T* const block_a = arena.take(qk.size_a());
   T* const block_b = arena.take(qk.size_b());
   qk.use(block_a, block_b);
-
-  for (index_t i0 = first; i0 < first + count; i0 += R) {
-    const index_t rows = std::min(R, first + count - i0);
-    const auto O = rows_of(p.grad.out, i0, rows, o_buf);
-    const auto dO = rows_of(p.grad.d_out, i0, rows, do_buf);
-    for (index_t r = 0; r < rows; ++r) row_terms[i0 + r] = O.row(r).dot(dO.row(r));
-    if (!with_scores) continue;
-    // The weights' own term: sum_j P_ij d_scores_ij over the keys row i sees.
-    const auto Q = rows_of(p.q, i0, rows, q_buf);
-    const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
-    for (index_t j0 = key_begin; j0 < key_end; j0 += C) {
-      const index_t cols = std::min(C, key_end - j0);
-      const auto K = rows_of(p.k, j0, cols, k_buf);
-      TileMap<T> S(s_buf, rows, cols, Eigen::OuterStride<>(lds));
-      S.setZero();
-      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf, lds, p.scale, qk);
-      for (index_t r = 0; r < rows; ++r) {
-        const index_t i = i0 + r;
-        const Span span = span_in_tile(p, i, j0, cols);
-        weights_row(p, i, j0, cols, span, s_buf + r * lds, cap_buf + r * lds);
-        const index_t n = span.b - span.a;
-        if (n == 0) continue;
-        const auto P = S.row(r).segment(span.a, n);
-        const auto G = d_scores_row(p, i, j0 + span.a, n);
-        T sum = 0;
-        if (p.mask.data == nullptr) {
-          sum = P.cwiseProduct(G).sum();
-        } else {  // a hidden key's d_scores (even NaN) has no effect
-          const bool* m = p.mask.data + i * p.mask.row_stride + (j0 + span.a) * p.mask.col_stride;
-          for (index_t t = 0; t < n; ++t) {
-            if (m[t * p.mask.col_stride]) sum += P(t) * G(t);
-          }
-        }
-        row_terms[i] += sum;
+  const auto Q = rows_of(p.q, i0, rows, q_buf);
+  const auto K = rows_of(p.k, j0, cols, k_buf);
+  TileMap<T> S(w, rows, cols, Eigen::OuterStride<>(ldw));
+  S.setZero();
+  gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), w, ldw, p.scale, qk);
+  std::fill_n(partial, 2 * R, T(0));
+  for (index_t r = 0; r < rows; ++r) {
+    const index_t i = i0 + r;
+    const Span span = span_in_tile(p, i, j0, cols);
+    weights_row(p, i, j0, cols, span, w + r * ldw, cap != nullptr ? cap + r * ldw : nullptr);
+    const index_t n = span.b - span.a;
+    if (n == 0) continue;
+    const auto P = S.row(r).segment(span.a, n);
+    partial[2 * r] = P.sum();
+    if (p.grad.d_scores.data == nullptr) continue;
+    const auto G = d_scores_row(p, i, j0 + span.a, n);
+    if (p.mask.data == nullptr) {
+      partial[2 * r + 1] = P.cwiseProduct(G).sum();
+    } else {  // a hidden key's d_scores (even NaN) has no effect
+      const bool* m = p.mask.data + i * p.mask.row_stride + (j0 + span.a) * p.mask.col_stride;
+      T sum = 0;
+      for (index_t t = 0; t < n; ++t) {
+        if (m[t * p.mask.col_stride]) sum += P(t) * G(t);
       }
+      partial[2 * r + 1] = sum;
     }
   }
 }
 
-/// The keys [j0, j0 + cols) against the query tiles [first_tile, end_tile) that see them: adds
-/// to their dk and dv rows (and d_bias), and adds each tile's share of dq to grad.dq, or writes it
-/// to dq_tile (then [first_tile, end_tile) is one tile).
+/// Step 2: from the partial sums of `tiles` key tiles (2 kBackwardRows each, in key order), the
+/// row terms of query tile `tile`: terms[2 r] = D_i, terms[2 r + 1] = r_i.
 template <typename T>
-void backward_keys(const RawProblem<T>& p, const T* row_terms, index_t j0, index_t cols, index_t first_tile,
-                   index_t end_tile, T* dq_tile) {
+void backward_terms(const RawProblem<T>& p, index_t tile, const T* partials, index_t tiles, T* terms) {
+  const index_t dv = p.v.cols, R = kBackwardRows;
+  const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
+  Arena<T> arena(Arena<T>::round(R * dv) * 2);
+  T* const o_buf = arena.take(R * dv);
+  T* const do_buf = arena.take(R * dv);
+  const auto O = rows_of(p.grad.out, i0, rows, o_buf);
+  const auto dO = rows_of(p.grad.d_out, i0, rows, do_buf);
+  for (index_t r = 0; r < rows; ++r) {
+    T sum = 0, with_scores = 0;
+    for (index_t t = 0; t < tiles; ++t) {
+      sum += partials[t * 2 * R + 2 * r];
+      with_scores += partials[t * 2 * R + 2 * r + 1];
+    }
+    const T scale = sum == T(0) ? T(0) : T(1) / sum;  // 0: the row sees no key (NaN stays NaN)
+    terms[2 * r] = O.row(r).dot(dO.row(r)) + scale * with_scores;
+    terms[2 * r + 1] = scale;
+  }
+}
+
+/// Step 3: query tile `tile` against the keys [j0, j0 + cols), whose weights step 1 left in w
+/// (and cap): adds to the keys' dk and dv rows (and d_bias) and writes the query tile's share of
+/// dq to dq_tile (kBackwardRows x d_k, row-major).
+template <typename T>
+void backward_pair(const RawProblem<T>& p, index_t tile, index_t j0, index_t cols, T* w, const T* cap,
+                   index_t ldw, const T* terms, T* dq_tile) {
   const index_t dk = p.q.cols, dv = p.v.cols, R = kBackwardRows;
+  const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
   const index_t lds = static_cast<index_t>(Arena<T>::round(std::max<index_t>(cols, 1)));
-  Blocking<T> b_s(R, cols, dk), b_dp(R, cols, dv), b_dv(cols, dv, R), b_dk(cols, dk, R), b_dq(R, dk, cols);
+  Blocking<T> b_dp(R, cols, dv), b_dv(cols, dv, R), b_dk(cols, dk, R), b_dq(R, dk, cols);
   index_t pack_a = 0, pack_b = 0;
-  for (const Blocking<T>* b : {&b_s, &b_dp, &b_dv, &b_dk, &b_dq}) {
+  for (const Blocking<T>* b : {&b_dp, &b_dv, &b_dk, &b_dq}) {
     pack_a = std::max(pack_a, b->size_a());
     pack_b = std::max(pack_b, b->size_b());
   }
-  const index_t cap_size = p.softcap > 0 ? R * lds : 0;
-  Arena<T> arena(Arena<T>::round(R * dk) * 2 + Arena<T>::round(R * dv) + Arena<T>::round(cols * dk) * 2 +
-                 Arena<T>::round(cols * dv) * 2 + Arena<T>::round(R * lds) * 2 + Arena<T>::round(cap_size) +
-                 Arena<T>::round(pack_a) + Arena<T>::round(pack_b));
+  Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(R * dv) + Arena<T>::round(cols * dk) * 2 +
+                 Arena<T>::round(cols * dv) * 2 + Arena<T>::round(R * lds) + Arena<T>::round(pack_a) +
+                 Arena<T>::round(pack_b));
   T* const q_buf = arena.take(R * dk);
   T* const do_buf = arena.take(R * dv);
   T* const k_buf = arena.take(cols * dk);
   T* const v_buf = arena.take(cols * dv);
-  T* const s_buf = arena.take(R * lds);   // S, then P
   T* const ds_buf = arena.take(R * lds);  // dP, then dZ
-  T* const cap_buf = arena.take(cap_size);
   T* const dk_buf = arena.take(cols * dk);
   T* const dv_buf = arena.take(cols * dv);
-  T* const dq_buf = arena.take(R * dk);
   T* const block_a = arena.take(pack_a);
   T* const block_b = arena.take(pack_b);
-  for (Blocking<T>* b : {&b_s, &b_dp, &b_dv, &b_dk, &b_dq}) b->use(block_a, block_b);
+  for (Blocking<T>* b : {&b_dp, &b_dv, &b_dk, &b_dq}) b->use(block_a, block_b);
 
+  const auto Q = rows_of(p.q, i0, rows, q_buf);
+  const auto dO = rows_of(p.grad.d_out, i0, rows, do_buf);
   const auto K = rows_of(p.k, j0, cols, k_buf);
   const auto V = rows_of(p.v, j0, cols, v_buf);
-  // This key tile's gradients so far (other query heads of a GQA group added theirs already).
-  Eigen::Map<RowMat<T>> dK(dk_buf, cols, dk), dV(dv_buf, cols, dv), dQ(dq_buf, R, dk);
+  // The key tile's gradients so far (earlier query tiles and heads added theirs).
+  Eigen::Map<RowMat<T>> dK(dk_buf, cols, dk), dV(dv_buf, cols, dv), dQ(dq_tile, R, dk);
   dK = map_of(p.grad.dk).middleRows(j0, cols);
   dV = map_of(p.grad.dv).middleRows(j0, cols);
-  int k_finite = -1;  // unknown until a tile that hides keys asks
+  TileMap<T> P(w, rows, cols, Eigen::OuterStride<>(ldw)), dZ(ds_buf, rows, cols, Eigen::OuterStride<>(lds));
+  dZ.setZero();
+  gemm_abt(rows, cols, dv, dO.data(), dO.outerStride(), V.data(), V.outerStride(), ds_buf, lds, T(1), b_dp);
 
-  for (index_t tile = first_tile; tile < end_tile; ++tile) {
-    const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
-    if (!p.sees(i0, rows, j0, cols)) {
-      if (dq_tile != nullptr) std::fill_n(dq_tile, R * dk, T(0));
+  bool hides = p.mask.data != nullptr;
+  for (index_t r = 0; r < rows; ++r) {
+    const index_t i = i0 + r;
+    const Span span = span_in_tile(p, i, j0, cols);
+    hides = hides || span.a > 0 || span.b < cols;
+    auto dz = dZ.row(r);
+    const index_t n = span.b - span.a;
+    if (n == 0 || terms[2 * r + 1] == T(0)) {  // the row sees no key here, or none at all
+      P.row(r).setZero();
+      dz.setZero();
       continue;
     }
-    const auto Q = rows_of(p.q, i0, rows, q_buf);
-    const auto dO = rows_of(p.grad.d_out, i0, rows, do_buf);
-    TileMap<T> P(s_buf, rows, cols, Eigen::OuterStride<>(lds)),
-        dZ(ds_buf, rows, cols, Eigen::OuterStride<>(lds));
-    P.setZero();
-    dZ.setZero();
-    gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), s_buf, lds, p.scale, b_s);
-    gemm_abt(rows, cols, dv, dO.data(), dO.outerStride(), V.data(), V.outerStride(), ds_buf, lds, T(1), b_dp);
+    P.row(r).segment(span.a, n) *= terms[2 * r + 1];
+    dz.head(span.a).setZero();
+    dz.tail(cols - span.b).setZero();
+    auto seg = dz.segment(span.a, n);
+    if (p.grad.d_scores.data != nullptr) seg += d_scores_row(p, i, j0 + span.a, n);
+    seg = (P.row(r).segment(span.a, n).array() * (seg.array() - terms[2 * r])).matrix();
+    zero_masked(p, i, j0 + span.a, seg);  // hidden keys: exactly 0, whatever dP held
+    if (p.grad.d_bias.data != nullptr) {
+      const RawMatrix<T>& b = p.grad.d_bias;
+      Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
+          b.data + i * b.row_stride + (j0 + span.a) * b.col_stride, n, Eigen::InnerStride<>(b.col_stride)) +=
+          seg;
+    }
+    if (p.softcap > 0)
+      seg.array() *= Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>(cap + r * ldw + span.a, n);
+    seg *= p.scale;
+  }
 
-    bool hides = p.mask.data != nullptr;
-    for (index_t r = 0; r < rows; ++r) {
-      const index_t i = i0 + r;
-      const Span span = span_in_tile(p, i, j0, cols);
-      hides = hides || span.a > 0 || span.b < cols;
-      weights_row(p, i, j0, cols, span, s_buf + r * lds, cap_buf + r * lds);
-      auto dz = dZ.row(r);
-      const index_t n = span.b - span.a;
-      const T lse = p.grad.lse.data[i * p.grad.lse.row_stride];
-      if (n == 0 || lse == -std::numeric_limits<T>::infinity()) {
-        dz.setZero();
-        continue;
-      }
-      dz.head(span.a).setZero();
-      dz.tail(cols - span.b).setZero();
-      auto seg = dz.segment(span.a, n);
-      if (p.grad.d_scores.data != nullptr) seg += d_scores_row(p, i, j0 + span.a, n);
-      seg = (P.row(r).segment(span.a, n).array() * (seg.array() - row_terms[i])).matrix();
-      zero_masked(p, i, j0 + span.a, seg);  // hidden keys: exactly 0, whatever dP held
-      if (p.grad.d_bias.data != nullptr) {
-        const RawMatrix<T>& b = p.grad.d_bias;
-        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
-            b.data + i * b.row_stride + (j0 + span.a) * b.col_stride, n,
-            Eigen::InnerStride<>(b.col_stride)) += seg;
-      }
-      if (p.softcap > 0)
-        seg.array() *= Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>(cap_buf + r * lds + span.a, n);
-      seg *= p.scale;
-    }
-
-    dQ.setZero();
-    if (hides && k_finite < 0) k_finite = finite(K) ? 1 : 0;
-    if (!hides || (k_finite == 1 && finite(Q) && finite(dO))) {
-      gemm_atb(cols, dv, rows, s_buf, lds, dO.data(), dO.outerStride(), dv_buf, dv, T(1), b_dv);
-      gemm_atb(cols, dk, rows, ds_buf, lds, Q.data(), Q.outerStride(), dk_buf, dk, T(1), b_dk);
-      gemm_ab(rows, dk, cols, ds_buf, lds, K.data(), K.outerStride(), dq_buf, dk, b_dq);
-    } else {  // sum over the visible pairs only
-      for (index_t r = 0; r < rows; ++r) {
-        const index_t i = i0 + r;
-        const Span span = span_in_tile(p, i, j0, cols);
-        const bool* m =
-            p.mask.data != nullptr ? p.mask.data + i * p.mask.row_stride + j0 * p.mask.col_stride : nullptr;
-        for (index_t t = span.a; t < span.b; ++t) {
-          if (m != nullptr && !m[t * p.mask.col_stride]) continue;
-          dV.row(t).noalias() += P(r, t) * dO.row(r);
-          dK.row(t).noalias() += dZ(r, t) * Q.row(r);
-          dQ.row(r).noalias() += dZ(r, t) * K.row(t);
-        }
-      }
-    }
-    if (dq_tile != nullptr) {
-      Eigen::Map<RowMat<T>>(dq_tile, R, dk) = dQ;
-    } else {
-      map_of(p.grad.dq).middleRows(i0, rows) += dQ.topRows(rows);
-    }
+  dQ.setZero();
+  if (!hides || (finite(K) && finite(Q) && finite(dO))) {
+    gemm_atb(cols, dv, rows, w, ldw, dO.data(), dO.outerStride(), dv_buf, dv, T(1), b_dv);
+    gemm_atb(cols, dk, rows, ds_buf, lds, Q.data(), Q.outerStride(), dk_buf, dk, T(1), b_dk);
+    gemm_ab(rows, dk, cols, ds_buf, lds, K.data(), K.outerStride(), dq_tile, dk, b_dq);
+  } else {  // sum over the visible pairs only
+    for_each_visible(p, i0, rows, j0, cols, [&](index_t r, index_t t) {
+      dV.row(t).noalias() += P(r, t) * dO.row(r);
+      dK.row(t).noalias() += dZ(r, t) * Q.row(r);
+      dQ.row(r).noalias() += dZ(r, t) * K.row(t);
+    });
   }
   map_of(p.grad.dk).middleRows(j0, cols) = dK;
   map_of(p.grad.dv).middleRows(j0, cols) = dV;

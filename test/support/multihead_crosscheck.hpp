@@ -167,6 +167,37 @@ void check_runs_equal(const Run<T>& r, const Run<T>& expected, const std::string
   }
 }
 
+/// The sizes a random configuration draws from: small ones, and the "big" ones that cross the
+/// kernels' tiles.
+struct RandomSizes {
+  long max_batch, max_kv_heads, max_group, max_t, max_dk;  // small
+  long big_tq_min, big_tq_max, big_tk_min, big_tk_max, big_max_dk, big_max_window;
+};
+
+/// A random configuration: every combination of features is likely to come up.
+inline Config random_config(Rng& rng, bool big, const RandomSizes& s) {
+  Config c{"random", 0, 0, 0, 0, 0, 0, 0};
+  c.B = big ? 1 : rng.integer(1, s.max_batch);
+  c.Hkv = big ? 1 : rng.integer(1, s.max_kv_heads);
+  c.H = c.Hkv * rng.integer(1, big ? 2 : s.max_group);
+  c.Tq = big ? rng.integer(s.big_tq_min, s.big_tq_max) : rng.integer(0, s.max_t);
+  c.Tk = big ? rng.integer(s.big_tk_min, s.big_tk_max) : rng.integer(0, s.max_t);
+  c.dk = rng.integer(1, big ? s.big_max_dk : s.max_dk);
+  c.dv = rng.integer(1, 9);
+  c.causal = rng.integer(0, 1) == 1;
+  c.bottom_right = rng.integer(0, 1) == 1;
+  c.window_left = rng.integer(0, 2) == 0 ? rng.integer(0, big ? s.big_max_window : 10) : -1;
+  c.window_right = rng.integer(0, 2) == 0 ? rng.integer(0, big ? s.big_max_window : 10) : -1;
+  c.softcap = rng.integer(0, 2) == 0 ? 0.5 + 5 * (rng.uniform() + 1) : 0.0;
+  const char* shapes[] = {"", "1x1", "Bx1", "1xH", "BxH"};
+  c.mask = shapes[rng.integer(0, 4)];
+  c.bias = shapes[rng.integer(0, 4)];
+  c.key_lengths = rng.integer(0, 2) == 0;
+  c.alibi = rng.integer(0, 2) == 0;
+  if (rng.integer(0, 3) == 0) c.scale = 0.1 + (rng.uniform() + 1);
+  return c;
+}
+
 // Random problems that together use every feature; the larger ones span several query and
 // key tiles, so that tiles hidden by the causal mask, the window or the key length are skipped.
 inline std::vector<Config> feature_configs() {

@@ -216,6 +216,60 @@ inline void require(bool ok, const std::string& what) {
 
 }  // namespace mh_detail
 
+/// The logit of query i and key j of sequence b and query head h, steps 1-5 of the header.
+struct Logit {
+  bool visible = false;
+  long double value = 0;      ///< the final logit (when visible)
+  long double cap_slope = 1;  ///< d(capped)/d(scaled): 1 - tanh^2(s / softcap), 1 without soft-cap
+  long double abs_dot = 0;    ///< |scale| sum_k |q_ik k_jk|
+  long double extra = 0;      ///< E_ij of multihead_budget
+};
+
+inline Logit reference_logit(const Array4& Q, const Array4& K, const MultiHeadSpec& spec, long double scale,
+                             Eigen::Index b, Eigen::Index h, Eigen::Index i, Eigen::Index j) {
+  const Eigen::Index H = Q.n[1], tq = Q.n[2], dk = Q.n[3], tk = K.n[2];
+  const Eigen::Index kh = h / (H / K.n[1]);
+  const Eigen::Index len = spec.key_lengths.empty() ? tk : static_cast<Eigen::Index>(spec.key_lengths[b]);
+  const Eigen::Index pos = i + (spec.bottom_right ? len - tq : 0);
+  Logit l;
+  long double dot = 0, abs_dot = 0;
+  for (Eigen::Index c = 0; c < dk; ++c) {
+    dot += Q(b, h, i, c) * K(b, kh, j, c);
+    abs_dot += std::fabs(Q(b, h, i, c) * K(b, kh, j, c));
+  }
+  l.abs_dot = std::fabs(scale) * abs_dot;
+  long double s = scale * dot;  // 1.
+  l.extra = 2 * std::fabs(s);
+  if (spec.softcap > 0) {  // 2.
+    const long double t = std::tanh(s / spec.softcap);
+    s = spec.softcap * t;
+    l.cap_slope = 1 - t * t;
+    l.extra += 8 * std::fabs(s);
+  }
+  if (!spec.alibi.empty()) {  // 3.
+    const long double a = spec.alibi[static_cast<size_t>(h)] * std::fabs(static_cast<long double>(pos - j));
+    s -= a;
+    l.extra += 4 * std::fabs(a);
+  }
+  if (spec.bias) {  // 4.
+    const Array4& bs = *spec.bias;
+    const long double x = bs(bs.n[0] == 1 ? 0 : b, bs.n[1] == 1 ? 0 : h, i, j);
+    s += x;
+    if (std::isfinite(x)) l.extra += 4 * std::fabs(x);
+  }
+  bool visible = j < len;  // 5.
+  if (spec.mask) {
+    const Array4& ms = *spec.mask;
+    visible = visible && ms(ms.n[0] == 1 ? 0 : b, ms.n[1] == 1 ? 0 : h, i, j) != 0;
+  }
+  if (spec.causal) visible = visible && j <= pos;
+  if (spec.window_left >= 0) visible = visible && j >= pos - spec.window_left;
+  if (spec.window_right >= 0) visible = visible && j <= pos + spec.window_right;
+  l.visible = visible;
+  l.value = s;
+  return l;
+}
+
 /// The reference for attention_heads / attention_heads_decomposed.
 inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, const Array4& V,
                                           const MultiHeadSpec& spec) {
@@ -250,9 +304,8 @@ inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, cons
 
   std::vector<long double> logits(static_cast<size_t>(tk));
   for (Eigen::Index b = 0; b < B; ++b) {
-    const Eigen::Index len = spec.key_lengths.empty() ? tk : static_cast<Eigen::Index>(spec.key_lengths[b]);
-    require(len >= 0 && len <= tk, "key length out of range");
-    const Eigen::Index offset = spec.bottom_right ? len - tq : 0;
+    if (!spec.key_lengths.empty())
+      require(spec.key_lengths[b] >= 0 && spec.key_lengths[b] <= tk, "key length out of range");
     for (Eigen::Index h = 0; h < H; ++h) {
       const Eigen::Index kh = h / group_size;
       const size_t g = static_cast<size_t>(b * H + h);
@@ -260,44 +313,13 @@ inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, cons
         for (Eigen::Index c = 0; c < dv; ++c)
           r.max_abs_v[g] = std::max(r.max_abs_v[g], std::fabs(V(b, kh, j, c)));
       for (Eigen::Index i = 0; i < tq; ++i) {
-        const Eigen::Index pos = i + offset;
         for (Eigen::Index j = 0; j < tk; ++j) {
-          long double dot = 0, abs_dot = 0;
-          for (Eigen::Index c = 0; c < dk; ++c) {
-            dot += Q(b, h, i, c) * K(b, kh, j, c);
-            abs_dot += std::fabs(Q(b, h, i, c) * K(b, kh, j, c));
-          }
-          long double s = scale * dot;  // 1.
-          long double extra = 2 * std::fabs(s);
-          if (spec.softcap > 0) {  // 2.
-            s = spec.softcap * std::tanh(s / spec.softcap);
-            extra += 8 * std::fabs(s);
-          }
-          if (!spec.alibi.empty()) {  // 3.
-            const long double a =
-                spec.alibi[static_cast<size_t>(h)] * std::fabs(static_cast<long double>(pos - j));
-            s -= a;
-            extra += 4 * std::fabs(a);
-          }
-          if (spec.bias) {  // 4.
-            const Array4& bs = *spec.bias;
-            const long double x = bs(bs.n[0] == 1 ? 0 : b, bs.n[1] == 1 ? 0 : h, i, j);
-            s += x;
-            if (std::isfinite(x)) extra += 4 * std::fabs(x);
-          }
-          bool visible = j < len;  // 5.
-          if (spec.mask) {
-            const Array4& ms = *spec.mask;
-            visible = visible && ms(ms.n[0] == 1 ? 0 : b, ms.n[1] == 1 ? 0 : h, i, j) != 0;
-          }
-          if (spec.causal) visible = visible && j <= pos;
-          if (spec.window_left >= 0) visible = visible && j >= pos - spec.window_left;
-          if (spec.window_right >= 0) visible = visible && j <= pos + spec.window_right;
-          logits[static_cast<size_t>(j)] = visible ? s : -inf;
-          if (visible) {
-            r.logit_magnitude[g] = std::max(
-                r.logit_magnitude[g], std::fabs(scale) * abs_dot + extra / static_cast<long double>(dk + 4));
-            r.dot_magnitude[g] = std::max(r.dot_magnitude[g], std::fabs(scale) * abs_dot);
+          const Logit l = reference_logit(Q, K, spec, scale, b, h, i, j);
+          logits[static_cast<size_t>(j)] = l.visible ? l.value : -inf;
+          if (l.visible) {
+            r.logit_magnitude[g] =
+                std::max(r.logit_magnitude[g], l.abs_dot + l.extra / static_cast<long double>(dk + 4));
+            r.dot_magnitude[g] = std::max(r.dot_magnitude[g], l.abs_dot);
           }
         }
         long double m = -inf;  // 6.

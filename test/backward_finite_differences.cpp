@@ -1,0 +1,99 @@
+// The long-double reference of the gradients (support/reference_backward.hpp) against central
+// finite differences of the long-double forward reference (support/reference.hpp): every
+// element of dQ, dK, dV and dL/dbias, for L = sum(OUT o dOUT) + sum(SCORES o dSCORES), on small
+// problems that use every option. This checks the reference the library is checked against
+// (backward_vs_reference.cpp) without the library: two independent derivations of one number.
+#include <doctest/doctest.h>
+
+#include <functional>
+
+#include "backward_crosscheck.hpp"
+
+using namespace ea_test;
+using namespace ea_test::backward;
+
+namespace {
+
+long double loss(const Array4& Q, const Array4& K, const Array4& V, const MultiHeadSpec& spec,
+                 const Seeds& s) {
+  const MultiHeadReference f = reference_heads(Q, K, V, spec);
+  long double l = 0;
+  for (Eigen::Index e = 0; e < f.out.size(); ++e)
+    l += f.out.v[static_cast<size_t>(e)] * s.d_out.v[static_cast<size_t>(e)];
+  if (s.d_scores) {
+    for (Eigen::Index e = 0; e < f.scores.size(); ++e) {
+      const long double w = f.scores.v[static_cast<size_t>(e)];
+      if (w != 0) l += w * s.d_scores->v[static_cast<size_t>(e)];  // masked weights are constants 0
+    }
+  }
+  return l;
+}
+
+// Each element of `x` perturbed by +-h: (L(x + h) - L(x - h)) / 2h, against `analytic`. The
+// central difference's error is h^2 |L'''| / 6 plus the long double's rounding of L over h,
+// about 1e-12 at h = 1e-6 for these O(1) problems; 1e-8 (1 + |g|) leaves a wide margin and still
+// catches any wrong term (they are O(1e-3) or larger).
+void check_gradient(Array4& x, const Array4& analytic, const std::function<long double()>& L,
+                    const char* what) {
+  CAPTURE(what);
+  const long double h = 1e-6L;
+  long failures = 0;
+  long double worst = 0;
+  for (Eigen::Index e = 0; e < x.size(); ++e) {
+    long double& xe = x.v[static_cast<size_t>(e)];
+    const long double saved = xe;
+    xe = saved + h;
+    const long double up = L();
+    xe = saved - h;
+    const long double down = L();
+    xe = saved;
+    const long double fd = (up - down) / (2 * h), g = analytic.v[static_cast<size_t>(e)];
+    const long double err = std::fabs(fd - g) / (1 + std::fabs(g));
+    worst = std::max(worst, err);
+    if (!(err <= 1e-8L)) ++failures;
+  }
+  CHECK_MESSAGE(failures == 0, what << ": " << failures << " of " << x.size()
+                                    << " elements differ from the finite difference; worst relative "
+                                    << static_cast<double>(worst));
+}
+
+}  // namespace
+
+TEST_CASE("backward finite differences: the long-double reference gradients") {
+  Rng rng(31);
+  std::vector<Config> configs;
+  configs.push_back(
+      Config{"single head, causal top-left, T_q > T_k (rows that see nothing)", 1, 1, 1, 7, 5, 3, 2});
+  configs.back().causal = true;
+  configs.back().bottom_right = true;
+  configs.push_back(Config{"GQA, bias 1xH, ALiBi, window, bottom-right", 2, 4, 2, 5, 6, 3, 2});
+  configs.back().bias = "1xH";
+  configs.back().alibi = configs.back().causal = configs.back().bottom_right = true;
+  configs.back().window_left = 2;
+  configs.push_back(Config{"MQA, soft-cap, mask BxH, key lengths, bias BxH, scale", 3, 2, 1, 4, 6, 4, 3});
+  configs.back().softcap = 1.3;
+  configs.back().mask = "BxH";
+  configs.back().bias = "BxH";
+  configs.back().key_lengths = true;
+  configs.back().scale = 0.9;
+  configs.back().magnitude = 1.5;
+  configs.push_back(Config{"bias Bx1 broadcast over heads, window right", 2, 3, 3, 4, 5, 2, 2});
+  configs.back().bias = "Bx1";
+  configs.back().window_right = 1;
+  for (const Config& c : configs) {
+    const std::string config = c.name;
+    CAPTURE(config);
+    Problem p = crosscheck::make_problem<double>(c, rng);
+    for (const bool with_d_scores : {false, true}) {
+      CAPTURE(with_d_scores);
+      const Seeds s = make_seeds<double>(p, rng, with_d_scores);
+      const BackwardReference r =
+          reference_heads_backward<double>(p.Q, p.K, p.V, p.spec, s.d_out, s.d_scores);
+      const auto L = [&] { return loss(p.Q, p.K, p.V, p.spec, s); };
+      check_gradient(p.Q, r.dq, L, "dQ");
+      check_gradient(p.K, r.dk, L, "dK");
+      check_gradient(p.V, r.dv, L, "dV");
+      if (p.spec.bias) check_gradient(*p.spec.bias, r.d_bias, L, "dL/dbias");
+    }
+  }
+}
