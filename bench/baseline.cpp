@@ -79,6 +79,41 @@ void naive(const T* q, const T* k, const T* v, Idx tq, Idx tk, Idx dk, Idx dv, b
   O.noalias() = S * V;
 }
 
+// S = scale * Q K^T, the causal mask, and the row softmax (rowloop), into P (T_q x T_k).
+template <typename T>
+void naive_weights(const ConstRowMap<T>& Q, const ConstRowMap<T>& K, bool causal, T scale, RowMat<T>& P) {
+  P.noalias() = scale * (Q * K.transpose());
+  if (causal)
+    P.transpose().template triangularView<Eigen::StrictlyLower>().setConstant(
+        -std::numeric_limits<T>::infinity());
+  for (Idx i = 0; i < P.rows(); ++i) {
+    auto r = P.row(i);
+    const T m = r.maxCoeff();
+    r.array() = (r.array() - m).exp();
+    r *= T(1) / r.sum();
+  }
+}
+
+template <typename T>
+void naive_backward(const T* q, const T* k, const T* v, const T* dout, Idx tq, Idx tk, Idx dk, Idx dv,
+                    bool causal, T scale, T* dq, T* dk_out, T* dv_out) {
+  const ConstRowMap<T> Q(q, tq, dk), K(k, tk, dk), V(v, tk, dv), dO(dout, tq, dv);
+  RowMap<T> dQ(dq, tq, dk), dK(dk_out, tk, dk), dV(dv_out, tk, dv);
+  RowMat<T> P(tq, tk);
+  naive_weights(Q, K, causal, scale, P);
+  dV.noalias() = P.transpose() * dO;
+  RowMat<T> dS(tq, tk);
+  dS.noalias() = dO * V.transpose();  // dP
+  for (Idx i = 0; i < tq; ++i) {
+    auto p = P.row(i).array();
+    auto ds = dS.row(i).array();
+    const T delta = (ds * p).sum();
+    ds = p * (ds - delta);
+  }
+  dQ.noalias() = scale * (dS * K);
+  dK.noalias() = scale * (dS.transpose() * Q);
+}
+
 }  // namespace
 
 const char* naive_variant_name(NaiveVariant v) {
@@ -103,6 +138,17 @@ void naive_attention(const float* q, const float* k, const float* v, Idx tq, Idx
 void naive_attention(const double* q, const double* k, const double* v, Idx tq, Idx tk, Idx dk, Idx dv,
                      bool causal, double scale, double* o, NaiveVariant variant) {
   naive(q, k, v, tq, tk, dk, dv, causal, scale, o, variant);
+}
+
+void naive_attention_backward(const float* q, const float* k, const float* v, const float* dout, Idx tq,
+                              Idx tk, Idx dk, Idx dv, bool causal, float scale, float* dq, float* dk_out,
+                              float* dv_out) {
+  naive_backward(q, k, v, dout, tq, tk, dk, dv, causal, scale, dq, dk_out, dv_out);
+}
+void naive_attention_backward(const double* q, const double* k, const double* v, const double* dout, Idx tq,
+                              Idx tk, Idx dk, Idx dv, bool causal, double scale, double* dq, double* dk_out,
+                              double* dv_out) {
+  naive_backward(q, k, v, dout, tq, tk, dk, dv, causal, scale, dq, dk_out, dv_out);
 }
 
 #define EA_BENCH_GEMMS(T)                                                                             \

@@ -1,8 +1,8 @@
-// The yardsticks of eigen_attention_bench: the naive Eigen expression for attention and Eigen's
-// own GEMM. They live in baseline.cpp, which is compiled with its own flags (by default
-// -march=native, see bench/CMakeLists.txt) and its own renamed copy of Eigen, so that only
-// plain pointers cross this boundary and no Eigen template instantiated for one instruction set
-// can replace another's at link time.
+// The yardsticks of eigen_attention_bench and eigen_attention_backward_bench: the naive Eigen
+// expression for attention, its naive backward, and Eigen's own GEMM. They live in baseline.cpp,
+// which is compiled with its own flags (by default -march=native, see bench/CMakeLists.txt) and
+// its own renamed copy of Eigen, so that only plain pointers cross this boundary and no Eigen
+// template instantiated for one instruction set can replace another's at link time.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +35,21 @@ void naive_attention(const float* q, const float* k, const float* v, Idx tq, Idx
                      bool causal, float scale, float* o, NaiveVariant variant);
 void naive_attention(const double* q, const double* k, const double* v, Idx tq, Idx tk, Idx dk, Idx dv,
                      bool causal, double scale, double* o, NaiveVariant variant);
+
+/// The naive backward of the expression above, every T_q x T_k matrix materialised, all matrices
+/// row-major with unit column stride (dout = dL/dO):
+///   S = scale * (Q * K^T); causal: strict upper triangle = -inf; P = row softmax of S (rowloop)
+///   dV = P^T * dO
+///   dP = dO * V^T                    (a second fresh T_q x T_k matrix)
+///   dS = P .* (dP - rowsum(dP .* P)) (in place of dP, row by row)
+///   dQ = scale * dS * K,  dK = scale * dS^T * Q
+/// dq (T_q x dk), dk (T_k x dk) and dv (T_k x dv) are caller storage.
+void naive_attention_backward(const float* q, const float* k, const float* v, const float* dout, Idx tq,
+                              Idx tk, Idx dk, Idx dv, bool causal, float scale, float* dq, float* dk_out,
+                              float* dv_out);
+void naive_attention_backward(const double* q, const double* k, const double* v, const double* dout, Idx tq,
+                              Idx tk, Idx dk, Idx dv, bool causal, double scale, double* dq, double* dk_out,
+                              double* dv_out);
 
 /// C = A * B, all n x n column-major (Eigen's default MatrixX layout).
 void gemm_square(const float* a, const float* b, float* c, Idx n);

@@ -213,24 +213,38 @@ inline std::string cpu_model() {
   return "(unknown)";
 }
 
-inline std::string cpu_flags_of_interest() {
+// The flags of the first CPU in /proc/cpuinfo, in its order.
+inline std::vector<std::string> cpu_flags() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
+  std::vector<std::string> out;
   while (std::getline(in, line)) {
     if (line.rfind("flags", 0) == 0) {
-      std::string out;
       std::stringstream ss(line.substr(line.find(':') + 1));
       std::string f;
-      while (ss >> f) {
-        if (f == "avx2" || f == "fma" || f == "avx512f" || f == "avx512dq" || f == "avx512bw" ||
-            f == "avx512vl" || f == "avx512_bf16") {
-          out += (out.empty() ? "" : " ") + f;
-        }
-      }
-      return out;
+      while (ss >> f) out.push_back(f);
+      break;
     }
   }
-  return "";
+  return out;
+}
+
+inline bool cpu_has_flag(const std::string& flag) {
+  const std::vector<std::string> flags = cpu_flags();
+  return std::find(flags.begin(), flags.end(), flag) != flags.end();
+}
+
+// The vector and matrix extensions that matter here (AVX2/FMA, AVX-512, AMX), as /proc/cpuinfo
+// names them, in its order.
+inline std::string cpu_flags_of_interest() {
+  std::string out;
+  for (const std::string& f : cpu_flags()) {
+    if (f == "avx2" || f == "fma" || f == "avx512f" || f == "avx512dq" || f == "avx512bw" ||
+        f == "avx512vl" || f == "avx512_bf16" || f == "avx512_fp16" || f.rfind("amx", 0) == 0) {
+      out += (out.empty() ? "" : " ") + f;
+    }
+  }
+  return out;
 }
 
 inline std::string load_average() {

@@ -112,6 +112,20 @@ def cpu_model():
     return platform.processor() or "(unknown)"
 
 
+def cpu_flags_of_interest():
+    """The vector and matrix extensions that matter here (as eigen_attention_bench prints them)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return " ".join(x for x in line.split(":", 1)[1].split()
+                                    if x in ("avx2", "fma", "avx512f", "avx512dq", "avx512bw", "avx512vl",
+                                             "avx512_bf16", "avx512_fp16") or x.startswith("amx"))
+    except OSError:
+        pass
+    return ""
+
+
 def loaded_math_libraries():
     """The BLAS/LAPACK/OpenMP shared objects mapped into this process, with their real paths."""
     found = set()
@@ -126,9 +140,11 @@ def loaded_math_libraries():
     return sorted(found)
 
 
-def print_machine(sdpa_name):
-    print("PyTorch peers  %s" % datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"))
-    print("  cpu       %s  (%d logical CPUs)" % (cpu_model(), os.cpu_count() or 0))
+def print_machine(sdpa_name, title="PyTorch peers",
+                  flops="4*T*T*d per call (half when causal); median of 3..5 runs after a warm-up", notes=()):
+    """The header: the machine, torch and its libraries; `notes`, lines printed before the FLOPs."""
+    print("%s  %s" % (title, datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")))
+    print("  cpu       %s  (%d logical CPUs; %s)" % (cpu_model(), os.cpu_count() or 0, cpu_flags_of_interest()))
     try:
         print("  load      %s (1/5/15 min, at start)" % " ".join(open("/proc/loadavg").read().split()[:3]))
     except OSError:
@@ -158,7 +174,9 @@ def print_machine(sdpa_name):
           % (torch.get_num_threads(), next((ln.split(":", 1)[1].strip() for ln in
                                            torch.__config__.parallel_info().splitlines()
                                            if ln.startswith("ATen parallel backend")), "?")))
-    print("  FLOPs     4*T*T*d per call (half when causal); median of 3..5 runs after a warm-up\n")
+    for line in notes:
+        print(line)
+    print("  FLOPs     %s\n" % flops)
     sys.stdout.flush()
 
 
