@@ -10,7 +10,6 @@
 // golden value (golden_bounds: the library's rounding plus the float64 golden's own).
 #include <doctest/doctest.h>
 
-#include <filesystem>
 #include <limits>
 #include <optional>
 #include <string>
@@ -62,6 +61,16 @@ void check_golden(const mh::HeadsView<S>& actual, const Array4& golden, const Ar
   }
 }
 
+/// check_golden of dq, dk and dv against the case's DQ, DK and DV, as "<case>: dq<note>" etc.
+template <class S>
+void check_gradients(const mh::HeadsView<S>& dq, const mh::HeadsView<S>& dk, const mh::HeadsView<S>& dv,
+                     const BackwardGolden& g, const GoldenBounds& bound, const std::string& note,
+                     Worst& worst) {
+  check_golden(dq, g.dq, bound.dq, g.name + ": dq" + note, worst);
+  check_golden(dk, g.dk, bound.dk, g.name + ": dk" + note, worst);
+  check_golden(dv, g.dv, bound.dv, g.name + ": dv" + note, worst);
+}
+
 /// A row-major matrix (attention_backward's gradients) as a [1, 1, rows, cols] view.
 template <class M>
 mh::HeadsView<const typename M::Scalar> matrix_view(const M& m) {
@@ -93,16 +102,65 @@ void report(const std::string& call, const Worst& w) {
                                << w.checks << " arrays compared element by element");
 }
 
+/// Calls check(g, worst) on every case that wanted(g) selects, its name CAPTUREd; then CHECKs
+/// that there were `expected` of them and reports the worst comparison (for T).
+template <class T, class Wanted, class Check>
+void for_each_case(const std::string& call, int expected, Wanted wanted, Check check) {
+  Worst worst;
+  int cases = 0;
+  for (const BackwardGolden& g : load_all()) {
+    if (!wanted(g)) continue;
+    CAPTURE(g.name);
+    ++cases;
+    check(g, worst);
+  }
+  CHECK(cases == expected);
+  report<T>(call, worst);
+}
+
+/// The forward's inputs and results and dL/dOUT of a case in T, laid out in `layout`.
+template <class T>
+struct InputBuffers {
+  HeadsBuffer<T> Q, K, V, O, L, dO;
+  InputBuffers(const BackwardGolden& g, mh::Layout layout)
+      : Q(g.Q, layout),
+        K(g.K, layout),
+        V(g.V, layout),
+        O(g.out, layout),
+        L(g.lse, layout),
+        dO(g.d_out, layout) {}
+};
+
+/// The gradient outputs of a case in T, laid out in `layout` and filled with the sentinel;
+/// d_bias (the bias's shape) only when wanted.
+template <class T>
+struct GradientBuffers {
+  HeadsBuffer<T> dq, dk, dv, d_bias;
+  bool with_d_bias;
+
+  GradientBuffers(const BackwardGolden& g, mh::Layout layout, bool want_d_bias)
+      : dq(like(g.dq, layout)), dk(like(g.dk, layout)), dv(like(g.dv, layout)), with_d_bias(want_d_bias) {
+    if (with_d_bias) d_bias = like(*g.d_bias, layout);
+  }
+  /// d_bias's view, or none (not wanted).
+  mh::HeadsView<T> d_bias_view() { return with_d_bias ? d_bias.view() : mh::HeadsView<T>{}; }
+  /// check_gradients, and d_bias against the case's D_BIAS when wanted.
+  void check(const BackwardGolden& g, const GoldenBounds& bound, const std::string& note,
+             Worst& worst) const {
+    check_gradients(dq.view(), dk.view(), dv.view(), g, bound, note, worst);
+    if (with_d_bias) check_golden(d_bias.view(), *g.d_bias, bound.d_bias, g.name + ": d_bias" + note, worst);
+  }
+
+ private:
+  static HeadsBuffer<T> like(const Array4& a, mh::Layout layout) {
+    return HeadsBuffer<T>(layout, a.n[0], a.n[1], a.n[2], a.n[3], kSentinel<T>);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("backward golden: the data directory holds all 28 expected cases") {
-  const auto dir = backward_data_dir();
-  CAPTURE(dir.string());
-  REQUIRE(std::filesystem::is_directory(dir));
-  for (const auto& name : expected_backward_files()) {
-    CAPTURE(name);
-    CHECK(std::filesystem::is_regular_file(dir / (name + ".txt")));
-  }
+  check_golden_dir(backward_data_dir(), expected_backward_files(), ".txt");
   CHECK(expected_backward_files().size() == 28);
   CHECK(backward_golden_files().size() == expected_backward_files().size());
 }
@@ -123,27 +181,12 @@ TEST_CASE("backward golden: every case parses and PyTorch agrees with the long-d
     const BackwardReference r = golden_reference<double>(g);
     const MultiHeadReference& f = r.forward;
     // The forward's OUT and LSE, within the double budget of the forward model.
-    const Eigen::Index H = g.Q.n[1];
     if (g.varlen()) {
-      for (size_t s = 0; s + 1 < g.cu_q.size(); ++s) {
-        const Eigen::Index first = g.cu_q[s], count = g.cu_q[s + 1] - first;
-        CAPTURE(s);
-        for (Eigen::Index h = 0; h < H; ++h) {
-          CAPTURE(h);
-          const Budget bud = multihead_budget<double>(f, static_cast<Eigen::Index>(s) * H + h);
-          EA_CHECK_NEAR(f.out.rows(0, h, first, count), g.out.rows(0, h, first, count), bud.attn);
-          EA_CHECK_NEAR(f.lse.rows(0, h, first, count), g.lse.rows(0, h, first, count), bud.lse);
-        }
-      }
+      check_varlen_rows<double>(array_view(f.out), g.out, g.cu_q, f, false);
+      check_varlen_rows<double>(array_view(f.lse), g.lse, g.cu_q, f, true);
     } else {
-      check_heads_near(
-          array_view(f.out), g.out,
-          [&](Eigen::Index b, Eigen::Index h) { return multihead_budget<double>(f, b * H + h).attn; },
-          "reference OUT");
-      check_heads_near(
-          array_view(f.lse), g.lse,
-          [&](Eigen::Index b, Eigen::Index h) { return multihead_budget<double>(f, b * H + h).lse; },
-          "reference LSE");
+      check_heads_near(array_view(f.out), g.out, attn_budget<double>(f), "reference OUT");
+      check_heads_near(array_view(f.lse), g.lse, lse_budget<double>(f), "reference LSE");
     }
     // The gradients: PyTorch's float64, element by element within the reference's double bound.
     check_golden(array_view(g.dq), r.dq, r.dq_tol, g.name + ": golden DQ", worst);
@@ -179,167 +222,105 @@ TEST_CASE_TEMPLATE(
   using Col = ColMatrix<T>;
   using Row = RowMatrix<T>;
   using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
-  Worst worst;
-  int cases = 0;
-  for (const BackwardGolden& g : load_all()) {
-    if (g.mode != BackwardMode::Single) continue;
-    CAPTURE(g.name);
-    ++cases;
+  auto single = [](const BackwardGolden& g) { return g.mode == BackwardMode::Single; };
+  for_each_case<T>("attention_backward", 14, single, [](const BackwardGolden& g, Worst& worst) {
     const GoldenBounds bound = golden_bounds<T>(g);
     // Mixed storage orders, as a caller may hold them.
     const Col Q = matrix_of<Col>(g.Q), V = matrix_of<Col>(g.V), dO = matrix_of<Col>(g.d_out);
     const Row K = matrix_of<Row>(g.K), O = matrix_of<Row>(g.out);
     const Vec L = g.lse.slice(0, 0).col(0).cast<T>();
     auto check = [&](const ea::Gradients<T>& grad, const std::string& note) {
-      check_golden(matrix_view(grad.dq), g.dq, bound.dq, g.name + ": dq" + note, worst);
-      check_golden(matrix_view(grad.dk), g.dk, bound.dk, g.name + ": dk" + note, worst);
-      check_golden(matrix_view(grad.dv), g.dv, bound.dv, g.name + ": dv" + note, worst);
+      check_gradients(matrix_view(grad.dq), matrix_view(grad.dk), matrix_view(grad.dv), g, bound, note,
+                      worst);
     };
-    for (const auto kernel : kernels_under_test()) {
-      const std::string kname = ea::kernel_name(kernel);
-      CAPTURE(kname);
-      for (const int threads : {1, 2}) {
-        CAPTURE(threads);
-        const ea::Options opt = options_for(g.spec, kernel, threads);
-        if (g.d_scores) {
-          const Row dS = matrix_of<Row>(*g.d_scores);
-          const auto grad = ea::attention_backward(Q, K, V, O, L, dO, dS, opt);
-          check(grad, "");
-          // The masked entries of d_scores (~1e8 in the file) have no effect: zeroed, the
-          // same gradients, bit for bit.
-          const Row dS0 = matrix_of<Row>(masked_zeroed(g));
-          const auto again = ea::attention_backward(Q, K, V, O, L, dO, dS0, opt);
-          EA_CHECK_EQUAL(again.dq, grad.dq);
-          EA_CHECK_EQUAL(again.dk, grad.dk);
-          EA_CHECK_EQUAL(again.dv, grad.dv);
-        } else {
-          check(ea::attention_backward(Q, K, V, O, L, dO, opt), "");
-          if (threads == 1) {
-            // A zero d_scores adds nothing.
-            const Row zero = Row::Zero(Q.rows(), K.rows());
-            check(ea::attention_backward(Q, K, V, O, L, dO, zero, opt), " (zero d_scores)");
-          }
+    for_each_kernel_and_threads(g.spec, [&](const ea::Options& opt, int threads) {
+      if (g.d_scores) {
+        const Row dS = matrix_of<Row>(*g.d_scores);
+        const auto grad = ea::attention_backward(Q, K, V, O, L, dO, dS, opt);
+        check(grad, "");
+        // The masked entries of d_scores (~1e8 in the file) have no effect: zeroed, the
+        // same gradients, bit for bit.
+        const Row dS0 = matrix_of<Row>(masked_zeroed(g));
+        const auto again = ea::attention_backward(Q, K, V, O, L, dO, dS0, opt);
+        EA_CHECK_EQUAL(again.dq, grad.dq);
+        EA_CHECK_EQUAL(again.dk, grad.dk);
+        EA_CHECK_EQUAL(again.dv, grad.dv);
+      } else {
+        check(ea::attention_backward(Q, K, V, O, L, dO, opt), "");
+        if (threads == 1) {
+          // A zero d_scores adds nothing.
+          const Row zero = Row::Zero(Q.rows(), K.rows());
+          check(ea::attention_backward(Q, K, V, O, L, dO, zero, opt), " (zero d_scores)");
         }
       }
-    }
-  }
-  CHECK(cases == 14);
-  report<T>("attention_backward", worst);
+    });
+  });
 }
 
 TEST_CASE_TEMPLATE("backward golden: attention_heads_backward, both layouts, every kernel, threads 1 and 2",
                    T, float, double) {
-  Worst worst;
-  int cases = 0;
-  for (const BackwardGolden& g : load_all()) {
-    if (g.varlen()) continue;  // the single-head cases too, as [1, 1, T, d]
-    CAPTURE(g.name);
-    ++cases;
+  auto heads = [](const BackwardGolden& g) { return !g.varlen(); };  // single-head as [1, 1, T, d]
+  for_each_case<T>("attention_heads_backward", 26, heads, [](const BackwardGolden& g, Worst& worst) {
     const GoldenBounds bound = golden_bounds<T>(g);
-    const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], dk = g.Q.n[3];
-    const Eigen::Index hkv = g.K.n[1], tk = g.K.n[2], dv = g.V.n[3];
     const MasksBuffer<T> masks(g.spec);
     std::optional<Array4> zeroed;
     if (g.d_scores) zeroed = masked_zeroed(g);
-    for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
-      const std::string lname = layout_name(layout);
-      CAPTURE(lname);
-      const HeadsBuffer<T> Q(g.Q, layout), K(g.K, layout), V(g.V, layout), O(g.out, layout), L(g.lse, layout),
-          dO(g.d_out, layout);
+    for_each_layout([&](mh::Layout layout) {
+      const InputBuffers<T> in(g, layout);
       std::optional<HeadsBuffer<T>> dS, dS0;
       if (g.d_scores) {
         dS.emplace(*g.d_scores, layout);
         dS0.emplace(*zeroed, layout);
       }
-      for (const auto kernel : kernels_under_test()) {
-        const std::string kname = ea::kernel_name(kernel);
-        CAPTURE(kname);
-        for (const int threads : {1, 2}) {
-          CAPTURE(threads);
-          const mh::Options opt = options_for(g.spec, kernel, threads);
-          HeadsBuffer<T> dq(layout, B, H, tq, dk, kSentinel<T>), gk(layout, B, hkv, tk, dk, kSentinel<T>),
-              gv(layout, B, hkv, tk, dv, kSentinel<T>);
-          HeadsBuffer<T> db;
-          if (g.d_bias) db = HeadsBuffer<T>(layout, g.d_bias->n[0], g.d_bias->n[1], tq, tk, kSentinel<T>);
-          mh::attention_heads_backward(Q.cview(), K.cview(), V.cview(), O.cview(), L.cview(), dO.cview(),
-                                       dq.view(), gk.view(), gv.view(), opt, masks.masks,
-                                       dS ? dS->cview() : mh::HeadsView<const T>{},
-                                       g.d_bias ? db.view() : mh::HeadsView<T>{});
-          check_golden(dq.view(), g.dq, bound.dq, g.name + ": dq", worst);
-          check_golden(gk.view(), g.dk, bound.dk, g.name + ": dk", worst);
-          check_golden(gv.view(), g.dv, bound.dv, g.name + ": dv", worst);
-          if (g.d_bias) check_golden(db.view(), *g.d_bias, bound.d_bias, g.name + ": d_bias", worst);
+      for_each_kernel_and_threads(g.spec, [&](const mh::Options& opt, int threads) {
+        auto run = [&](GradientBuffers<T>& out, const std::optional<HeadsBuffer<T>>& d_scores) {
+          mh::attention_heads_backward(in.Q.cview(), in.K.cview(), in.V.cview(), in.O.cview(), in.L.cview(),
+                                       in.dO.cview(), out.dq.view(), out.dk.view(), out.dv.view(), opt,
+                                       masks.masks, d_scores ? d_scores->cview() : mh::HeadsView<const T>{},
+                                       out.d_bias_view());
+        };
+        GradientBuffers<T> out(g, layout, g.d_bias.has_value());
+        run(out, dS);
+        out.check(g, bound, "", worst);
 
-          if (dS) {
-            // The masked entries of d_scores have no effect: zeroed, the same, bit for bit.
-            HeadsBuffer<T> dq0(layout, B, H, tq, dk, kSentinel<T>), gk0(layout, B, hkv, tk, dk, kSentinel<T>),
-                gv0(layout, B, hkv, tk, dv, kSentinel<T>);
-            HeadsBuffer<T> db0;
-            if (g.d_bias) db0 = HeadsBuffer<T>(layout, g.d_bias->n[0], g.d_bias->n[1], tq, tk, kSentinel<T>);
-            mh::attention_heads_backward(Q.cview(), K.cview(), V.cview(), O.cview(), L.cview(), dO.cview(),
-                                         dq0.view(), gk0.view(), gv0.view(), opt, masks.masks, dS0->cview(),
-                                         g.d_bias ? db0.view() : mh::HeadsView<T>{});
-            check_heads_equal(dq0.view(), dq.view(), "dq, masked d_scores zeroed");
-            check_heads_equal(gk0.view(), gk.view(), "dk, masked d_scores zeroed");
-            check_heads_equal(gv0.view(), gv.view(), "dv, masked d_scores zeroed");
-            if (g.d_bias) check_heads_equal(db0.view(), db.view(), "d_bias, masked d_scores zeroed");
-          }
-          if (g.d_bias && threads == 1) {
-            // The same call without d_bias: dq, dk and dv unchanged.
-            HeadsBuffer<T> dq1(layout, B, H, tq, dk, kSentinel<T>), gk1(layout, B, hkv, tk, dk, kSentinel<T>),
-                gv1(layout, B, hkv, tk, dv, kSentinel<T>);
-            mh::attention_heads_backward(Q.cview(), K.cview(), V.cview(), O.cview(), L.cview(), dO.cview(),
-                                         dq1.view(), gk1.view(), gv1.view(), opt, masks.masks,
-                                         dS ? dS->cview() : mh::HeadsView<const T>{});
-            check_golden(dq1.view(), g.dq, bound.dq, g.name + ": dq (no d_bias)", worst);
-            check_golden(gk1.view(), g.dk, bound.dk, g.name + ": dk (no d_bias)", worst);
-            check_golden(gv1.view(), g.dv, bound.dv, g.name + ": dv (no d_bias)", worst);
-          }
+        if (dS) {
+          // The masked entries of d_scores have no effect: zeroed, the same, bit for bit.
+          GradientBuffers<T> out0(g, layout, g.d_bias.has_value());
+          run(out0, dS0);
+          check_heads_equal(out0.dq.view(), out.dq.view(), "dq, masked d_scores zeroed");
+          check_heads_equal(out0.dk.view(), out.dk.view(), "dk, masked d_scores zeroed");
+          check_heads_equal(out0.dv.view(), out.dv.view(), "dv, masked d_scores zeroed");
+          if (g.d_bias)
+            check_heads_equal(out0.d_bias.view(), out.d_bias.view(), "d_bias, masked d_scores zeroed");
         }
-      }
-    }
-  }
-  CHECK(cases == 26);
-  report<T>("attention_heads_backward", worst);
+        if (g.d_bias && threads == 1) {
+          // The same call without d_bias: dq, dk and dv unchanged.
+          GradientBuffers<T> out1(g, layout, false);
+          run(out1, dS);
+          out1.check(g, bound, " (no d_bias)", worst);
+        }
+      });
+    });
+  });
 }
 
 TEST_CASE_TEMPLATE("backward golden: attention_varlen_backward, both layouts, every kernel, threads 1 and 2",
                    T, float, double) {
-  Worst worst;
-  int cases = 0;
-  for (const BackwardGolden& g : load_all()) {
-    if (!g.varlen()) continue;
-    CAPTURE(g.name);
-    ++cases;
+  auto varlen = [](const BackwardGolden& g) { return g.varlen(); };
+  for_each_case<T>("attention_varlen_backward", 2, varlen, [](const BackwardGolden& g, Worst& worst) {
     // Packed arrays: reference_varlen_backward puts each sequence's bounds at its own rows.
     const GoldenBounds bound = golden_bounds<T>(g);
-    const Eigen::Index H = g.Q.n[1], tq = g.Q.n[2], dk = g.Q.n[3];
-    const Eigen::Index hkv = g.K.n[1], tk = g.K.n[2], dv = g.V.n[3];
     const Eigen::Index batch = static_cast<Eigen::Index>(g.cu_q.size()) - 1;
     const MasksBuffer<T> masks(g.spec);  // ALiBi only
-    for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
-      const std::string lname = layout_name(layout);
-      CAPTURE(lname);
-      const HeadsBuffer<T> Q(g.Q, layout), K(g.K, layout), V(g.V, layout), O(g.out, layout), L(g.lse, layout),
-          dO(g.d_out, layout);
-      for (const auto kernel : kernels_under_test()) {
-        const std::string kname = ea::kernel_name(kernel);
-        CAPTURE(kname);
-        for (const int threads : {1, 2}) {
-          CAPTURE(threads);
-          const mh::Options opt = options_for(g.spec, kernel, threads);
-          HeadsBuffer<T> dq(layout, 1, H, tq, dk, kSentinel<T>), gk(layout, 1, hkv, tk, dk, kSentinel<T>),
-              gv(layout, 1, hkv, tk, dv, kSentinel<T>);
-          mh::attention_varlen_backward(Q.cview(), K.cview(), V.cview(), O.cview(), L.cview(), dO.cview(),
-                                        dq.view(), gk.view(), gv.view(), g.cu_q.data(), g.cu_k.data(), batch,
-                                        opt, masks.masks);
-          check_golden(dq.view(), g.dq, bound.dq, g.name + ": dq", worst);
-          check_golden(gk.view(), g.dk, bound.dk, g.name + ": dk", worst);
-          check_golden(gv.view(), g.dv, bound.dv, g.name + ": dv", worst);
-        }
-      }
-    }
-  }
-  CHECK(cases == 2);
-  report<T>("attention_varlen_backward", worst);
+    for_each_layout([&](mh::Layout layout) {
+      const InputBuffers<T> in(g, layout);
+      for_each_kernel_and_threads(g.spec, [&](const mh::Options& opt, int) {
+        GradientBuffers<T> out(g, layout, false);
+        mh::attention_varlen_backward(in.Q.cview(), in.K.cview(), in.V.cview(), in.O.cview(), in.L.cview(),
+                                      in.dO.cview(), out.dq.view(), out.dk.view(), out.dv.view(),
+                                      g.cu_q.data(), g.cu_k.data(), batch, opt, masks.masks);
+        out.check(g, bound, "", worst);
+      });
+    });
+  });
 }

@@ -2,7 +2,7 @@
 // the call, every kernel, in float and double.
 #include <doctest/doctest.h>
 
-#include <filesystem>
+#include <optional>
 #include <string>
 
 #include "common.hpp"
@@ -11,13 +11,7 @@
 using namespace ea_test;
 
 TEST_CASE("golden: the data directory holds all 11 expected cases") {
-  const auto dir = golden_data_dir();
-  CAPTURE(dir.string());
-  REQUIRE(std::filesystem::is_directory(dir));
-  for (const auto& name : expected_golden_files()) {
-    CAPTURE(name);
-    CHECK(std::filesystem::is_regular_file(dir / name));
-  }
+  check_golden_dir(golden_data_dir(), expected_golden_files(), "");
   CHECK(expected_golden_files().size() == 11);
   CHECK(golden_files().size() >= expected_golden_files().size());
 }

@@ -6,9 +6,10 @@
 // ALiBi and biases in support/reference.hpp (multihead_budget).
 #include <doctest/doctest.h>
 
-#include <filesystem>
+#include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "multihead_golden.hpp"
@@ -20,28 +21,7 @@ namespace {
 template <class T>
 constexpr T kSentinel = T(-777.25);
 
-// The budget of the golden case in precision T: set by the float64 inputs' logits (it counts
-// rounding Q, K, V, the bias and the slopes to T).
-template <class T>
-auto attn_budget(const MultiHeadReference& ref) {
-  return [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).attn; };
-}
-template <class T>
-auto lse_budget(const MultiHeadReference& ref) {
-  return [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).lse; };
-}
-template <class T>
-auto scores_budget(const MultiHeadReference& ref) {
-  return
-      [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).scores; };
-}
-template <class T>
-auto avg_budget(const MultiHeadReference& ref) {
-  return [&ref](Eigen::Index b, Eigen::Index) { return average_scores_budget<T>(ref, b); };
-}
-
-/// Checks packed varlen rows: sequence s, head h, rows [cu[s], cu[s+1]) with that group's
-/// budget in precision BT.
+/// check_varlen_rows, after REQUIREing the shape of `actual` (B = 1).
 template <class BT, class S>
 void check_varlen_near(const mh::HeadsView<S>& actual, const Array4& expected,
                        const std::vector<std::int64_t>& cu, const MultiHeadReference& ref, bool is_lse,
@@ -51,16 +31,7 @@ void check_varlen_near(const mh::HeadsView<S>& actual, const Array4& expected,
   REQUIRE(actual.heads == expected.n[1]);
   REQUIRE(actual.tokens == expected.n[2]);
   REQUIRE(actual.dim == expected.n[3]);
-  for (size_t s = 0; s + 1 < cu.size(); ++s) {
-    const Eigen::Index first = cu[s], count = cu[s + 1] - cu[s];
-    CAPTURE(s);
-    for (Eigen::Index h = 0; h < expected.n[1]; ++h) {
-      CAPTURE(h);
-      const Budget bud = multihead_budget<BT>(ref, static_cast<Eigen::Index>(s) * ref.heads + h);
-      EA_CHECK_NEAR(actual.head(0, h).middleRows(first, count), expected.rows(0, h, first, count),
-                    is_lse ? bud.lse : bud.attn);
-    }
-  }
+  check_varlen_rows<BT>(actual, expected, cu, ref, is_lse);
 }
 
 MultiHeadReference reference_for_golden(const MultiHeadGolden& g) {
@@ -68,16 +39,28 @@ MultiHeadReference reference_for_golden(const MultiHeadGolden& g) {
                   : reference_heads(g.Q, g.K, g.V, g.spec);
 }
 
+/// Calls check(g, reference) on every case of one mode (varlen or heads), its file CAPTUREd,
+/// and CHECKs that there were `expected` of them.
+template <class F>
+void for_each_case(bool varlen, int expected, F check) {
+  const auto files = multihead_golden_files();
+  REQUIRE(files.size() == expected_multihead_files().size());
+  int cases = 0;
+  for (const auto& path : files) {
+    const std::string file = path.filename().string();
+    CAPTURE(file);
+    const MultiHeadGolden g = load_multihead_golden(path);
+    if (g.varlen != varlen) continue;
+    ++cases;
+    check(g, reference_for_golden(g));
+  }
+  CHECK(cases == expected);
+}
+
 }  // namespace
 
 TEST_CASE("multihead golden: the data directory holds all 39 expected cases") {
-  const auto dir = multihead_data_dir();
-  CAPTURE(dir.string());
-  REQUIRE(std::filesystem::is_directory(dir));
-  for (const auto& name : expected_multihead_files()) {
-    CAPTURE(name);
-    CHECK(std::filesystem::is_regular_file(dir / (name + ".txt")));
-  }
+  check_golden_dir(multihead_data_dir(), expected_multihead_files(), ".txt");
   CHECK(expected_multihead_files().size() == 39);
   CHECK(multihead_golden_files().size() == expected_multihead_files().size());
 }
@@ -113,99 +96,62 @@ TEST_CASE("multihead golden: every case parses and the long-double reference agr
 TEST_CASE_TEMPLATE(
     "multihead golden: attention_heads and _decomposed, every kernel, both layouts, threads 1 and 2", T,
     float, double) {
-  const auto files = multihead_golden_files();
-  REQUIRE(files.size() == expected_multihead_files().size());
-  int cases = 0;
-  for (const auto& path : files) {
-    const std::string file = path.filename().string();
-    CAPTURE(file);
-    const MultiHeadGolden g = load_multihead_golden(path);
-    if (g.varlen) continue;
-    ++cases;
-    const auto ref = reference_for_golden(g);
+  for_each_case(false, 36, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
     const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], tk = g.K.n[2], dv = g.V.n[3];
     const MasksBuffer<T> masks(g.spec);
-    for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
-      const std::string lname = layout_name(layout);
-      CAPTURE(lname);
+    for_each_layout([&](mh::Layout layout) {
       const HeadsBuffer<T> Q(g.Q, layout), K(g.K, layout), V(g.V, layout);
-      for (const auto kernel : kernels_under_test()) {
-        const std::string kname = ea::kernel_name(kernel);
-        CAPTURE(kname);
-        for (const int threads : {1, 2}) {
-          CAPTURE(threads);
-          const mh::Options opt = options_for(g.spec, kernel, threads);
+      for_each_kernel_and_threads(g.spec, [&](const mh::Options& opt, int threads) {
+        // attention_heads, with and without LSE
+        HeadsBuffer<T> out(layout, B, H, tq, dv, kSentinel<T>), lse(layout, B, H, tq, 1, kSentinel<T>);
+        mh::attention_heads(Q.cview(), K.cview(), V.cview(), out.view(), opt, masks.masks, lse.view());
+        check_heads_near(out.view(), g.out, attn_budget<T>(ref), "attention_heads OUT");
+        check_heads_near(lse.view(), g.lse, lse_budget<T>(ref), "attention_heads LSE");
+        HeadsBuffer<T> out_only(layout, B, H, tq, dv, kSentinel<T>);
+        mh::attention_heads(Q.cview(), K.cview(), V.cview(), out_only.view(), opt, masks.masks);
+        check_heads_near(out_only.view(), g.out, attn_budget<T>(ref), "attention_heads OUT (no LSE)");
 
-          // attention_heads, with and without LSE
-          HeadsBuffer<T> out(layout, B, H, tq, dv, kSentinel<T>), lse(layout, B, H, tq, 1, kSentinel<T>);
-          mh::attention_heads(Q.cview(), K.cview(), V.cview(), out.view(), opt, masks.masks, lse.view());
-          check_heads_near(out.view(), g.out, attn_budget<T>(ref), "attention_heads OUT");
-          check_heads_near(lse.view(), g.lse, lse_budget<T>(ref), "attention_heads LSE");
-          HeadsBuffer<T> out_only(layout, B, H, tq, dv, kSentinel<T>);
-          mh::attention_heads(Q.cview(), K.cview(), V.cview(), out_only.view(), opt, masks.masks);
-          check_heads_near(out_only.view(), g.out, attn_budget<T>(ref), "attention_heads OUT (no LSE)");
+        // attention_heads_decomposed: per-head SCORES, OUT, LSE and the head average
+        HeadsBuffer<T> scores(layout, B, H, tq, tk, kSentinel<T>), avg(layout, B, 1, tq, tk, kSentinel<T>);
+        HeadsBuffer<T> out2(layout, B, H, tq, dv, kSentinel<T>), lse2(layout, B, H, tq, 1, kSentinel<T>);
+        mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out2.view(), opt,
+                                       masks.masks, lse2.view(), avg.view());
+        check_heads_near(scores.view(), g.scores, scores_budget<T>(ref), "decomposed SCORES");
+        check_heads_near(out2.view(), g.out, attn_budget<T>(ref), "decomposed OUT");
+        check_heads_near(lse2.view(), g.lse, lse_budget<T>(ref), "decomposed LSE");
+        check_heads_near(avg.view(), g.avg_scores, avg_budget<T>(ref), "decomposed AVG_SCORES");
 
-          // attention_heads_decomposed: per-head SCORES, OUT, LSE and the head average
-          HeadsBuffer<T> scores(layout, B, H, tq, tk, kSentinel<T>), avg(layout, B, 1, tq, tk, kSentinel<T>);
-          HeadsBuffer<T> out2(layout, B, H, tq, dv, kSentinel<T>), lse2(layout, B, H, tq, 1, kSentinel<T>);
-          mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out2.view(), opt,
-                                         masks.masks, lse2.view(), avg.view());
-          check_heads_near(scores.view(), g.scores, scores_budget<T>(ref), "decomposed SCORES");
-          check_heads_near(out2.view(), g.out, attn_budget<T>(ref), "decomposed OUT");
-          check_heads_near(lse2.view(), g.lse, lse_budget<T>(ref), "decomposed LSE");
-          check_heads_near(avg.view(), g.avg_scores, avg_budget<T>(ref), "decomposed AVG_SCORES");
-
-          if (threads == 1) {
-            // SCORES alone (out, lse and the average not wanted)
-            HeadsBuffer<T> scores_only(layout, B, H, tq, tk, kSentinel<T>);
-            mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores_only.view(), {}, opt,
-                                           masks.masks);
-            check_heads_near(scores_only.view(), g.scores, scores_budget<T>(ref), "decomposed SCORES alone");
-          }
+        if (threads == 1) {
+          // SCORES alone (out, lse and the average not wanted)
+          HeadsBuffer<T> scores_only(layout, B, H, tq, tk, kSentinel<T>);
+          mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores_only.view(), {}, opt,
+                                         masks.masks);
+          check_heads_near(scores_only.view(), g.scores, scores_budget<T>(ref), "decomposed SCORES alone");
         }
-      }
-    }
-  }
-  CHECK(cases == 36);
+      });
+    });
+  });
 }
 
 TEST_CASE_TEMPLATE("multihead golden: attention_varlen, every kernel, both layouts, threads 1 and 2", T,
                    float, double) {
-  const auto files = multihead_golden_files();
-  REQUIRE(files.size() == expected_multihead_files().size());
-  int cases = 0;
-  for (const auto& path : files) {
-    const std::string file = path.filename().string();
-    CAPTURE(file);
-    const MultiHeadGolden g = load_multihead_golden(path);
-    if (!g.varlen) continue;
-    ++cases;
-    const auto ref = reference_for_golden(g);
+  for_each_case(true, 3, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
     const Eigen::Index H = g.Q.n[1], tq = g.Q.n[2], dv = g.V.n[3];
     const Eigen::Index batch = static_cast<Eigen::Index>(g.cu_q.size()) - 1;
     const MasksBuffer<T> masks(g.spec);  // ALiBi only
-    for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
-      const std::string lname = layout_name(layout);
-      CAPTURE(lname);
+    for_each_layout([&](mh::Layout layout) {
       const HeadsBuffer<T> Q(g.Q, layout), K(g.K, layout), V(g.V, layout);
-      for (const auto kernel : kernels_under_test()) {
-        const std::string kname = ea::kernel_name(kernel);
-        CAPTURE(kname);
-        for (const int threads : {1, 2}) {
-          CAPTURE(threads);
-          const mh::Options opt = options_for(g.spec, kernel, threads);
-          HeadsBuffer<T> out(layout, 1, H, tq, dv, kSentinel<T>), lse(layout, 1, H, tq, 1, kSentinel<T>);
-          mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), g.cu_q.data(), g.cu_k.data(),
-                               batch, opt, masks.masks, lse.view());
-          check_varlen_near<T>(out.view(), g.out, g.cu_q, ref, false, "attention_varlen OUT");
-          check_varlen_near<T>(lse.view(), g.lse, g.cu_q, ref, true, "attention_varlen LSE");
-          HeadsBuffer<T> out_only(layout, 1, H, tq, dv, kSentinel<T>);
-          mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out_only.view(), g.cu_q.data(), g.cu_k.data(),
-                               batch, opt, masks.masks);
-          check_varlen_near<T>(out_only.view(), g.out, g.cu_q, ref, false, "attention_varlen OUT (no LSE)");
-        }
-      }
-    }
-  }
-  CHECK(cases == 3);
+      for_each_kernel_and_threads(g.spec, [&](const mh::Options& opt, int) {
+        HeadsBuffer<T> out(layout, 1, H, tq, dv, kSentinel<T>), lse(layout, 1, H, tq, 1, kSentinel<T>);
+        mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), g.cu_q.data(), g.cu_k.data(), batch,
+                             opt, masks.masks, lse.view());
+        check_varlen_near<T>(out.view(), g.out, g.cu_q, ref, false, "attention_varlen OUT");
+        check_varlen_near<T>(lse.view(), g.lse, g.cu_q, ref, true, "attention_varlen LSE");
+        HeadsBuffer<T> out_only(layout, 1, H, tq, dv, kSentinel<T>);
+        mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out_only.view(), g.cu_q.data(), g.cu_k.data(),
+                             batch, opt, masks.masks);
+        check_varlen_near<T>(out_only.view(), g.out, g.cu_q, ref, false, "attention_varlen OUT (no LSE)");
+      });
+    });
+  });
 }

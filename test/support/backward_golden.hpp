@@ -39,16 +39,12 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <optional>
-#include <stdexcept>
 #include <string>
-#include <utility>
 #include <vector>
 
+#include "golden_format.hpp"
 #include "multihead_golden.hpp"
 #include "reference.hpp"
 #include "reference_backward.hpp"
@@ -112,62 +108,15 @@ struct BackwardGolden {
   bool varlen() const { return mode == BackwardMode::Varlen; }
 };
 
-namespace bw_golden_detail {
-
-[[noreturn]] inline void fail(const std::filesystem::path& path, const std::string& what) {
-  throw std::runtime_error("backward golden file " + path.string() + ": " + what);
-}
-
-inline std::string token(std::istream& in, const std::filesystem::path& path, const std::string& what) {
-  std::string t;
-  if (!(in >> t)) fail(path, "unexpected end of file, wanted " + what);
-  return t;
-}
-
-inline long double number(const std::string& t, const std::filesystem::path& path) {
-  char* end = nullptr;
-  const long double x = std::strtold(t.c_str(), &end);  // accepts "-inf"
-  if (end == t.c_str() || *end != '\0') fail(path, "not a number: '" + t + "'");
-  return x;
-}
-
-inline long integer(const std::string& t, const std::filesystem::path& path) {
-  char* end = nullptr;
-  const long x = std::strtol(t.c_str(), &end, 10);
-  if (end == t.c_str() || *end != '\0') fail(path, "not an integer: '" + t + "'");
-  return x;
-}
-
-inline std::string value_of(std::istream& in, const std::filesystem::path& path, const std::string& key) {
-  const std::string t = token(in, path, key);
-  if (t != key) fail(path, "expected '" + key + "', found '" + t + "'");
-  return token(in, path, "the value of " + key);
-}
-
-struct RawArray {
-  std::vector<Eigen::Index> dims;
-  std::vector<long double> data;
-};
-
-inline Array4 as_array4(const RawArray& a, const std::filesystem::path& path, const std::string& name) {
-  if (a.dims.size() != 4) fail(path, name + " must have rank 4");
-  Array4 r(a.dims[0], a.dims[1], a.dims[2], a.dims[3]);
-  r.v = a.data;
-  return r;
-}
-
-}  // namespace bw_golden_detail
-
-/// Parses one case; throws std::runtime_error naming the file on any format error.
+/// Parses one case (golden_format.hpp reads what the multi-head formats share); throws
+/// std::runtime_error naming the file on any format error.
 inline BackwardGolden load_backward_golden(const std::filesystem::path& path) {
-  using namespace bw_golden_detail;
   using Shape = std::array<Eigen::Index, 4>;
-  std::ifstream in(path);
-  if (!in) fail(path, "cannot open");
+  golden_format::Reader r(path, "backward golden file");
   BackwardGolden g;
   g.name = path.stem().string();
-  if (value_of(in, path, "eigen_attention_backward_golden") != "1") fail(path, "unknown format version");
-  const std::string mode = value_of(in, path, "mode");
+  r.version("eigen_attention_backward_golden");
+  const std::string mode = r.value_of("mode");
   if (mode == "single") {
     g.mode = BackwardMode::Single;
   } else if (mode == "heads") {
@@ -175,128 +124,67 @@ inline BackwardGolden load_backward_golden(const std::filesystem::path& path) {
   } else if (mode == "varlen") {
     g.mode = BackwardMode::Varlen;
   } else {
-    fail(path, "bad mode '" + mode + "'");
+    r.fail("bad mode '" + mode + "'");
   }
-  const std::string causal = value_of(in, path, "causal");
-  if (causal != "0" && causal != "1") fail(path, "causal must be 0 or 1");
-  g.spec.causal = causal == "1";
-  const std::string align = value_of(in, path, "align");
-  if (align != "top_left" && align != "bottom_right") fail(path, "bad alignment '" + align + "'");
-  g.spec.bottom_right = align == "bottom_right";
-  const std::string scale = value_of(in, path, "scale");
-  if (scale != "default") g.spec.scale = number(scale, path);
-  g.spec.window_left = integer(value_of(in, path, "window"), path);
-  g.spec.window_right = integer(token(in, path, "window right"), path);
-  g.spec.softcap = number(value_of(in, path, "softcap"), path);
+  r.options(g.spec);
 
   // The arrays, which must come in the documented order.
   const std::vector<std::string> order = {
       "MASK", "BIAS", "KEY_LENGTHS", "ALIBI",    "CU_SEQLENS_Q", "CU_SEQLENS_K", "Q",  "K",     "V",
       "OUT",  "LSE",  "D_OUT",       "D_SCORES", "DQ",           "DK",           "DV", "D_BIAS"};
-  std::map<std::string, RawArray> arrays;
   size_t next = 0;  // arrays before order[next] may no longer come
-  for (;;) {
-    const std::string name = token(in, path, "an array name or 'end'");
-    if (name == "end") break;
+  const golden_format::Arrays arrays = r.arrays([&](const std::string& name, const golden_format::Arrays&) {
     const auto at = std::find(order.begin(), order.end(), name);
-    if (at == order.end()) fail(path, "unknown array " + name);
+    if (at == order.end()) r.fail("unknown array " + name);
     const size_t pos = static_cast<size_t>(at - order.begin());
-    if (pos < next) fail(path, "array " + name + " given twice or out of order");
+    if (pos < next) r.fail("array " + name + " given twice or out of order");
     next = pos + 1;
-    RawArray a;
-    const long rank = integer(token(in, path, name + " rank"), path);
-    if (rank < 1 || rank > 4) fail(path, "bad rank for " + name);
-    Eigen::Index count = 1;
-    for (long k = 0; k < rank; ++k) {
-      const long d = integer(token(in, path, name + " size"), path);
-      if (d < 0) fail(path, "negative size for " + name);
-      a.dims.push_back(d);
-      count *= d;
-    }
-    a.data.reserve(static_cast<size_t>(count));
-    for (Eigen::Index e = 0; e < count; ++e)
-      a.data.push_back(number(token(in, path, name + " element"), path));
-    arrays.emplace(name, std::move(a));
-  }
-  std::string extra;
-  if (in >> extra) fail(path, "trailing content '" + extra + "'");
+  });
 
-  auto need = [&](const std::string& n) -> Array4 {
-    const auto it = arrays.find(n);
-    if (it == arrays.end()) fail(path, "missing array " + n);
-    return as_array4(it->second, path, n);
-  };
-  g.Q = need("Q");
-  g.K = need("K");
-  g.V = need("V");
-  g.out = need("OUT");
-  g.lse = need("LSE");
-  g.d_out = need("D_OUT");
-  g.dq = need("DQ");
-  g.dk = need("DK");
-  g.dv = need("DV");
-  const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], dk = g.Q.n[3];
-  const Eigen::Index hkv = g.K.n[1], tk = g.K.n[2], dv = g.V.n[3];
-  if (g.K.n != Shape{{B, hkv, tk, dk}} || g.V.n != Shape{{B, hkv, tk, dv}} ||
-      g.out.n != Shape{{B, H, tq, dv}} || g.lse.n != Shape{{B, H, tq, 1}} ||
-      g.d_out.n != Shape{{B, H, tq, dv}} || g.dq.n != g.Q.n || g.dk.n != g.K.n || g.dv.n != g.V.n)
-    fail(path, "inconsistent Q/K/V/OUT/LSE/D_OUT/DQ/DK/DV shapes");
-  if (hkv == 0 || H % hkv != 0) fail(path, "H is not a multiple of H_kv");
-
-  auto broadcast = [&](const std::string& n) {
-    Array4 a = need(n);
-    if ((a.n[0] != 1 && a.n[0] != B) || (a.n[1] != 1 && a.n[1] != H) || a.n[2] != tq || a.n[3] != tk)
-      fail(path, n + " has a bad shape");
-    return a;
-  };
-  if (arrays.count("MASK")) g.spec.mask = broadcast("MASK");
-  if (arrays.count("BIAS")) g.spec.bias = broadcast("BIAS");
+  g.Q = r.need(arrays, "Q");
+  g.K = r.need(arrays, "K");
+  g.V = r.need(arrays, "V");
+  g.out = r.need(arrays, "OUT");
+  g.lse = r.need(arrays, "LSE");
+  g.d_out = r.need(arrays, "D_OUT");
+  g.dq = r.need(arrays, "DQ");
+  g.dk = r.need(arrays, "DK");
+  g.dv = r.need(arrays, "DV");
+  const golden_format::Dims d(g.Q, g.K, g.V);
+  if (!d.forward_shapes(g.K, g.V, g.out, g.lse) || g.d_out.n != Shape{{d.B, d.H, d.tq, d.dv}} ||
+      g.dq.n != g.Q.n || g.dk.n != g.K.n || g.dv.n != g.V.n)
+    r.fail("inconsistent Q/K/V/OUT/LSE/D_OUT/DQ/DK/DV shapes");
+  if (d.hkv == 0 || d.H % d.hkv != 0) r.fail("H is not a multiple of H_kv");
+  r.masks(arrays, d, g.spec);
+  if (arrays.count("KEY_LENGTHS"))  // this format also bounds them
+    for (const long double x : arrays.at("KEY_LENGTHS").data)
+      if (x < 0 || x > d.tk) r.fail("a key length is outside [0, T_k]");
   if (arrays.count("D_BIAS")) {
-    if (!g.spec.bias) fail(path, "D_BIAS without BIAS");
-    g.d_bias = need("D_BIAS");
-    if (g.d_bias->n != g.spec.bias->n) fail(path, "D_BIAS and BIAS differ in shape");
+    if (!g.spec.bias) r.fail("D_BIAS without BIAS");
+    g.d_bias = r.need(arrays, "D_BIAS");
+    if (g.d_bias->n != g.spec.bias->n) r.fail("D_BIAS and BIAS differ in shape");
   }
   if (arrays.count("D_SCORES")) {
-    g.d_scores = need("D_SCORES");
-    if (g.d_scores->n != Shape{{B, H, tq, tk}}) fail(path, "D_SCORES has a bad shape");
-  }
-  if (arrays.count("KEY_LENGTHS")) {
-    const auto& a = arrays.at("KEY_LENGTHS");
-    if (a.dims != std::vector<Eigen::Index>{B}) fail(path, "KEY_LENGTHS must hold B entries");
-    for (const long double x : a.data) {
-      if (x < 0 || x > tk) fail(path, "a key length is outside [0, T_k]");
-      g.spec.key_lengths.push_back(static_cast<std::int64_t>(x));
-    }
-  }
-  if (arrays.count("ALIBI")) {
-    const auto& a = arrays.at("ALIBI");
-    if (a.dims != std::vector<Eigen::Index>{H}) fail(path, "ALIBI must hold H entries");
-    g.spec.alibi = a.data;
+    g.d_scores = r.need(arrays, "D_SCORES");
+    if (g.d_scores->n != Shape{{d.B, d.H, d.tq, d.tk}}) r.fail("D_SCORES has a bad shape");
   }
   const bool has_cu = arrays.count("CU_SEQLENS_Q") || arrays.count("CU_SEQLENS_K");
   switch (g.mode) {
     case BackwardMode::Single:
-      if (B != 1 || H != 1 || hkv != 1) fail(path, "single mode needs B = H = H_kv = 1");
+      if (d.B != 1 || d.H != 1 || d.hkv != 1) r.fail("single mode needs B = H = H_kv = 1");
       if (g.spec.mask || g.spec.bias || !g.spec.key_lengths.empty() || !g.spec.alibi.empty() || has_cu)
-        fail(path, "single mode takes no mask, bias, key lengths, ALiBi or offsets");
+        r.fail("single mode takes no mask, bias, key lengths, ALiBi or offsets");
       break;
     case BackwardMode::Heads:
-      if (has_cu) fail(path, "CU_SEQLENS outside varlen");
+      if (has_cu) r.fail("CU_SEQLENS outside varlen");
       break;
     case BackwardMode::Varlen:
-      if (B != 1) fail(path, "varlen needs B = 1");
+      if (d.B != 1) r.fail("varlen needs B = 1");
       if (g.spec.mask || g.spec.bias || !g.spec.key_lengths.empty() || g.d_scores)
-        fail(path, "varlen takes no mask, bias, key lengths or D_SCORES");
-      for (auto [n, cu] : {std::pair{"CU_SEQLENS_Q", &g.cu_q}, std::pair{"CU_SEQLENS_K", &g.cu_k}}) {
-        const auto it = arrays.find(n);
-        if (it == arrays.end()) fail(path, std::string("missing array ") + n);
-        for (const long double x : it->second.data) cu->push_back(static_cast<std::int64_t>(x));
-      }
-      if (g.cu_q.size() != g.cu_k.size() || g.cu_q.size() < 2 || g.cu_q.front() != 0 || g.cu_k.front() != 0 ||
-          g.cu_q.back() != tq || g.cu_k.back() != tk)
-        fail(path, "bad CU_SEQLENS");
+        r.fail("varlen takes no mask, bias, key lengths or D_SCORES");
+      r.cu_seqlens(arrays, d, g.cu_q, g.cu_k);
       for (size_t s = 0; s + 1 < g.cu_q.size(); ++s)
-        if (g.cu_q[s + 1] < g.cu_q[s] || g.cu_k[s + 1] < g.cu_k[s]) fail(path, "decreasing CU_SEQLENS");
+        if (g.cu_q[s + 1] < g.cu_q[s] || g.cu_k[s + 1] < g.cu_k[s]) r.fail("decreasing CU_SEQLENS");
       break;
   }
   return g;
@@ -304,11 +192,7 @@ inline BackwardGolden load_backward_golden(const std::filesystem::path& path) {
 
 /// Every *.txt under backward_data_dir(), sorted by name.
 inline std::vector<std::filesystem::path> backward_golden_files() {
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(backward_data_dir()))
-    if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  return files;
+  return golden_txt_files(backward_data_dir());
 }
 
 // ============================================================================ the reference

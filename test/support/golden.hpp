@@ -8,16 +8,12 @@
 ///     K ..., V ..., SCORES ..., ATTN ..., LSE ... (T_q x 1; "-inf" for a fully masked row)
 #pragma once
 
-#include <algorithm>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "golden_format.hpp"
 #include "reference.hpp"
 
 #ifndef EIGEN_ATTENTION_TEST_DATA_DIR
@@ -56,37 +52,14 @@ struct GoldenCase {
 
 namespace golden_detail {
 
-[[noreturn]] inline void fail(const std::filesystem::path& path, const std::string& what) {
-  throw std::runtime_error("golden file " + path.string() + ": " + what);
-}
-
-inline std::string next_token(std::istream& in, const std::filesystem::path& path, const char* what) {
-  std::string t;
-  if (!(in >> t)) fail(path, std::string("unexpected end of file, wanted ") + what);
-  return t;
-}
-
-inline long double parse_number(const std::string& t, const std::filesystem::path& path) {
-  // strtold accepts "inf", "-inf" and "nan", which operator>> does not.
-  char* end = nullptr;
-  const long double x = std::strtold(t.c_str(), &end);
-  if (end == t.c_str() || *end != '\0') fail(path, "not a number: '" + t + "'");
-  return x;
-}
-
-inline void expect_key(std::istream& in, const std::filesystem::path& path, const std::string& key) {
-  const std::string t = next_token(in, path, key.c_str());
-  if (t != key) fail(path, "expected '" + key + "', found '" + t + "'");
-}
-
-inline MatrixLD read_matrix(std::istream& in, const std::filesystem::path& path, const std::string& name) {
-  expect_key(in, path, name);
-  const std::string r = next_token(in, path, "rows"), c = next_token(in, path, "cols");
-  const long rows = std::stol(r), cols = std::stol(c);
-  if (rows < 0 || cols < 0) fail(path, "negative shape for " + name);
+inline MatrixLD read_matrix(golden_format::Reader& r, const std::string& name) {
+  r.expect(name);
+  const std::string rows_t = r.token("rows"), cols_t = r.token("cols");
+  const long rows = std::stol(rows_t), cols = std::stol(cols_t);
+  if (rows < 0 || cols < 0) r.fail("negative shape for " + name);
   MatrixLD m(rows, cols);
   for (long i = 0; i < rows; ++i)
-    for (long j = 0; j < cols; ++j) m(i, j) = parse_number(next_token(in, path, name.c_str()), path);
+    for (long j = 0; j < cols; ++j) m(i, j) = r.number(r.token(name));
   return m;
 }
 
@@ -94,49 +67,41 @@ inline MatrixLD read_matrix(std::istream& in, const std::filesystem::path& path,
 
 /// Parses one golden file; throws std::runtime_error naming the file on any format error.
 inline GoldenCase load_golden(const std::filesystem::path& path) {
-  using namespace golden_detail;
-  std::ifstream in(path);
-  if (!in) fail(path, "cannot open");
+  using golden_detail::read_matrix;
+  golden_format::Reader r(path, "golden file");
   GoldenCase g;
   g.name = path.stem().string();
 
-  expect_key(in, path, "causal");
-  const std::string causal = next_token(in, path, "causal flag");
-  if (causal != "0" && causal != "1") fail(path, "causal must be 0 or 1, found '" + causal + "'");
+  r.expect("causal");
+  const std::string causal = r.token("causal flag");
+  if (causal != "0" && causal != "1") r.fail("causal must be 0 or 1, found '" + causal + "'");
   g.mask.causal = causal == "1";
 
-  expect_key(in, path, "align");
-  const std::string align = next_token(in, path, "alignment");
-  if (align != "top_left" && align != "bottom_right") fail(path, "bad alignment '" + align + "'");
+  r.expect("align");
+  const std::string align = r.token("alignment");
+  if (align != "top_left" && align != "bottom_right") r.fail("bad alignment '" + align + "'");
   g.mask.bottom_right = align == "bottom_right";
 
-  expect_key(in, path, "scale");
-  const std::string scale = next_token(in, path, "scale");
-  if (scale != "default") g.scale = static_cast<double>(parse_number(scale, path));
+  r.expect("scale");
+  const std::string scale = r.token("scale");
+  if (scale != "default") g.scale = static_cast<double>(r.number(scale));
 
-  g.Q = read_matrix(in, path, "Q");
-  g.K = read_matrix(in, path, "K");
-  g.V = read_matrix(in, path, "V");
-  g.scores = read_matrix(in, path, "SCORES");
-  g.attn = read_matrix(in, path, "ATTN");
-  g.lse = read_matrix(in, path, "LSE");
+  g.Q = read_matrix(r, "Q");
+  g.K = read_matrix(r, "K");
+  g.V = read_matrix(r, "V");
+  g.scores = read_matrix(r, "SCORES");
+  g.attn = read_matrix(r, "ATTN");
+  g.lse = read_matrix(r, "LSE");
 
-  std::string extra;
-  if (in >> extra) fail(path, "trailing content '" + extra + "'");
+  r.end_of_file();
   const auto tq = g.Q.rows(), tk = g.K.rows(), dk = g.Q.cols(), dv = g.V.cols();
   if (g.K.cols() != dk || g.V.rows() != tk || g.scores.rows() != tq || g.scores.cols() != tk ||
       g.attn.rows() != tq || g.attn.cols() != dv || g.lse.rows() != tq || g.lse.cols() != 1)
-    fail(path, "inconsistent shapes");
+    r.fail("inconsistent shapes");
   return g;
 }
 
 /// Every *.txt under golden_data_dir(), sorted by name.
-inline std::vector<std::filesystem::path> golden_files() {
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(golden_data_dir()))
-    if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  return files;
-}
+inline std::vector<std::filesystem::path> golden_files() { return golden_txt_files(golden_data_dir()); }
 
 }  // namespace ea_test

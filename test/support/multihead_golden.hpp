@@ -34,18 +34,17 @@
 #include <EigenAttention/Options.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "common.hpp"
+#include "golden_format.hpp"
 #include "reference.hpp"
 
 #ifndef EIGEN_ATTENTION_TEST_DATA_DIR
@@ -115,169 +114,58 @@ struct MultiHeadGolden {
   Array4 scores, avg_scores;  ///< heads mode only
 };
 
-namespace mh_golden_detail {
-
-[[noreturn]] inline void fail(const std::filesystem::path& path, const std::string& what) {
-  throw std::runtime_error("multihead golden file " + path.string() + ": " + what);
-}
-
-inline std::string token(std::istream& in, const std::filesystem::path& path, const std::string& what) {
-  std::string t;
-  if (!(in >> t)) fail(path, "unexpected end of file, wanted " + what);
-  return t;
-}
-
-inline long double number(const std::string& t, const std::filesystem::path& path) {
-  char* end = nullptr;
-  const long double x = std::strtold(t.c_str(), &end);  // accepts "-inf"
-  if (end == t.c_str() || *end != '\0') fail(path, "not a number: '" + t + "'");
-  return x;
-}
-
-inline long integer(const std::string& t, const std::filesystem::path& path) {
-  char* end = nullptr;
-  const long x = std::strtol(t.c_str(), &end, 10);
-  if (end == t.c_str() || *end != '\0') fail(path, "not an integer: '" + t + "'");
-  return x;
-}
-
-inline std::string value_of(std::istream& in, const std::filesystem::path& path, const std::string& key) {
-  const std::string t = token(in, path, key);
-  if (t != key) fail(path, "expected '" + key + "', found '" + t + "'");
-  return token(in, path, "the value of " + key);
-}
-
-struct RawArray {
-  std::vector<Eigen::Index> dims;
-  std::vector<long double> data;
-};
-
-inline Array4 as_array4(const RawArray& a, const std::filesystem::path& path, const std::string& name) {
-  if (a.dims.size() != 4) fail(path, name + " must have rank 4");
-  Array4 r(a.dims[0], a.dims[1], a.dims[2], a.dims[3]);
-  r.v = a.data;
-  return r;
-}
-
-}  // namespace mh_golden_detail
-
-/// Parses one case; throws std::runtime_error naming the file on any format error.
+/// Parses one case (golden_format.hpp reads what the multi-head formats share); throws
+/// std::runtime_error naming the file on any format error.
 inline MultiHeadGolden load_multihead_golden(const std::filesystem::path& path) {
-  using namespace mh_golden_detail;
-  std::ifstream in(path);
-  if (!in) fail(path, "cannot open");
+  golden_format::Reader r(path, "multihead golden file");
   MultiHeadGolden g;
   g.name = path.stem().string();
-  if (value_of(in, path, "eigen_attention_multihead_golden") != "1") fail(path, "unknown format version");
-  const std::string mode = value_of(in, path, "mode");
-  if (mode != "heads" && mode != "varlen") fail(path, "bad mode '" + mode + "'");
+  r.version("eigen_attention_multihead_golden");
+  const std::string mode = r.value_of("mode");
+  if (mode != "heads" && mode != "varlen") r.fail("bad mode '" + mode + "'");
   g.varlen = mode == "varlen";
-  const std::string causal = value_of(in, path, "causal");
-  if (causal != "0" && causal != "1") fail(path, "causal must be 0 or 1");
-  g.spec.causal = causal == "1";
-  const std::string align = value_of(in, path, "align");
-  if (align != "top_left" && align != "bottom_right") fail(path, "bad alignment '" + align + "'");
-  g.spec.bottom_right = align == "bottom_right";
-  const std::string scale = value_of(in, path, "scale");
-  if (scale != "default") g.spec.scale = number(scale, path);
-  g.spec.window_left = integer(value_of(in, path, "window"), path);
-  g.spec.window_right = integer(token(in, path, "window right"), path);
-  g.spec.softcap = number(value_of(in, path, "softcap"), path);
+  r.options(g.spec);
 
-  std::map<std::string, RawArray> arrays;
   std::vector<std::string> order;
-  for (;;) {
-    const std::string name = token(in, path, "an array name or 'end'");
-    if (name == "end") break;
-    if (arrays.count(name)) fail(path, "array " + name + " given twice");
-    RawArray a;
-    const long rank = integer(token(in, path, name + " rank"), path);
-    if (rank < 1 || rank > 4) fail(path, "bad rank for " + name);
-    Eigen::Index count = 1;
-    for (long k = 0; k < rank; ++k) {
-      const long d = integer(token(in, path, name + " size"), path);
-      if (d < 0) fail(path, "negative size for " + name);
-      a.dims.push_back(d);
-      count *= d;
-    }
-    a.data.reserve(static_cast<size_t>(count));
-    for (Eigen::Index e = 0; e < count; ++e)
-      a.data.push_back(number(token(in, path, name + " element"), path));
-    order.push_back(name);
-    arrays.emplace(name, std::move(a));
-  }
-  std::string extra;
-  if (in >> extra) fail(path, "trailing content '" + extra + "'");
-
+  const golden_format::Arrays arrays =
+      r.arrays([&](const std::string& name, const golden_format::Arrays& read) {
+        if (read.count(name)) r.fail("array " + name + " given twice");
+        order.push_back(name);
+      });
   const std::vector<std::string> allowed = {"MASK",         "BIAS",   "KEY_LENGTHS", "ALIBI", "CU_SEQLENS_Q",
                                             "CU_SEQLENS_K", "Q",      "K",           "V",     "OUT",
                                             "LSE",          "SCORES", "AVG_SCORES"};
   for (const auto& n : order)
-    if (std::find(allowed.begin(), allowed.end(), n) == allowed.end()) fail(path, "unknown array " + n);
-  auto need = [&](const std::string& n) -> const RawArray& {
-    const auto it = arrays.find(n);
-    if (it == arrays.end()) fail(path, "missing array " + n);
-    return it->second;
-  };
-  g.Q = as_array4(need("Q"), path, "Q");
-  g.K = as_array4(need("K"), path, "K");
-  g.V = as_array4(need("V"), path, "V");
-  g.out = as_array4(need("OUT"), path, "OUT");
-  g.lse = as_array4(need("LSE"), path, "LSE");
-  const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], dk = g.Q.n[3];
-  const Eigen::Index hkv = g.K.n[1], tk = g.K.n[2], dv = g.V.n[3];
-  if (g.K.n[0] != B || g.K.n[3] != dk || g.V.n[0] != B || g.V.n[1] != hkv || g.V.n[2] != tk ||
-      g.out.n != std::array<Eigen::Index, 4>{{B, H, tq, dv}} ||
-      g.lse.n != std::array<Eigen::Index, 4>{{B, H, tq, 1}})
-    fail(path, "inconsistent Q/K/V/OUT/LSE shapes");
-  if (hkv == 0 || H % hkv != 0) fail(path, "H is not a multiple of H_kv");
-
-  auto broadcast = [&](const std::string& n) {
-    Array4 a = as_array4(arrays.at(n), path, n);
-    if ((a.n[0] != 1 && a.n[0] != B) || (a.n[1] != 1 && a.n[1] != H) || a.n[2] != tq || a.n[3] != tk)
-      fail(path, n + " has a bad shape");
-    return a;
-  };
-  if (arrays.count("MASK")) g.spec.mask = broadcast("MASK");
-  if (arrays.count("BIAS")) g.spec.bias = broadcast("BIAS");
-  if (arrays.count("KEY_LENGTHS")) {
-    const auto& a = arrays.at("KEY_LENGTHS");
-    if (a.dims != std::vector<Eigen::Index>{B}) fail(path, "KEY_LENGTHS must hold B entries");
-    for (const long double x : a.data) g.spec.key_lengths.push_back(static_cast<std::int64_t>(x));
-  }
-  if (arrays.count("ALIBI")) {
-    const auto& a = arrays.at("ALIBI");
-    if (a.dims != std::vector<Eigen::Index>{H}) fail(path, "ALIBI must hold H entries");
-    g.spec.alibi = a.data;
-  }
+    if (std::find(allowed.begin(), allowed.end(), n) == allowed.end()) r.fail("unknown array " + n);
+  g.Q = r.need(arrays, "Q");
+  g.K = r.need(arrays, "K");
+  g.V = r.need(arrays, "V");
+  g.out = r.need(arrays, "OUT");
+  g.lse = r.need(arrays, "LSE");
+  const golden_format::Dims d(g.Q, g.K, g.V);
+  if (!d.forward_shapes(g.K, g.V, g.out, g.lse)) r.fail("inconsistent Q/K/V/OUT/LSE shapes");
+  if (d.hkv == 0 || d.H % d.hkv != 0) r.fail("H is not a multiple of H_kv");
+  r.masks(arrays, d, g.spec);
   if (g.varlen) {
-    if (B != 1) fail(path, "varlen needs B = 1");
+    if (d.B != 1) r.fail("varlen needs B = 1");
     if (g.spec.mask || g.spec.bias || !g.spec.key_lengths.empty())
-      fail(path, "varlen takes no mask/bias/lengths");
-    for (auto [n, cu] : {std::pair{"CU_SEQLENS_Q", &g.cu_q}, std::pair{"CU_SEQLENS_K", &g.cu_k}})
-      for (const long double x : need(n).data) cu->push_back(static_cast<std::int64_t>(x));
-    if (g.cu_q.size() != g.cu_k.size() || g.cu_q.size() < 2 || g.cu_q.front() != 0 || g.cu_k.front() != 0 ||
-        g.cu_q.back() != tq || g.cu_k.back() != tk)
-      fail(path, "bad CU_SEQLENS");
-    if (arrays.count("SCORES") || arrays.count("AVG_SCORES")) fail(path, "varlen has no SCORES");
+      r.fail("varlen takes no mask/bias/lengths");
+    r.cu_seqlens(arrays, d, g.cu_q, g.cu_k);
+    if (arrays.count("SCORES") || arrays.count("AVG_SCORES")) r.fail("varlen has no SCORES");
   } else {
-    if (arrays.count("CU_SEQLENS_Q") || arrays.count("CU_SEQLENS_K")) fail(path, "CU_SEQLENS outside varlen");
-    g.scores = as_array4(need("SCORES"), path, "SCORES");
-    g.avg_scores = as_array4(need("AVG_SCORES"), path, "AVG_SCORES");
-    if (g.scores.n != std::array<Eigen::Index, 4>{{B, H, tq, tk}} ||
-        g.avg_scores.n != std::array<Eigen::Index, 4>{{B, 1, tq, tk}})
-      fail(path, "inconsistent SCORES/AVG_SCORES shapes");
+    if (arrays.count("CU_SEQLENS_Q") || arrays.count("CU_SEQLENS_K")) r.fail("CU_SEQLENS outside varlen");
+    g.scores = r.need(arrays, "SCORES");
+    g.avg_scores = r.need(arrays, "AVG_SCORES");
+    if (g.scores.n != std::array<Eigen::Index, 4>{{d.B, d.H, d.tq, d.tk}} ||
+        g.avg_scores.n != std::array<Eigen::Index, 4>{{d.B, 1, d.tq, d.tk}})
+      r.fail("inconsistent SCORES/AVG_SCORES shapes");
   }
   return g;
 }
 
 /// Every *.txt under multihead_data_dir(), sorted by name.
 inline std::vector<std::filesystem::path> multihead_golden_files() {
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(multihead_data_dir()))
-    if (e.is_regular_file() && e.path().extension() == ".txt") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  return files;
+  return golden_txt_files(multihead_data_dir());
 }
 
 // ============================================================================ library glue
@@ -400,6 +288,69 @@ inline mh::Options options_for(const MultiHeadSpec& spec, mh::Kernel kernel = mh
   opt.kernel = kernel;
   opt.threads = threads;
   return opt;
+}
+
+/// Calls f(layout) for both buffer layouts, the layout's name CAPTUREd.
+template <class F>
+void for_each_layout(F f) {
+  for (const mh::Layout layout : {mh::Layout::BHTD, mh::Layout::BTHD}) {
+    const std::string lname = layout_name(layout);
+    CAPTURE(lname);
+    f(layout);
+  }
+}
+
+/// Calls f(options_for(spec, kernel, threads), threads) for every kernel under test and threads 1
+/// and 2, both CAPTUREd.
+template <class F>
+void for_each_kernel_and_threads(const MultiHeadSpec& spec, F f) {
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = mh::kernel_name(kernel);
+    CAPTURE(kname);
+    for (const int threads : {1, 2}) {
+      CAPTURE(threads);
+      f(options_for(spec, kernel, threads), threads);
+    }
+  }
+}
+
+// The budgets of precision T for check_heads_near, per (b, h): multihead_budget's of group
+// b * H + h (set by the reference's logits on the float64 inputs, so that they count rounding
+// Q, K, V, the bias and the slopes to T), and average_scores_budget's of sequence b.
+template <class T>
+auto attn_budget(const MultiHeadReference& ref) {
+  return [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).attn; };
+}
+template <class T>
+auto lse_budget(const MultiHeadReference& ref) {
+  return [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).lse; };
+}
+template <class T>
+auto scores_budget(const MultiHeadReference& ref) {
+  return
+      [&ref](Eigen::Index b, Eigen::Index h) { return multihead_budget<T>(ref, b * ref.heads + h).scores; };
+}
+template <class T>
+auto avg_budget(const MultiHeadReference& ref) {
+  return [&ref](Eigen::Index b, Eigen::Index) { return average_scores_budget<T>(ref, b); };
+}
+
+/// CHECK packed varlen rows: sequence s, head h, rows [cu[s], cu[s+1]) of `actual` against
+/// `expected` (of the same shape) with that group's budget in precision BT (its LSE budget when
+/// is_lse, else its OUT budget).
+template <class BT, class S>
+void check_varlen_rows(const mh::HeadsView<S>& actual, const Array4& expected,
+                       const std::vector<std::int64_t>& cu, const MultiHeadReference& ref, bool is_lse) {
+  for (size_t s = 0; s + 1 < cu.size(); ++s) {
+    const Eigen::Index first = cu[s], count = cu[s + 1] - cu[s];
+    CAPTURE(s);
+    for (Eigen::Index h = 0; h < expected.n[1]; ++h) {
+      CAPTURE(h);
+      const Budget bud = multihead_budget<BT>(ref, static_cast<Eigen::Index>(s) * ref.heads + h);
+      EA_CHECK_NEAR(actual.head(0, h).middleRows(first, count), expected.rows(0, h, first, count),
+                    is_lse ? bud.lse : bud.attn);
+    }
+  }
 }
 
 /// CHECK every (b, h) slice of `actual` against `expected` with the budget of its group

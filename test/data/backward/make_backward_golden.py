@@ -8,7 +8,8 @@ the cases listed at the end of this script, as <name>.txt next to it. Each case 
 its own name (zlib.crc32), so adding a case never changes another.
 
 THE FORWARD is built from explicit float64 torch ops, step by step as MultiHead.hpp and
-docs/semantics.md state it, exactly as make_multihead_golden.py's explicit() does: scale,
+docs/semantics.md state it, with make_multihead_golden.py's logits() (imported: this script
+also takes its seeding, inputs, SDPA argument conventions and file writing from there): scale,
 soft-cap (s = c tanh(s / c)), ALiBi (-slope_h |i + offset - j|), bias, then -inf for the bool
 mask, causal (top-left offset 0, bottom-right offset T_k - T_q, T_k being the sequence's key
 length under KEY_LENGTHS or varlen), window, and key padding; then the row softmax. Query head h
@@ -39,35 +40,17 @@ and asserts that they agree with the explicit ones to 1e-10 (|a - b| <= 1e-10 (1
 GQA goes to SDPA as K/V repeated per query head (autograd sums the copies); an explicit scale
 as Q scaled by scale * sqrt(d_k) (SDPA 1.13 always divides by sqrt(d_k)).
 
-FILE FORMAT (text, whitespace-separated tokens; one case per file). It extends the multi-head
-forward golden format (test/data/multihead/make_multihead_golden.py):
+FILE FORMAT: the multi-head forward golden format (see make_multihead_golden.py: the options
+lines, the arrays, the optional inputs and the varlen packing are the same; this script writes
+its files with that script's write_case()), with these differences:
 
     eigen_attention_backward_golden 1
     mode single|heads|varlen         single: B = H = H_kv = 1, checked through the Eigen
                                      front door attention_backward(); heads: through
                                      attention_heads_backward(); varlen: attention_varlen_backward()
-    causal 0|1
-    align top_left|bottom_right
-    scale default|<number>           default = 1/sqrt(d_k)
-    window <left> <right>            -1 = unbounded side (both -1: no window)
-    softcap <number>                 0 = off
-    then arrays, each a line "<NAME> <rank> <n_0> ... <n_rank-1>" followed by the
-    n_0*...*n_rank-1 elements in row-major (C) order, one innermost row per line,
-    numbers with 17 significant digits, "-inf" where infinite:
-      optional inputs (absent = not used), in this order when present (heads mode only,
-      except ALIBI and the CU_SEQLENS, which varlen uses):
-        MASK 4 b h T_q T_k        0/1 (1 = may attend); b is 1 or B, h is 1 or H
-        BIAS 4 b h T_q T_k        additive bias, same broadcast rules
-        KEY_LENGTHS 1 B           integers in [0, T_k]
-        ALIBI 1 H                 one slope per query head
-        CU_SEQLENS_Q 1 n+1        varlen only: offsets into the packed query rows
-        CU_SEQLENS_K 1 n+1        varlen only: offsets into the packed key rows
-      the forward's inputs and outputs (always, always in the BHTD layout):
-        Q 4 B H T_q d_k
-        K 4 B H_kv T_k d_k
-        V 4 B H_kv T_k d_v
-        OUT 4 B H T_q d_v
-        LSE 4 B H T_q 1           -inf for a row that sees no key (its OUT row is 0)
+    ... the options lines ...
+      the optional inputs MASK, BIAS and KEY_LENGTHS in heads mode only (ALIBI: heads and varlen)
+      Q, K, V, OUT and LSE as there (no SCORES, AVG_SCORES), then
       the upstream gradients:
         D_OUT 4 B H T_q d_v       dL/dOUT
         D_SCORES 4 B H T_q T_k    optional (single and heads modes): dL/dSCORES
@@ -77,70 +60,29 @@ forward golden format (test/data/multihead/make_multihead_golden.py):
         DV 4 B H_kv T_k d_v
         D_BIAS 4 b h T_q T_k      optional (only with BIAS): dL/dBIAS, BIAS's shape
     end
-
-In varlen mode B = 1 and T_q, T_k are the packed totals: sequence s owns query rows
-[CU_SEQLENS_Q[s], CU_SEQLENS_Q[s+1]) and key rows [CU_SEQLENS_K[s], CU_SEQLENS_K[s+1]), and is
-attended on its own (its own T_q, T_k and alignment offset).
 """
-import math
 import os
-import zlib
+import sys
 
 import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DT = torch.float64
-NEG_INF = float("-inf")
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "multihead"))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import make_multihead_golden as mh  # noqa: E402  (writes nothing when imported)
+
+DT = mh.DT
 MASKED_D_SCORES = 1e8  # magnitude of D_SCORES where the key is masked
 SDPA_TOL = 1e-10
 
 
 # ----------------------------------------------------------------------------- the forward
 
-def logits(q, k, causal=False, align="top_left", scale=None, window=(-1, -1), softcap=0.0,
-           mask=None, bias=None, key_lengths=None, alibi=None):
-    """Steps 1-5 of the semantics table (make_multihead_golden.py's explicit()), differentiable.
-    Returns the masked logits s (-inf where masked), `visible`, and the additive term
-    (ALiBi + bias) for the SDPA check."""
-    B, H, Tq, dk = q.shape
-    Hkv, Tk = k.shape[1], k.shape[2]
-    assert H % Hkv == 0
-    kr = k.repeat_interleave(H // Hkv, dim=1)  # query head h reads kv head h // (H / H_kv)
-    sc = 1.0 / math.sqrt(dk) if scale is None else scale
-    s = sc * (q @ kr.transpose(-1, -2))                        # 1. scaled logits
-    if softcap > 0:
-        s = softcap * torch.tanh(s / softcap)                  # 2. soft-cap
-    additive = torch.zeros(B, H, Tq, Tk, dtype=DT)
-    visible = torch.ones(B, H, Tq, Tk, dtype=torch.bool)
-    i = torch.arange(Tq).unsqueeze(1)
-    j = torch.arange(Tk).unsqueeze(0)
-    for b in range(B):
-        length = Tk if key_lengths is None else key_lengths[b]
-        offset = 0 if align == "top_left" else length - Tq
-        pos = i + offset
-        if alibi is not None:                                  # 3. ALiBi
-            dist = (pos - j).abs().to(DT)
-            additive[b] -= torch.tensor(alibi, dtype=DT).view(H, 1, 1) * dist
-        vis = j < length                                       # 5. key padding
-        if causal:
-            vis = vis & (j <= pos)
-        if window[0] >= 0:
-            vis = vis & (j >= pos - window[0])
-        if window[1] >= 0:
-            vis = vis & (j <= pos + window[1])
-        visible[b] &= vis
-    if bias is not None:                                       # 4. bias
-        additive = additive + bias
-    if mask is not None:
-        visible &= mask
-    s = (s + additive).masked_fill(~visible, NEG_INF)
-    return s, visible, additive
-
-
 def forward(q, k, v, **opt):
-    """OUT, LSE, SCORES and `visible`, NaN-free under autograd for rows that see no key."""
-    s, visible, _ = logits(q, k, **opt)
+    """OUT, LSE, SCORES and `visible`, NaN-free under autograd for rows that see no key
+    (opt: mh.logits()'s options)."""
+    s, visible, _ = mh.logits(q, k, **opt)
     H, Hkv = q.shape[1], k.shape[1]
     vr = v.repeat_interleave(H // Hkv, dim=1)
     lse = torch.logsumexp(s.detach(), dim=-1, keepdim=True)   # 7. (-inf: no visible key)
@@ -173,23 +115,17 @@ def sdpa_grads(name, q, k, v, d_out, d_scores, bias, opt):
     if opt.get("softcap", 0.0) > 0:
         return None, "explicit only (soft-cap)"
     B, H, Tq, dk = q.shape
-    Hkv, Tk = k.shape[1], k.shape[2]
-    g = H // Hkv
-    scale = opt.get("scale")
+    Tk = k.shape[2]
     leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
     bl = bias.detach().clone().requires_grad_(True) if bias is not None else None
     ql, kl, vl = leaves
-    qs = ql if scale is None else ql * (scale * math.sqrt(dk))
-    kr = kl.repeat_interleave(g, dim=1)
-    vr = vl.repeat_interleave(g, dim=1)
-    causal, align = opt.get("causal", False), opt.get("align", "top_left")
-    mask = opt.get("mask")
-    _, visible, _ = logits(q.detach(), k.detach(), **opt)
+    qs, kr, vr = mh.sdpa_inputs(ql, kl, vl, opt.get("scale"))
+    causal, mask = opt.get("causal", False), opt.get("mask")
+    _, visible, _ = mh.logits(q.detach(), k.detach(), **opt)
     any_dead = bool((~visible.any(dim=-1)).any())
-    native = (opt.get("alibi") is None and opt.get("window", (-1, -1)) == (-1, -1)
-              and opt.get("key_lengths") is None and bias is None and not any_dead
-              and not (causal and mask is not None)
-              and not (causal and align == "bottom_right" and Tq != Tk))
+    # Natively only without a bias (its gradient is checked per head below) and without a
+    # row that sees no key (SDPA gives NaN there).
+    native = bias is None and not any_dead and mh.sdpa_native(Tq, Tk, opt)
     if native:
         attn_mask = None if mask is None else mask.expand(B, H, Tq, Tk).contiguous()
         o, w = F._scaled_dot_product_attention(qs, kr, vr, attn_mask, 0.0, True, causal)
@@ -199,7 +135,7 @@ def sdpa_grads(name, q, k, v, d_out, d_scores, bias, opt):
         # One (sequence, head) at a time, over the rows that see some key, with the combined
         # float mask; the bias slice keeps its autograd link.
         nob = {key: val for key, val in opt.items() if key != "bias"}
-        _, _, additive = logits(q.detach(), k.detach(), **nob)  # ALiBi term alone
+        _, _, additive = mh.logits(q.detach(), k.detach(), **nob)  # ALiBi term alone
         L = torch.zeros((), dtype=DT)
         for b in range(B):
             for h in range(H):
@@ -209,7 +145,7 @@ def sdpa_grads(name, q, k, v, d_out, d_scores, bias, opt):
                 fm = additive[b, h][live].clone()
                 if bl is not None:
                     fm = fm + bl[b if bl.shape[0] > 1 else 0, h if bl.shape[1] > 1 else 0][live]
-                fm = fm.masked_fill(~visible[b, h][live], NEG_INF)
+                fm = fm.masked_fill(~visible[b, h][live], mh.NEG_INF)
                 o, w = F._scaled_dot_product_attention(
                     qs[b, h][live].view(1, 1, -1, dk), kr[b, h].view(1, 1, Tk, dk),
                     vr[b, h].view(1, 1, Tk, -1), fm.view(1, 1, -1, Tk), 0.0, True, False)
@@ -229,45 +165,7 @@ def assert_close(name, what, a, b):
     return excess
 
 
-# ----------------------------------------------------------------------------- writing
-
-def fmt(x):
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.17g}"
-
-
-def write_array(f, name, t, integer=False):
-    t = torch.as_tensor(t).detach()
-    dims = list(t.shape)
-    f.write(f"{name} {len(dims)} {' '.join(str(d) for d in dims)}\n")
-    if t.numel() == 0:
-        return
-    for row in t.reshape(-1, dims[-1]).tolist():
-        if integer:
-            f.write(" ".join(str(int(x)) for x in row) + "\n")
-        else:
-            f.write(" ".join(fmt(float(x)) for x in row) + "\n")
-
-
-def write_header(f, mode, opt):
-    scale, window = opt.get("scale"), opt.get("window", (-1, -1))
-    f.write("eigen_attention_backward_golden 1\n")
-    f.write(f"mode {mode}\ncausal {int(opt.get('causal', False))}\n")
-    f.write(f"align {opt.get('align', 'top_left')}\n")
-    f.write("scale default\n" if scale is None else f"scale {fmt(scale)}\n")
-    f.write(f"window {window[0]} {window[1]}\n")
-    f.write(f"softcap {fmt(opt.get('softcap', 0.0))}\n")
-
-
-def rand(*shape, mag=1.0):
-    return torch.randn(*shape, dtype=DT) * mag
-
-
-def alibi_slopes(H):
-    # The ALiBi paper's geometric slopes 2^(-8 (h+1) / H): exact in float.
-    return [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
-
+# ----------------------------------------------------------------------------- the case kinds
 
 def make_d_scores(visible):
     """Standard normal where visible, ~1e8 (either sign, never 0) where masked."""
@@ -289,28 +187,16 @@ def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", 
     if mode == "single":
         assert B == H == Hkv == 1 and mask is None and bias is None and key_lengths is None
         assert not alibi
-    torch.manual_seed(zlib.crc32(name.encode()))
-    q = rand(B, H, Tq, dk, mag=mag).requires_grad_(True)
-    k = rand(B, Hkv, Tk, dk, mag=mag).requires_grad_(True)
-    v = rand(B, Hkv, Tk, dv).requires_grad_(True)
-
-    def bshape(spec):
-        b, h = spec.split("x")
-        return (B if b == "B" else 1, H if h == "H" else 1, Tq, Tk)
-
-    m = None
-    if mask is not None:
-        m = torch.rand(*bshape(mask)) < 0.7
-        if dead_row:
-            m[..., Tq // 2, :] = False  # one fully masked query row everywhere
-    bi = None
-    if bias is not None:
-        bi = rand(*bshape(bias)).requires_grad_(d_bias)
-    slopes = alibi_slopes(H) if alibi else None
+    q, k, v, m, bi, slopes = mh.heads_inputs(name, B, H, Hkv, Tq, Tk, dk, dv, mask, bias, alibi,
+                                             mag, dead_row)
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    if bi is not None:
+        bi.requires_grad_(d_bias)
     opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap, mask=m,
                bias=bi, key_lengths=key_lengths, alibi=slopes)
     out, lse, w, visible = forward(q, k, v, **opt)
-    d_o = torch.zeros(B, H, Tq, dv, dtype=DT) if d_out_zero else rand(B, H, Tq, dv)
+    d_o = torch.zeros(B, H, Tq, dv, dtype=DT) if d_out_zero else mh.rand(B, H, Tq, dv)
     d_s = make_d_scores(visible) if d_scores else None
     gq, gk, gv, *gb = grads(loss(out, w, d_o, d_s), q, k, v, bi if d_bias else None,
                             retain_graph=d_s is not None)
@@ -330,25 +216,10 @@ def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", 
                  for n, a, b in zip(("DQ", "DK", "DV", "D_BIAS"), ref, [gq, gk, gv] + gb))
         how += f" (max excess {ex:.1e})"
 
-    with open(os.path.join(HERE, name + ".txt"), "w") as f:
-        write_header(f, mode, opt)
-        if m is not None:
-            write_array(f, "MASK", m.to(torch.int64), integer=True)
-        if bi is not None:
-            write_array(f, "BIAS", bi)
-        if key_lengths is not None:
-            write_array(f, "KEY_LENGTHS", torch.tensor(key_lengths), integer=True)
-        if slopes is not None:
-            write_array(f, "ALIBI", torch.tensor(slopes, dtype=DT))
-        for n, t in (("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse), ("D_OUT", d_o)):
-            write_array(f, n, t)
-        if d_s is not None:
-            write_array(f, "D_SCORES", d_s)
-        for n, t in (("DQ", gq), ("DK", gk), ("DV", gv)):
-            write_array(f, n, t)
-        if gb:
-            write_array(f, "D_BIAS", gb[0])
-        f.write("end\n")
+    mh.write_case(HERE, name, "backward", mode, opt,
+                  (("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse), ("D_OUT", d_o),
+                   ("D_SCORES", d_s), ("DQ", gq), ("DK", gk), ("DV", gv),
+                   ("D_BIAS", gb[0] if gb else None)))
     CASES.append((name, mode, how))
 
 
@@ -358,27 +229,21 @@ def single_case(name, Tq, Tk, dk, dv, **kw):
 
 def varlen_case(name, H, Hkv, q_lens, k_lens, dk, dv, causal=False, align="top_left", scale=None,
                 window=(-1, -1), softcap=0.0, alibi=False):
-    torch.manual_seed(zlib.crc32(name.encode()))
-    tq, tk = sum(q_lens), sum(k_lens)
-    q = rand(1, H, tq, dk).requires_grad_(True)
-    k = rand(1, Hkv, tk, dk).requires_grad_(True)
-    v = rand(1, Hkv, tk, dv).requires_grad_(True)
-    d_o = rand(1, H, tq, dv)
-    slopes = alibi_slopes(H) if alibi else None
+    q, k, v, slopes, cq, ck, rows = mh.varlen_inputs(name, H, Hkv, q_lens, k_lens, dk, dv, alibi)
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    tq = sum(q_lens)
+    d_o = mh.rand(1, H, tq, dv)
     opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap,
                alibi=slopes)
     out = torch.zeros(1, H, tq, dv, dtype=DT)
-    lse = torch.full((1, H, tq, 1), NEG_INF, dtype=DT)
+    lse = torch.full((1, H, tq, 1), mh.NEG_INF, dtype=DT)
     L = torch.zeros((), dtype=DT)
-    cq, ck = [0], [0]
     hows, excess = set(), 0.0
-    for lq, lk in zip(q_lens, k_lens):
-        cq.append(cq[-1] + lq)
-        ck.append(ck[-1] + lk)
-        rq, rk = slice(cq[-2], cq[-1]), slice(ck[-2], ck[-1])
-        qs, ks, vs = q[:, :, rq], k[:, :, rk], v[:, :, rk]  # views: autograd reaches q, k, v
+    for (rq, rk), lq, lk in zip(rows, q_lens, k_lens):
         if lq == 0:
             continue
+        qs, ks, vs = q[:, :, rq], k[:, :, rk], v[:, :, rk]  # views: autograd reaches q, k, v
         o, l, w, _ = forward(qs, ks, vs, **opt)
         L = L + loss(o, w, d_o[:, :, rq], None)
         out[:, :, rq] = o.detach()
@@ -399,16 +264,10 @@ def varlen_case(name, H, Hkv, q_lens, k_lens, dk, dv, causal=False, align="top_l
     how = ", ".join(sorted(hows))
     if "SDPA" in how:
         how += f" (max excess {excess:.1e})"
-    with open(os.path.join(HERE, name + ".txt"), "w") as f:
-        write_header(f, "varlen", opt)
-        if slopes is not None:
-            write_array(f, "ALIBI", torch.tensor(slopes, dtype=DT))
-        write_array(f, "CU_SEQLENS_Q", torch.tensor(cq), integer=True)
-        write_array(f, "CU_SEQLENS_K", torch.tensor(ck), integer=True)
-        for n, t in (("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse), ("D_OUT", d_o),
-                     ("DQ", gq), ("DK", gk), ("DV", gv)):
-            write_array(f, n, t)
-        f.write("end\n")
+    mh.write_case(HERE, name, "backward", "varlen", opt,
+                  (("CU_SEQLENS_Q", torch.tensor(cq)), ("CU_SEQLENS_K", torch.tensor(ck)),
+                   ("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse), ("D_OUT", d_o),
+                   ("DQ", gq), ("DK", gk), ("DV", gv)))
     CASES.append((name, "varlen", how))
 
 

@@ -64,17 +64,22 @@ NEG_INF = float("-inf")
 
 
 # ----------------------------------------------------------------------------- computation
+# (make_backward_golden.py imports this script and reuses what follows, up to the cases.)
 
-def explicit(q, k, v, causal=False, align="top_left", scale=None, window=(-1, -1), softcap=0.0,
-             mask=None, bias=None, key_lengths=None, alibi=None):
-    """The semantics table of MultiHead.hpp with torch ops. Returns out, lse, weights, visible,
-    and the additive (ALiBi + bias) term for the SDPA check."""
+def seed(name):
+    """Seeds torch from the case's name (so that adding a case never changes another)."""
+    torch.manual_seed(zlib.crc32(name.encode()))
+
+
+def logits(q, k, causal=False, align="top_left", scale=None, window=(-1, -1), softcap=0.0,
+           mask=None, bias=None, key_lengths=None, alibi=None):
+    """Steps 1-5 of the semantics table of MultiHead.hpp with torch ops (differentiable).
+    Returns the logits s (-inf where masked), `visible`, and the additive (ALiBi + bias) term
+    for the SDPA check."""
     B, H, Tq, dk = q.shape
     Hkv, Tk = k.shape[1], k.shape[2]
     assert H % Hkv == 0
-    g = H // Hkv
-    kr = k.repeat_interleave(g, dim=1)  # query head h reads kv head h // g
-    vr = v.repeat_interleave(g, dim=1)
+    kr = k.repeat_interleave(H // Hkv, dim=1)  # query head h reads kv head h // (H / H_kv)
     sc = 1.0 / math.sqrt(dk) if scale is None else scale
     s = sc * (q @ kr.transpose(-1, -2))                        # 1. scaled logits
     if softcap > 0:
@@ -103,38 +108,57 @@ def explicit(q, k, v, causal=False, align="top_left", scale=None, window=(-1, -1
     if mask is not None:
         visible &= mask
     s = (s + additive).masked_fill(~visible, NEG_INF)
+    return s, visible, additive
+
+
+def explicit(q, k, v, **opt):
+    """The semantics table of MultiHead.hpp with torch ops (opt: logits()'s options). Returns
+    out, lse and the weights."""
+    s, _, _ = logits(q, k, **opt)
+    vr = v.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     lse = torch.logsumexp(s, dim=-1, keepdim=True)
     w = torch.softmax(s, dim=-1).nan_to_num(0.0)                # 6. no visible key: zeros
     out = w @ vr                                                # 7.
-    return out, lse, w, visible, additive
+    return out, lse, w
 
 
-def sdpa_check(name, q, k, v, out, w, lse, causal, align, scale, window, softcap, mask, bias,
-               key_lengths, alibi):
+def sdpa_inputs(q, k, v, scale):
+    """Q, K, V as SDPA (1.13) takes them: K/V repeated per query head (GQA), and an explicit
+    scale as Q scaled by scale * sqrt(d_k) (SDPA always divides by sqrt(d_k))."""
+    g = q.shape[1] // k.shape[1]
+    qs = q if scale is None else q * (scale * math.sqrt(q.shape[3]))
+    return qs, k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+
+
+def sdpa_native(Tq, Tk, opt):
+    """Whether SDPA's own arguments express the case (opt: logits()'s options): plain
+    attention, a bool mask, a float bias or is_causal (top-left, or T_q == T_k)."""
+    mask, bias, causal = opt.get("mask"), opt.get("bias"), opt.get("causal", False)
+    return (opt.get("alibi") is None and opt.get("window", (-1, -1)) == (-1, -1)
+            and opt.get("key_lengths") is None
+            and not (mask is not None and bias is not None)
+            and not (causal and (mask is not None or bias is not None))
+            and not (causal and opt.get("align", "top_left") == "bottom_right" and Tq != Tk))
+
+
+def sdpa_check(name, q, k, v, out, w, lse, opt):
     """Asserts SDPA (1.13) agrees with the explicit computation where it can express the case."""
-    if softcap > 0:
+    if opt.get("softcap", 0.0) > 0:
         return "explicit only (soft-cap)"
-    B, H, Tq, dk = q.shape
+    B, H, Tq, _ = q.shape
     Tk = k.shape[2]
-    g = H // k.shape[1]
-    kr = k.repeat_interleave(g, dim=1)
-    vr = v.repeat_interleave(g, dim=1)
-    qs = q if scale is None else q * (scale * math.sqrt(dk))
-    native = (alibi is None and window == (-1, -1) and key_lengths is None
-              and not (mask is not None and bias is not None)
-              and not (causal and (mask is not None or bias is not None))
-              and not (causal and align == "bottom_right" and Tq != Tk))
-    if native:
+    qs, kr, vr = sdpa_inputs(q, k, v, opt.get("scale"))
+    if sdpa_native(Tq, Tk, opt):
         attn_mask = None
-        if mask is not None:
-            attn_mask = mask.expand(B, H, Tq, Tk).contiguous()
-        if bias is not None:
-            attn_mask = bias.expand(B, H, Tq, Tk).contiguous()
-        o2, w2 = F._scaled_dot_product_attention(qs, kr, vr, attn_mask, 0.0, True, causal)
+        if opt.get("mask") is not None:
+            attn_mask = opt["mask"].expand(B, H, Tq, Tk).contiguous()
+        if opt.get("bias") is not None:
+            attn_mask = opt["bias"].expand(B, H, Tq, Tk).contiguous()
+        o2, w2 = F._scaled_dot_product_attention(qs, kr, vr, attn_mask, 0.0, True,
+                                                 opt.get("causal", False))
         how = "SDPA native"
     else:
-        _, _, _, visible, additive = explicit(q, k, v, causal, align, scale, window, softcap, mask,
-                                              bias, key_lengths, alibi)
+        _, visible, additive = logits(q, k, **opt)
         fm = additive.masked_fill(~visible, NEG_INF)
         o2, w2 = F._scaled_dot_product_attention(qs, kr, vr, fm, 0.0, True, False)
         how = "SDPA float mask"
@@ -148,37 +172,7 @@ def sdpa_check(name, q, k, v, out, w, lse, causal, align, scale, window, softcap
     return f"{how} (max diff {max(dw, do):.1e})"
 
 
-# ----------------------------------------------------------------------------- writing
-
-def fmt(x):
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.17g}"
-
-
-def write_array(f, name, t, integer=False):
-    t = torch.as_tensor(t)
-    dims = list(t.shape)
-    f.write(f"{name} {len(dims)} {' '.join(str(d) for d in dims)}\n")
-    if t.numel() == 0:
-        return
-    rows = t.reshape(-1, dims[-1]) if dims[-1] > 0 else None
-    if rows is None:
-        return
-    for row in rows.tolist():
-        if integer:
-            f.write(" ".join(str(int(x)) for x in row) + "\n")
-        else:
-            f.write(" ".join(fmt(float(x)) for x in row) + "\n")
-
-
-def write_header(f, mode, causal, align, scale, window, softcap):
-    f.write("eigen_attention_multihead_golden 1\n")
-    f.write(f"mode {mode}\ncausal {int(causal)}\nalign {align}\n")
-    f.write("scale default\n" if scale is None else f"scale {fmt(scale)}\n")
-    f.write(f"window {window[0]} {window[1]}\n")
-    f.write(f"softcap {fmt(softcap)}\n")
-
+# ----------------------------------------------------------------------------- inputs
 
 def rand(*shape, mag=1.0):
     return torch.randn(*shape, dtype=DT) * mag
@@ -189,14 +183,12 @@ def alibi_slopes(H):
     return [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
 
 
-CASES = []
-
-
-def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", scale=None,
-               window=(-1, -1), softcap=0.0, mask=None, bias=None, key_lengths=None, alibi=False,
-               mag=1.0, dead_row=False):
-    """mask / bias: None or the broadcast shape "1x1", "Bx1", "BxH", "1xH"."""
-    torch.manual_seed(zlib.crc32(name.encode()))
+def heads_inputs(name, B, H, Hkv, Tq, Tk, dk, dv, mask=None, bias=None, alibi=False, mag=1.0,
+                 dead_row=False):
+    """Seeds from `name` and draws Q, K, V, the mask and the bias (None or the broadcast shape
+    "1x1", "Bx1", "BxH", "1xH"; dead_row: one fully masked query row everywhere). Returns q, k,
+    v, mask, bias and the ALiBi slopes (None when not wanted)."""
+    seed(name)
     q = rand(B, H, Tq, dk, mag=mag)
     k = rand(B, Hkv, Tk, dk, mag=mag)
     v = rand(B, Hkv, Tk, dv)
@@ -209,135 +201,193 @@ def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", 
     if mask is not None:
         m = torch.rand(*bshape(mask)) < 0.7
         if dead_row:
-            m[..., Tq // 2, :] = False  # one fully masked query row everywhere
+            m[..., Tq // 2, :] = False
     bi = None
     if bias is not None:
         bi = rand(*bshape(bias))
-    slopes = alibi_slopes(H) if alibi else None
-    out, lse, w, _, _ = explicit(q, k, v, causal, align, scale, window, softcap, m, bi,
-                                 key_lengths, slopes)
-    how = sdpa_check(name, q, k, v, out, w, lse, causal, align, scale, window, softcap, m, bi,
-                     key_lengths, slopes)
-    with open(os.path.join(HERE, name + ".txt"), "w") as f:
-        write_header(f, "heads", causal, align, scale, window, softcap)
-        if m is not None:
-            write_array(f, "MASK", m.to(torch.int64), integer=True)
-        if bi is not None:
-            write_array(f, "BIAS", bi)
-        if key_lengths is not None:
-            write_array(f, "KEY_LENGTHS", torch.tensor(key_lengths), integer=True)
-        if slopes is not None:
-            write_array(f, "ALIBI", torch.tensor(slopes, dtype=DT))
-        for n, t in (("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse), ("SCORES", w),
-                     ("AVG_SCORES", w.mean(dim=1, keepdim=True))):
-            write_array(f, n, t)
+    return q, k, v, m, bi, alibi_slopes(H) if alibi else None
+
+
+def varlen_inputs(name, H, Hkv, q_lens, k_lens, dk, dv, alibi=False):
+    """Seeds from `name` and draws the packed Q, K, V. Returns q, k, v, the ALiBi slopes (None
+    when not wanted), CU_SEQLENS_Q, CU_SEQLENS_K and each sequence's query and key row slices."""
+    seed(name)
+    tq, tk = sum(q_lens), sum(k_lens)
+    q = rand(1, H, tq, dk)
+    k = rand(1, Hkv, tk, dk)
+    v = rand(1, Hkv, tk, dv)
+    cq, ck = [0], [0]
+    for lq, lk in zip(q_lens, k_lens):
+        cq.append(cq[-1] + lq)
+        ck.append(ck[-1] + lk)
+    rows = [(slice(cq[s], cq[s + 1]), slice(ck[s], ck[s + 1])) for s in range(len(q_lens))]
+    return q, k, v, alibi_slopes(H) if alibi else None, cq, ck, rows
+
+
+# ----------------------------------------------------------------------------- writing
+
+def fmt(x):
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.17g}"
+
+
+def write_array(f, name, t):
+    """One array: its header line, then its innermost rows (integers as such)."""
+    t = torch.as_tensor(t).detach()
+    dims = list(t.shape)
+    f.write(f"{name} {len(dims)} {' '.join(str(d) for d in dims)}\n")
+    if t.numel() == 0:
+        return
+    integer = not t.is_floating_point()
+    for row in t.reshape(-1, dims[-1]).tolist():
+        if integer:
+            f.write(" ".join(str(int(x)) for x in row) + "\n")
+        else:
+            f.write(" ".join(fmt(float(x)) for x in row) + "\n")
+
+
+def write_case(directory, name, kind, mode, opt, arrays):
+    """Writes <directory>/<name>.txt: the header "eigen_attention_<kind>_golden 1", the mode and
+    opt's options, the optional inputs opt holds (MASK, BIAS, KEY_LENGTHS, ALIBI), then `arrays`
+    ((NAME, tensor) pairs in the file's order; a None tensor is left out) and "end"."""
+    scale, window = opt.get("scale"), opt.get("window", (-1, -1))
+    with open(os.path.join(directory, name + ".txt"), "w") as f:
+        f.write(f"eigen_attention_{kind}_golden 1\n")
+        f.write(f"mode {mode}\ncausal {int(opt.get('causal', False))}\n")
+        f.write(f"align {opt.get('align', 'top_left')}\n")
+        f.write("scale default\n" if scale is None else f"scale {fmt(scale)}\n")
+        f.write(f"window {window[0]} {window[1]}\n")
+        f.write(f"softcap {fmt(opt.get('softcap', 0.0))}\n")
+        if opt.get("mask") is not None:
+            write_array(f, "MASK", opt["mask"].to(torch.int64))
+        if opt.get("bias") is not None:
+            write_array(f, "BIAS", opt["bias"])
+        if opt.get("key_lengths") is not None:
+            write_array(f, "KEY_LENGTHS", torch.tensor(opt["key_lengths"]))
+        if opt.get("alibi") is not None:
+            write_array(f, "ALIBI", torch.tensor(opt["alibi"], dtype=DT))
+        for n, t in arrays:
+            if t is not None:
+                write_array(f, n, t)
         f.write("end\n")
+
+
+# ----------------------------------------------------------------------------- the case kinds
+
+CASES = []
+
+
+def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", scale=None,
+               window=(-1, -1), softcap=0.0, mask=None, bias=None, key_lengths=None, alibi=False,
+               mag=1.0, dead_row=False):
+    """mask / bias: None or the broadcast shape "1x1", "Bx1", "BxH", "1xH"."""
+    q, k, v, m, bi, slopes = heads_inputs(name, B, H, Hkv, Tq, Tk, dk, dv, mask, bias, alibi,
+                                          mag, dead_row)
+    opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap, mask=m,
+               bias=bi, key_lengths=key_lengths, alibi=slopes)
+    out, lse, w = explicit(q, k, v, **opt)
+    how = sdpa_check(name, q, k, v, out, w, lse, opt)
+    write_case(HERE, name, "multihead", "heads", opt,
+               (("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse), ("SCORES", w),
+                ("AVG_SCORES", w.mean(dim=1, keepdim=True))))
     CASES.append((name, how))
 
 
 def varlen_case(name, H, Hkv, q_lens, k_lens, dk, dv, causal=False, align="top_left", scale=None,
                 window=(-1, -1), softcap=0.0, alibi=False):
-    torch.manual_seed(zlib.crc32(name.encode()))
-    tq, tk = sum(q_lens), sum(k_lens)
-    q = rand(1, H, tq, dk)
-    k = rand(1, Hkv, tk, dk)
-    v = rand(1, Hkv, tk, dv)
-    slopes = alibi_slopes(H) if alibi else None
+    q, k, v, slopes, cq, ck, rows = varlen_inputs(name, H, Hkv, q_lens, k_lens, dk, dv, alibi)
+    opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap,
+               alibi=slopes)
+    tq = sum(q_lens)
     out = torch.zeros(1, H, tq, dv, dtype=DT)
     lse = torch.full((1, H, tq, 1), NEG_INF, dtype=DT)
-    cq = [0]
-    ck = [0]
     hows = set()
-    for lq, lk in zip(q_lens, k_lens):
-        cq.append(cq[-1] + lq)
-        ck.append(ck[-1] + lk)
-        qs, ks, vs = q[:, :, cq[-2]:cq[-1]], k[:, :, ck[-2]:ck[-1]], v[:, :, ck[-2]:ck[-1]]
+    for (rq, rk), lq, lk in zip(rows, q_lens, k_lens):
         if lq == 0:
             continue
-        o, l, w, _, _ = explicit(qs, ks, vs, causal, align, scale, window, softcap, alibi=slopes)
+        qs, ks, vs = q[:, :, rq], k[:, :, rk], v[:, :, rk]
+        o, l, w = explicit(qs, ks, vs, **opt)
         if lk > 0:
-            hows.add(sdpa_check(name, qs, ks, vs, o, w, l, causal, align, scale, window, softcap,
-                                None, None, None, slopes).split(" (")[0])
-        out[:, :, cq[-2]:cq[-1]] = o
-        lse[:, :, cq[-2]:cq[-1]] = l
-    with open(os.path.join(HERE, name + ".txt"), "w") as f:
-        write_header(f, "varlen", causal, align, scale, window, softcap)
-        if slopes is not None:
-            write_array(f, "ALIBI", torch.tensor(slopes, dtype=DT))
-        write_array(f, "CU_SEQLENS_Q", torch.tensor(cq), integer=True)
-        write_array(f, "CU_SEQLENS_K", torch.tensor(ck), integer=True)
-        for n, t in (("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse)):
-            write_array(f, n, t)
-        f.write("end\n")
+            hows.add(sdpa_check(name, qs, ks, vs, o, w, l, opt).split(" (")[0])
+        out[:, :, rq] = o
+        lse[:, :, rq] = l
+    write_case(HERE, name, "multihead", "varlen", opt,
+               (("CU_SEQLENS_Q", torch.tensor(cq)), ("CU_SEQLENS_K", torch.tensor(ck)),
+                ("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse)))
     CASES.append((name, ", ".join(sorted(hows))))
 
 
 # ----------------------------------------------------------------------------- the cases
 
-# plain multi-head, odd sizes, default and explicit scale
-heads_case("plain", 2, 3, 3, 5, 7, 6, 4)
-heads_case("plain_scale_odd", 3, 2, 2, 11, 11, 9, 5, scale=0.3)
-heads_case("plain_wide", 1, 2, 2, 37, 40, 24, 17, causal=True, align="bottom_right")
-# grouped / multi-query K/V
-heads_case("gqa_8_2", 2, 8, 2, 6, 9, 8, 5)
-heads_case("mqa_8_1", 1, 8, 1, 7, 10, 12, 3)
-heads_case("gqa_8_2_causal", 2, 8, 2, 6, 6, 8, 5, causal=True)
-# causal with T_q != T_k, both alignments
-heads_case("causal_top_left", 2, 4, 2, 5, 9, 8, 3, causal=True)
-heads_case("causal_bottom_right", 2, 4, 2, 5, 9, 8, 3, causal=True, align="bottom_right")
-heads_case("causal_top_left_more_queries", 2, 4, 2, 9, 5, 8, 3, causal=True)
-heads_case("causal_bottom_right_more_queries", 2, 4, 2, 9, 5, 8, 3, causal=True,
-           align="bottom_right")  # the first 4 query rows see no key
-# boolean masks, three broadcasts (one fully masked row in each)
-heads_case("mask_2d", 2, 3, 3, 6, 8, 7, 4, mask="1x1", dead_row=True)
-heads_case("mask_per_batch", 2, 3, 3, 6, 8, 7, 4, mask="Bx1", dead_row=True)
-heads_case("mask_per_head", 2, 4, 2, 6, 8, 7, 4, mask="BxH", dead_row=True)
-# additive biases, three broadcasts
-heads_case("bias_2d", 2, 3, 3, 6, 8, 7, 4, bias="1x1")
-heads_case("bias_per_batch", 2, 3, 3, 6, 8, 7, 4, bias="Bx1")
-heads_case("bias_per_head", 2, 4, 2, 6, 8, 7, 4, bias="BxH")
-# mask and bias together
-heads_case("mask_and_bias", 2, 4, 2, 6, 8, 7, 4, mask="Bx1", bias="1xH", dead_row=True)
-heads_case("mask_and_bias_causal", 3, 2, 1, 5, 5, 6, 3, causal=True, mask="BxH", bias="Bx1")
-# key lengths (right padding), one sequence of length 0
-heads_case("key_lengths", 3, 4, 2, 5, 7, 6, 4, key_lengths=[7, 0, 4])
-heads_case("key_lengths_causal_bottom_right", 3, 2, 2, 4, 9, 6, 4, causal=True,
-           align="bottom_right", key_lengths=[9, 3, 6])
-heads_case("key_lengths_causal_top_left", 2, 2, 1, 6, 8, 5, 3, causal=True, key_lengths=[3, 8])
-# sliding windows
-heads_case("window_both", 2, 2, 2, 12, 12, 6, 4, window=(2, 1))
-heads_case("window_left_causal_top_left", 2, 2, 1, 6, 10, 6, 4, causal=True, window=(3, -1))
-heads_case("window_left_causal_bottom_right", 2, 2, 1, 6, 10, 6, 4, causal=True,
-           align="bottom_right", window=(3, -1))
-heads_case("window_bottom_right", 2, 2, 1, 6, 10, 6, 4, align="bottom_right", window=(1, 2))
-heads_case("window_right_only_top_left", 1, 3, 3, 7, 9, 5, 4, window=(-1, 2))
-heads_case("window_zero_zero_bottom_right", 1, 2, 2, 7, 5, 5, 4, align="bottom_right",
-           window=(0, 0))  # the diagonal only; the first 2 rows see no key
-# ALiBi
-heads_case("alibi", 2, 4, 4, 9, 9, 6, 4, alibi=True)
-heads_case("alibi_top_left_rect", 1, 4, 2, 5, 11, 6, 4, alibi=True)
-heads_case("alibi_bottom_right_rect", 1, 4, 2, 5, 11, 6, 4, alibi=True, align="bottom_right")
-heads_case("alibi_causal_bottom_right", 2, 4, 2, 5, 11, 6, 4, alibi=True, causal=True,
-           align="bottom_right")
-# soft-capping (large logits so that the cap matters)
-heads_case("softcap", 2, 3, 3, 7, 9, 8, 5, softcap=2.0, mag=3.0)
-heads_case("softcap_causal_gqa", 1, 6, 2, 8, 8, 10, 4, softcap=5.0, causal=True, mag=2.5)
-# combinations
-heads_case("combo_all", 2, 6, 2, 7, 10, 9, 5, causal=True, align="bottom_right", scale=0.4,
-           window=(4, -1), softcap=3.0, mask="BxH", bias="Bx1", key_lengths=[10, 6], alibi=True,
-           mag=1.5)
-heads_case("combo_mqa_window", 3, 4, 1, 6, 9, 7, 6, window=(2, 3), softcap=4.0, mask="1x1",
-           alibi=True, key_lengths=[9, 5, 0], mag=2.0)
-heads_case("combo_no_softcap", 2, 4, 2, 6, 9, 8, 4, causal=True, window=(3, 1), mask="Bx1",
-           bias="BxH", alibi=True, align="bottom_right")
-# packed variable-length batches
-varlen_case("varlen_gqa", 4, 2, [3, 0, 6, 2], [5, 4, 8, 0], 8, 5)
-varlen_case("varlen_causal_bottom_right_alibi", 3, 1, [4, 1, 0, 7], [6, 3, 2, 7], 6, 4,
-            causal=True, align="bottom_right", alibi=True)
-varlen_case("varlen_window_softcap_top_left", 2, 2, [5, 2, 6], [3, 9, 6], 7, 3, causal=True,
-            window=(2, -1), softcap=2.0, scale=0.5)
+def write_cases():
+
+    # plain multi-head, odd sizes, default and explicit scale
+    heads_case("plain", 2, 3, 3, 5, 7, 6, 4)
+    heads_case("plain_scale_odd", 3, 2, 2, 11, 11, 9, 5, scale=0.3)
+    heads_case("plain_wide", 1, 2, 2, 37, 40, 24, 17, causal=True, align="bottom_right")
+    # grouped / multi-query K/V
+    heads_case("gqa_8_2", 2, 8, 2, 6, 9, 8, 5)
+    heads_case("mqa_8_1", 1, 8, 1, 7, 10, 12, 3)
+    heads_case("gqa_8_2_causal", 2, 8, 2, 6, 6, 8, 5, causal=True)
+    # causal with T_q != T_k, both alignments
+    heads_case("causal_top_left", 2, 4, 2, 5, 9, 8, 3, causal=True)
+    heads_case("causal_bottom_right", 2, 4, 2, 5, 9, 8, 3, causal=True, align="bottom_right")
+    heads_case("causal_top_left_more_queries", 2, 4, 2, 9, 5, 8, 3, causal=True)
+    heads_case("causal_bottom_right_more_queries", 2, 4, 2, 9, 5, 8, 3, causal=True,
+               align="bottom_right")  # the first 4 query rows see no key
+    # boolean masks, three broadcasts (one fully masked row in each)
+    heads_case("mask_2d", 2, 3, 3, 6, 8, 7, 4, mask="1x1", dead_row=True)
+    heads_case("mask_per_batch", 2, 3, 3, 6, 8, 7, 4, mask="Bx1", dead_row=True)
+    heads_case("mask_per_head", 2, 4, 2, 6, 8, 7, 4, mask="BxH", dead_row=True)
+    # additive biases, three broadcasts
+    heads_case("bias_2d", 2, 3, 3, 6, 8, 7, 4, bias="1x1")
+    heads_case("bias_per_batch", 2, 3, 3, 6, 8, 7, 4, bias="Bx1")
+    heads_case("bias_per_head", 2, 4, 2, 6, 8, 7, 4, bias="BxH")
+    # mask and bias together
+    heads_case("mask_and_bias", 2, 4, 2, 6, 8, 7, 4, mask="Bx1", bias="1xH", dead_row=True)
+    heads_case("mask_and_bias_causal", 3, 2, 1, 5, 5, 6, 3, causal=True, mask="BxH", bias="Bx1")
+    # key lengths (right padding), one sequence of length 0
+    heads_case("key_lengths", 3, 4, 2, 5, 7, 6, 4, key_lengths=[7, 0, 4])
+    heads_case("key_lengths_causal_bottom_right", 3, 2, 2, 4, 9, 6, 4, causal=True,
+               align="bottom_right", key_lengths=[9, 3, 6])
+    heads_case("key_lengths_causal_top_left", 2, 2, 1, 6, 8, 5, 3, causal=True, key_lengths=[3, 8])
+    # sliding windows
+    heads_case("window_both", 2, 2, 2, 12, 12, 6, 4, window=(2, 1))
+    heads_case("window_left_causal_top_left", 2, 2, 1, 6, 10, 6, 4, causal=True, window=(3, -1))
+    heads_case("window_left_causal_bottom_right", 2, 2, 1, 6, 10, 6, 4, causal=True,
+               align="bottom_right", window=(3, -1))
+    heads_case("window_bottom_right", 2, 2, 1, 6, 10, 6, 4, align="bottom_right", window=(1, 2))
+    heads_case("window_right_only_top_left", 1, 3, 3, 7, 9, 5, 4, window=(-1, 2))
+    heads_case("window_zero_zero_bottom_right", 1, 2, 2, 7, 5, 5, 4, align="bottom_right",
+               window=(0, 0))  # the diagonal only; the first 2 rows see no key
+    # ALiBi
+    heads_case("alibi", 2, 4, 4, 9, 9, 6, 4, alibi=True)
+    heads_case("alibi_top_left_rect", 1, 4, 2, 5, 11, 6, 4, alibi=True)
+    heads_case("alibi_bottom_right_rect", 1, 4, 2, 5, 11, 6, 4, alibi=True, align="bottom_right")
+    heads_case("alibi_causal_bottom_right", 2, 4, 2, 5, 11, 6, 4, alibi=True, causal=True,
+               align="bottom_right")
+    # soft-capping (large logits so that the cap matters)
+    heads_case("softcap", 2, 3, 3, 7, 9, 8, 5, softcap=2.0, mag=3.0)
+    heads_case("softcap_causal_gqa", 1, 6, 2, 8, 8, 10, 4, softcap=5.0, causal=True, mag=2.5)
+    # combinations
+    heads_case("combo_all", 2, 6, 2, 7, 10, 9, 5, causal=True, align="bottom_right", scale=0.4,
+               window=(4, -1), softcap=3.0, mask="BxH", bias="Bx1", key_lengths=[10, 6],
+               alibi=True, mag=1.5)
+    heads_case("combo_mqa_window", 3, 4, 1, 6, 9, 7, 6, window=(2, 3), softcap=4.0, mask="1x1",
+               alibi=True, key_lengths=[9, 5, 0], mag=2.0)
+    heads_case("combo_no_softcap", 2, 4, 2, 6, 9, 8, 4, causal=True, window=(3, 1), mask="Bx1",
+               bias="BxH", alibi=True, align="bottom_right")
+    # packed variable-length batches
+    varlen_case("varlen_gqa", 4, 2, [3, 0, 6, 2], [5, 4, 8, 0], 8, 5)
+    varlen_case("varlen_causal_bottom_right_alibi", 3, 1, [4, 1, 0, 7], [6, 3, 2, 7], 6, 4,
+                causal=True, align="bottom_right", alibi=True)
+    varlen_case("varlen_window_softcap_top_left", 2, 2, [5, 2, 6], [3, 9, 6], 7, 3, causal=True,
+                window=(2, -1), softcap=2.0, scale=0.5)
+
 
 if __name__ == "__main__":
+    write_cases()
     for name, how in CASES:
         print(f"{name:40s} {how}")
     total = sum(os.path.getsize(os.path.join(HERE, n + ".txt")) for n, _ in CASES)
