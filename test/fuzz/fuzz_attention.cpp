@@ -7,22 +7,25 @@
 //   [1] the call: attention, attention_into (+lse), attention_decomposed, attention_decomposed_into
 //       (+lse), attention_scores, attention_scores_into (+lse, through Compiled.hpp),
 //       attention_heads, attention_heads_decomposed, attention_varlen,
-//       attention_varlen_decomposed, merge_attention
+//       attention_varlen_decomposed, merge_attention; the backward: attention_backward and
+//       attention_backward_into (with or without d_scores), attention_heads_backward (with or
+//       without d_scores and d_bias), attention_varlen_backward
 //   [2..] Options (causal, alignment incl. an invalid value, scale, windows, softcap, threads,
 //       kernel incl. invalid values), then the shapes, layouts (row/col-major, padded,
 //       reversed, zero strides), masks, bias, key lengths, ALiBi slopes, packed offsets,
 //       deliberate faults (wrong shapes, outputs over inputs, claimed sizes far beyond the
-//       buffers for sizes that validation must reject), and the element values (a palette of
-//       0, +-1, small and large normals, NaN, +-Inf, denormals, +-1e38, +-FLT_MAX; raw bits; or a
-//       PRNG seeded from the input).
+//       buffers for sizes that validation must reject), for the backward where ATTN and LSE come
+//       from (the library's forward on the same inputs, or arbitrary values), and the element
+//       values (a palette of 0, +-1, small and large normals, NaN, +-Inf, denormals, +-1e38,
+//       +-FLT_MAX; raw bits; or a PRNG seeded from the input).
 // make_seeds.py writes the seed corpus in this format. Run an input with EA_FUZZ_VERBOSE=1 set
 // to print what it decodes into.
 //
 // The contract checked:
 // - each call either throws std::invalid_argument (std::length_error and std::bad_alloc are
 //   tolerated too) or returns; it throws exactly when the configuration breaks a documented
-//   rule (the model below mirrors MultiHead.hpp / Attention.hpp / Options.hpp), and then writes
-//   nothing;
+//   rule (the model below mirrors MultiHead.hpp / Attention.hpp / Backward.hpp / Options.hpp),
+//   and then writes nothing (the backward's resizable outputs keep their size and values too);
 // - no call writes outside its outputs' elements, nor into any input;
 // - a row that sees no key has zero SCORES, zero ATTN and LSE = -inf; hidden keys weigh exactly 0;
 //   every weight is in [0, 1] or NaN;
@@ -30,14 +33,21 @@
 //   the ALiBi slope) are finite with magnitude <= 1e3 has no NaN, weights summing to 1 (1e-3),
 //   a finite LSE and an ATTN inside the range of the V rows it sees; when its logits are also
 //   small (<= 50) it matches a long-double reference;
-// - merge_attention's rows follow its formula; results with several threads are bitwise equal
-//   to one thread's.
+// - merge_attention's rows follow its formula;
+// - the backward (whatever ATTN and LSE hold): a row that sees no key has a zero dQ row, a key
+//   that no row of its K/V head sees (padded keys included) zero dK and dV rows, and a dbias entry
+//   that no (sequence, head) it sums over sees is 0 (an empty sum too); with the forward's ATTN
+//   and LSE, a gradient element whose inputs (the rows that see it: their Q, dOUT, ATTN rows, LSE,
+//   the K/V rows, bias and d_scores entries they see, the scale, the slope) are finite with
+//   magnitude <= 1e3 is finite, and when their logits are also small (<= 50) it matches the
+//   long-double reference of test/support/reference_backward.hpp within 4x its per-element bound;
+// - results with several threads are bitwise equal to one thread's.
 // A violation prints the decoded configuration and traps. Any other exception escapes (a crash).
 //
 // Files: this one decodes the scalar type and the call and dispatches; fuzz_attention_model.hpp
 // holds what the calls share (memory, values, options, per-row checks); fuzz_overlap.hpp the
-// model of the overlap rule; fuzz_attention_single.cpp, fuzz_attention_heads.cpp and
-// fuzz_attention_merge.cpp one call family each.
+// model of the overlap rule; fuzz_attention_single.cpp, fuzz_attention_heads.cpp,
+// fuzz_attention_merge.cpp and fuzz_attention_backward.cpp one call family each.
 
 #include <cstdint>
 #include <cstdio>
@@ -58,6 +68,9 @@ void run(Call call, Reader& r, bool big) {
   const ea::Options opt = decode_options(r);
   if (int(call) <= int(Call::ScoresIntoLse)) {
     single<T>(call, opt, r, big);
+  } else if (int(call) >= int(Call::Backward)) {
+    note(format("backward: %s<%s>%s", call_name(call), type_name<T>(), big ? " (big)" : ""));
+    backward<T>(call, opt, r, big);
   } else {
     note(format("multi-head: %s<%s>%s", call_name(call), type_name<T>(), big ? " (big)" : ""));
     heads<T>(call, opt, r, big);

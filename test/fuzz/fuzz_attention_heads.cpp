@@ -69,35 +69,10 @@ struct HeadsCall {
   void decode() {
     varlen = call == Call::Varlen || call == Call::VarlenDecomposed;
     decomposed = call == Call::HeadsDecomposed;
-    if (big) {
-      B = 1 + r.u8() % 2, Hkv = 1, group = 1 + r.u8() % 2, tq = r.u16() % 260, tk = r.u16() % 1100;
-      dk = 1 + r.u8() % 4, dv = r.u8() % 5;
-    } else {
-      B = r.u8() % 4, Hkv = r.u8() % 4, group = 1 + r.u8() % 3, tq = r.u8() % 13, tk = r.u8() % 13;
-      dk = r.u8() % 13, dv = r.u8() % 13;
-    }
-    H = Hkv * group;
-    // Packed sequences (varlen): their lengths, then the offsets.
-    if (varlen) {
-      S = r.u8() % 5;
-      for (Index s = 0; s < S; ++s) {
-        const Index lq = big ? r.u8() % 140 : r.u8() % 7, lk = big ? r.u16() % 600 : r.u8() % 7;
-        cu_q.push_back(cu_q.back() + lq);
-        cu_k.push_back(cu_k.back() + lk);
-      }
-      B = 1;
-      tq = cu_q.back() + r.u8() % 3;  // packed rows after the last sequence belong to none
-      tk = cu_k.back() + r.u8() % 3;
-      const std::uint8_t f = r.u8() % 24;
-      if (f == 16) cu_q[0] = 1;
-      if (f == 17 && S >= 1) std::swap(cu_q[0], cu_q[S]);
-      if (f == 18) cu_q[S] = tq + 1;
-      if (f == 19) cu_k[0] = -1;
-      if (f == 20 && S >= 2) std::swap(cu_k[1], cu_k[2]);
-      if (f == 21) cu_k[S] = tk + 1;
-      if (f == 22) seq_claim = -1;
-      if (f == 23) B = 2;  // a packed batch must have batch 1
-    }
+    const HeadsShape shape = decode_heads_shape(r, big, varlen);
+    B = shape.B, Hkv = shape.Hkv, group = shape.group, H = shape.H;
+    tq = shape.tq, tk = shape.tk, dk = shape.dk, dv = shape.dv;
+    S = shape.S, cu_q = shape.cu_q, cu_k = shape.cu_k, seq_claim = shape.seq_claim;
     // Real shape faults (the buffers follow them) and claimed sizes (they do not).
     const auto set = [&](int s, Index b, Index h, Index t, Index d) {
       n[s][0] = b, n[s][1] = h, n[s][2] = t, n[s][3] = d;
@@ -115,15 +90,9 @@ struct HeadsCall {
     has_out = !decomposed || (pres & 2);
     has_scores = decomposed && (pres & 0x1c) != 0x1c;
     has_average = decomposed && (pres & 0x20);
-    const std::uint8_t mpres = r.u8();
-    has_mask = !varlen ? (mpres & 3) == 1 : (mpres & 0x3f) == 0x3f;
-    has_bias = !varlen ? ((mpres >> 2) & 3) == 1 : false;
-    has_lengths = !varlen ? ((mpres >> 4) & 3) == 1 : false;
-    has_alibi = (mpres >> 6) == 1;
-    mb = (r.u8() & 1) ? B : 1;
-    mh = (r.u8() & 1) ? H : 1;
-    bb = (r.u8() & 1) ? B : 1;
-    bh = (r.u8() & 1) ? H : 1;
+    const MaskChoice m = decode_mask_choice(r, varlen, B, H);
+    has_mask = m.mask, has_bias = m.bias, has_lengths = m.lengths, has_alibi = m.alibi;
+    mb = m.mb, mh = m.mh, bb = m.bb, bh = m.bh;
     set(kMask, mb, mh, tq, tk);
     set(kBias, bb, bh, tq, tk);
     {
@@ -269,29 +238,8 @@ struct HeadsCall {
       fill(bias, f);
       note("  bias " + bias.describe() + " values " + f.describe());
     }
-    if (has_lengths) {
-      std::string s = "  key_lengths:";
-      for (Index b = 0; b < B; ++b) {
-        const std::uint8_t x = r.u8() % 16;
-        std::int64_t len;
-        if (x < 10) {
-          len = static_cast<std::int64_t>(r.u8() % (tk + 1));
-        } else {
-          const std::int64_t special[] = {tk, 0, -1, tk + 1, INT64_MAX, INT64_MIN};
-          len = special[x - 10];
-        }
-        lengths.at(0, 0, 0, b) = len;
-        s += format(" %lld", (long long)len);
-      }
-      note(s);
-    }
-    if (has_alibi) {
-      Filler<T> f(r, big);
-      fill(slopes, f);
-      std::string s = "  alibi slopes (" + f.describe() + "):";
-      for (Index h = 0; h < H; ++h) s += format(" %g", double(slopes.at(0, 0, 0, h)));
-      note(s);
-    }
+    if (has_lengths) fill_key_lengths(r, lengths, B, tk);
+    if (has_alibi) fill_alibi(r, slopes, H, big);
     for (std::size_t i = 0; i < cu_q.size(); ++i) cuq.at(0, 0, 0, Index(i)) = cu_q[i];
     for (std::size_t i = 0; i < cu_k.size(); ++i) cuk.at(0, 0, 0, Index(i)) = cu_k[i];
     if (varlen) {
@@ -320,14 +268,8 @@ struct HeadsCall {
     };
     const auto broadcast = [&](const auto& tensor, int s) {
       using E = std::remove_reference_t<decltype(*tensor.data())>;
-      ea::BroadcastView<E> v;
-      if (!present[s]) return v;
-      const auto hv = heads_view<E>(tensor, claim_slot == s ? claim : Claim{});
-      v.data = hv.data;
-      v.batch = hv.batch, v.heads = hv.heads, v.rows = hv.tokens, v.cols = hv.dim;
-      v.batch_stride = hv.batch_stride, v.head_stride = hv.head_stride;
-      v.row_stride = hv.token_stride, v.col_stride = hv.dim_stride;
-      return v;
+      if (!present[s]) return ea::BroadcastView<E>{};
+      return broadcast_of<E>(tensor, claim_slot == s ? claim : Claim{});
     };
     Qv = in_view(kQ), Kv = in_view(kK), Vv = in_view(kV);
     Ov = out_view(kOut), Lv = out_view(kLse), Sv = out_view(kScores), Av = out_view(kAverage);
@@ -376,56 +318,16 @@ struct HeadsCall {
       if (!Av.empty())
         e.check(shape_is(Av, Qv.batch, 1, Qv.tokens, Kv.tokens), "average_scores has the wrong shape");
       const Index Bseq = varlen ? sequences : Qv.batch;
-      if (varlen) {
-        e.check(sequences >= 0, "negative number of sequences");
-        e.check(Qv.batch == 1, "a packed batch has batch 1");
-        e.check(!has_mask && !has_bias && !has_lengths, "varlen takes no mask, bias or key_lengths");
-        if (sequences >= 0) {
-          e.check(cu_q[0] == 0 && cu_k[0] == 0, "cu_seqlens must start at 0");
-          for (Index s = 0; s < S; ++s)
-            e.check(cu_q[s + 1] >= cu_q[s] && cu_k[s + 1] >= cu_k[s], "cu_seqlens decrease");
-          e.check(cu_q[S] <= Qv.tokens && cu_k[S] <= Kv.tokens, "cu_seqlens exceed the packed tokens");
-        }
-      } else {
-        const auto bc_ok = [&](const auto& m) {
-          return m.empty() || ((m.batch == 1 || m.batch == Bseq) && (m.heads == 1 || m.heads == Qv.heads) &&
-                               m.rows == Qv.tokens && m.cols == Kv.tokens);
-        };
-        e.check(bc_ok(masks.mask), "the mask does not broadcast");
-        e.check(bc_ok(masks.bias), "the bias does not broadcast");
-        if (has_lengths && !e.invalid) {
-          for (Index b = 0; b < Bseq; ++b) {
-            const auto len = lengths.at(0, 0, 0, b);
-            e.check(len >= 0 && len <= Kv.tokens, "a key length is outside [0, T_k]");
-          }
-        }
-      }
+      expect_mask_rules<T>(e, varlen, sequences, S, cu_q, cu_k, Qv, Kv, masks);
       if (!e.invalid) {
         const ea::HeadsView<const T> outs[] = {Ov, Lv, Sv, Av};
-        const auto as_heads = [](const auto& m) {
-          using E = std::remove_const_t<std::remove_pointer_t<decltype(m.data)>>;
-          return ea::HeadsView<const E>{m.data,         m.batch,       m.heads,      m.rows,      m.cols,
-                                        m.batch_stride, m.head_stride, m.row_stride, m.col_stride};
-        };
-        const auto vec = [](const auto* p, Index count) {
-          using E = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
-          return ea::HeadsView<const E>{p, 1, 1, 1, count, 0, 0, 0, 1};
-        };
         for (const auto& o : outs) {
           if (!o.empty()) e.check(nested(o), "an output's strides are not nested");
         }
         for (const auto& o : outs) {
           for (const auto& in : {Qv, Kv, Vv}) expect_apart(e, verdict(o, in), "an output overlaps Q, K or V");
-          if (has_mask) expect_apart(e, verdict(o, as_heads(masks.mask)), "an output overlaps the mask");
-          if (has_bias) expect_apart(e, verdict(o, as_heads(masks.bias)), "an output overlaps the bias");
-          if (has_alibi)
-            expect_apart(e, verdict(o, vec(masks.alibi_slopes, Qv.heads)), "an output overlaps the slopes");
-          if (has_lengths)
-            expect_apart(e, verdict(o, vec(masks.key_lengths, Bseq)), "an output overlaps key_lengths");
-          if (varlen) {
-            expect_apart(e, verdict(o, vec(cuq.data(), Bseq + 1)), "an output overlaps cu_seqlens");
-            expect_apart(e, verdict(o, vec(cuk.data(), Bseq + 1)), "an output overlaps cu_seqlens");
-          }
+          expect_apart_from_masks(e, o, masks, Qv.heads, Bseq, varlen ? cuq.data() : nullptr,
+                                  varlen ? cuk.data() : nullptr);
         }
         // Outputs must not overlap each other: MultiHead.hpp says so of every pair.
         for (int a = 0; a < 4; ++a)
@@ -437,14 +339,10 @@ struct HeadsCall {
         for (const auto& other : {Qv, Kv, Vv, ea::HeadsView<const T>(Ov), ea::HeadsView<const T>(Lv)}) {
           expect_apart(e, verdict(pv, other), "packed scores overlap an input or output");
         }
-        const auto vec = [](const auto* p, Index count) {
-          using E = std::remove_const_t<std::remove_pointer_t<decltype(p)>>;
-          return ea::HeadsView<const E>{p, 1, 1, 1, count, 0, 0, 0, 1};
-        };
-        expect_apart(e, verdict(pv, vec(cuq.data(), S + 1)), "packed scores overlap cu_seqlens");
-        expect_apart(e, verdict(pv, vec(cuk.data(), S + 1)), "packed scores overlap cu_seqlens");
+        expect_apart(e, verdict(pv, vec_view(cuq.data(), S + 1)), "packed scores overlap cu_seqlens");
+        expect_apart(e, verdict(pv, vec_view(cuk.data(), S + 1)), "packed scores overlap cu_seqlens");
         if (has_alibi)
-          expect_apart(e, verdict(pv, vec(slopes.data(), H)), "packed scores overlap the ALiBi slopes");
+          expect_apart(e, verdict(pv, vec_view(slopes.data(), H)), "packed scores overlap the ALiBi slopes");
       }
       if (claim_slot >= 0) e.fail("a claimed size exceeds its buffer and must be rejected");
       // Weights wanted with no SCORES view: MultiHead.hpp neither allows nor forbids it.

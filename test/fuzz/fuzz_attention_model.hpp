@@ -4,13 +4,17 @@
 /// layout inside them, snapshots to see what a call wrote), the element values, the decoding of
 /// Options and what the library must make of them, the per-row checks of the results (one Case
 /// per sequence and query head, against a long-double reference), how a call's outcome is judged,
-/// and the calls (enum Call). The model of the library's overlap rule is in fuzz_overlap.hpp.
+/// the pieces the multi-head families decode alike (shapes and packed offsets, masks, key lengths,
+/// ALiBi slopes, and MultiHead.hpp's rules on them), the single-head calls' argument kinds, and the
+/// calls (enum Call). The model of the library's overlap rule is in fuzz_overlap.hpp.
 ///
 /// The call families, one file each, all decoding from the same Reader in the same order:
-///   fuzz_attention_single.cpp  single<T>: attention, attention_into, attention_decomposed(_into),
-///                              attention_scores(_into)
-///   fuzz_attention_heads.cpp   heads<T>: attention_heads(_decomposed), attention_varlen(_decomposed)
-///   fuzz_attention_merge.cpp   merge<T>: merge_attention
+///   fuzz_attention_single.cpp    single<T>: attention, attention_into, attention_decomposed(_into),
+///                                attention_scores(_into)
+///   fuzz_attention_heads.cpp     heads<T>: attention_heads(_decomposed), attention_varlen(_decomposed)
+///   fuzz_attention_merge.cpp     merge<T>: merge_attention
+///   fuzz_attention_backward.cpp  backward<T>: attention_backward(_into), attention_heads_backward,
+///                                attention_varlen_backward
 #pragma once
 
 #include <EigenAttention/EigenAttention.hpp>
@@ -560,7 +564,7 @@ bool options_ok(const ea::Options& o, Index dk) {
 /// What a call's outcome must be.
 struct Expect {
   bool invalid = false;    // a documented rule is broken: must throw
-  bool uncertain = false;  // only a conservative check could say: either outcome
+  bool uncertain = false;  // only a conservative check could say: may throw (must, when invalid)
   std::string why;
   void fail(const std::string& reason) {
     if (!invalid) why = reason;
@@ -765,7 +769,8 @@ bool outcome(const char* call, const Expect& e, F&& invoke) {
   try {
     invoke();
     if (g_verbose) note(format("result: %s returned", call));
-    EA_EXPECT(e.uncertain || !e.invalid, "%s returned, but it must throw: %s", call, e.why.c_str());
+    // A rule known to be broken must throw, whatever else only a conservative check could say.
+    EA_EXPECT(!e.invalid, "%s returned, but it must throw: %s", call, e.why.c_str());
     return true;
   } catch (const std::invalid_argument& ex) {
     what = std::string("std::invalid_argument: ") + ex.what();
@@ -792,6 +797,215 @@ struct Digest {
   }
 };
 
+// ---------------------------------------------------------------------------------------------
+// What the multi-head families (heads<T>, backward<T>) decode alike, in this order: the shapes and
+// packed offsets (decode_heads_shape), the masks' presence and broadcast shapes
+// (decode_mask_choice), and, among the values, the key lengths (fill_key_lengths) and ALiBi
+// slopes (fill_alibi); expect_mask_rules holds MultiHead.hpp's rules on them.
+
+/// The sizes of a multi-head call and, for a packed batch, its sequences.
+struct HeadsShape {
+  Index B = 0, Hkv = 0, group = 0, H = 0, tq = 0, tk = 0, dk = 0, dv = 0;
+  Index S = 0;  // packed sequences (varlen)
+  std::vector<std::int64_t> cu_q = std::vector<std::int64_t>(1, 0), cu_k = std::vector<std::int64_t>(1, 0);
+  Index seq_claim = 0;  // -1: the number of sequences is passed as -1
+};
+
+/// Reads the sizes (long sequences when big) and, for a packed batch, the sequences' lengths,
+/// the packed rows after them and an offset fault.
+inline HeadsShape decode_heads_shape(Reader& r, bool big, bool varlen) {
+  HeadsShape s;
+  if (big) {
+    s.B = 1 + r.u8() % 2, s.Hkv = 1, s.group = 1 + r.u8() % 2, s.tq = r.u16() % 260, s.tk = r.u16() % 1100;
+    s.dk = 1 + r.u8() % 4, s.dv = r.u8() % 5;
+  } else {
+    s.B = r.u8() % 4, s.Hkv = r.u8() % 4, s.group = 1 + r.u8() % 3, s.tq = r.u8() % 13, s.tk = r.u8() % 13;
+    s.dk = r.u8() % 13, s.dv = r.u8() % 13;
+  }
+  s.H = s.Hkv * s.group;
+  // Packed sequences (varlen): their lengths, then the offsets.
+  if (varlen) {
+    std::vector<std::int64_t>&cu_q = s.cu_q, &cu_k = s.cu_k;
+    const Index S = s.S = r.u8() % 5;
+    for (Index q = 0; q < S; ++q) {
+      const Index lq = big ? r.u8() % 140 : r.u8() % 7, lk = big ? r.u16() % 600 : r.u8() % 7;
+      cu_q.push_back(cu_q.back() + lq);
+      cu_k.push_back(cu_k.back() + lk);
+    }
+    s.B = 1;
+    s.tq = cu_q.back() + r.u8() % 3;  // packed rows after the last sequence belong to none
+    s.tk = cu_k.back() + r.u8() % 3;
+    const std::uint8_t f = r.u8() % 24;
+    if (f == 16) cu_q[0] = 1;
+    if (f == 17 && S >= 1) std::swap(cu_q[0], cu_q[S]);
+    if (f == 18) cu_q[S] = s.tq + 1;
+    if (f == 19) cu_k[0] = -1;
+    if (f == 20 && S >= 2) std::swap(cu_k[1], cu_k[2]);
+    if (f == 21) cu_k[S] = s.tk + 1;
+    if (f == 22) s.seq_claim = -1;
+    if (f == 23) s.B = 2;  // a packed batch must have batch 1
+  }
+  return s;
+}
+
+/// Which masks a multi-head call is given, and the batch and head sizes of the mask and bias
+/// (1 or B, 1 or H). A packed batch takes ALiBi only (a mask is tried, rarely: it must throw).
+struct MaskChoice {
+  bool mask = false, bias = false, lengths = false, alibi = false;
+  Index mb = 1, mh = 1, bb = 1, bh = 1;
+};
+
+inline MaskChoice decode_mask_choice(Reader& r, bool varlen, Index B, Index H) {
+  MaskChoice m;
+  const std::uint8_t mpres = r.u8();
+  m.mask = !varlen ? (mpres & 3) == 1 : (mpres & 0x3f) == 0x3f;
+  m.bias = !varlen ? ((mpres >> 2) & 3) == 1 : false;
+  m.lengths = !varlen ? ((mpres >> 4) & 3) == 1 : false;
+  m.alibi = (mpres >> 6) == 1;
+  m.mb = (r.u8() & 1) ? B : 1;
+  m.mh = (r.u8() & 1) ? H : 1;
+  m.bb = (r.u8() & 1) ? B : 1;
+  m.bh = (r.u8() & 1) ? H : 1;
+  return m;
+}
+
+/// B key lengths, mostly within [0, T_k], sometimes outside it.
+inline void fill_key_lengths(Reader& r, const Tensor<std::int64_t>& lengths, Index B, Index tk) {
+  std::string s = "  key_lengths:";
+  for (Index b = 0; b < B; ++b) {
+    const std::uint8_t x = r.u8() % 16;
+    std::int64_t len;
+    if (x < 10) {
+      len = static_cast<std::int64_t>(r.u8() % (tk + 1));
+    } else {
+      const std::int64_t special[] = {tk, 0, -1, tk + 1, INT64_MAX, INT64_MIN};
+      len = special[x - 10];
+    }
+    lengths.at(0, 0, 0, b) = len;
+    s += format(" %lld", (long long)len);
+  }
+  note(s);
+}
+
+/// H ALiBi slopes.
+template <class T>
+void fill_alibi(Reader& r, const Tensor<T>& slopes, Index H, bool big) {
+  Filler<T> f(r, big);
+  fill(slopes, f);
+  std::string s = "  alibi slopes (" + f.describe() + "):";
+  for (Index h = 0; h < H; ++h) s += format(" %g", double(slopes.at(0, 0, 0, h)));
+  note(s);
+}
+
+/// A mask or bias tensor as the BroadcastView handed to the library (its sizes claimed by `c`).
+template <class E>
+ea::BroadcastView<E> broadcast_of(const Tensor<E>& t, Claim c = {}) {
+  const auto hv = heads_view<E>(t, c);
+  ea::BroadcastView<E> v;
+  v.data = hv.data;
+  v.batch = hv.batch, v.heads = hv.heads, v.rows = hv.tokens, v.cols = hv.dim;
+  v.batch_stride = hv.batch_stride, v.head_stride = hv.head_stride;
+  v.row_stride = hv.token_stride, v.col_stride = hv.dim_stride;
+  return v;
+}
+
+/// MultiHead.hpp's rules on the masks (for the views q and k) or, for a packed batch, on the
+/// number of sequences and the offsets cu_q, cu_k (S + 1 entries each) of `sequences` sequences.
+template <class T>
+void expect_mask_rules(Expect& e, bool varlen, Index sequences, Index S,
+                       const std::vector<std::int64_t>& cu_q, const std::vector<std::int64_t>& cu_k,
+                       const ea::HeadsView<const T>& q, const ea::HeadsView<const T>& k,
+                       const ea::Masks<T>& masks) {
+  const bool has_mask = !masks.mask.empty(), has_bias = !masks.bias.empty();
+  const bool has_lengths = masks.key_lengths != nullptr;
+  if (varlen) {
+    e.check(sequences >= 0, "negative number of sequences");
+    e.check(q.batch == 1, "a packed batch has batch 1");
+    e.check(!has_mask && !has_bias && !has_lengths, "varlen takes no mask, bias or key_lengths");
+    if (sequences >= 0) {
+      e.check(cu_q[0] == 0 && cu_k[0] == 0, "cu_seqlens must start at 0");
+      for (Index s = 0; s < S; ++s)
+        e.check(cu_q[s + 1] >= cu_q[s] && cu_k[s + 1] >= cu_k[s], "cu_seqlens decrease");
+      e.check(cu_q[S] <= q.tokens && cu_k[S] <= k.tokens, "cu_seqlens exceed the packed tokens");
+    }
+  } else {
+    const auto bc_ok = [&](const auto& m) {
+      return m.empty() || ((m.batch == 1 || m.batch == q.batch) && (m.heads == 1 || m.heads == q.heads) &&
+                           m.rows == q.tokens && m.cols == k.tokens);
+    };
+    e.check(bc_ok(masks.mask), "the mask does not broadcast");
+    e.check(bc_ok(masks.bias), "the bias does not broadcast");
+    if (has_lengths && !e.invalid) {
+      for (Index b = 0; b < q.batch; ++b) {
+        const auto len = masks.key_lengths[b];
+        e.check(len >= 0 && len <= k.tokens, "a key length is outside [0, T_k]");
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The single-head calls' arguments (single<T>, backward<T>).
+
+/// An input as the front doors see it: a strided Map (kind 0), a column-major Eigen::Matrix
+/// copy (kind 1), or an expression without direct access (kind 2, evaluated by the library).
+/// Only a Map claims sizes beyond its buffer.
+template <class T, int Kind>
+struct In {
+  ea::ConstStridedMap<T> m;
+  In(const Tensor<T>& t, Claim c)
+      : m(t.data(), c.axis == 2 ? c.value : t.n[2], c.axis == 3 ? c.value : t.n[3],
+          Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.s[2], t.s[3])) {}
+  const ea::ConstStridedMap<T>& get() const { return m; }
+};
+template <class T>
+struct In<T, 1> {
+  Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> m;
+  In(const Tensor<T>& t, Claim)
+      : m(ea::ConstStridedMap<T>(t.data(), t.n[2], t.n[3],
+                                 Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.s[2], t.s[3]))) {}
+  const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>& get() const { return m; }
+};
+template <class T>
+struct In<T, 2> {
+  ea::ConstStridedMap<T> m;
+  In(const Tensor<T>& t, Claim)
+      : m(t.data(), t.n[2], t.n[3], Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.s[2], t.s[3])) {}
+  auto get() const { return m * T(1); }
+};
+
+/// An output: a strided Map over an Arena tensor (kind 0), or a resizable row-major (1) or
+/// column-major (2) Eigen matrix, initially r0 x c0 and all -7.
+template <class T, int Kind>
+struct Out {
+  ea::StridedMap<T> m;
+  Out(const Tensor<T>& t, Claim c, Index, Index)
+      : m(t.data(), c.axis == 2 ? c.value : t.n[2], c.axis == 3 ? c.value : t.n[3],
+          Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.s[2], t.s[3])) {}
+};
+template <class T>
+struct Out<T, 1> {
+  ea::RowMatrix<T> m;
+  Out(const Tensor<T>&, Claim, Index r0, Index c0) : m(r0, c0) { m.setConstant(T(-7)); }
+};
+template <class T>
+struct Out<T, 2> {
+  Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> m;
+  Out(const Tensor<T>&, Claim, Index r0, Index c0) : m(r0, c0) { m.setConstant(T(-7)); }
+};
+
+template <class M>
+Acc<typename M::Scalar> acc_of(const M& m) {
+  return {m.data(), m.rows(), m.cols(), m.rowStride(), m.colStride()};
+}
+
+/// The layouts of single-head inputs (and of outputs given as Maps).
+inline Lay input_lay(std::uint8_t b) {
+  static const Lay lays[] = {Lay::BHTD,     Lay::BHTD,    Lay::ColMajor, Lay::Padded,
+                             Lay::ColMajor, Lay::ZeroRow, Lay::ZeroCol,  Lay::Interleaved};
+  return lays[b % 8];
+}
+
 inline const Index kHuge[] = {Index(1) << 40, Index(1) << 62, kIndexMax, -1, kIndexMin, Index(1) << 31};
 
 enum class Call {
@@ -809,6 +1023,9 @@ enum class Call {
   Varlen,
   VarlenDecomposed,
   Merge,
+  Backward,
+  HeadsBackward,
+  VarlenBackward,
   kCount
 };
 inline const char* call_name(Call c) {
@@ -825,7 +1042,10 @@ inline const char* call_name(Call c) {
                                 "attention_heads_decomposed",
                                 "attention_varlen",
                                 "attention_varlen_decomposed",
-                                "merge_attention"};
+                                "merge_attention",
+                                "attention_backward",
+                                "attention_heads_backward",
+                                "attention_varlen_backward"};
   return names[int(c)];
 }
 
@@ -836,5 +1056,7 @@ template <class T>
 void heads(Call call, const ea::Options& opt, Reader& r, bool big);
 template <class T>
 void merge(Reader& r);
+template <class T>
+void backward(Call call, const ea::Options& opt, Reader& r, bool big);
 
 }  // namespace ea_fuzz_attention

@@ -7,57 +7,6 @@
 
 namespace ea_fuzz_attention {
 
-/// An input as the front doors see it: a strided Map (kind 0), a column-major Eigen::Matrix
-/// copy (kind 1), or an expression without direct access (kind 2, evaluated by the library).
-template <class T, int Kind>
-struct In {
-  ea::ConstStridedMap<T> m;
-  In(const Tensor<T>& t, Claim c)
-      : m(t.data(), c.axis == 2 ? c.value : t.n[2], c.axis == 3 ? c.value : t.n[3],
-          Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.s[2], t.s[3])) {}
-  const ea::ConstStridedMap<T>& get() const { return m; }
-};
-template <class T>
-struct In<T, 1> {
-  Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> m;
-  In(const Tensor<T>& t, Claim)
-      : m(ea::ConstStridedMap<T>(t.data(), t.n[2], t.n[3],
-                                 Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.s[2], t.s[3]))) {}
-  const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>& get() const { return m; }
-};
-template <class T>
-struct In<T, 2> {
-  ea::ConstStridedMap<T> m;
-  In(const Tensor<T>& t, Claim)
-      : m(t.data(), t.n[2], t.n[3], Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.s[2], t.s[3])) {}
-  auto get() const { return m * T(1); }
-};
-
-/// An output: a strided Map over an Arena tensor (kind 0), or a resizable row-major (1) or
-/// column-major (2) Eigen matrix.
-template <class T, int Kind>
-struct Out {
-  ea::StridedMap<T> m;
-  Out(const Tensor<T>& t, Claim c, Index, Index)
-      : m(t.data(), c.axis == 2 ? c.value : t.n[2], c.axis == 3 ? c.value : t.n[3],
-          Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(t.s[2], t.s[3])) {}
-};
-template <class T>
-struct Out<T, 1> {
-  ea::RowMatrix<T> m;
-  Out(const Tensor<T>&, Claim, Index r0, Index c0) : m(r0, c0) { m.setConstant(T(-7)); }
-};
-template <class T>
-struct Out<T, 2> {
-  Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> m;
-  Out(const Tensor<T>&, Claim, Index r0, Index c0) : m(r0, c0) { m.setConstant(T(-7)); }
-};
-
-template <class M>
-Acc<typename M::Scalar> acc_of(const M& m) {
-  return {m.data(), m.rows(), m.cols(), m.rowStride(), m.colStride()};
-}
-
 struct SingleSpec {
   Index tq = 0, tk = 0, dk = 0, dv = 0;
   Index kcols = 0, vrows = 0;  // K's columns and V's rows (faults make them differ)
@@ -74,12 +23,6 @@ struct SingleSpec {
   int alias_host = 0;  // 0 Q, 1 K, 2 V, 3 the previous output
   Index alias_shift = 0;
 };
-
-Lay input_lay(std::uint8_t b) {
-  static const Lay lays[] = {Lay::BHTD,     Lay::BHTD,    Lay::ColMajor, Lay::Padded,
-                             Lay::ColMajor, Lay::ZeroRow, Lay::ZeroCol,  Lay::Interleaved};
-  return lays[b % 8];
-}
 
 template <class T, int IK, int OK>
 void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bool big) {

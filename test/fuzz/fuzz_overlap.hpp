@@ -12,8 +12,9 @@
 ///     address sets);
 ///   - merge_attention also accepts an output that is exactly an input (in place: the same data,
 ///     sizes and strides).
-/// Applied in run_single (fuzz_attention_single.cpp), HeadsCall::expect (fuzz_attention_heads.cpp)
-/// and merge (fuzz_attention_merge.cpp).
+/// Applied in run_single (fuzz_attention_single.cpp), HeadsCall::expect (fuzz_attention_heads.cpp),
+/// merge (fuzz_attention_merge.cpp) and the backward calls (fuzz_attention_backward.cpp); an output
+/// of a multi-head call against the masks' arrays and packed offsets: expect_apart_from_masks.
 #pragma once
 
 #include "fuzz_attention_model.hpp"
@@ -131,6 +132,37 @@ bool nested(const ea::HeadsView<E>& v) {
   const Index n[4] = {v.batch, v.heads, v.tokens, v.dim},
               s[4] = {v.batch_stride, v.head_stride, v.token_stride, v.dim_stride};
   return nested(n, s);
+}
+
+/// A mask or bias as the 4-D view the overlap rule compares.
+template <class E>
+ea::HeadsView<const E> as_heads(const ea::BroadcastView<E>& m) {
+  return {m.data,         m.batch,       m.heads,      m.rows,      m.cols,
+          m.batch_stride, m.head_stride, m.row_stride, m.col_stride};
+}
+
+/// `count` contiguous elements (key lengths, ALiBi slopes, packed offsets) as a 4-D view.
+template <class E>
+ea::HeadsView<const E> vec_view(const E* p, Index count) {
+  return {p, 1, 1, 1, count, 0, 0, 0, 1};
+}
+
+/// An output of a multi-head call against the masks' arrays and, for a packed batch, the offsets
+/// (cu_q, cu_k: not null then) of `sequences` sequences, for H query heads and B (or `sequences`)
+/// key lengths.
+template <class T, class O>
+void expect_apart_from_masks(Expect& e, const ea::HeadsView<O>& o, const ea::Masks<T>& masks, Index H,
+                             Index sequences, const std::int64_t* cu_q, const std::int64_t* cu_k) {
+  if (!masks.mask.empty()) expect_apart(e, verdict(o, as_heads(masks.mask)), "an output overlaps the mask");
+  if (!masks.bias.empty()) expect_apart(e, verdict(o, as_heads(masks.bias)), "an output overlaps the bias");
+  if (masks.alibi_slopes != nullptr)
+    expect_apart(e, verdict(o, vec_view(masks.alibi_slopes, H)), "an output overlaps the slopes");
+  if (masks.key_lengths != nullptr)
+    expect_apart(e, verdict(o, vec_view(masks.key_lengths, sequences)), "an output overlaps key_lengths");
+  if (cu_q != nullptr) {
+    expect_apart(e, verdict(o, vec_view(cu_q, sequences + 1)), "an output overlaps cu_seqlens");
+    expect_apart(e, verdict(o, vec_view(cu_k, sequences + 1)), "an output overlaps cu_seqlens");
+  }
 }
 
 }  // namespace ea_fuzz_attention

@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # Calls, in fuzz_attention.cpp's order.
 CALLS = ["attention", "attention_into", "attention_into_lse", "decomposed", "decomposed_into",
          "decomposed_into_lse", "scores", "scores_into", "scores_into_lse", "heads", "heads_decomposed",
-         "varlen", "varlen_decomposed", "merge"]
+         "varlen", "varlen_decomposed", "merge", "backward", "heads_backward", "varlen_backward"]
 
 
 def options(causal=False, bottom_right=False, scale=0, window=(0, 0), softcap=0, threads=0, kernel=0):
@@ -84,6 +84,55 @@ def merge(dtype="f", B=1, H=2, T=3, D=4, fault=0, claim=0, lays=(0,) * 6, where=
     return b + tail
 
 
+def backward(dtype="f", big=False, into=False, d_scores=False, arbitrary=False, tq=4, tk=5, dk=3, dv=2, share=4,
+             fault=(), in_kind=0, out_kind=0, lays=(0,) * 7, out_lays=(0, 0, 0), claim=(), alias=(), opts=None,
+             fills=None):
+    """attention_backward(_into). fault: (kind 2 = one less / 3 = one more, slot | axis << 4) with slots Q K V
+    attn lse d_attn d_scores dq dk dv; in_kind/out_kind: index into (Map, Map, Map, column-major copy or
+    resizable row-major, expression or resizable column-major); claim: (byte, slot | axis << 4) (Map inputs,
+    no sharing); alias: (byte, host, shift) with host Q K V attn lse d_attn d_scores, 7 = the previous output.
+    Fills: Q, K (unless K is Q), V (unless V is K), attn, lse, d_attn, d_scores (when given)."""
+    head = (1 if dtype == "d" else 0) | (0x0E if big else 0)
+    b = bytes([head, CALLS.index("backward")]) + (opts or options())
+    b += bytes([(1 if into else 0) | (2 if d_scores else 0) | (12 if arbitrary else 0)])
+    if big:
+        b += struct.pack("<HH", tq, tk) + bytes([dk - 1, dv])
+    else:
+        b += bytes([tq, tk, dk, dv])
+    b += bytes([share]) + (bytes(fault) if fault else bytes([0]))
+    b += bytes([in_kind]) + (bytes([out_kind]) if into else b"")
+    b += bytes(lays) + bytes(out_lays) + (bytes(claim) if claim else bytes([0]))
+    b += bytes(alias) if alias else bytes([0])
+    n = 7 - (1 if share & 1 and share < 4 else 0) - (1 if share & 2 and share < 4 else 0) - (0 if d_scores else 1)
+    for f in fills or [filler(seed=s + 1) for s in range(n)]:
+        b += f
+    return b
+
+
+def heads_backward(call="heads_backward", dtype="f", d_scores=False, d_bias=0, arbitrary=False, B=2, Hkv=1,
+                   group=2, tq=4, tk=5, dk=3, dv=2, seqs=(), extra=(0, 0), varlen_fault=0, mpres=0,
+                   mask_shape=(0, 0), bias_shape=(0, 0), fault=(), h_fault=0, claim=(), lays=(0,) * 13, alias=(),
+                   opts=None, tail=b""):
+    """attention_heads_backward / attention_varlen_backward. d_bias: 0 none, 2 with a bias (forced), 3 as
+    the masks say; mpres as heads(); fault (kind, slot | axis << 4) with slots Q K V out lse d_out d_scores dq
+    dk dv d_bias mask bias; alias: (byte, host, shift). Then the fills: Q, K, V; `tail` holds the mask,
+    bias, key lengths and ALiBi fills (as the masks say) and then out, lse (read always), d_out, d_scores."""
+    b = bytes([1 if dtype == "d" else 0, CALLS.index(call)]) + (opts or options())
+    b += bytes([(1 if d_scores else 0) | (d_bias << 1) | (0x18 if arbitrary else 0)])
+    b += bytes([B, Hkv, group - 1, tq, tk, dk, dv])
+    if call.startswith("varlen"):
+        b += bytes([len(seqs)])
+        for lq, lk in seqs:
+            b += bytes([lq, lk])
+        b += bytes([extra[0], extra[1], varlen_fault])
+    b += bytes([mpres, mask_shape[0], mask_shape[1], bias_shape[0], bias_shape[1]])
+    b += (bytes(fault) if fault else bytes([0])) + bytes([h_fault]) + (bytes(claim) if claim else bytes([0]))
+    b += bytes(lays) + (bytes(alias) if alias else bytes([0]))
+    for s in range(3):
+        b += filler(seed=s + 1)
+    return b + tail
+
+
 def attention_seeds():
     nan_q = filler(mode=2, values=bytes([13, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]))
     return {
@@ -110,6 +159,27 @@ def attention_seeds():
         "heads_lse_over_q": heads("heads", pres=1, alias=(1 << 3) | 7, alias_shift=2),
         "merge_in_place": merge(where=(1, 1, 0)),
         "merge_partial_overlap": merge(where=(3, 0, 1)),
+        "backward_plain": backward(),
+        "backward_into_d_scores_colmajor_double": backward(
+            dtype="d", into=True, d_scores=True, in_kind=3, out_kind=4, tq=5, tk=7,
+            opts=options(causal=True, bottom_right=True)),
+        "backward_into_softcap_window_padded": backward(
+            into=True, lays=(3, 2, 0, 3, 0, 2, 0), out_lays=(3, 2, 0), opts=options(softcap=7, window=(6, 5))),
+        "backward_arbitrary_attn_lse": backward(arbitrary=True, d_scores=True, opts=options(kernel=4)),
+        "backward_dq_over_lse": backward(into=True, alias=(7, 4, 0)),
+        "backward_d_scores_wrong_shape": backward(d_scores=True, fault=(3, 6 | 1 << 4)),
+        "backward_big_threads": backward(big=True, tq=200, tk=700, dk=2, dv=3, opts=options(causal=True, threads=4)),
+        "heads_backward_gqa_mask_bias_d_bias_alibi": heads_backward(
+            d_scores=True, d_bias=2, B=2, Hkv=2, group=2, mpres=0x41, mask_shape=(1, 1), bias_shape=(0, 1),
+            tail=bytes([2, 1, 0, 0, 0, 0x80]) + filler(seed=9) + filler(seed=10) +
+            b"".join(filler(seed=s) for s in (11, 12, 13, 14))),
+        "heads_backward_key_lengths_broadcast_d_bias": heads_backward(
+            d_bias=2, mpres=0x10, opts=options(causal=True, bottom_right=True),
+            tail=filler(seed=9) + bytes([0, 3, 10]) + b"".join(filler(seed=s) for s in (11, 12, 13))),
+        "heads_backward_d_bias_without_bias": heads_backward(d_bias=3),
+        "varlen_backward_three_sequences": heads_backward(
+            call="varlen_backward", seqs=((3, 4), (0, 2), (5, 1)), extra=(2, 1), mpres=0x40,
+            opts=options(causal=True, bottom_right=True), tail=filler(seed=11)),
     }
 
 
