@@ -22,6 +22,7 @@ internal::Call<T> call_of(const char* api, const BackwardInputs<T>& in) {
   c.fwd_out = internal::one_head(in.attn);
   c.fwd_lse = internal::one_head(in.lse);
   c.d_out = internal::one_head(in.d_attn);
+  c.want_d_scores = in.has_d_scores;
   if (in.has_d_scores) c.d_scores = internal::one_head(in.d_scores);
   c.fwd_out_name = "attn";
   c.d_out_name = "d_attn";

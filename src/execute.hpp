@@ -31,7 +31,11 @@ void zero_head_rows(const HeadsView<T>& v, index_t b, index_t h, index_t first, 
 template <typename T>
 void execute_backward(const Problem<T>& p, int threads) {
   const index_t B = p.sequences, H = p.heads();
-  if (B == 0 || H == 0) return;
+  if (B == 0 || H == 0) {  // no problem adds into dbias: it is the empty sum, 0
+    for (index_t b = 0; b < p.d_bias.batch; ++b)
+      for (index_t h = 0; h < p.d_bias.heads; ++h) zero_head_rows(p.d_bias, b, h, 0, p.d_bias.tokens);
+    return;
+  }
   const bool bias_over_batch = p.d_bias.data != nullptr && p.d_bias.batch == 1;
   const bool bias_over_heads = p.d_bias.data != nullptr && p.d_bias.heads == 1;
   const index_t group = H / p.k.heads;

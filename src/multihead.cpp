@@ -133,6 +133,7 @@ void heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const 
   internal::Call<T> c =
       backward_call("attention_heads_backward", q, k, v, out, lse, d_out, dq, dk, dv, masks);
   c.d_scores = d_scores;
+  c.want_d_scores = !d_scores.empty();
   c.d_bias = d_bias;
   internal::execute_backward(internal::make_problem(c, opt), opt.threads);
 }

@@ -441,7 +441,7 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
     grad_inputs.push_back(shaped("lse", c.fwd_lse, B, H, tq, 1, matrix ? "T_q x 1" : "[B, H, T_q, 1]"));
     grad_inputs.push_back(
         shaped(c.d_out_name, c.d_out, B, H, tq, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]"));
-    if (c.d_scores.data != nullptr) {
+    if (c.want_d_scores) {
       grad_inputs.push_back(
           shaped("d_scores", c.d_scores, B, H, tq, tk, matrix ? "T_q x T_k" : "[B, H, T_q, T_k]"));
     }

@@ -39,6 +39,7 @@ struct Call {
   // null), d_scores = dL/dSCORES are inputs; dq, dk, dv and, when given, d_bias are the outputs
   // (the forward's outputs above are then unused).
   bool backward = false;
+  bool want_d_scores = false;  // validated when wanted, even when empty (an empty Eigen matrix)
   HeadsView<const T> fwd_out, fwd_lse, d_out, d_scores;
   HeadsView<T> dq, dk, dv, d_bias;
   const char* fwd_out_name = "out";  // the single-head calls say "attn" and "d_attn"

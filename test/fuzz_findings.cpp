@@ -292,11 +292,7 @@ TEST_CASE_TEMPLATE("fuzz finding merge-empty-side: a side whose LSE is -inf cont
   CHECK(lse0[1] == T(0.5));
 }
 
-// The backward's findings are open (not fixed yet): their cases are marked may_fail, which the
-// fix removes.
-
-TEST_CASE_TEMPLATE("fuzz finding backward-masked-nan-dv: a row's NaN reaches no dV of a key it does not see" *
-                       doctest::may_fail(),
+TEST_CASE_TEMPLATE("fuzz finding backward-masked-nan-dv: a row's NaN reaches no dV of a key it does not see",
                    T, float, double) {
   // The tiled kernels scale a row's weights by its normaliser r_i after the mask has zeroed the
   // hidden keys; a NaN r_i (here: a NaN bias on the key the row sees) turns those zeros into NaN,
@@ -335,9 +331,8 @@ TEST_CASE_TEMPLATE("fuzz finding backward-masked-nan-dv: a row's NaN reaches no 
   }
 }
 
-TEST_CASE_TEMPLATE("fuzz finding backward-empty-d-bias: with no sequence or no head, d_bias is all 0" *
-                       doctest::may_fail(),
-                   T, float, double) {
+TEST_CASE_TEMPLATE("fuzz finding backward-empty-d-bias: with no sequence or no head, d_bias is all 0", T,
+                   float, double) {
   // dL/dbias sums over the sequences and heads that share the bias; over none it is 0, but the
   // call returned before writing d_bias.
   const T none[1] = {0}, bias[4] = {0, 0, 0, 0};
@@ -359,8 +354,7 @@ TEST_CASE_TEMPLATE("fuzz finding backward-empty-d-bias: with no sequence or no h
   }
 }
 
-TEST_CASE_TEMPLATE("fuzz finding backward-empty-d-scores: an empty d_scores of the wrong shape is rejected" *
-                       doctest::may_fail(),
+TEST_CASE_TEMPLATE("fuzz finding backward-empty-d-scores: an empty d_scores of the wrong shape is rejected",
                    T, float, double) {
   // An empty Eigen::Matrix has data() == nullptr, which the compiled call took as "no d_scores":
   // a 0x0 d_scores for T_q x T_k = 3x4 was silently ignored.

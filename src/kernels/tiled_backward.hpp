@@ -203,6 +203,7 @@ void backward_pair(const RawProblem<T>& p, index_t tile, index_t j0, index_t col
       continue;
     }
     P.row(r).segment(span.a, n) *= terms[2 * r + 1];
+    zero_masked(p, i, j0 + span.a, P.row(r).segment(span.a, n));  // 0, even when the factor is NaN
     dz.head(span.a).setZero();
     dz.tail(cols - span.b).setZero();
     auto seg = dz.segment(span.a, n);
