@@ -133,18 +133,15 @@ void run(const char* type) {
                            [&] { ea::attention_decomposed_into(Q, K, V, scores, out, lse, opt); });
       expect_no_allocation("attention_scores_into " + where,
                            [&] { ea::attention_scores_into(Q, K, scores, opt); });
-      // The backward pass, from this forward's ATTN and LSE, one and two threads.
+      // The backward pass, from this forward's ATTN and LSE. (On one thread, as the forward's
+      // checks: with more, a pool thread grows its workspace the first time it runs a task, which
+      // may be any call.)
       ea::attention_into(Q, K, V, out, lse, opt);
-      for (const int threads : {1, 2}) {
-        ea::Options bwd = opt;
-        bwd.threads = threads;
-        const std::string on = where + " threads=" + std::to_string(threads);
-        expect_no_allocation("attention_backward_into " + on,
-                             [&] { ea::attention_backward_into(Q, K, V, out, lse, d_out, dq, dk, dv, bwd); });
-        expect_no_allocation("attention_backward_into with d_scores " + on, [&] {
-          ea::attention_backward_into(Q, K, V, out, lse, d_out, d_scores, dq, dk, dv, bwd);
-        });
-      }
+      expect_no_allocation("attention_backward_into " + where,
+                           [&] { ea::attention_backward_into(Q, K, V, out, lse, d_out, dq, dk, dv, opt); });
+      expect_no_allocation("attention_backward_into with d_scores " + where, [&] {
+        ea::attention_backward_into(Q, K, V, out, lse, d_out, d_scores, dq, dk, dv, opt);
+      });
     }
   }
 }
