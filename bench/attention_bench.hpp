@@ -204,6 +204,57 @@ bool attention_table(const Args& a, const char* type, const std::vector<ea::Kern
 // Peak memory, --scaling and --memory-probe (attention_bench_memory.cpp).
 template <typename T>
 ChildReport fused_memory_in_child(Idx t, Idx d, const ea::Options& opt);
+
+/// Runs measure(report) in a forked child, so that the peak resident size it reads is the
+/// child's own, and returns the Report (trivially copyable, with a `char error[]`) through a
+/// pipe: an exception in the child goes into report.error, and a child that dies gives an empty
+/// Report whose error says how. Call it before this process has started any library threads (a
+/// fork copies the pool's state but not its threads).
+template <class Report, class Measure>
+Report in_child(Measure measure) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe() failed");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork() failed");
+  if (pid == 0) {
+    close(fds[0]);
+    Report r;
+    try {
+      measure(r);
+    } catch (const std::exception& e) {
+      std::snprintf(r.error, sizeof r.error, "%s", e.what());
+    }
+    const char* p = reinterpret_cast<const char*>(&r);
+    std::size_t left = sizeof r;
+    while (left > 0) {
+      const ssize_t n = write(fds[1], p, left);
+      if (n <= 0) break;
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  Report r;
+  char* p = reinterpret_cast<char*>(&r);
+  std::size_t got = 0;
+  while (got < sizeof r) {
+    const ssize_t n = read(fds[0], p + got, sizeof r - got);
+    if (n <= 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (got != sizeof r) {
+    r = Report{};
+    std::snprintf(r.error, sizeof r.error, "child died (%s %d)", WIFSIGNALED(status) ? "signal" : "status",
+                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  }
+  return r;
+}
 double extra_mib(const ChildReport& r);
 template <typename T>
 void scaling_children(const Args& a, const std::vector<ea::Kernel>& kernels, const char* type,

@@ -17,61 +17,21 @@ long maxrss_kib() {
 // first library call of the child); read it again. The difference is the extra peak resident
 // memory of the call: its workspace and packing buffers, the pool threads' stacks when threads
 // > 1, and the pages of library code it touches for the first time (a few hundred KiB).
-// Call it before this process has started any library threads (a fork copies the pool's state
-// but not its threads).
+// Call it before this process has started any library threads (in_child).
 template <typename T>
 ChildReport fused_memory_in_child(Idx t, Idx d, const ea::Options& opt) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe() failed");
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork() failed");
-  if (pid == 0) {
-    close(fds[0]);
-    ChildReport r;
-    try {
-      const Inputs<T> in(t, d);
-      Mat<T> out(t, d);
-      out.setZero();
-      r.before_kib = maxrss_kib();
-      const Clock::time_point t0 = Clock::now();
-      ea::attention_into(in.q, in.k, in.v, out, opt);
-      r.seconds = seconds_since(t0);
-      r.after_kib = maxrss_kib();
-      g_sink = g_sink + double(out(0, 0));
-      r.ok = 1;
-    } catch (const std::exception& e) {
-      std::snprintf(r.error, sizeof r.error, "%s", e.what());
-    }
-    const char* p = reinterpret_cast<const char*>(&r);
-    std::size_t left = sizeof r;
-    while (left > 0) {
-      const ssize_t n = write(fds[1], p, left);
-      if (n <= 0) break;
-      p += n;
-      left -= static_cast<std::size_t>(n);
-    }
-    _exit(0);
-  }
-  close(fds[1]);
-  ChildReport r;
-  char* p = reinterpret_cast<char*>(&r);
-  std::size_t got = 0;
-  while (got < sizeof r) {
-    const ssize_t n = read(fds[0], p + got, sizeof r - got);
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (got != sizeof r) {
-    r = ChildReport{};
-    std::snprintf(r.error, sizeof r.error, "child died (%s %d)", WIFSIGNALED(status) ? "signal" : "status",
-                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-  }
-  return r;
+  return in_child<ChildReport>([&](ChildReport& r) {
+    const Inputs<T> in(t, d);
+    Mat<T> out(t, d);
+    out.setZero();
+    r.before_kib = maxrss_kib();
+    const Clock::time_point t0 = Clock::now();
+    ea::attention_into(in.q, in.k, in.v, out, opt);
+    r.seconds = seconds_since(t0);
+    r.after_kib = maxrss_kib();
+    g_sink = g_sink + double(out(0, 0));
+    r.ok = 1;
+  });
 }
 
 double extra_mib(const ChildReport& r) { return r.ok ? double(r.after_kib - r.before_kib) / 1024.0 : kNaN; }

@@ -25,18 +25,6 @@ bool reset_peak_rss() {
   return static_cast<bool>(out);
 }
 
-// Writes all of r to fd.
-void write_all(int fd, const MemoryReport& r) {
-  const char* p = reinterpret_cast<const char*>(&r);
-  std::size_t left = sizeof r;
-  while (left > 0) {
-    const ssize_t n = write(fd, p, left);
-    if (n <= 0) break;
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
-}
-
 // In a child: allocate and write Q, K, V, dO, ATTN, LSE, dQ, dK and dV; read the resident size;
 // run the forward (the child's first library call: ATTN and LSE), reset the peak, run the
 // backward, read the peak. The extra memory of the backward is that peak minus the resident
@@ -45,62 +33,30 @@ void write_all(int fd, const MemoryReport& r) {
 // the two calls touch first.
 template <typename T>
 MemoryReport backward_memory_in_child(Idx t, Idx d, const ea::Options& opt) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe() failed");
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork() failed");
-  if (pid == 0) {
-    close(fds[0]);
-    MemoryReport r;
-    try {
-      const Inputs<T> in(t, d);
-      Mat<T> dout(t, d), out(t, d), dq(t, d), dk(t, d), dv(t, d);
-      Vec<T> lse(t);
-      fill(dout, 4);
-      out.setZero();
-      dq.setZero();
-      dk.setZero();
-      dv.setZero();
-      lse.setZero();
-      r.base_kib = status_kib("VmRSS:");
-      Clock::time_point t0 = Clock::now();
-      ea::attention_into(in.q, in.k, in.v, out, lse, opt);
-      r.fwd_s = bench::seconds_since(t0);
-      r.after_fwd_kib = status_kib("VmRSS:");
-      r.hwm_reset = reset_peak_rss() ? 1 : 0;
-      t0 = Clock::now();
-      ea::attention_backward_into(in.q, in.k, in.v, out, lse, dout, dq, dk, dv, opt);
-      r.bwd_s = bench::seconds_since(t0);
-      r.peak_kib = status_kib("VmHWM:");
-      g_sink = g_sink + double(dq(0, 0) + dk(0, 0) + dv(0, 0));
-      r.ok = r.base_kib > 0 && r.peak_kib > 0 ? 1 : 0;
-      if (!r.ok) std::snprintf(r.error, sizeof r.error, "cannot read /proc/self/status");
-    } catch (const std::exception& e) {
-      std::snprintf(r.error, sizeof r.error, "%s", e.what());
-    }
-    write_all(fds[1], r);
-    _exit(0);
-  }
-  close(fds[1]);
-  MemoryReport r;
-  char* p = reinterpret_cast<char*>(&r);
-  std::size_t got = 0;
-  while (got < sizeof r) {
-    const ssize_t n = read(fds[0], p + got, sizeof r - got);
-    if (n <= 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (got != sizeof r) {
-    r = MemoryReport{};
-    std::snprintf(r.error, sizeof r.error, "child died (%s %d)", WIFSIGNALED(status) ? "signal" : "status",
-                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-  }
-  return r;
+  return ea_attention_bench::in_child<MemoryReport>([&](MemoryReport& r) {
+    const Inputs<T> in(t, d);
+    Mat<T> dout(t, d), out(t, d), dq(t, d), dk(t, d), dv(t, d);
+    Vec<T> lse(t);
+    fill(dout, 4);
+    out.setZero();
+    dq.setZero();
+    dk.setZero();
+    dv.setZero();
+    lse.setZero();
+    r.base_kib = status_kib("VmRSS:");
+    Clock::time_point t0 = Clock::now();
+    ea::attention_into(in.q, in.k, in.v, out, lse, opt);
+    r.fwd_s = bench::seconds_since(t0);
+    r.after_fwd_kib = status_kib("VmRSS:");
+    r.hwm_reset = reset_peak_rss() ? 1 : 0;
+    t0 = Clock::now();
+    ea::attention_backward_into(in.q, in.k, in.v, out, lse, dout, dq, dk, dv, opt);
+    r.bwd_s = bench::seconds_since(t0);
+    r.peak_kib = status_kib("VmHWM:");
+    g_sink = g_sink + double(dq(0, 0) + dk(0, 0) + dv(0, 0));
+    r.ok = r.base_kib > 0 && r.peak_kib > 0 ? 1 : 0;
+    if (!r.ok) std::snprintf(r.error, sizeof r.error, "cannot read /proc/self/status");
+  });
 }
 
 }  // namespace
