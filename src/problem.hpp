@@ -109,8 +109,7 @@ struct Problem {
                     want_scores,
                     want_out,
                     want_lse,
-                    {},
-                    false};
+                    {}};
     if (packed_scores != nullptr) {
       p.scores = tq * tk == 0 ? raw_matrix<T>(packed_scores, tq, tk, 0, 0)
                               : raw_matrix<T>(packed_scores + score_offsets[b] + h * tq * tk, tq, tk, tk, 1);
@@ -125,7 +124,6 @@ struct Problem {
       if (tk == 0) p.scores = raw_matrix<T>(p.scores.data, tq, 0, 0, 0);
     }
     if (backward) {
-      p.backward = true;
       RawGradient<T>& g = p.grad;
       g.out = head_of(fwd_out, h, q_first, tq);
       g.lse = head_of(fwd_lse, h, q_first, tq);

@@ -68,8 +68,7 @@ struct RawProblem {
   RawMatrix<T> attn;           // T_q x d_v, when want_attn
   RawMatrix<T> lse;            // T_q x 1, when want_lse
   bool want_scores, want_attn, want_lse;
-  RawGradient<T> grad;  // the backward pass: valid when `backward`
-  bool backward;
+  RawGradient<T> grad;  // the backward pass's part (empty in the forward)
 
   /// The first key query i may see. (Written so that no window size, up to PTRDIFF_MAX, can
   /// overflow: i + offset lies in [-T_q, T_k).)
