@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "decode_problem.hpp"
 #include "kernels/kernels.hpp"
 
 namespace EigenAttention {
@@ -641,11 +642,197 @@ void check_packed_scores(const char* api, const T* scores, std::size_t size, std
   for (const Array& other : others) check_apart(api, packed, other);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Decode attention over paged keys (KVCache.hpp).
+
+namespace {
+
+// The pages of keys or values as a [num_pages, page_size, kv_heads, d] array.
+Array pages_of(const char* name, const void* data, index_t bytes, const compiled::RawPagedKV& kv, index_t dim,
+               index_t page_stride, index_t token_stride, index_t head_stride) {
+  return {name,
+          reinterpret_cast<std::uintptr_t>(data),
+          bytes,
+          {kv.num_pages, kv.page_size, kv.kv_heads, dim},
+          {page_stride, token_stride, head_stride, 1},
+          Print::Heads};
+}
+
+index_t storage_bytes(KVStorage s) {
+  switch (s) {
+    case KVStorage::Float32:
+      return 4;
+    case KVStorage::Float64:
+      return 8;
+    case KVStorage::BFloat16:
+    case KVStorage::Float16:
+      return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void paged_view_sequences(const char* api, const compiled::RawPagedKV& kv,
+                          std::vector<PagedSequence>& sequences) {
+  check_sequence_count(api, kv.batch);
+  if (kv.page_size < 1) fail(api, "page_size must be >= 1, got " + num(kv.page_size));
+  if (kv.block_table_stride < 0) fail(api, "block_table_stride is negative: " + num(kv.block_table_stride));
+  if (kv.batch > 0 && kv.lengths == nullptr) fail(api, "lengths is null");
+  sequences.resize(static_cast<std::size_t>(kv.batch));
+  for (index_t b = 0; b < kv.batch; ++b) {
+    const std::int64_t n = kv.lengths[b];
+    index_t room = 0;
+    if (n < 0) fail(api, "lengths[" + num(b) + "] = " + std::to_string(n) + " is negative");
+    if (!mul(kv.block_table_stride, kv.page_size, room) || n > room) {
+      fail(api, "lengths[" + num(b) + "] = " + std::to_string(n) + " exceeds the " + num(room) +
+                    " tokens that block_table_stride = " + num(kv.block_table_stride) + " pages of " +
+                    num(kv.page_size) + " tokens hold");
+    }
+    if (n > 0 && kv.block_tables == nullptr)
+      fail(api, "block_tables is null but lengths[" + num(b) + "] > 0");
+    sequences[b] = {n > 0 ? kv.block_tables + b * kv.block_table_stride : nullptr, static_cast<index_t>(n)};
+  }
+}
+
+template <typename T>
+DecodeProblem<T> make_decode_problem(const char* api, const compiled::RawPagedKV& kv,
+                                     const PagedSequence* sequences, index_t batch,
+                                     const compiled::DecodeArgs<T>& a, const Options& opt) {
+  DecodeProblem<T> d;
+  d.kv = kv;
+  d.sequences = sequences;
+  d.batch = batch;
+  // The keys: sizes, then the pages of each sequence.
+  const index_t bytes = storage_bytes(kv.storage);
+  if (bytes == 0) fail(api, "unknown KV storage type " + std::to_string(static_cast<int>(kv.storage)));
+  if ((kv.storage == KVStorage::Float64) != std::is_same_v<T, double>) {
+    fail(api, "queries of this scalar type do not go with keys of this storage type");
+  }
+  if (kv.kv_heads < 1 || kv.page_size < 1 || kv.d_k < 1 || kv.d_v < 0 || kv.num_pages < 0) {
+    fail(api,
+         "the pages must have kv_heads >= 1, page_size >= 1, d_k >= 1, d_v >= 0 and num_pages >= 0; got "
+         "kv_heads = " +
+             num(kv.kv_heads) + ", page_size = " + num(kv.page_size) + ", d_k = " + num(kv.d_k) +
+             ", d_v = " + num(kv.d_v) + ", num_pages = " + num(kv.num_pages));
+  }
+  const Array k_pages =
+      pages_of("K pages", kv.k, bytes, kv, kv.d_k, kv.k_page_stride, kv.k_token_stride, kv.k_head_stride);
+  const Array v_pages =
+      pages_of("V pages", kv.v, bytes, kv, kv.d_v, kv.v_page_stride, kv.v_token_stride, kv.v_head_stride);
+  check_sizes(api, k_pages);
+  check_sizes(api, v_pages);
+  check_scratch<T>(api, kv.d_k, kv.d_v, 0);
+  for (index_t b = 0; b < batch; ++b) {
+    const PagedSequence& s = sequences[b];
+    const index_t pages = (s.length + kv.page_size - 1) / kv.page_size;
+    for (index_t n = 0; n < pages; ++n) {
+      if (s.pages[n] < 0 || s.pages[n] >= kv.num_pages) {
+        fail(api, "page " + num(n) + " of sequence " + num(b) + " is " + std::to_string(s.pages[n]) +
+                      ", outside the pool's " + num(kv.num_pages) + " pages");
+      }
+    }
+  }
+
+  // The queries and their offsets.
+  const Array q = {"Q",
+                   reinterpret_cast<std::uintptr_t>(a.q.data),
+                   static_cast<index_t>(sizeof(T)),
+                   {1, 1, a.q.rows, a.q.cols},
+                   {0, 0, a.q.row_stride, a.q.col_stride},
+                   Print::Matrix};
+  check_sizes(api, q);
+  if (a.q.cols % kv.d_k != 0 || a.q.cols == 0) {
+    fail(api, "Q is " + q.shape() + " but must be T_q x (H d_k) with H >= 1 query heads of d_k = " +
+                  num(kv.d_k) + " side by side");
+  }
+  d.heads = a.q.cols / kv.d_k;
+  if (d.heads % kv.kv_heads != 0) {
+    fail(api, "query heads (" + num(d.heads) + ", Q is " + q.shape() + ") must be a multiple of KV heads (" +
+                  num(kv.kv_heads) + ")");
+  }
+  d.group = d.heads / kv.kv_heads;
+  check_sequence_count(api, batch);
+  if (batch > 0 && a.cu_seqlens_q == nullptr) fail(api, "cu_seqlens_q is null");
+  if (a.cu_seqlens_q != nullptr) {
+    check_offsets(api, "cu_seqlens_q", a.cu_seqlens_q, batch, a.q.rows);
+    if (a.cu_seqlens_q[batch] != a.q.rows) {
+      fail(api, "cu_seqlens_q[" + num(batch) + "] = " + std::to_string(a.cu_seqlens_q[batch]) +
+                    " but Q has " + num(a.q.rows) + " rows (every row belongs to a sequence)");
+    }
+  } else if (a.q.rows != 0) {
+    fail(api, "Q has " + num(a.q.rows) + " rows but there is no sequence");
+  }
+  d.q = a.q;
+  d.cu_q = a.cu_seqlens_q;
+  d.alibi_slopes = a.alibi_slopes;
+
+  // The options.
+  Problem<T> options;
+  const Array q_head = {"Q", 0, 0, {1, 1, a.q.rows, kv.d_k}, {0, 0, 0, 0}, Print::Matrix};
+  check_options(api, opt, options, q_head);
+  d.scale = options.scale;
+  d.softcap = options.softcap;
+  d.causal = options.causal;
+  d.window_left = options.window_left;
+  d.window_right = options.window_right;
+  d.kernel = options.kernel;
+  d.threads = opt.threads;
+  if (a.inputs_only) return d;
+
+  // The outputs, and memory.
+  const Array out = {"out",
+                     reinterpret_cast<std::uintptr_t>(a.out.data),
+                     static_cast<index_t>(sizeof(T)),
+                     {1, 1, a.out.rows, a.out.cols},
+                     {0, 0, a.out.row_stride, a.out.col_stride},
+                     Print::Matrix};
+  check_sizes(api, out);
+  if (a.out.rows != a.q.rows || a.out.cols != d.heads * kv.d_v) {
+    fail(api, "out is " + out.shape() + " but must be " + num(a.q.rows) + "x" + num(d.heads * kv.d_v) +
+                  " (T_q x H d_v)");
+  }
+  ArrayList<2> outputs;
+  outputs.push_back(out);
+  if (a.want_lse) {
+    const Array lse = {"lse",
+                       reinterpret_cast<std::uintptr_t>(a.lse.data),
+                       static_cast<index_t>(sizeof(T)),
+                       {1, 1, a.lse.rows, a.lse.cols},
+                       {0, 0, a.lse.row_stride, a.lse.col_stride},
+                       Print::Matrix};
+    check_sizes(api, lse);
+    if (a.lse.rows != a.q.rows || a.lse.cols != d.heads) {
+      fail(api,
+           "lse is " + lse.shape() + " but must be " + num(a.q.rows) + "x" + num(d.heads) + " (T_q x H)");
+    }
+    outputs.push_back(lse);
+    d.lse = a.lse;
+    d.want_lse = true;
+  }
+  d.out = a.out;
+  ArrayList<6> inputs;
+  inputs.push_back(q);
+  inputs.push_back(k_pages);
+  inputs.push_back(v_pages);
+  if (a.alibi_slopes != nullptr) inputs.push_back(vector_of("alibi_slopes", a.alibi_slopes, d.heads));
+  if (a.cu_seqlens_q != nullptr) inputs.push_back(vector_of("cu_seqlens_q", a.cu_seqlens_q, batch + 1));
+  for (const Array& o : outputs) check_distinct_elements(api, o);
+  for (const Array& o : outputs) {
+    for (const Array& in : inputs) check_apart(api, o, in);
+  }
+  if (outputs.size == 2) check_apart(api, outputs.items[0], outputs.items[1]);
+  return d;
+}
+
 #define EIGEN_ATTENTION_INSTANTIATE(T)                                                                      \
   template Problem<T> make_problem<T>(const Call<T>&, const Options&);                                      \
   template void check_packed_scores<T>(const char*, const T*, std::size_t, std::size_t, const Problem<T>&); \
   template void check_merge<T>(const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,     \
-                               HeadsView<const T>, HeadsView<T>, HeadsView<T>);
+                               HeadsView<const T>, HeadsView<T>, HeadsView<T>);                             \
+  template DecodeProblem<T> make_decode_problem<T>(const char*, const compiled::RawPagedKV&,                \
+                                                   const PagedSequence*, index_t,                           \
+                                                   const compiled::DecodeArgs<T>&, const Options&);
 EIGEN_ATTENTION_INSTANTIATE(float)
 EIGEN_ATTENTION_INSTANTIATE(double)
 #undef EIGEN_ATTENTION_INSTANTIATE

@@ -14,6 +14,7 @@
 #include <EigenAttention/Backward.hpp>
 #include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/HeadsView.hpp>
+#include <EigenAttention/KVCache.hpp>
 #include <EigenAttention/Kernels.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/MultiHead.hpp>

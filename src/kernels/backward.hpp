@@ -36,22 +36,6 @@ void zero_rows(const RawMatrix<T>& m) {
     for (index_t c = 0; c < m.cols; ++c) m.data[i * m.row_stride + c * m.col_stride] = T(0);
 }
 
-/// task(t) for t in [0, count): on the calling thread alone when threads is 1, else as
-/// `threads` pool tasks, task k taking t = k, k + threads, ... (the pool hands task k to the
-/// same thread from one call to the next as a rule, so that the key tiles' weights, written in
-/// one step and read in the next, and their dK and dV rows stay in that thread's cache).
-template <class Task>
-void for_tasks(index_t count, int threads, const Task& task) {
-  if (threads <= 1 || count <= 1) {
-    for (index_t t = 0; t < count; ++t) task(t);
-  } else {
-    const index_t n = std::min<index_t>(threads, count);
-    ThreadPool::instance().run(n, static_cast<int>(n), [&](index_t k) {
-      for (index_t t = k; t < count; t += n) task(t);
-    });
-  }
-}
-
 /// One problem, query tile by query tile, the key tiles of each step over `threads` threads.
 template <typename T>
 void backward_problem(const BackwardKernel<T>& kernel, const RawProblem<T>& p, int threads) {

@@ -83,6 +83,22 @@ BackwardKernel<T> tiled_backward_kernel(Kernel kernel) {
 template BackwardKernel<float> tiled_backward_kernel<float>(Kernel);
 template BackwardKernel<double> tiled_backward_kernel<double>(Kernel);
 
+template <typename T>
+DecodeKernel<T> decode_kernel(Kernel kernel) {
+  switch (kernel) {
+#define EIGEN_ATTENTION_CASE(Enumerator, name, cpu_supports) \
+  case Kernel::Enumerator:                                   \
+    return &name##_decode_chunk;
+    EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_CASE)
+#undef EIGEN_ATTENTION_CASE
+    default:
+      return &portable_decode_chunk;
+  }
+}
+
+template DecodeKernel<float> decode_kernel<float>(Kernel);
+template DecodeKernel<double> decode_kernel<double>(Kernel);
+
 Kernel resolve_kernel(const char* api, Kernel requested) {
   const std::vector<Kernel>& available = kernels_here();
   if (requested == Kernel::Auto) return available.front();

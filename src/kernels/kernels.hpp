@@ -37,6 +37,8 @@ RowsKernel<T> tiled_kernel(Kernel kernel);
 /// The tiled backward kernel compiled for `kernel` (see BackwardKernel in abi.hpp).
 template <typename T>
 BackwardKernel<T> tiled_backward_kernel(Kernel kernel);
+template <typename T>
+DecodeKernel<T> decode_kernel(Kernel kernel);
 
 /// Query rows per task handed to a thread.
 constexpr index_t kTaskRows = 128;
@@ -50,6 +52,22 @@ int useful_threads(int requested, double work);
 /// threads. Tasks are (problem, tile of kTaskRows query rows); with a causal mask each
 /// problem's last tiles, which see the most keys, are handed out first. Each output row is
 /// computed the same way however the tasks fall, so results do not depend on `threads`.
+/// task(t) for t in [0, count): on the calling thread alone when threads is 1, else as
+/// `threads` pool tasks, task k taking t = k, k + threads, ... (the pool hands task k to the
+/// same thread from one call to the next as a rule, so that the key tiles' weights, written in
+/// one step and read in the next, and their dK and dV rows stay in that thread's cache).
+template <class Task>
+void for_tasks(index_t count, int threads, const Task& task) {
+  if (threads <= 1 || count <= 1) {
+    for (index_t t = 0; t < count; ++t) task(t);
+  } else {
+    const index_t n = std::min<index_t>(threads, count);
+    ThreadPool::instance().run(n, static_cast<int>(n), [&](index_t k) {
+      for (index_t t = k; t < count; t += n) task(t);
+    });
+  }
+}
+
 template <typename T, class ProblemAt>
 void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& problem, int threads) {
   if (count == 0) return;

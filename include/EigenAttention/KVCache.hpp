@@ -1,0 +1,578 @@
+/// \file KVCache.hpp
+/// Serving: a paged key/value cache (PagedKVCache), a view of pages the caller manages itself
+/// (PagedKVView), and decode attention over either (attention_decode): new query tokens against
+/// a sequence's cached keys, split over the threads along the keys and merged exactly, with
+/// bitwise the same result for every thread count. See docs/decode.md.
+#pragma once
+
+// Lets the detail/ headers in (each refuses to be included on its own); never undefined, so
+// that any public header may include them, in any order.
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#define EIGEN_ATTENTION_PUBLIC_HEADER
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include <EigenAttention/Compiled.hpp>
+#include <EigenAttention/HeadsView.hpp>
+#include <EigenAttention/Options.hpp>
+#include <EigenAttention/Types.hpp>
+#include <EigenAttention/detail/FrontDoor.hpp>
+#include <EigenAttention/export.hpp>
+
+namespace EigenAttention {
+
+/// The element type of cached keys and values.
+enum class KVStorage : std::int32_t {
+  Float32,   ///< float
+  Float64,   ///< double
+  BFloat16,  ///< Eigen::bfloat16, computed in float
+  Float16    ///< Eigen::half, computed in float
+};
+
+/// What a storage type T means to the cache: its KVStorage tag and the scalar type of queries,
+/// outputs and all arithmetic (float for float, bfloat16 and half; double for double).
+template <typename T>
+struct KVStorageTraits;
+template <>
+struct KVStorageTraits<float> {
+  static constexpr KVStorage storage = KVStorage::Float32;
+  using Compute = float;
+};
+template <>
+struct KVStorageTraits<double> {
+  static constexpr KVStorage storage = KVStorage::Float64;
+  using Compute = double;
+};
+template <>
+struct KVStorageTraits<Eigen::bfloat16> {
+  static constexpr KVStorage storage = KVStorage::BFloat16;
+  using Compute = float;
+};
+template <>
+struct KVStorageTraits<Eigen::half> {
+  static constexpr KVStorage storage = KVStorage::Float16;
+  using Compute = float;
+};
+/// The scalar type of the queries and outputs of a cache or view of storage type T.
+template <typename T>
+using ComputeScalar = typename KVStorageTraits<T>::Compute;
+
+namespace compiled {
+
+/// A PagedKVView without its type: what crosses into the compiled library.
+struct RawPagedKV {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  KVStorage storage = KVStorage::Float32;
+  std::ptrdiff_t num_pages = 0, page_size = 0, kv_heads = 0, d_k = 0, d_v = 0;
+  std::ptrdiff_t k_page_stride = 0, k_token_stride = 0, k_head_stride = 0;
+  std::ptrdiff_t v_page_stride = 0, v_token_stride = 0, v_head_stride = 0;
+  const std::int32_t* block_tables = nullptr;
+  std::ptrdiff_t block_table_stride = 0;
+  const std::int64_t* lengths = nullptr;
+  std::ptrdiff_t batch = 0;
+};
+
+/// New tokens for PagedKVCache::append, without their type: element (t, h, c) at
+/// data[t * token_stride + h * head_stride + c * dim_stride].
+struct RawTokens {
+  const void* data = nullptr;
+  KVStorage type = KVStorage::Float32;
+  std::ptrdiff_t tokens = 0, heads = 0, dim = 0;
+  std::ptrdiff_t token_stride = 0, head_stride = 0, dim_stride = 1;
+};
+
+/// The queries, outputs and ALiBi slopes of one decode call. q is T_q x (H d_k), out
+/// T_q x (H d_v), lse T_q x H (written when want_lse); cu_seqlens_q has batch + 1 offsets.
+/// inputs_only: check the keys, queries, offsets and options only (before outputs exist).
+template <typename Scalar>
+struct DecodeArgs {
+  MatrixView<const Scalar> q;
+  const std::int64_t* cu_seqlens_q = nullptr;
+  MatrixView<Scalar> out, lse;
+  bool want_lse = false;
+  const Scalar* alibi_slopes = nullptr;
+  bool inputs_only = false;
+};
+
+struct KVPool;  ///< the state of a PagedKVCache, opaque here
+
+EIGEN_ATTENTION_EXPORT KVPool* kv_pool_create(KVStorage storage, std::ptrdiff_t kv_heads, std::ptrdiff_t d_k,
+                                              std::ptrdiff_t d_v, std::ptrdiff_t page_size,
+                                              std::ptrdiff_t capacity_tokens);
+EIGEN_ATTENTION_EXPORT void kv_pool_destroy(KVPool* pool) noexcept;
+EIGEN_ATTENTION_EXPORT std::int32_t kv_pool_create_sequence(KVPool* pool);
+EIGEN_ATTENTION_EXPORT void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k,
+                                           const RawTokens& v);
+EIGEN_ATTENTION_EXPORT std::int32_t kv_pool_fork(KVPool* pool, std::int32_t sequence);
+EIGEN_ATTENTION_EXPORT void kv_pool_truncate(KVPool* pool, std::int32_t sequence, std::int64_t length);
+EIGEN_ATTENTION_EXPORT void kv_pool_release(KVPool* pool, std::int32_t sequence);
+EIGEN_ATTENTION_EXPORT std::int64_t kv_pool_length(const KVPool* pool, std::int32_t sequence);
+EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_free_pages(const KVPool* pool);
+EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_pages(const KVPool* pool, std::int32_t sequence,
+                                                    std::int32_t* out, std::ptrdiff_t capacity);
+EIGEN_ATTENTION_EXPORT RawPagedKV kv_pool_layout(const KVPool* pool);
+
+EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<float>& args,
+                                   const Options& opt);
+EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<double>& args,
+                                   const Options& opt);
+EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
+                                   std::ptrdiff_t batch, const DecodeArgs<float>& args, const Options& opt);
+EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
+                                   std::ptrdiff_t batch, const DecodeArgs<double>& args, const Options& opt);
+
+}  // namespace compiled
+
+/// Keys and values in pages that the caller owns and manages (vLLM's and FlashInfer's paged
+/// layout): page p, slot t (0 <= t < page_size), KV head h, element c of a key is at
+/// `k_pages[p * k_page_stride + t * k_token_stride + h * k_head_stride + c]` (values likewise),
+/// and sequence b holds lengths[b] tokens, token n in page block_tables[b * block_table_stride +
+/// n / page_size], slot n % page_size. Nothing is copied; the caller's memory must outlive the call.
+///
+/// \code
+/// // vLLM-style NHD pages: [num_pages, page_size, kv_heads, d]
+/// auto kv = EigenAttention::PagedKVView<float>::nhd(k.data(), v.data(), num_pages, 16, 8, 128, 128,
+///                                                   tables.data(), max_pages, lengths.data(), batch);
+/// \endcode
+template <typename T>
+struct PagedKVView {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Eigen::bfloat16> ||
+                    std::is_same_v<T, Eigen::half>,
+                "EigenAttention: cached keys and values are float, double, Eigen::bfloat16 or Eigen::half");
+  const T* k_pages = nullptr;  ///< key page 0, slot 0, head 0, element 0
+  const T* v_pages = nullptr;  ///< value page 0, slot 0, head 0, element 0
+  ///@{
+  /// Pages in the pool, tokens per page (>= 1), KV heads (>= 1), key and value dims.
+  std::ptrdiff_t num_pages = 0, page_size = 0, kv_heads = 0, d_k = 0, d_v = 0;
+  ///@}
+  ///@{
+  /// Strides in elements between pages, slots and heads (the dim stride is 1).
+  std::ptrdiff_t k_page_stride = 0, k_token_stride = 0, k_head_stride = 0;
+  std::ptrdiff_t v_page_stride = 0, v_token_stride = 0, v_head_stride = 0;
+  ///@}
+  /// Page indices of sequence b: block_tables[b * block_table_stride + n], n < ceil(lengths[b] /
+  /// page_size); each must lie in [0, num_pages).
+  const std::int32_t* block_tables = nullptr;
+  std::ptrdiff_t block_table_stride = 0;  ///< entries per sequence in block_tables
+  const std::int64_t* lengths = nullptr;  ///< tokens of each sequence, batch entries
+  std::ptrdiff_t batch = 0;               ///< sequences
+
+  /// Pages laid out [num_pages, page_size, kv_heads, d] (vLLM's, FlashInfer's "NHD").
+  static PagedKVView nhd(const T* k, const T* v, std::ptrdiff_t num_pages, std::ptrdiff_t page_size,
+                         std::ptrdiff_t kv_heads, std::ptrdiff_t d_k, std::ptrdiff_t d_v,
+                         const std::int32_t* block_tables, std::ptrdiff_t block_table_stride,
+                         const std::int64_t* lengths, std::ptrdiff_t batch) {
+    return {k,
+            v,
+            num_pages,
+            page_size,
+            kv_heads,
+            d_k,
+            d_v,
+            page_size * kv_heads * d_k,
+            kv_heads * d_k,
+            d_k,
+            page_size * kv_heads * d_v,
+            kv_heads * d_v,
+            d_v,
+            block_tables,
+            block_table_stride,
+            lengths,
+            batch};
+  }
+  /// Pages laid out [num_pages, kv_heads, page_size, d] (FlashInfer's "HND").
+  static PagedKVView hnd(const T* k, const T* v, std::ptrdiff_t num_pages, std::ptrdiff_t page_size,
+                         std::ptrdiff_t kv_heads, std::ptrdiff_t d_k, std::ptrdiff_t d_v,
+                         const std::int32_t* block_tables, std::ptrdiff_t block_table_stride,
+                         const std::int64_t* lengths, std::ptrdiff_t batch) {
+    return {k,
+            v,
+            num_pages,
+            page_size,
+            kv_heads,
+            d_k,
+            d_v,
+            kv_heads * page_size * d_k,
+            d_k,
+            page_size * d_k,
+            kv_heads * page_size * d_v,
+            d_v,
+            page_size * d_v,
+            block_tables,
+            block_table_stride,
+            lengths,
+            batch};
+  }
+
+  /// The same view without its type (what the compiled library takes).
+  compiled::RawPagedKV raw() const {
+    return {k_pages,
+            v_pages,
+            KVStorageTraits<T>::storage,
+            num_pages,
+            page_size,
+            kv_heads,
+            d_k,
+            d_v,
+            k_page_stride,
+            k_token_stride,
+            k_head_stride,
+            v_page_stride,
+            v_token_stride,
+            v_head_stride,
+            block_tables,
+            block_table_stride,
+            lengths,
+            batch};
+  }
+};
+
+/// A sequence of a PagedKVCache. Ids are reused: a released id refers to nothing (and throws
+/// on use) until create() or fork() hands it out again.
+struct SequenceId {
+  std::int32_t value = -1;
+  friend bool operator==(SequenceId a, SequenceId b) { return a.value == b.value; }
+  friend bool operator!=(SequenceId a, SequenceId b) { return a.value != b.value; }
+};
+
+/// A pool of fixed-size pages holding the keys and values of `kv_heads` heads for many
+/// sequences, which grow by appending without moving what they hold, share pages when forked
+/// (reference counted; the last, partly filled page is copied on the first write: shared
+/// prompts, beam search) and shrink by truncation (speculative decoding).
+///
+/// T is the storage type: float, double, Eigen::bfloat16 or Eigen::half (the last two halve
+/// the bytes each decode step reads; queries, outputs and arithmetic are then float). Pages are
+/// laid out [num_pages, page_size, kv_heads, d] and allocated once, at construction: the
+/// capacity is fixed, and running out is an error (std::invalid_argument) that changes nothing.
+///
+/// Thread safety: decoding (attention_decode) and the const members may run concurrently from
+/// any number of threads; append, create, fork, truncate and release lock the pool and wait for
+/// running decodes. Every member that fails throws and leaves the cache as it was: an unknown
+/// or released sequence, a wrong shape or type of tokens throw std::invalid_argument.
+///
+/// \code
+/// EigenAttention::PagedKVCache<float> cache(8, 128, 128, 16, 65536);  // 8 KV heads, d = 128
+/// auto s = cache.create();
+/// cache.append(s, K_prompt, V_prompt);                // T x (8 * 128) each
+/// cache.append(s, k_new, v_new);                       // one more token
+/// auto out = EigenAttention::attention_decode(cache, s, q_new, opt);  // 1 x (H * 128)
+/// \endcode
+template <typename T>
+class PagedKVCache {
+ public:
+  using Storage = T;
+  using Compute = ComputeScalar<T>;
+
+  /// A pool of ceil(capacity_tokens / page_size) pages of page_size tokens (a power of two from
+  /// 16 to 256) for kv_heads >= 1 heads of d_k-element keys and d_v-element values (d_k >= 1).
+  /// \throws std::invalid_argument for sizes outside these ranges; std::bad_alloc.
+  PagedKVCache(std::ptrdiff_t kv_heads, std::ptrdiff_t d_k, std::ptrdiff_t d_v, std::ptrdiff_t page_size,
+               std::ptrdiff_t capacity_tokens)
+      : pool_(compiled::kv_pool_create(KVStorageTraits<T>::storage, kv_heads, d_k, d_v, page_size,
+                                       capacity_tokens)),
+        layout_(compiled::kv_pool_layout(pool_.get())) {}
+
+  /// A new, empty sequence.
+  SequenceId create() { return {compiled::kv_pool_create_sequence(pool_.get())}; }
+
+  /// Appends T_new tokens to sequence s: k is T_new x (kv_heads d_k) and v T_new x (kv_heads
+  /// d_v), one row per token with the heads side by side (what a K or V projection gives), of
+  /// the storage type or of float (rounded to nearest on the way in). Any Eigen dense expression.
+  /// Work O(T_new kv_heads d); existing pages never move.
+  /// \throws std::invalid_argument (shapes, types, unknown sequence, not enough free pages).
+  template <class DK, class DV>
+  void append(SequenceId s, const Eigen::MatrixBase<DK>& k, const Eigen::MatrixBase<DV>& v) {
+    static_assert(std::is_same_v<typename DK::Scalar, typename DV::Scalar>,
+                  "EigenAttention: append's keys and values must have one scalar type");
+    check_input_type<typename DK::Scalar>();
+    detail::InputView<DK> kk(k.derived());
+    detail::InputView<DV> vv(v.derived());
+    compiled::kv_pool_append(pool_.get(), s.value, tokens_of(kk.map(), layout_.kv_heads, layout_.d_k),
+                             tokens_of(vv.map(), layout_.kv_heads, layout_.d_v));
+  }
+  /// append() from [1, kv_heads, T_new, d] views (batch 1) of the storage type or of float.
+  template <typename S>
+  void append(SequenceId s, HeadsView<const S> k, HeadsView<const S> v) {
+    check_input_type<S>();
+    compiled::kv_pool_append(pool_.get(), s.value, tokens_of(k), tokens_of(v));
+  }
+
+  /// A new sequence that shares every page of s (no copy).
+  SequenceId fork(SequenceId s) { return {compiled::kv_pool_fork(pool_.get(), s.value)}; }
+  /// Keeps the first `length` tokens of s (0 <= length <= this->length(s)).
+  void truncate(SequenceId s, std::int64_t length) {
+    compiled::kv_pool_truncate(pool_.get(), s.value, length);
+  }
+  /// Frees s and its pages that no other sequence shares.
+  void release(SequenceId s) { compiled::kv_pool_release(pool_.get(), s.value); }
+  /// Tokens held by s.
+  std::int64_t length(SequenceId s) const { return compiled::kv_pool_length(pool_.get(), s.value); }
+  /// The page indices of s, in token order.
+  std::vector<std::int32_t> pages(SequenceId s) const {
+    std::vector<std::int32_t> p(
+        static_cast<std::size_t>(compiled::kv_pool_pages(pool_.get(), s.value, nullptr, 0)));
+    compiled::kv_pool_pages(pool_.get(), s.value, p.data(), static_cast<std::ptrdiff_t>(p.size()));
+    return p;
+  }
+  /// Pages not held by any sequence.
+  std::ptrdiff_t free_pages() const { return compiled::kv_pool_free_pages(pool_.get()); }
+
+  std::ptrdiff_t kv_heads() const { return layout_.kv_heads; }    ///< KV heads
+  std::ptrdiff_t d_k() const { return layout_.d_k; }              ///< key dim
+  std::ptrdiff_t d_v() const { return layout_.d_v; }              ///< value dim
+  std::ptrdiff_t page_size() const { return layout_.page_size; }  ///< tokens per page
+  std::ptrdiff_t num_pages() const { return layout_.num_pages; }  ///< pages in the pool
+  /// The key pages, [num_pages, page_size, kv_heads, d_k] (read-only: for inspection, or for a
+  /// PagedKVView with block tables from pages()).
+  const T* key_pages() const { return static_cast<const T*>(layout_.k); }
+  /// The value pages, [num_pages, page_size, kv_heads, d_v].
+  const T* value_pages() const { return static_cast<const T*>(layout_.v); }
+
+  /// The pool behind this cache, for the compiled library.
+  const compiled::KVPool* pool() const { return pool_.get(); }
+
+ private:
+  struct Deleter {
+    void operator()(compiled::KVPool* p) const noexcept { compiled::kv_pool_destroy(p); }
+  };
+  template <typename S>
+  static void check_input_type() {
+    static_assert(std::is_same_v<S, T> || std::is_same_v<S, float>,
+                  "EigenAttention: append takes keys and values of the cache's storage type or float");
+  }
+  template <typename S>
+  static compiled::RawTokens tokens_of(const ConstStridedMap<S>& m, std::ptrdiff_t heads,
+                                       std::ptrdiff_t dim) {
+    // T_new x (heads * dim): token = row, head h's element c = column h * dim + c. Another
+    // width is passed as heads = -1, dim = its columns, for the library to report.
+    const std::ptrdiff_t cols = m.cols();
+    const bool split = cols == heads * dim;
+    return {m.data(),
+            KVStorageTraits<S>::storage,
+            m.rows(),
+            split ? heads : -1,
+            split ? dim : cols,
+            m.outerStride(),
+            split ? dim * m.innerStride() : 0,
+            m.innerStride()};
+  }
+  template <typename S>
+  static compiled::RawTokens tokens_of(const HeadsView<const S>& v) {
+    // The batch axis must be 1 (one sequence); a view with another batch is reported as heads -2.
+    return {v.data,        KVStorageTraits<S>::storage,
+            v.tokens,      v.batch == 1 ? v.heads : -2,
+            v.dim,         v.token_stride,
+            v.head_stride, v.dim_stride};
+  }
+
+  std::unique_ptr<compiled::KVPool, Deleter> pool_;
+  compiled::RawPagedKV layout_;
+};
+
+namespace detail {
+
+template <typename Scalar, class DQ>
+compiled::DecodeArgs<Scalar> decode_inputs(const ConstStridedMap<Scalar>& q, const std::int64_t* cu,
+                                           const Scalar* alibi_slopes) {
+  compiled::DecodeArgs<Scalar> a;
+  a.q = compiled::view(q);
+  a.cu_seqlens_q = cu;
+  a.alibi_slopes = alibi_slopes;
+  return a;
+}
+
+/// Heads H of a query matrix T_q x (H d_k), or 0 when its width is not a multiple of d_k (the
+/// library then reports it, before any output is sized by it).
+inline std::ptrdiff_t decode_heads(std::ptrdiff_t q_cols, std::ptrdiff_t d_k) {
+  return d_k > 0 && q_cols % d_k == 0 ? q_cols / d_k : 0;
+}
+
+/// The decode calls' one path: validate the inputs, size the outputs, run.
+template <class Keys, class DQ, class DO, class DL>
+void decode_into(const char* api, const Keys& keys, const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu,
+                 DO&& out, DL* lse, const typename DQ::Scalar* alibi_slopes, std::ptrdiff_t d_k,
+                 std::ptrdiff_t d_v, const Options& opt) {
+  using Scalar = typename DQ::Scalar;
+  InputView<DQ> q(Q.derived());
+  compiled::DecodeArgs<Scalar> a = decode_inputs<Scalar, DQ>(q.map(), cu, alibi_slopes);
+  const std::ptrdiff_t heads = decode_heads(Q.cols(), d_k);
+  const bool resize =
+      will_resize(out, Q.rows(), heads * d_v) || (lse != nullptr && will_resize(*lse, Q.rows(), heads));
+  if (resize) {
+    a.inputs_only = true;
+    keys(api, a, opt);
+    a.inputs_only = false;
+    if (lse != nullptr) {
+      check_resizable_apart(api, {input_extent("Q", Q, q.map())},
+                            {output_extent("out", out), output_extent("lse", *lse)});
+    } else {
+      check_resizable_apart(api, {input_extent("Q", Q, q.map())}, {output_extent("out", out)});
+    }
+  }
+  a.out = compiled::view(output_view(out, Q.rows(), heads * d_v));
+  if (lse != nullptr) {
+    a.lse = compiled::view(output_view(*lse, Q.rows(), heads));
+    a.want_lse = true;
+  }
+  keys(api, a, opt);
+}
+
+template <typename T>
+struct CacheKeys {
+  const PagedKVCache<T>& cache;
+  const std::int32_t* sequences;
+  std::ptrdiff_t batch;
+  template <typename Scalar>
+  void operator()(const char* api, const compiled::DecodeArgs<Scalar>& a, const Options& opt) const {
+    compiled::decode(api, cache.pool(), sequences, batch, a, opt);
+  }
+};
+
+template <typename T>
+struct ViewKeys {
+  const PagedKVView<T>& view;
+  template <typename Scalar>
+  void operator()(const char* api, const compiled::DecodeArgs<Scalar>& a, const Options& opt) const {
+    compiled::decode(api, view.raw(), a, opt);
+  }
+};
+
+template <typename T, class DQ>
+struct DecodeCheck {
+  static_assert(std::is_same_v<typename DQ::Scalar, ComputeScalar<T>>,
+                "EigenAttention: decode queries (and outputs) are float for float, bfloat16 and half "
+                "caches, double for double caches");
+};
+
+static_assert(sizeof(SequenceId) == sizeof(std::int32_t), "SequenceId must be a plain int32");
+
+}  // namespace detail
+
+/// Writes decode attention for a batch of sequences of `cache` into out (and lse when not
+/// null): sequences[b]'s queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q (batch + 1
+/// offsets, from 0 to Q.rows()). Q is T_q x (H d_k), heads side by side, H a multiple of
+/// kv_heads (query head h reads KV head h / (H / kv_heads)); out is T_q x (H d_v) and lse
+/// T_q x H (natural log of each row's softmax denominator; -inf for a row that sees no key).
+/// The new tokens are the last of each sequence's cached keys (append them first): query row
+/// i of a sequence with T_q queries and T_k keys is token T_k - T_q + i, and `opt.causal`,
+/// the window and ALiBi use that position (bottom-right alignment, whatever opt.alignment
+/// says). Options: scale, causal, window_left/right, softcap, kernel, threads. alibi_slopes: H
+/// slopes or null. A resizable out (an Eigen::Matrix) is resized; other outputs must have the
+/// shape. Bitwise identical results for every opt.threads.
+/// \throws std::invalid_argument naming the argument and its shape; nothing is written then.
+template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
+void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
+                           const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
+                           DL&& lse, const Options& opt = {},
+                           const ComputeScalar<T>* alibi_slopes = nullptr) {
+  (void)detail::DecodeCheck<T, DQ>{};
+  (void)detail::OutputCheck<DO>{};
+  (void)detail::OutputCheck<DL>{};
+  detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
+  detail::decode_into("attention_decode_into", keys, Q, cu_seqlens_q, std::forward<DO>(out), &lse,
+                      alibi_slopes, cache.d_k(), cache.d_v(), opt);
+}
+/// attention_decode_into() without the LSE output.
+template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
+void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
+                           const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
+                           const Options& opt = {}, const ComputeScalar<T>* alibi_slopes = nullptr) {
+  (void)detail::DecodeCheck<T, DQ>{};
+  (void)detail::OutputCheck<DO>{};
+  detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
+  RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
+  detail::decode_into("attention_decode_into", keys, Q, cu_seqlens_q, std::forward<DO>(out), no_lse,
+                      alibi_slopes, cache.d_k(), cache.d_v(), opt);
+}
+
+/// Decode attention of Q's rows (T_q x (H d_k), the newest T_q tokens of sequence s, appended
+/// already) against the cached keys of s: T_q x (H d_v). See attention_decode_into.
+template <typename T, class DQ>
+RowMatrix<ComputeScalar<T>> attention_decode(const PagedKVCache<T>& cache, SequenceId s,
+                                             const Eigen::MatrixBase<DQ>& Q, const Options& opt = {},
+                                             const ComputeScalar<T>* alibi_slopes = nullptr) {
+  (void)detail::DecodeCheck<T, DQ>{};
+  const std::int64_t cu[2] = {0, static_cast<std::int64_t>(Q.rows())};
+  RowMatrix<ComputeScalar<T>> out;
+  detail::CacheKeys<T> keys{cache, &s.value, 1};
+  RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
+  detail::decode_into("attention_decode", keys, Q, cu, out, no_lse, alibi_slopes, cache.d_k(), cache.d_v(),
+                      opt);
+  return out;
+}
+
+/// Decode attention of several sequences at once (continuous batching): sequences[b]'s queries
+/// are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q. See attention_decode_into.
+template <typename T, class DQ>
+RowMatrix<ComputeScalar<T>> attention_decode(const PagedKVCache<T>& cache,
+                                             const std::vector<SequenceId>& sequences,
+                                             const Eigen::MatrixBase<DQ>& Q,
+                                             const std::vector<std::int64_t>& cu_seqlens_q,
+                                             const Options& opt = {},
+                                             const ComputeScalar<T>* alibi_slopes = nullptr) {
+  (void)detail::DecodeCheck<T, DQ>{};
+  if (cu_seqlens_q.size() != sequences.size() + 1) {
+    throw std::invalid_argument("EigenAttention::attention_decode: cu_seqlens_q has " +
+                                std::to_string(cu_seqlens_q.size()) + " offsets but must have " +
+                                std::to_string(sequences.size() + 1) + " (sequences + 1)");
+  }
+  RowMatrix<ComputeScalar<T>> out;
+  detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences.data()),
+                            static_cast<std::ptrdiff_t>(sequences.size())};
+  RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
+  detail::decode_into("attention_decode", keys, Q, cu_seqlens_q.data(), out, no_lse, alibi_slopes,
+                      cache.d_k(), cache.d_v(), opt);
+  return out;
+}
+
+/// Decode attention over pages the caller manages (PagedKVView): sequence b's queries are rows
+/// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q (null when view.batch is 1: all of Q). Otherwise
+/// as attention_decode_into on a cache.
+template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
+void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
+                           const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse, const Options& opt = {},
+                           const ComputeScalar<T>* alibi_slopes = nullptr) {
+  (void)detail::DecodeCheck<T, DQ>{};
+  (void)detail::OutputCheck<DO>{};
+  (void)detail::OutputCheck<DL>{};
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
+  detail::ViewKeys<T> keys{kv};
+  detail::decode_into("attention_decode_into", keys, Q, cu_seqlens_q != nullptr ? cu_seqlens_q : whole,
+                      std::forward<DO>(out), &lse, alibi_slopes, kv.d_k, kv.d_v, opt);
+}
+/// attention_decode_into() over a PagedKVView, without the LSE output.
+template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
+void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
+                           const std::int64_t* cu_seqlens_q, DO&& out, const Options& opt = {},
+                           const ComputeScalar<T>* alibi_slopes = nullptr) {
+  (void)detail::DecodeCheck<T, DQ>{};
+  (void)detail::OutputCheck<DO>{};
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
+  detail::ViewKeys<T> keys{kv};
+  RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
+  detail::decode_into("attention_decode_into", keys, Q, cu_seqlens_q != nullptr ? cu_seqlens_q : whole,
+                      std::forward<DO>(out), no_lse, alibi_slopes, kv.d_k, kv.d_v, opt);
+}
+/// Decode attention over a PagedKVView, returned (see attention_decode_into).
+template <typename T, class DQ>
+RowMatrix<ComputeScalar<T>> attention_decode(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
+                                             const std::int64_t* cu_seqlens_q = nullptr,
+                                             const Options& opt = {},
+                                             const ComputeScalar<T>* alibi_slopes = nullptr) {
+  RowMatrix<ComputeScalar<T>> out;
+  attention_decode_into(kv, Q, cu_seqlens_q, out, opt, alibi_slopes);
+  return out;
+}
+
+}  // namespace EigenAttention

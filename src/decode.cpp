@@ -1,0 +1,242 @@
+// Decode attention (KVCache.hpp): the PagedKVView front door, and how a validated decode
+// problem is split into chunk tasks, spread over threads and merged.
+//
+// Split-K. Each sequence's query rows go in blocks of one GQA group (the query heads that read
+// one KV head) and at most kDecodeRows rows; each block's keys are cut at the multiples of
+// kDecodeChunk into chunks, one task each (kernels/decode.hpp), which write the chunk's
+// attention and log-sum-exp into their own slot. Each block's chunks are then merged in key
+// order. The cuts depend on the sequence alone, never on the thread count, and no two tasks add
+// into one place, so the result is bitwise the same for every Options::threads.
+#include <EigenAttention/KVCache.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "decode_problem.hpp"
+#include "kernels/kernels.hpp"
+
+namespace EigenAttention {
+namespace internal {
+namespace {
+
+struct Block {
+  index_t sequence, kv_head, first_row, rows;  // query rows [first_row, first_row + rows) of each head
+  index_t first_task, tasks;
+  index_t q_offset;  // its gathered queries in the q buffer
+};
+
+struct Task {
+  index_t block, first_key, end_key;
+  index_t slot;  // its out (R x d_v) then lse (R) in the partials buffer
+};
+
+/// The masks and logit options of sequence b's queries, as the forward's kernels see them:
+/// T_q query rows, T_k keys, bottom-right alignment.
+template <typename T>
+RawProblem<T> sequence_shape(const DecodeProblem<T>& p, index_t b) {
+  const index_t tq = p.cu_q[b + 1] - p.cu_q[b], tk = p.sequences[b].length;
+  RawProblem<T> s{};
+  s.q = {nullptr, tq, p.kv.d_k, 0, 0};
+  s.k = {nullptr, tk, p.kv.d_k, 0, 0};
+  s.v = {nullptr, tk, p.kv.d_v, 0, 0};
+  s.scale = p.scale;
+  s.causal = p.causal;
+  s.offset = tk - tq;
+  s.window_left = p.window_left;
+  s.window_right = p.window_right;
+  s.softcap = p.softcap;
+  s.has_alibi = p.alibi_slopes != nullptr;
+  s.alibi_slope = 0;
+  s.bias = {nullptr, 0, 0, 0, 0};
+  s.mask = {nullptr, 0, 0, 0, 0};
+  return s;
+}
+
+template <typename T>
+T* element(const MatrixView<T>& m, index_t row, index_t col) {
+  return m.data + row * m.row_stride + col * m.col_stride;
+}
+
+}  // namespace
+
+template <typename T>
+void execute_decode(const DecodeProblem<T>& p) {
+  if (p.kernel == Kernel::Reference) {
+    reference_decode(p);
+    return;
+  }
+  const DecodeKernel<T> kernel = decode_kernel<T>(p.kernel);
+  const index_t G = p.group, dk = p.kv.d_k, dv = p.kv.d_v,
+                bytes = p.kv.storage == KVStorage::Float64   ? 8
+                        : p.kv.storage == KVStorage::Float32 ? 4
+                                                             : 2;
+  // The calling thread's, kept from call to call (the pool's threads see them through these
+  // references: a thread_local named in the tasks would be each worker's own).
+  thread_local std::vector<Block> block_storage;
+  thread_local std::vector<Task> task_storage;
+  thread_local std::vector<T> query_storage, partial_storage;
+  std::vector<Block>& blocks = block_storage;
+  std::vector<Task>& tasks = task_storage;
+  std::vector<T>& queries = query_storage;
+  std::vector<T>& partials = partial_storage;
+  blocks.clear();
+  tasks.clear();
+  index_t q_size = 0, slots = 0;
+  double work = 0;
+  const index_t rows_per_block = std::max<index_t>(1, kDecodeRows / G);
+  for (index_t b = 0; b < p.batch; ++b) {
+    const index_t tq = p.cu_q[b + 1] - p.cu_q[b];
+    const RawProblem<T> shape = sequence_shape(p, b);
+    for (index_t g = 0; g < p.kv.kv_heads; ++g) {
+      for (index_t i0 = 0; i0 < tq; i0 += rows_per_block) {
+        const index_t rows = std::min(rows_per_block, tq - i0), R = G * rows;
+        Block blk{b, g, i0, rows, static_cast<index_t>(tasks.size()), 0, q_size};
+        q_size += R * dk;
+        const index_t kb = shape.first_key(i0), ke = shape.end_key(i0 + rows - 1);
+        for (index_t j0 = kb / kDecodeChunk * kDecodeChunk; j0 < ke; j0 += kDecodeChunk) {
+          tasks.push_back({static_cast<index_t>(blocks.size()), std::max(j0, kb),
+                           std::min(j0 + kDecodeChunk, ke), slots});
+          slots += R * (dv + 1);
+          ++blk.tasks;
+        }
+        // Weighted by the bytes read per key as well as the arithmetic.
+        if (ke > kb) work += static_cast<double>(ke - kb) * ((R + bytes) * (dk + dv));
+        blocks.push_back(blk);
+      }
+    }
+  }
+  if (blocks.empty()) return;
+  if (static_cast<index_t>(queries.size()) < q_size) queries.resize(static_cast<std::size_t>(q_size));
+  if (static_cast<index_t>(partials.size()) < slots) partials.resize(static_cast<std::size_t>(slots));
+
+  // Each block's queries, contiguous: row r = head-in-group r / rows, token first_row + r % rows.
+  for (const Block& blk : blocks) {
+    T* q = queries.data() + blk.q_offset;
+    for (index_t h = 0; h < G; ++h) {
+      for (index_t t = 0; t < blk.rows; ++t) {
+        const index_t row = p.cu_q[blk.sequence] + blk.first_row + t;
+        const index_t col = (blk.kv_head * G + h) * dk;
+        for (index_t c = 0; c < dk; ++c) q[(h * blk.rows + t) * dk + c] = *element(p.q, row, col + c);
+      }
+    }
+  }
+
+  const int threads = useful_threads(p.threads, work);
+  const T* const queries_data = queries.data();
+  T* const partials_data = partials.data();
+  for_tasks(static_cast<index_t>(tasks.size()), threads, [&](index_t t) {
+    const Task& task = tasks[static_cast<std::size_t>(t)];
+    const Block& blk = blocks[static_cast<std::size_t>(task.block)];
+    const PagedSequence& seq = p.sequences[blk.sequence];
+    const index_t R = G * blk.rows;
+    RawDecodeChunk<T> c;
+    c.shape = sequence_shape(p, blk.sequence);
+    c.alibi = p.alibi_slopes != nullptr ? p.alibi_slopes + blk.kv_head * G : nullptr;
+    c.q = queries_data + blk.q_offset;
+    c.group = G;
+    c.first_row = blk.first_row;
+    c.rows = blk.rows;
+    c.storage = p.kv.storage;
+    c.k = static_cast<const char*>(p.kv.k) + blk.kv_head * p.kv.k_head_stride * bytes;
+    c.v = static_cast<const char*>(p.kv.v) + blk.kv_head * p.kv.v_head_stride * bytes;
+    c.page_size = p.kv.page_size;
+    c.k_page_stride = p.kv.k_page_stride;
+    c.k_token_stride = p.kv.k_token_stride;
+    c.v_page_stride = p.kv.v_page_stride;
+    c.v_token_stride = p.kv.v_token_stride;
+    c.pages = seq.pages;
+    c.first_key = task.first_key;
+    c.end_key = task.end_key;
+    c.d_k = dk;
+    c.d_v = dv;
+    c.out = partials_data + task.slot;
+    c.lse = partials_data + task.slot + R * dv;
+    kernel(c);
+  });
+
+  // Merge each block's chunks in key order: out = sum_c w_c out_c / sum_c w_c with
+  // w_c = exp(lse_c - max lse), lse = max + log(sum_c w_c). A chunk that saw nothing (-inf)
+  // takes no part; a NaN log-sum-exp makes the row NaN.
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  for_tasks(static_cast<index_t>(blocks.size()), threads, [&](index_t k) {
+    const Block& blk = blocks[static_cast<std::size_t>(k)];
+    const index_t R = G * blk.rows;
+    thread_local std::vector<T> acc;
+    acc.resize(static_cast<std::size_t>(dv));
+    for (index_t r = 0; r < R; ++r) {
+      const index_t h = blk.kv_head * G + r / blk.rows;
+      const index_t row = p.cu_q[blk.sequence] + blk.first_row + r % blk.rows;
+      T max = minus_inf;
+      bool nan = false;
+      for (index_t t = blk.first_task; t < blk.first_task + blk.tasks; ++t) {
+        const T l = partials_data[tasks[static_cast<std::size_t>(t)].slot + R * dv + r];
+        if (std::isnan(l)) nan = true;
+        if (l > max) max = l;
+      }
+      T lse;
+      if (nan || max == minus_inf) {
+        const T fill = nan ? std::numeric_limits<T>::quiet_NaN() : T(0);
+        std::fill(acc.begin(), acc.end(), fill);
+        lse = nan ? fill : minus_inf;
+      } else {
+        std::fill(acc.begin(), acc.end(), T(0));
+        T sum = 0;
+        for (index_t t = blk.first_task; t < blk.first_task + blk.tasks; ++t) {
+          const T* part = partials_data + tasks[static_cast<std::size_t>(t)].slot;
+          const T l = part[R * dv + r];
+          if (l == minus_inf) continue;
+          const T w = std::exp(l - max);
+          sum += w;
+          for (index_t c = 0; c < dv; ++c) acc[static_cast<std::size_t>(c)] += w * part[r * dv + c];
+        }
+        for (index_t c = 0; c < dv; ++c) acc[static_cast<std::size_t>(c)] /= sum;
+        lse = max + std::log(sum);
+      }
+      for (index_t c = 0; c < dv; ++c) *element(p.out, row, h * dv + c) = acc[static_cast<std::size_t>(c)];
+      if (p.want_lse) *element(p.lse, row, h) = lse;
+    }
+  });
+
+  // Query rows of sequences that have no block (none: every sequence with rows has blocks) and
+  // rows whose block has no chunk were written above (zeros, -inf).
+}
+
+template <typename T>
+void decode(const char* api, const compiled::RawPagedKV& kv, const PagedSequence* sequences, index_t batch,
+            const compiled::DecodeArgs<T>& args, const Options& opt) {
+  const DecodeProblem<T> p = make_decode_problem(api, kv, sequences, batch, args, opt);
+  if (!args.inputs_only) execute_decode(p);
+}
+
+template void execute_decode<float>(const DecodeProblem<float>&);
+template void execute_decode<double>(const DecodeProblem<double>&);
+template void decode<float>(const char*, const compiled::RawPagedKV&, const PagedSequence*, index_t,
+                            const compiled::DecodeArgs<float>&, const Options&);
+template void decode<double>(const char*, const compiled::RawPagedKV&, const PagedSequence*, index_t,
+                             const compiled::DecodeArgs<double>&, const Options&);
+
+}  // namespace internal
+
+namespace compiled {
+namespace {
+
+template <typename T>
+void decode_view(const char* api, const RawPagedKV& kv, const DecodeArgs<T>& args, const Options& opt) {
+  thread_local std::vector<internal::PagedSequence> sequences;
+  internal::paged_view_sequences(api, kv, sequences);
+  internal::decode(api, kv, sequences.data(), kv.batch, args, opt);
+}
+
+}  // namespace
+
+void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<float>& args, const Options& opt) {
+  decode_view(api, kv, args, opt);
+}
+void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<double>& args, const Options& opt) {
+  decode_view(api, kv, args, opt);
+}
+
+}  // namespace compiled
+}  // namespace EigenAttention

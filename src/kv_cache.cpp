@@ -1,0 +1,404 @@
+// PagedKVCache (KVCache.hpp): the pool of pages, its sequences and the decode call on them.
+//
+// Pages are allocated once, [num_pages, page_size, kv_heads, d] for keys and values alike, and
+// handed out from a free list. A sequence is a list of page indices and a length; fork() copies
+// the list and counts one more reference to each page; append() copies the last page first
+// when it is partly filled and shared (the only page a sequence ever writes into that another
+// may read), so pages never move. Every member checks everything first and changes nothing
+// when it throws. A shared mutex lets decodes run together and makes the members that change
+// the pool wait for them.
+#include <EigenAttention/Compiled.hpp>
+#include <EigenAttention/KVCache.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <shared_mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "decode_problem.hpp"
+
+namespace EigenAttention {
+namespace compiled {
+
+using index_t = std::ptrdiff_t;
+
+struct KVPool {
+  KVStorage storage;
+  index_t bytes;  // per element
+  index_t kv_heads, d_k, d_v, page_size, num_pages;
+  unsigned char* k = nullptr;
+  unsigned char* v = nullptr;
+  std::vector<std::int32_t> refs;  // sequences holding each page
+  std::vector<std::int32_t> free;  // free pages; the next one handed out is at the back
+  struct Sequence {
+    bool live = false;
+    std::vector<std::int32_t> pages;
+    index_t length = 0;
+  };
+  std::vector<Sequence> sequences;
+  std::vector<std::int32_t> free_ids;  // released ids; the next one handed out is at the back
+  mutable std::shared_mutex mutex;
+
+  ~KVPool() {
+    std::free(k);
+    std::free(v);
+  }
+  index_t k_token() const { return kv_heads * d_k; }  // elements per token
+  index_t v_token() const { return kv_heads * d_v; }
+  RawPagedKV layout() const {
+    return {k,         v,         storage,
+            num_pages, page_size, kv_heads,
+            d_k,       d_v,       page_size * k_token(),
+            k_token(), d_k,       page_size * v_token(),
+            v_token(), d_v,       nullptr,
+            0,         nullptr,   0};
+  }
+};
+
+namespace {
+
+[[noreturn]] void fail(const char* api, const std::string& what) {
+  throw std::invalid_argument(std::string("EigenAttention::PagedKVCache::") + api + ": " + what);
+}
+
+std::string num(index_t n) { return std::to_string(n); }
+
+index_t bytes_of(KVStorage s) {
+  switch (s) {
+    case KVStorage::Float32:
+      return 4;
+    case KVStorage::Float64:
+      return 8;
+    case KVStorage::BFloat16:
+    case KVStorage::Float16:
+      return 2;
+  }
+  return 0;
+}
+
+const char* name_of(KVStorage s) {
+  switch (s) {
+    case KVStorage::Float32:
+      return "float";
+    case KVStorage::Float64:
+      return "double";
+    case KVStorage::BFloat16:
+      return "bfloat16";
+    case KVStorage::Float16:
+      return "half";
+  }
+  return "unknown";
+}
+
+KVPool::Sequence& live(const char* api, KVPool& pool, std::int32_t id) {
+  if (id < 0 || id >= static_cast<std::int32_t>(pool.sequences.size()) || !pool.sequences[id].live) {
+    fail(api, "sequence " + std::to_string(id) + " is not in the cache (never created, or released)");
+  }
+  return pool.sequences[id];
+}
+
+/// Rounds a float to the storage type, to nearest (ties to even): the bits of one element.
+void store(KVStorage s, float x, unsigned char* dst) {
+  switch (s) {
+    case KVStorage::Float32:
+      std::memcpy(dst, &x, 4);
+      return;
+    case KVStorage::Float64: {
+      const double d = x;
+      std::memcpy(dst, &d, 8);
+      return;
+    }
+    case KVStorage::BFloat16: {
+      const Eigen::bfloat16 b(x);
+      std::memcpy(dst, &b, 2);
+      return;
+    }
+    case KVStorage::Float16: {
+      const Eigen::half h(x);
+      std::memcpy(dst, &h, 2);
+      return;
+    }
+  }
+}
+
+/// Copies tokens [0, n) of `src` into the pool's pages (`base`, `token` elements per token)
+/// from token `first` of sequence s on.
+void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* base, index_t token,
+                  index_t first, const RawTokens& src) {
+  const index_t same = src.type == pool.storage;
+  for (index_t t = 0; t < src.tokens; ++t) {
+    const index_t pos = first + t;
+    unsigned char* row =
+        base + ((s.pages[pos / pool.page_size] * pool.page_size + pos % pool.page_size) * token) * pool.bytes;
+    for (index_t h = 0; h < src.heads; ++h) {
+      for (index_t c = 0; c < src.dim; ++c) {
+        const index_t at = t * src.token_stride + h * src.head_stride + c * src.dim_stride;
+        unsigned char* dst = row + (h * src.dim + c) * pool.bytes;
+        if (same) {
+          std::memcpy(dst, static_cast<const unsigned char*>(src.data) + at * pool.bytes, pool.bytes);
+        } else {  // float, rounded to the storage type
+          store(pool.storage, static_cast<const float*>(src.data)[at], dst);
+        }
+      }
+    }
+  }
+}
+
+void check_tokens(const char* api, const KVPool& pool, const char* name, const RawTokens& t, index_t dim,
+                  const char* dim_name) {
+  if (t.type != pool.storage && t.type != KVStorage::Float32) {
+    fail(api, std::string(name) + " is " + name_of(t.type) + " but the cache stores " +
+                  name_of(pool.storage) + " (append takes the storage type or float)");
+  }
+  if (t.heads == -2) fail(api, std::string(name) + " must be a view of one sequence (batch 1)");
+  if (t.tokens < 0 || t.dim < 0 || t.heads < -1) fail(api, std::string(name) + " has a negative size");
+  if (t.heads == -1 || t.heads != pool.kv_heads || t.dim != dim) {
+    const index_t cols = t.heads == -1 ? t.dim : t.heads * t.dim;
+    fail(api, std::string(name) + " has " + num(t.tokens) + " rows of " + num(cols) +
+                  " but must have rows of kv_heads x " + dim_name + " = " + num(pool.kv_heads) + " x " +
+                  num(dim) + " = " + num(pool.kv_heads * dim) + " (heads side by side)");
+  }
+  if (t.data == nullptr && t.tokens * t.heads * t.dim != 0) fail(api, std::string(name) + " has no data");
+}
+
+/// The page numbers a sequence of `length` tokens holds.
+index_t pages_for(const KVPool& pool, index_t length) {
+  return (length + pool.page_size - 1) / pool.page_size;
+}
+
+std::int32_t new_id(KVPool& pool) {
+  if (!pool.free_ids.empty()) return pool.free_ids.back();
+  if (pool.sequences.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    throw std::length_error("EigenAttention::PagedKVCache: too many sequences");
+  }
+  return static_cast<std::int32_t>(pool.sequences.size());
+}
+
+/// Makes `id` (from new_id) a live sequence with these pages and length. Allocates first.
+void adopt(KVPool& pool, std::int32_t id, std::vector<std::int32_t> pages, index_t length) {
+  if (static_cast<std::size_t>(id) == pool.sequences.size()) {
+    pool.sequences.emplace_back();
+  } else {
+    pool.free_ids.pop_back();
+  }
+  KVPool::Sequence& s = pool.sequences[id];
+  s.live = true;
+  s.pages = std::move(pages);
+  s.length = length;
+}
+
+void drop_pages(KVPool& pool, KVPool::Sequence& s, index_t keep) {
+  while (static_cast<index_t>(s.pages.size()) > keep) {
+    const std::int32_t page = s.pages.back();
+    s.pages.pop_back();
+    if (--pool.refs[page] == 0) pool.free.push_back(page);
+  }
+}
+
+}  // namespace
+
+KVPool* kv_pool_create(KVStorage storage, index_t kv_heads, index_t d_k, index_t d_v, index_t page_size,
+                       index_t capacity_tokens) {
+  const char* api = "PagedKVCache";
+  if (bytes_of(storage) == 0) fail(api, "unknown storage type");
+  if (kv_heads < 1 || d_k < 1 || d_v < 0) {
+    fail(api, "needs kv_heads >= 1, d_k >= 1 and d_v >= 0; got kv_heads = " + num(kv_heads) +
+                  ", d_k = " + num(d_k) + ", d_v = " + num(d_v));
+  }
+  if (page_size < 16 || page_size > 256 || (page_size & (page_size - 1)) != 0) {
+    fail(api, "page_size must be a power of two from 16 to 256, got " + num(page_size));
+  }
+  if (capacity_tokens < 0) fail(api, "capacity_tokens is negative: " + num(capacity_tokens));
+  const index_t pages = (capacity_tokens + page_size - 1) / page_size;
+  const index_t bytes = bytes_of(storage);
+  index_t k_bytes = 0, v_bytes = 0;
+  const auto product = [](std::initializer_list<index_t> f, index_t& r) {
+    r = 1;
+    for (const index_t x : f)
+      if (__builtin_mul_overflow(r, x, &r)) return false;
+    return true;
+  };
+  if (pages > std::numeric_limits<std::int32_t>::max() ||
+      !product({pages, page_size, kv_heads, d_k, bytes}, k_bytes) ||
+      !product({pages, page_size, kv_heads, d_v, bytes}, v_bytes) ||
+      k_bytes > std::numeric_limits<index_t>::max() - 64 ||
+      v_bytes > std::numeric_limits<index_t>::max() - 64) {
+    fail(api, "capacity_tokens = " + num(capacity_tokens) + " with kv_heads = " + num(kv_heads) +
+                  ", d_k = " + num(d_k) + ", d_v = " + num(d_v) + " is more than memory can address");
+  }
+  auto pool = std::make_unique<KVPool>();
+  pool->storage = storage;
+  pool->bytes = bytes;
+  pool->kv_heads = kv_heads;
+  pool->d_k = d_k;
+  pool->d_v = d_v;
+  pool->page_size = page_size;
+  pool->num_pages = pages;
+  // 64-byte aligned, not touched here: the system hands out memory as pages are first written.
+  const auto allocate = [](index_t n) {
+    void* p = std::aligned_alloc(64, static_cast<std::size_t>((std::max<index_t>(n, 1) + 63) / 64 * 64));
+    if (p == nullptr) throw std::bad_alloc();
+    prefer_huge_pages(p, static_cast<std::size_t>(n));
+    return static_cast<unsigned char*>(p);
+  };
+  pool->k = allocate(k_bytes);
+  pool->v = allocate(v_bytes);
+  pool->refs.assign(static_cast<std::size_t>(pages), 0);
+  pool->free.resize(static_cast<std::size_t>(pages));
+  for (index_t p = 0; p < pages; ++p)
+    pool->free[static_cast<std::size_t>(p)] = static_cast<std::int32_t>(pages - 1 - p);
+  return pool.release();
+}
+
+void kv_pool_destroy(KVPool* pool) noexcept { delete pool; }
+
+RawPagedKV kv_pool_layout(const KVPool* pool) { return pool->layout(); }
+
+std::int32_t kv_pool_create_sequence(KVPool* pool) {
+  std::unique_lock<std::shared_mutex> lock(pool->mutex);
+  const std::int32_t id = new_id(*pool);
+  adopt(*pool, id, {}, 0);
+  return id;
+}
+
+void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k, const RawTokens& v) {
+  const char* api = "append";
+  std::unique_lock<std::shared_mutex> lock(pool->mutex);
+  KVPool::Sequence& s = live(api, *pool, sequence);
+  check_tokens(api, *pool, "K", k, pool->d_k, "d_k");
+  check_tokens(api, *pool, "V", v, pool->d_v, "d_v");
+  if (k.tokens != v.tokens) fail(api, "K has " + num(k.tokens) + " tokens but V has " + num(v.tokens));
+  if (k.tokens == 0) return;
+  const index_t length = s.length;
+  if (k.tokens > std::numeric_limits<index_t>::max() - length) fail(api, "the sequence would be too long");
+  const index_t have = static_cast<index_t>(s.pages.size()), need = pages_for(*pool, length + k.tokens);
+  // A partly filled last page that another sequence shares is copied before it is written.
+  const bool copy_last = length % pool->page_size != 0 && pool->refs[s.pages.back()] > 1;
+  const index_t take = need - have + (copy_last ? 1 : 0);
+  if (take > static_cast<index_t>(pool->free.size())) {
+    fail(api, "the cache is full: appending " + num(k.tokens) + " tokens to sequence " +
+                  std::to_string(sequence) + " (" + num(length) + " tokens) needs " + num(take) +
+                  " more pages of " + num(pool->page_size) + " tokens, and " +
+                  num(static_cast<index_t>(pool->free.size())) + " of the " + num(pool->num_pages) +
+                  " are free");
+  }
+  s.pages.reserve(static_cast<std::size_t>(need));  // may throw: nothing has changed yet
+  if (copy_last) {
+    const std::int32_t old = s.pages.back(), copy = pool->free.back();
+    pool->free.pop_back();
+    const index_t slots = length % pool->page_size;
+    std::memcpy(pool->k + copy * pool->page_size * pool->k_token() * pool->bytes,
+                pool->k + old * pool->page_size * pool->k_token() * pool->bytes,
+                static_cast<std::size_t>(slots * pool->k_token() * pool->bytes));
+    std::memcpy(pool->v + copy * pool->page_size * pool->v_token() * pool->bytes,
+                pool->v + old * pool->page_size * pool->v_token() * pool->bytes,
+                static_cast<std::size_t>(slots * pool->v_token() * pool->bytes));
+    --pool->refs[old];
+    pool->refs[copy] = 1;
+    s.pages.back() = copy;
+  }
+  while (static_cast<index_t>(s.pages.size()) < need) {
+    const std::int32_t page = pool->free.back();
+    pool->free.pop_back();
+    pool->refs[page] = 1;
+    s.pages.push_back(page);
+  }
+  write_tokens(*pool, s, pool->k, pool->k_token(), length, k);
+  write_tokens(*pool, s, pool->v, pool->v_token(), length, v);
+  s.length = length + k.tokens;
+}
+
+std::int32_t kv_pool_fork(KVPool* pool, std::int32_t sequence) {
+  std::unique_lock<std::shared_mutex> lock(pool->mutex);
+  const KVPool::Sequence& s = live("fork", *pool, sequence);
+  std::vector<std::int32_t> pages = s.pages;  // may throw: nothing has changed yet
+  const index_t length = s.length;
+  const std::int32_t id = new_id(*pool);
+  adopt(*pool, id, std::move(pages), length);  // (s may have moved)
+  for (const std::int32_t page : pool->sequences[id].pages) ++pool->refs[page];
+  return id;
+}
+
+void kv_pool_truncate(KVPool* pool, std::int32_t sequence, std::int64_t length) {
+  std::unique_lock<std::shared_mutex> lock(pool->mutex);
+  KVPool::Sequence& s = live("truncate", *pool, sequence);
+  if (length < 0 || length > s.length) {
+    fail("truncate", "length " + std::to_string(length) + " is outside [0, " + num(s.length) +
+                         "], the tokens of sequence " + std::to_string(sequence));
+  }
+  drop_pages(*pool, s, pages_for(*pool, length));
+  s.length = length;
+}
+
+void kv_pool_release(KVPool* pool, std::int32_t sequence) {
+  std::unique_lock<std::shared_mutex> lock(pool->mutex);
+  KVPool::Sequence& s = live("release", *pool, sequence);
+  pool->free_ids.reserve(pool->free_ids.size() + 1);  // may throw: nothing has changed yet
+  drop_pages(*pool, s, 0);
+  s.live = false;
+  s.length = 0;
+  pool->free_ids.push_back(sequence);
+}
+
+std::int64_t kv_pool_length(const KVPool* pool, std::int32_t sequence) {
+  std::shared_lock<std::shared_mutex> lock(pool->mutex);
+  return live("length", const_cast<KVPool&>(*pool), sequence).length;
+}
+
+index_t kv_pool_free_pages(const KVPool* pool) {
+  std::shared_lock<std::shared_mutex> lock(pool->mutex);
+  return static_cast<index_t>(pool->free.size());
+}
+
+index_t kv_pool_pages(const KVPool* pool, std::int32_t sequence, std::int32_t* out, index_t capacity) {
+  std::shared_lock<std::shared_mutex> lock(pool->mutex);
+  const KVPool::Sequence& s = live("pages", const_cast<KVPool&>(*pool), sequence);
+  const index_t n = static_cast<index_t>(s.pages.size());
+  std::copy_n(s.pages.begin(), std::min(n, capacity), out);
+  return n;
+}
+
+namespace {
+
+template <typename T>
+void decode_pool(const char* api, const KVPool* pool, const std::int32_t* ids, index_t batch,
+                 const DecodeArgs<T>& args, const Options& opt) {
+  std::shared_lock<std::shared_mutex> lock(pool->mutex);
+  if (batch < 0) throw std::invalid_argument(std::string("EigenAttention::") + api + ": batch is negative");
+  if (batch > 0 && ids == nullptr)
+    throw std::invalid_argument(std::string("EigenAttention::") + api + ": sequences is null");
+  thread_local std::vector<internal::PagedSequence> sequences;
+  sequences.resize(static_cast<std::size_t>(batch));
+  for (index_t b = 0; b < batch; ++b) {
+    const std::int32_t id = ids[b];
+    if (id < 0 || id >= static_cast<std::int32_t>(pool->sequences.size()) || !pool->sequences[id].live) {
+      throw std::invalid_argument(std::string("EigenAttention::") + api + ": sequences[" + num(b) + "] = " +
+                                  std::to_string(id) + " is not in the cache (never created, or released)");
+    }
+    const KVPool::Sequence& s = pool->sequences[id];
+    sequences[static_cast<std::size_t>(b)] = {s.pages.data(), s.length};
+  }
+  internal::decode(api, pool->layout(), sequences.data(), batch, args, opt);
+}
+
+}  // namespace
+
+void decode(const char* api, const KVPool* pool, const std::int32_t* sequences, index_t batch,
+            const DecodeArgs<float>& args, const Options& opt) {
+  decode_pool(api, pool, sequences, batch, args, opt);
+}
+void decode(const char* api, const KVPool* pool, const std::int32_t* sequences, index_t batch,
+            const DecodeArgs<double>& args, const Options& opt) {
+  decode_pool(api, pool, sequences, batch, args, opt);
+}
+
+}  // namespace compiled
+}  // namespace EigenAttention
