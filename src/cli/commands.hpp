@@ -34,5 +34,12 @@ struct BenchArgs {
 };
 int bench_command(const BenchArgs& args);
 
+/// `decode`: a synthetic generation loop on a paged KV cache. Empty strings: the defaults.
+struct DecodeArgs {
+  std::string sequences, heads, kv_heads, dim, prompt, generate, threads, page_size;
+  std::string storage = "float";
+};
+int decode_command(const DecodeArgs& args);
+
 }  // namespace cli
 }  // namespace EigenAttention

@@ -16,6 +16,7 @@ Commands:
             the weights (SCORES), the log-sum-exp (LSE) and a heatmap
   heatmap   draws attention weights from a SCORES .npy file as a PNG
   bench     a short throughput table for this machine (a few seconds)
+  decode    a synthetic generation loop on a paged KV cache: tokens/s and GB/s
 
 Options:
   -h, --help     show this help and exit
@@ -150,6 +151,35 @@ hardware thread. GFLOP/s = 4 T^2 d / time.
 Options:
       --quick  T = 256 and 512, shorter timings: a check that it runs, not a measurement
   -h, --help   show this help and exit
+)";
+
+const char* const kDecodeHelp = R"(Usage: eigen-attention decode [OPTION]...
+
+A synthetic generation loop on a paged KV cache (PagedKVCache, attention_decode): each
+sequence's prompt (random keys and values) is appended to the cache, then every step
+appends one new token (random key and value) to every sequence and decodes all of them
+in one batched call (one query token each). Prints the tokens generated per second
+(tokens/s, appends and decodes timed) and the memory bandwidth of the decodes: GB/s =
+the bytes they must read (2 x cached tokens x kv-heads x dim x the storage's bytes,
+summed over the steps) / their time. Writes no file.
+
+Options:
+      --sequences N      sequences decoded together (default 8)
+      --heads H          query heads (default 32)
+      --kv-heads H_KV    key/value heads, a divisor of H (default 8: grouped-query)
+      --dim D            head dimension d_k = d_v (default 128)
+      --prompt MIN,MAX   prompt lengths, drawn deterministically from MIN..MAX; one
+                         number = all the same (default 512,8192)
+      --generate N       tokens generated per sequence (default 256)
+      --page-size P      tokens per page of the cache: 16, 32, 64, 128 or 256 (default 16)
+      --storage float|bf16|half
+                         the cache's element type (default float); bf16 and half halve
+                         the bytes read, the arithmetic stays float
+      --threads N        threads (default 0: one per hardware thread)
+  -h, --help             show this help and exit
+
+Example:
+  eigen-attention decode --sequences 4 --prompt 1024,4096 --generate 64 --storage bf16
 )";
 
 }  // namespace cli

@@ -9,6 +9,7 @@ extern const char* const kDemoHelp;
 extern const char* const kRunHelp;
 extern const char* const kHeatmapHelp;
 extern const char* const kBenchHelp;
+extern const char* const kDecodeHelp;
 
 }  // namespace cli
 }  // namespace EigenAttention

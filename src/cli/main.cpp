@@ -55,7 +55,8 @@ void check_leftovers(const CLI::App& app, bool top) {
   if (rest.empty()) return;
   const std::string& first = rest.front();
   if (first.size() > 1 && first[0] == '-') throw cli::usage_error(first, "unknown option");
-  if (top) throw cli::usage_error(first, "unknown command; the commands are demo, run, heatmap and bench");
+  if (top)
+    throw cli::usage_error(first, "unknown command; the commands are demo, run, heatmap, bench and decode");
   throw cli::usage_error(first, "unexpected argument (options take the form --name VALUE)");
 }
 
@@ -146,6 +147,21 @@ int main(int argc, char** argv) {
   cli::BenchArgs bench_args;
   bench->add_flag("--quick", bench_args.quick);
 
+  // decode
+  CLI::App* decode = app.add_subcommand("decode");
+  help_text(decode, cli::kDecodeHelp);
+  decode->allow_extras();
+  cli::DecodeArgs decode_args;
+  decode->add_option("--sequences", decode_args.sequences);
+  decode->add_option("--heads", decode_args.heads);
+  decode->add_option("--kv-heads", decode_args.kv_heads);
+  decode->add_option("--dim", decode_args.dim);
+  decode->add_option("--prompt", decode_args.prompt);
+  decode->add_option("--generate", decode_args.generate);
+  decode->add_option("--page-size", decode_args.page_size);
+  decode->add_option("--storage", decode_args.storage);
+  decode->add_option("--threads", decode_args.threads);
+
   try {
     try {
       app.parse(argc, argv);
@@ -159,7 +175,7 @@ int main(int argc, char** argv) {
     try {
       check_leftovers(app, true);
       if (app.get_subcommands().empty()) {
-        throw cli::usage_error("command", "missing: give one of demo, run, heatmap, bench");
+        throw cli::usage_error("command", "missing: give one of demo, run, heatmap, bench, decode");
       }
       if (*demo) {
         check_leftovers(*demo, false);
@@ -203,6 +219,10 @@ int main(int argc, char** argv) {
       if (*heatmap) {
         check_leftovers(*heatmap, false);
         return cli::heatmap_command(heatmap_args);
+      }
+      if (*decode) {
+        check_leftovers(*decode, false);
+        return cli::decode_command(decode_args);
       }
       check_leftovers(*bench, false);
       return cli::bench_command(bench_args);

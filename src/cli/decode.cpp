@@ -1,0 +1,229 @@
+// eigen-attention decode: a synthetic generation loop on a paged KV cache (KVCache.hpp).
+#include <EigenAttention/EigenAttention.hpp>
+#include <EigenAttention/KVCache.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "commands.hpp"
+#include "util.hpp"
+
+namespace EigenAttention {
+namespace cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Index = Eigen::Index;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// The settings of a run, checked.
+struct Settings {
+  long sequences = 8, heads = 32, kv_heads = 8, dim = 128;
+  long prompt_min = 512, prompt_max = 8192, generate = 256;
+  long page_size = 16;
+  int threads = 0;
+  std::string storage = "float";
+};
+
+long positive(const std::string& option, const std::string& text, long max) {
+  const long long v = parse_integer(option, text);
+  if (v < 1 || v > max) {
+    throw usage_error(option, "must be an integer from 1 to " + std::to_string(max) + ", got " + text);
+  }
+  return static_cast<long>(v);
+}
+
+Settings check(const DecodeArgs& args) {
+  Settings s;
+  if (!args.sequences.empty()) s.sequences = positive("--sequences", args.sequences, 1 << 16);
+  if (!args.heads.empty()) s.heads = positive("--heads", args.heads, 1 << 12);
+  if (!args.kv_heads.empty()) s.kv_heads = positive("--kv-heads", args.kv_heads, 1 << 12);
+  if (!args.dim.empty()) s.dim = positive("--dim", args.dim, 1 << 16);
+  if (!args.generate.empty()) s.generate = positive("--generate", args.generate, 1 << 24);
+  if (!args.prompt.empty()) {
+    const std::size_t comma = args.prompt.find(',');
+    if (comma != std::string::npos && args.prompt.find(',', comma + 1) != std::string::npos) {
+      throw usage_error("--prompt", "wants MIN,MAX or one length, got " + args.prompt);
+    }
+    if (comma == std::string::npos) {
+      s.prompt_min = s.prompt_max = positive("--prompt", args.prompt, 1 << 24);
+    } else {
+      s.prompt_min = positive("--prompt", args.prompt.substr(0, comma), 1 << 24);
+      s.prompt_max = positive("--prompt", args.prompt.substr(comma + 1), 1 << 24);
+      if (s.prompt_min > s.prompt_max) {
+        throw usage_error("--prompt", "MIN must not exceed MAX, got " + args.prompt);
+      }
+    }
+  }
+  if (!args.page_size.empty()) {
+    const long long p = parse_integer("--page-size", args.page_size);
+    if (p < 16 || p > 256 || (p & (p - 1)) != 0) {
+      throw usage_error("--page-size", "must be a power of two from 16 to 256, got " + args.page_size);
+    }
+    s.page_size = static_cast<long>(p);
+  }
+  if (!args.threads.empty()) {
+    const long long t = parse_integer("--threads", args.threads);
+    if (t < 0 || t > 4096) throw usage_error("--threads", "must be from 0 to 4096, got " + args.threads);
+    s.threads = static_cast<int>(t);
+  }
+  if (args.storage != "float" && args.storage != "bf16" && args.storage != "half") {
+    throw usage_error("--storage", "must be float, bf16 or half, got '" + args.storage + "'");
+  }
+  s.storage = args.storage;
+  if (s.heads % s.kv_heads != 0) {
+    throw usage_error("--kv-heads", "must divide --heads (" + std::to_string(s.heads) + "), got " +
+                                        std::to_string(s.kv_heads));
+  }
+  return s;
+}
+
+/// Uniform in [-1, 1), deterministic (splitmix64), as `bench` draws its inputs.
+struct Random {
+  std::uint64_t state;
+  float next() {
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
+  }
+  void fill(RowMatrix<float>& m) {
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = next();
+  }
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+template <typename T>
+int generate(const Settings& s, Index storage_bytes) {
+  const Index B = s.sequences, Hkv = s.kv_heads, d = s.dim, H = s.heads, width = Hkv * d;
+  const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
+
+  // Prompt lengths: deterministic pseudo-random in [prompt_min, prompt_max] (xorshift64).
+  std::vector<Index> prompt(static_cast<std::size_t>(B));
+  std::uint64_t x = 0x2545F4914F6CDD1Dull;
+  for (Index& p : prompt) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    p = s.prompt_min + Index((x >> 11) % std::uint64_t(s.prompt_max - s.prompt_min + 1));
+  }
+  Index capacity = 0, prompt_tokens = 0;
+  for (const Index p : prompt) {
+    capacity += (p + s.generate + s.page_size - 1) / s.page_size * s.page_size;
+    prompt_tokens += p;
+  }
+  // The pool is reserved at once but touched as it fills: refuse what this machine cannot hold.
+  const double cache_bytes = 2.0 * double(capacity) * double(width) * double(storage_bytes);
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0 && cache_bytes > 0.8 * double(pages) * double(page)) {
+    char what[200];
+    std::snprintf(what, sizeof what, "the cache needs %.1f GiB, more than 80%% of this machine's %.1f GiB",
+                  cache_bytes / 1073741824.0, double(pages) * double(page) / 1073741824.0);
+    throw Failure("decode", what);
+  }
+
+  PagedKVCache<T> cache(Hkv, d, d, s.page_size, capacity);
+  Options opt;
+  opt.threads = s.threads;
+  const std::string storage_name = s.storage == "float" ? "float" : s.storage == "bf16" ? "bfloat16" : "half";
+  std::printf(
+      "eigen-attention decode: %ld sequences, H = %ld, H_kv = %ld, d = %ld, %s storage, page size %ld, ",
+      s.sequences, s.heads, s.kv_heads, s.dim, storage_name.c_str(), s.page_size);
+  std::printf("%u thread%s (kernel %s)\n", s.threads == 0 ? hardware : unsigned(s.threads),
+              (s.threads == 0 ? hardware : unsigned(s.threads)) == 1 ? "" : "s",
+              kernel_name(available_kernels().front()));
+  std::fflush(stdout);
+
+  // Prefill: each sequence's prompt keys and values (random), appended in one call each.
+  Random random{1};
+  std::vector<SequenceId> ids;
+  const Clock::time_point t_prefill = Clock::now();
+  {
+    RowMatrix<float> k, v;
+    for (const Index p : prompt) {
+      k.resize(p, width);
+      v.resize(p, width);
+      random.fill(k);
+      random.fill(v);
+      ids.push_back(cache.create());
+      cache.append(ids.back(), k, v);
+    }
+  }
+  const double prefill = since(t_prefill);
+  std::string lengths;
+  for (const Index p : prompt) lengths += (lengths.empty() ? "" : ", ") + std::to_string(p);
+  std::printf("prompts:   %ld tokens appended in %.3f s (lengths %s; random keys and values, no attention)\n",
+              long(prompt_tokens), prefill, lengths.c_str());
+  std::fflush(stdout);
+
+  // Generation: per step, one new token per sequence (its key and value appended, then all
+  // sequences decoded in one batched call).
+  RowMatrix<float> q(B, H * d), out(B, H * d), k1(1, width), v1(1, width);
+  std::vector<std::int64_t> cu(static_cast<std::size_t>(B + 1));
+  for (Index b = 0; b <= B; ++b) cu[static_cast<std::size_t>(b)] = b;
+  std::vector<double> decode_times, append_times;
+  double bytes_read = 0, decode_total = 0, checksum = 0;
+  const Clock::time_point t_generate = Clock::now();
+  for (long step = 0; step < s.generate; ++step) {
+    const Clock::time_point t0 = Clock::now();
+    for (const SequenceId id : ids) {
+      random.fill(k1);
+      random.fill(v1);
+      cache.append(id, k1, v1);
+    }
+    const Clock::time_point t1 = Clock::now();
+    random.fill(q);
+    attention_decode_into(cache, ids.data(), B, q, cu.data(), out, opt);
+    const double t_decode = since(t1);
+    append_times.push_back(std::chrono::duration<double>(t1 - t0).count());
+    decode_times.push_back(t_decode);
+    decode_total += t_decode;
+    Index keys = 0;
+    for (const SequenceId id : ids) keys += cache.length(id);
+    bytes_read += 2.0 * double(keys) * double(width) * double(storage_bytes);
+    checksum += double(out(0, 0));
+  }
+  const double total = since(t_generate);
+  if (!std::isfinite(checksum)) throw Failure("decode", "the outputs are not finite");
+  const double tokens = double(B) * double(s.generate);
+  std::printf("generated: %.0f tokens (%ld steps of %ld) in %.3f s: %.1f tokens/s\n", tokens, s.generate,
+              s.sequences, total, tokens / total);
+  std::printf("decode:    %.3f ms/step (median), %.2f GB/s (%.1f MiB read per step on average)\n",
+              median(decode_times) * 1e3, bytes_read / decode_total / 1e9,
+              bytes_read / double(s.generate) / 1048576.0);
+  std::printf("append:    %.3f ms/step (median, %ld one-token appends)\n", median(append_times) * 1e3,
+              s.sequences);
+  std::printf(
+      "tokens/s = generated tokens / the generation's time (appends and decodes); GB/s = the bytes the\n"
+      "decodes must read (2 x cached tokens x H_kv x d x %ld bytes, summed over the steps) / their time.\n",
+      long(storage_bytes));
+  return 0;
+}
+
+}  // namespace
+
+int decode_command(const DecodeArgs& args) {
+  const Settings s = check(args);
+  if (s.storage == "bf16") return generate<Eigen::bfloat16>(s, 2);
+  if (s.storage == "half") return generate<Eigen::half>(s, 2);
+  return generate<float>(s, 4);
+}
+
+}  // namespace cli
+}  // namespace EigenAttention
