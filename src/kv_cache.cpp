@@ -1,6 +1,6 @@
 // PagedKVCache (KVCache.hpp): the pool of pages, its sequences and the decode call on them.
 //
-// Pages are allocated once, [num_pages, page_size, kv_heads, d] for keys and values alike, and
+// Pages are allocated once, [num_pages, kv_heads, page_size, d] for keys and values alike, and
 // handed out from a free list. A sequence is a list of page indices and a length; fork() copies
 // the list and counts one more reference to each page; append() copies the last page first
 // when it is partly filled and shared (the only page a sequence ever writes into that another
@@ -51,15 +51,25 @@ struct KVPool {
     std::free(k);
     std::free(v);
   }
-  index_t k_token() const { return kv_heads * d_k; }  // elements per token
-  index_t v_token() const { return kv_heads * d_v; }
+  // Pages are [num_pages, kv_heads, page_size, d] ("HND"): the keys of one head in one page are
+  // contiguous, so that a decode, which reads one head at a time, streams through memory.
   RawPagedKV layout() const {
-    return {k,         v,         storage,
-            num_pages, page_size, kv_heads,
-            d_k,       d_v,       page_size * k_token(),
-            k_token(), d_k,       page_size * v_token(),
-            v_token(), d_v,       nullptr,
-            0,         nullptr,   0};
+    RawPagedKV l;
+    l.k = k;
+    l.v = v;
+    l.storage = storage;
+    l.num_pages = num_pages;
+    l.page_size = page_size;
+    l.kv_heads = kv_heads;
+    l.d_k = d_k;
+    l.d_v = d_v;
+    l.k_page_stride = kv_heads * page_size * d_k;
+    l.k_token_stride = d_k;
+    l.k_head_stride = page_size * d_k;
+    l.v_page_stride = kv_heads * page_size * d_v;
+    l.v_token_stride = d_v;
+    l.v_head_stride = page_size * d_v;
+    return l;
   }
 };
 
@@ -129,26 +139,36 @@ void store(KVStorage s, float x, unsigned char* dst) {
   }
 }
 
-/// Copies tokens [0, n) of `src` into the pool's pages (`base`, `token` elements per token)
-/// from token `first` of sequence s on.
-void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* base, index_t token,
+/// Copies the tokens of `src` into the pool's pages (`base`; `dim` elements per head) from token
+/// `first` of sequence s on.
+void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* base, index_t dim,
                   index_t first, const RawTokens& src) {
-  const index_t same = src.type == pool.storage;
+  const bool same = src.type == pool.storage;
   for (index_t t = 0; t < src.tokens; ++t) {
     const index_t pos = first + t;
-    unsigned char* row =
-        base + ((s.pages[pos / pool.page_size] * pool.page_size + pos % pool.page_size) * token) * pool.bytes;
+    const index_t page = s.pages[static_cast<std::size_t>(pos / pool.page_size)], slot = pos % pool.page_size;
     for (index_t h = 0; h < src.heads; ++h) {
+      unsigned char* row = base + (((page * pool.kv_heads + h) * pool.page_size + slot) * dim) * pool.bytes;
       for (index_t c = 0; c < src.dim; ++c) {
         const index_t at = t * src.token_stride + h * src.head_stride + c * src.dim_stride;
-        unsigned char* dst = row + (h * src.dim + c) * pool.bytes;
         if (same) {
-          std::memcpy(dst, static_cast<const unsigned char*>(src.data) + at * pool.bytes, pool.bytes);
+          std::memcpy(row + c * pool.bytes, static_cast<const unsigned char*>(src.data) + at * pool.bytes,
+                      static_cast<std::size_t>(pool.bytes));
         } else {  // float, rounded to the storage type
-          store(pool.storage, static_cast<const float*>(src.data)[at], dst);
+          store(pool.storage, static_cast<const float*>(src.data)[at], row + c * pool.bytes);
         }
       }
     }
+  }
+}
+
+/// Copies the first `slots` tokens of every head of page `from` to page `to`.
+void copy_page(const KVPool& pool, unsigned char* base, index_t dim, std::int32_t from, std::int32_t to,
+               index_t slots) {
+  const index_t head = pool.page_size * dim * pool.bytes;
+  for (index_t h = 0; h < pool.kv_heads; ++h) {
+    std::memcpy(base + (to * pool.kv_heads + h) * head, base + (from * pool.kv_heads + h) * head,
+                static_cast<std::size_t>(slots * dim * pool.bytes));
   }
 }
 
@@ -295,12 +315,8 @@ void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k, con
     const std::int32_t old = s.pages.back(), copy = pool->free.back();
     pool->free.pop_back();
     const index_t slots = length % pool->page_size;
-    std::memcpy(pool->k + copy * pool->page_size * pool->k_token() * pool->bytes,
-                pool->k + old * pool->page_size * pool->k_token() * pool->bytes,
-                static_cast<std::size_t>(slots * pool->k_token() * pool->bytes));
-    std::memcpy(pool->v + copy * pool->page_size * pool->v_token() * pool->bytes,
-                pool->v + old * pool->page_size * pool->v_token() * pool->bytes,
-                static_cast<std::size_t>(slots * pool->v_token() * pool->bytes));
+    copy_page(*pool, pool->k, pool->d_k, old, copy, slots);
+    copy_page(*pool, pool->v, pool->d_v, old, copy, slots);
     --pool->refs[old];
     pool->refs[copy] = 1;
     s.pages.back() = copy;
@@ -311,8 +327,8 @@ void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k, con
     pool->refs[page] = 1;
     s.pages.push_back(page);
   }
-  write_tokens(*pool, s, pool->k, pool->k_token(), length, k);
-  write_tokens(*pool, s, pool->v, pool->v_token(), length, v);
+  write_tokens(*pool, s, pool->k, pool->d_k, length, k);
+  write_tokens(*pool, s, pool->v, pool->d_v, length, v);
   s.length = length + k.tokens;
 }
 

@@ -778,34 +778,39 @@ DecodeProblem<T> make_decode_problem(const char* api, const compiled::RawPagedKV
   d.window_right = options.window_right;
   d.kernel = options.kernel;
   d.threads = opt.threads;
-  if (a.inputs_only) return d;
 
-  // The outputs, and memory.
+  // The outputs' shapes (with inputs_only, of those given: the front door resizes the others
+  // after this check), then memory.
   const Array out = {"out",
                      reinterpret_cast<std::uintptr_t>(a.out.data),
                      static_cast<index_t>(sizeof(T)),
                      {1, 1, a.out.rows, a.out.cols},
                      {0, 0, a.out.row_stride, a.out.col_stride},
                      Print::Matrix};
-  check_sizes(api, out);
-  if (a.out.rows != a.q.rows || a.out.cols != d.heads * kv.d_v) {
-    fail(api, "out is " + out.shape() + " but must be " + num(a.q.rows) + "x" + num(d.heads * kv.d_v) +
-                  " (T_q x H d_v)");
+  if (!a.inputs_only || a.out.data != nullptr) {
+    check_sizes(api, out);
+    if (a.out.rows != a.q.rows || a.out.cols != d.heads * kv.d_v) {
+      fail(api, "out is " + out.shape() + " but must be " + num(a.q.rows) + "x" + num(d.heads * kv.d_v) +
+                    " (T_q x H d_v)");
+    }
   }
-  ArrayList<2> outputs;
-  outputs.push_back(out);
+  const Array lse = {"lse",
+                     reinterpret_cast<std::uintptr_t>(a.lse.data),
+                     static_cast<index_t>(sizeof(T)),
+                     {1, 1, a.lse.rows, a.lse.cols},
+                     {0, 0, a.lse.row_stride, a.lse.col_stride},
+                     Print::Matrix};
   if (a.want_lse) {
-    const Array lse = {"lse",
-                       reinterpret_cast<std::uintptr_t>(a.lse.data),
-                       static_cast<index_t>(sizeof(T)),
-                       {1, 1, a.lse.rows, a.lse.cols},
-                       {0, 0, a.lse.row_stride, a.lse.col_stride},
-                       Print::Matrix};
     check_sizes(api, lse);
     if (a.lse.rows != a.q.rows || a.lse.cols != d.heads) {
       fail(api,
            "lse is " + lse.shape() + " but must be " + num(a.q.rows) + "x" + num(d.heads) + " (T_q x H)");
     }
+  }
+  if (a.inputs_only) return d;
+  ArrayList<2> outputs;
+  outputs.push_back(out);
+  if (a.want_lse) {
     outputs.push_back(lse);
     d.lse = a.lse;
     d.want_lse = true;

@@ -253,7 +253,8 @@ struct SequenceId {
 ///
 /// T is the storage type: float, double, Eigen::bfloat16 or Eigen::half (the last two halve
 /// the bytes each decode step reads; queries, outputs and arithmetic are then float). Pages are
-/// laid out [num_pages, page_size, kv_heads, d] and allocated once, at construction: the
+/// laid out [num_pages, kv_heads, page_size, d] (FlashInfer's "HND": a decode reads one head's
+/// keys at a time, contiguous within a page) and allocated once, at construction: the
 /// capacity is fixed, and running out is an error (std::invalid_argument) that changes nothing.
 ///
 /// Thread safety: decoding (attention_decode) and the const members may run concurrently from
@@ -333,10 +334,10 @@ class PagedKVCache {
   std::ptrdiff_t d_v() const { return layout_.d_v; }              ///< value dim
   std::ptrdiff_t page_size() const { return layout_.page_size; }  ///< tokens per page
   std::ptrdiff_t num_pages() const { return layout_.num_pages; }  ///< pages in the pool
-  /// The key pages, [num_pages, page_size, kv_heads, d_k] (read-only: for inspection, or for a
-  /// PagedKVView with block tables from pages()).
+  /// The key pages, [num_pages, kv_heads, page_size, d_k] (read-only: for inspection, or for a
+  /// PagedKVView::hnd with block tables from pages()).
   const T* key_pages() const { return static_cast<const T*>(layout_.k); }
-  /// The value pages, [num_pages, page_size, kv_heads, d_v].
+  /// The value pages, [num_pages, kv_heads, page_size, d_v].
   const T* value_pages() const { return static_cast<const T*>(layout_.v); }
 
   /// The pool behind this cache, for the compiled library.
@@ -407,12 +408,19 @@ void decode_into(const char* api, const Keys& keys, const Eigen::MatrixBase<DQ>&
   InputView<DQ> q(Q.derived());
   compiled::DecodeArgs<Scalar> a = decode_inputs<Scalar, DQ>(q.map(), cu, alibi_slopes);
   const std::ptrdiff_t heads = decode_heads(Q.cols(), d_k);
-  const bool resize =
-      will_resize(out, Q.rows(), heads * d_v) || (lse != nullptr && will_resize(*lse, Q.rows(), heads));
-  if (resize) {
+  const bool resize_out = will_resize(out, Q.rows(), heads * d_v);
+  const bool resize_lse = lse != nullptr && will_resize(*lse, Q.rows(), heads);
+  if (resize_out || resize_lse) {
+    // Everything but the outputs to be resized is checked before any is resized.
     a.inputs_only = true;
+    if (!resize_out) a.out = compiled::view(output_view(out, Q.rows(), heads * d_v));
+    if (lse != nullptr && !resize_lse) {
+      a.lse = compiled::view(output_view(*lse, Q.rows(), heads));
+      a.want_lse = true;
+    }
     keys(api, a, opt);
     a.inputs_only = false;
+    a.want_lse = false;
     if (lse != nullptr) {
       check_resizable_apart(api, {input_extent("Q", Q, q.map())},
                             {output_extent("out", out), output_extent("lse", *lse)});
@@ -548,7 +556,10 @@ void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>
   (void)detail::OutputCheck<DL>{};
   const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
   detail::ViewKeys<T> keys{kv};
-  detail::decode_into("attention_decode_into", keys, Q, cu_seqlens_q != nullptr ? cu_seqlens_q : whole,
+  detail::decode_into("attention_decode_into", keys, Q,
+                      cu_seqlens_q != nullptr ? cu_seqlens_q
+                      : kv.batch == 1         ? whole
+                                              : nullptr,
                       std::forward<DO>(out), &lse, alibi_slopes, kv.d_k, kv.d_v, opt);
 }
 /// attention_decode_into() over a PagedKVView, without the LSE output.
@@ -561,7 +572,10 @@ void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>
   const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
   detail::ViewKeys<T> keys{kv};
   RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-  detail::decode_into("attention_decode_into", keys, Q, cu_seqlens_q != nullptr ? cu_seqlens_q : whole,
+  detail::decode_into("attention_decode_into", keys, Q,
+                      cu_seqlens_q != nullptr ? cu_seqlens_q
+                      : kv.batch == 1         ? whole
+                                              : nullptr,
                       std::forward<DO>(out), no_lse, alibi_slopes, kv.d_k, kv.d_v, opt);
 }
 /// Decode attention over a PagedKVView, returned (see attention_decode_into).

@@ -50,9 +50,22 @@ void convert_row(const S* src, T* dst, index_t n) {
     std::copy(src, src + n, dst);
   } else if constexpr (std::is_same_v<S, Bf16Bits>) {
     static_assert(std::is_same_v<T, float>, "bfloat16 is computed in float");
-    // A bfloat16 is the high half of a float: exact, and vectorised by the compiler.
+    // A bfloat16 is the high half of a float: exact.
     const auto* bits = reinterpret_cast<const std::uint16_t*>(src);
-    for (index_t c = 0; c < n; ++c) {
+    index_t c = 0;
+#if defined(__AVX512F__)
+    for (; c + 16 <= n; c += 16) {
+      const __m512i wide =
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + c)));
+      _mm512_storeu_ps(dst + c, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+    }
+#elif defined(__AVX2__)
+    for (; c + 8 <= n; c += 8) {
+      const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + c)));
+      _mm256_storeu_ps(dst + c, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+    }
+#endif
+    for (; c < n; ++c) {
       const std::uint32_t u = static_cast<std::uint32_t>(bits[c]) << 16;
       std::memcpy(dst + c, &u, sizeof(float));
     }
@@ -78,7 +91,7 @@ void convert_row(const S* src, T* dst, index_t n) {
 
 /// Keys (or values) [first, first + n) of the chunk's KV head as a row-major block of T with
 /// row stride `ld`: in place when they are of type T and lie in pages that follow each other in
-/// memory, else gathered into `scratch` (n x dim).
+/// memory, else gathered (and converted) into `scratch` (n x dim).
 template <typename T, typename S>
 const T* paged_rows(const RawDecodeChunk<T>& c, const S* base, index_t page_stride, index_t token_stride,
                     index_t dim, index_t first, index_t n, T* scratch, index_t& ld) {
@@ -102,11 +115,92 @@ const T* paged_rows(const RawDecodeChunk<T>& c, const S* base, index_t page_stri
   return scratch;
 }
 
+/// Rows read ahead of the one in use: the pages of one head are short runs of memory (a few
+/// KiB), too short for the hardware prefetcher to reach full speed on each, so the rows
+/// kPrefetchRows ahead along the page table are prefetched by hand.
+constexpr index_t kPrefetchRows = 16;
+
+/// f(j, row) for the keys (or values) j in [first, end) of the chunk's KV head, in order, `row`
+/// pointing at its dim elements in T: in place when stored as T, else converted into `buffer`.
+template <typename T, typename S, class F>
+void for_each_row(const RawDecodeChunk<T>& c, const S* base, index_t page_stride, index_t token_stride,
+                  index_t dim, index_t first, index_t end, T* buffer, F&& f) {
+  const index_t ps = c.page_size;
+  const index_t row_bytes = dim * static_cast<index_t>(sizeof(S));
+  // The prefetch cursor: key `ahead`, in its page at `ahead_row`.
+  index_t ahead = std::min(first + kPrefetchRows, end);
+  const S* ahead_row =
+      ahead < end ? base + c.pages[ahead / ps] * page_stride + (ahead % ps) * token_stride : nullptr;
+  for (index_t j = first; j < end;) {
+    const index_t slot = j % ps, run = std::min(end - j, ps - slot);
+    const S* row = base + c.pages[j / ps] * page_stride + slot * token_stride;
+    for (index_t u = 0; u < run; ++u, row += token_stride) {
+      if (ahead < end) {
+        for (index_t b = 0; b < row_bytes; b += 64)
+          __builtin_prefetch(reinterpret_cast<const char*>(ahead_row) + b);
+        ++ahead;
+        ahead_row = ahead % ps == 0 ? (ahead < end ? base + c.pages[ahead / ps] * page_stride : nullptr)
+                                    : ahead_row + token_stride;
+      }
+      if constexpr (std::is_same_v<S, T>) {
+        f(j + u, row);
+      } else {
+        convert_row(row, buffer, dim);
+        f(j + u, static_cast<const T*>(buffer));
+      }
+    }
+    j += run;
+  }
+}
+
+/// The streaming kernel's two steps for R rows, in groups of at most 4 (eigen_internal.hpp).
+template <typename T>
+void dots(index_t R, const T* q, index_t dk, const T* k, T scale, T* s, index_t lds) {
+  index_t r = 0;
+  for (; r + 4 <= R; r += 4) dot_rows<4>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+  switch (R - r) {
+    case 3:
+      dot_rows<3>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      break;
+    case 2:
+      dot_rows<2>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      break;
+    case 1:
+      dot_rows<1>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      break;
+    default:
+      break;
+  }
+}
+template <typename T>
+void axpys(index_t R, const T* p, index_t ldp, const T* v, index_t dv, T* o) {
+  index_t r = 0;
+  for (; r + 4 <= R; r += 4) axpy_rows<4>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
+  switch (R - r) {
+    case 3:
+      axpy_rows<3>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
+      break;
+    case 2:
+      axpy_rows<2>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
+      break;
+    case 1:
+      axpy_rows<1>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
+      break;
+    default:
+      break;
+  }
+}
+
+/// Up to this many rows (query heads x tokens) a chunk streams through its keys and values
+/// once, each row of them read from memory once and used for every query row at once; more
+/// rows (chunked prefill) go through Eigen's GEMM, where the arithmetic dominates.
+constexpr index_t kStreamRows = 16;
+
 template <typename T, typename S>
 void decode_chunk_as(const RawDecodeChunk<T>& c) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const RawProblem<T>& p = c.shape;
-  const index_t R = c.group * c.rows, dk = c.d_k, dv = c.d_v;
+  const index_t R = c.group * c.rows, dk = c.d_k, dv = c.d_v, ldo = std::max<index_t>(dv, 1);
   const index_t last_row = c.first_row + c.rows - 1;
   // Keys that some row of the chunk sees (union), and that all see (both ends are
   // non-decreasing in the row).
@@ -114,22 +208,26 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   const index_t ue = std::min(c.end_key, p.end_key(last_row));
   const index_t ib = std::max(c.first_key, p.first_key(last_row));
   const index_t ie = std::min(c.end_key, p.end_key(c.first_row));
-  Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> out(
-      c.out, R, dv, Eigen::OuterStride<>(std::max<index_t>(dv, 1)));
+  Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> out(c.out, R, dv, Eigen::OuterStride<>(ldo));
   out.setZero();
   if (ub >= ue) {
     std::fill(c.lse, c.lse + R, minus_inf);
     return;
   }
+  const bool stream = R <= kStreamRows;
   const index_t n = ue - ub;
   const index_t lds = static_cast<index_t>(Arena<T>::round(n));  // rows start 64-byte aligned
-  Blocking<T> qk(R, n, dk), pv(R, dv, n);
-  const index_t pack_a = std::max(qk.size_a(), pv.size_a()), pack_b = std::max(qk.size_b(), pv.size_b());
-  Arena<T> arena(Arena<T>::round(R * lds) + Arena<T>::round(n * dk) + Arena<T>::round(n * dv) +
-                 2 * Arena<T>::round(R) + Arena<T>::round(pack_a) + Arena<T>::round(pack_b));
+  Blocking<T> qk(stream ? 1 : R, stream ? 1 : n, stream ? 1 : dk),
+      pv(stream ? 1 : R, stream ? 1 : dv, stream ? 1 : n);
+  const index_t pack_a = stream ? 0 : std::max(qk.size_a(), pv.size_a());
+  const index_t pack_b = stream ? 0 : std::max(qk.size_b(), pv.size_b());
+  const index_t rows_kept = stream ? 1 : n;  // converted keys or values: one row, or the chunk's
+  Arena<T> arena(Arena<T>::round(R * lds) + Arena<T>::round(rows_kept * dk) +
+                 Arena<T>::round(rows_kept * dv) + 2 * Arena<T>::round(R) + Arena<T>::round(pack_a) +
+                 Arena<T>::round(pack_b));
   T* const s = arena.take(R * lds);
-  T* const k_scratch = arena.take(n * dk);
-  T* const v_scratch = arena.take(n * dv);
+  T* const k_scratch = arena.take(rows_kept * dk);
+  T* const v_scratch = arena.take(rows_kept * dv);
   T* const m = arena.take(R);
   T* const l = arena.take(R);
   T* const block_a = arena.take(pack_a);
@@ -140,25 +238,34 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   // S = scale Q K^T over the keys some row sees.
   const S* const k_base = static_cast<const S*>(c.k);
   const S* const v_base = static_cast<const S*>(c.v);
-  index_t ldk = 0;
-  const T* K = paged_rows<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, n, k_scratch, ldk);
   TileMap<T> S_(s, R, n, Eigen::OuterStride<>(lds));
-  S_.setZero();
-  gemm_abt(R, n, dk, c.q, std::max<index_t>(dk, 1), K, ldk, s, lds, p.scale, qk);
+  if (stream) {
+    for_each_row<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, ue, k_scratch,
+                       [&](index_t j, const T* k) { dots(R, c.q, dk, k, p.scale, s + (j - ub), lds); });
+  } else {
+    index_t ldk = 0;
+    const T* K = paged_rows<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, n, k_scratch, ldk);
+    S_.setZero();
+    gemm_abt(R, n, dk, c.q, std::max<index_t>(dk, 1), K, ldk, s, lds, p.scale, qk);
+  }
 
   // Each row's softmax over the keys it sees; every other key weighs exactly 0.
   const bool extras = p.has_extras();
   RawProblem<T> head = p;
-  for (index_t r = 0; r < R; ++r) {
+  const auto span = [&](index_t r, index_t& a, index_t& b) {
     const index_t i = c.first_row + r % c.rows;
-    const index_t a = std::clamp<index_t>(p.first_key(i), ub, ue) - ub;
-    const index_t b = std::clamp<index_t>(p.end_key(i), ub + a, ue) - ub;
+    a = std::clamp<index_t>(p.first_key(i), ub, ue) - ub;
+    b = std::clamp<index_t>(p.end_key(i), ub + a, ue) - ub;
+  };
+  for (index_t r = 0; r < R; ++r) {
+    index_t a, b;
+    span(r, a, b);
     S_.row(r).head(a).setZero();
     S_.row(r).tail(n - b).setZero();
     auto row = S_.row(r).segment(a, b - a);
     if (extras) {
       if (p.has_alibi) head.alibi_slope = c.alibi[r / c.rows];
-      apply_extras(head, i, ub + a, row);
+      apply_extras(head, c.first_row + r % c.rows, ub + a, row);
     }
     const T max = row_max(row);
     m[r] = max;
@@ -171,22 +278,32 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
     l[r] = row.sum();
   }
 
-  // out = P V: one GEMM over the keys every row sees, the rest row by row.
-  index_t ldv = 0;
-  const T* V = paged_rows<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ub, n, v_scratch, ldv);
-  if (ib < ie)
-    gemm_ab(R, dv, ie - ib, s + (ib - ub), lds, V + (ib - ub) * ldv, ldv, c.out, std::max<index_t>(dv, 1),
-            pv);
-  for (index_t r = 0; r < R; ++r) {
-    if (m[r] == minus_inf) continue;
-    const index_t i = c.first_row + r % c.rows;
-    const index_t a = std::clamp<index_t>(p.first_key(i), ub, ue) - ub;
-    const index_t b = std::clamp<index_t>(p.end_key(i), ub + a, ue) - ub;
-    for (index_t j = a; j < b; ++j) {
-      if (j >= ib - ub && j < ie - ub) continue;  // in the GEMM
-      out.row(r).noalias() +=
-          s[r * lds + j] * Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(V + j * ldv, dv);
+  // out = P V over the keys every row sees, all rows at once; then each row's other keys.
+  if (ib < ie) {
+    if (stream) {
+      for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ib, ie, v_scratch,
+                         [&](index_t j, const T* v) { axpys(R, s + (j - ub), lds, v, dv, c.out); });
+    } else {
+      index_t ldv = 0;
+      const T* V =
+          paged_rows<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ib, ie - ib, v_scratch, ldv);
+      gemm_ab(R, dv, ie - ib, s + (ib - ub), lds, V, ldv, c.out, ldo, pv);
     }
+  }
+  const auto ragged = [&](index_t j, const T* v) {
+    for (index_t r = 0; r < R; ++r) {
+      index_t a, b;
+      span(r, a, b);
+      if (m[r] == minus_inf || j - ub < a || j - ub >= b) continue;
+      out.row(r).noalias() +=
+          s[r * lds + (j - ub)] * Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(v, dv);
+    }
+  };
+  if (ib < ie) {
+    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ub, ib, v_scratch, ragged);
+    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ie, ue, v_scratch, ragged);
+  } else {
+    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ub, ue, v_scratch, ragged);
   }
   for (index_t r = 0; r < R; ++r) {
     if (m[r] == minus_inf) {

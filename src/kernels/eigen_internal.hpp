@@ -90,6 +90,48 @@ void exp_shifted_in_packets(T* row, index_t e0, index_t e1, T shift) {
   }
 }
 
+/// s[r * lds] = scale * (q_r . k) for the R rows q_r = q + r * ldq (d elements each, as k): the
+/// decode kernel's logits of one key for R query rows, the key read once. One packet
+/// accumulator per row, reduced at the end; the tail past the last whole packet is added
+/// element by element.
+template <int R, typename T>
+void dot_rows(const T* q, index_t ldq, const T* k, index_t d, T scale, T* s, index_t lds) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<T>::type;
+  constexpr index_t kSize = ei::packet_traits<T>::size;
+  Packet acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = ei::pset1<Packet>(T(0));
+  index_t c = 0;
+  for (; c + kSize <= d; c += kSize) {
+    const Packet kk = ei::ploadu<Packet>(k + c);
+    for (int r = 0; r < R; ++r) acc[r] = ei::pmadd(ei::ploadu<Packet>(q + r * ldq + c), kk, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    T sum = ei::predux(acc[r]);
+    for (index_t t = c; t < d; ++t) sum += q[r * ldq + t] * k[t];
+    s[r * lds] = scale * sum;
+  }
+}
+
+/// o_r += p[r * ldp] * v for the R rows o_r = o + r * ldo (d elements each, as v): the decode
+/// kernel's product of one value row with the R weights it gets, the value read once.
+template <int R, typename T>
+void axpy_rows(const T* p, index_t ldp, const T* v, index_t d, T* o, index_t ldo) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<T>::type;
+  constexpr index_t kSize = ei::packet_traits<T>::size;
+  Packet w[R];
+  for (int r = 0; r < R; ++r) w[r] = ei::pset1<Packet>(p[r * ldp]);
+  index_t c = 0;
+  for (; c + kSize <= d; c += kSize) {
+    const Packet vv = ei::ploadu<Packet>(v + c);
+    for (int r = 0; r < R; ++r)
+      ei::pstoreu(o + r * ldo + c, ei::pmadd(w[r], vv, ei::ploadu<Packet>(o + r * ldo + c)));
+  }
+  for (int r = 0; r < R; ++r)
+    for (index_t t = c; t < d; ++t) o[r * ldo + t] += p[r * ldp] * v[t];
+}
+
 }  // namespace
 }  // namespace internal
 }  // namespace EigenAttention
