@@ -89,6 +89,69 @@ void convert_row(const S* src, T* dst, index_t n) {
   }
 }
 
+/// A stored row as dot_rows and axpy_rows read it (eigen_internal.hpp): in place when stored
+/// as T; bfloat16 and half widened packet by packet where this instruction set has a packet of
+/// floats that wide (AVX-512: 16, AVX2: 8; half needs F16C), else first converted into `buffer`.
+template <typename T, typename S>
+struct StoredRow {  // S == T, or converted into the buffer
+  PlainRow<T> row{nullptr};
+  StoredRow() = default;
+  StoredRow(const S* data, index_t dim, T* buffer) {
+    if constexpr (std::is_same_v<S, T>) {
+      (void)dim, (void)buffer;
+      row.data = data;
+    } else {
+      convert_row(data, buffer, dim);
+      row.data = buffer;
+    }
+  }
+  template <class Packet>
+  Packet packet(index_t c) const {
+    return row.template packet<Packet>(c);
+  }
+  T at(index_t c) const { return row.at(c); }
+};
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+template <>
+struct StoredRow<float, Bf16Bits> {
+  const std::uint16_t* bits = nullptr;
+  StoredRow() = default;
+  StoredRow(const Bf16Bits* data, index_t, float*) : bits(reinterpret_cast<const std::uint16_t*>(data)) {}
+  template <class Packet>
+  Packet packet(index_t c) const {
+#if defined(__AVX512F__)
+    const __m512i wide =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + c)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+#else
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + c)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+#endif
+  }
+  float at(index_t c) const {
+    const std::uint32_t u = static_cast<std::uint32_t>(bits[c]) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+};
+#endif
+
+#if defined(__AVX512F__)
+template <>
+struct StoredRow<float, HalfBits> {
+  const std::uint16_t* bits = nullptr;
+  StoredRow() = default;
+  StoredRow(const HalfBits* data, index_t, float*) : bits(reinterpret_cast<const std::uint16_t*>(data)) {}
+  template <class Packet>
+  Packet packet(index_t c) const {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + c)));
+  }
+  float at(index_t c) const { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits[c])); }
+};
+#endif
+
 /// Keys (or values) [first, first + n) of the chunk's KV head as a row-major block of T with
 /// row stride `ld`: in place when they are of type T and lie in pages that follow each other in
 /// memory, else gathered (and converted) into `scratch` (n x dim).
@@ -115,20 +178,22 @@ const T* paged_rows(const RawDecodeChunk<T>& c, const S* base, index_t page_stri
   return scratch;
 }
 
-/// Rows read ahead of the one in use: the pages of one head are short runs of memory (a few
-/// KiB), too short for the hardware prefetcher to reach full speed on each, so the rows
-/// kPrefetchRows ahead along the page table are prefetched by hand.
-constexpr index_t kPrefetchRows = 16;
+/// Bytes read ahead of the row in use: the pages of one head are short runs of memory (a few
+/// KiB), too short for the hardware prefetcher to reach full speed on each, so the rows this far
+/// ahead along the page table are prefetched by hand. (2 to 8 KiB measured alike on a Xeon;
+/// 16 KiB and more slower.)
+constexpr index_t kPrefetchBytes = 4096;
 
 /// f(j, row) for the keys (or values) j in [first, end) of the chunk's KV head, in order, `row`
-/// pointing at its dim elements in T: in place when stored as T, else converted into `buffer`.
+/// pointing at its dim stored elements.
 template <typename T, typename S, class F>
 void for_each_row(const RawDecodeChunk<T>& c, const S* base, index_t page_stride, index_t token_stride,
-                  index_t dim, index_t first, index_t end, T* buffer, F&& f) {
+                  index_t dim, index_t first, index_t end, F&& f) {
   const index_t ps = c.page_size;
   const index_t row_bytes = dim * static_cast<index_t>(sizeof(S));
   // The prefetch cursor: key `ahead`, in its page at `ahead_row`.
-  index_t ahead = std::min(first + kPrefetchRows, end);
+  const index_t rows_ahead = std::max<index_t>(4, kPrefetchBytes / std::max<index_t>(row_bytes, 1));
+  index_t ahead = std::min(first + rows_ahead, end);
   const S* ahead_row =
       ahead < end ? base + c.pages[ahead / ps] * page_stride + (ahead % ps) * token_stride : nullptr;
   for (index_t j = first; j < end;) {
@@ -142,20 +207,15 @@ void for_each_row(const RawDecodeChunk<T>& c, const S* base, index_t page_stride
         ahead_row = ahead % ps == 0 ? (ahead < end ? base + c.pages[ahead / ps] * page_stride : nullptr)
                                     : ahead_row + token_stride;
       }
-      if constexpr (std::is_same_v<S, T>) {
-        f(j + u, row);
-      } else {
-        convert_row(row, buffer, dim);
-        f(j + u, static_cast<const T*>(buffer));
-      }
+      f(j + u, row);
     }
     j += run;
   }
 }
 
 /// The streaming kernel's two steps for R rows, in groups of at most 4 (eigen_internal.hpp).
-template <typename T>
-void dots(index_t R, const T* q, index_t dk, const T* k, T scale, T* s, index_t lds) {
+template <typename T, class Row>
+void dots(index_t R, const T* q, index_t dk, const Row& k, T scale, T* s, index_t lds) {
   index_t r = 0;
   for (; r + 4 <= R; r += 4) dot_rows<4>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
   switch (R - r) {
@@ -172,8 +232,8 @@ void dots(index_t R, const T* q, index_t dk, const T* k, T scale, T* s, index_t 
       break;
   }
 }
-template <typename T>
-void axpys(index_t R, const T* p, index_t ldp, const T* v, index_t dv, T* o) {
+template <typename T, class Row>
+void axpys(index_t R, const T* p, index_t ldp, const Row& v, index_t dv, T* o) {
   index_t r = 0;
   for (; r + 4 <= R; r += 4) axpy_rows<4>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
   switch (R - r) {
@@ -185,6 +245,26 @@ void axpys(index_t R, const T* p, index_t ldp, const T* v, index_t dv, T* o) {
       break;
     case 1:
       axpy_rows<1>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
+      break;
+    default:
+      break;
+  }
+}
+/// axpys for kValueBlock value rows at once.
+constexpr int kValueBlock = 4;
+template <typename T, class Row>
+void axpys_block(index_t R, const T* p, index_t ldp, const Row* v, index_t dv, T* o) {
+  index_t r = 0;
+  for (; r + 4 <= R; r += 4) axpy_rows_block<4, kValueBlock>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
+  switch (R - r) {
+    case 3:
+      axpy_rows_block<3, kValueBlock>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
+      break;
+    case 2:
+      axpy_rows_block<2, kValueBlock>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
+      break;
+    case 1:
+      axpy_rows_block<1, kValueBlock>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
       break;
     default:
       break;
@@ -221,7 +301,7 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       pv(stream ? 1 : R, stream ? 1 : dv, stream ? 1 : n);
   const index_t pack_a = stream ? 0 : std::max(qk.size_a(), pv.size_a());
   const index_t pack_b = stream ? 0 : std::max(qk.size_b(), pv.size_b());
-  const index_t rows_kept = stream ? 1 : n;  // converted keys or values: one row, or the chunk's
+  const index_t rows_kept = stream ? kValueBlock : n;  // converted keys or values: a few rows, or the chunk's
   Arena<T> arena(Arena<T>::round(R * lds) + Arena<T>::round(rows_kept * dk) +
                  Arena<T>::round(rows_kept * dv) + 2 * Arena<T>::round(R) + Arena<T>::round(pack_a) +
                  Arena<T>::round(pack_b));
@@ -240,8 +320,9 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   const S* const v_base = static_cast<const S*>(c.v);
   TileMap<T> S_(s, R, n, Eigen::OuterStride<>(lds));
   if (stream) {
-    for_each_row<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, ue, k_scratch,
-                       [&](index_t j, const T* k) { dots(R, c.q, dk, k, p.scale, s + (j - ub), lds); });
+    for_each_row<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, ue, [&](index_t j, const S* k) {
+      dots(R, c.q, dk, StoredRow<T, S>(k, dk, k_scratch), p.scale, s + (j - ub), lds);
+    });
   } else {
     index_t ldk = 0;
     const T* K = paged_rows<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, n, k_scratch, ldk);
@@ -281,8 +362,20 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   // out = P V over the keys every row sees, all rows at once; then each row's other keys.
   if (ib < ie) {
     if (stream) {
-      for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ib, ie, v_scratch,
-                         [&](index_t j, const T* v) { axpys(R, s + (j - ub), lds, v, dv, c.out); });
+      // kValueBlock rows at a time (each converted into its own buffer where needed), the rest one by one.
+      StoredRow<T, S> block[kValueBlock];
+      int held = 0;
+      index_t first = ib;
+      for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ib, ie,
+                         [&](index_t j, const S* v) {
+                           if (held == 0) first = j;
+                           block[held] = StoredRow<T, S>(v, dv, v_scratch + held * dv);
+                           if (++held == kValueBlock) {
+                             axpys_block(R, s + (first - ub), lds, block, dv, c.out);
+                             held = 0;
+                           }
+                         });
+      for (int b = 0; b < held; ++b) axpys(R, s + (first + b - ub), lds, block[b], dv, c.out);
     } else {
       index_t ldv = 0;
       const T* V =
@@ -290,20 +383,20 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       gemm_ab(R, dv, ie - ib, s + (ib - ub), lds, V, ldv, c.out, ldo, pv);
     }
   }
-  const auto ragged = [&](index_t j, const T* v) {
+  const auto ragged = [&](index_t j, const S* stored) {
+    const StoredRow<T, S> v(stored, dv, v_scratch);
     for (index_t r = 0; r < R; ++r) {
       index_t a, b;
       span(r, a, b);
       if (m[r] == minus_inf || j - ub < a || j - ub >= b) continue;
-      out.row(r).noalias() +=
-          s[r * lds + (j - ub)] * Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(v, dv);
+      for (index_t e = 0; e < dv; ++e) out(r, e) += s[r * lds + (j - ub)] * v.at(e);
     }
   };
   if (ib < ie) {
-    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ub, ib, v_scratch, ragged);
-    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ie, ue, v_scratch, ragged);
+    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ub, ib, ragged);
+    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ie, ue, ragged);
   } else {
-    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ub, ue, v_scratch, ragged);
+    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ub, ue, ragged);
   }
   for (index_t r = 0; r < R; ++r) {
     if (m[r] == minus_inf) {

@@ -90,12 +90,23 @@ void exp_shifted_in_packets(T* row, index_t e0, index_t e1, T shift) {
   }
 }
 
-/// s[r * lds] = scale * (q_r . k) for the R rows q_r = q + r * ldq (d elements each, as k): the
-/// decode kernel's logits of one key for R query rows, the key read once. One packet
-/// accumulator per row, reduced at the end; the tail past the last whole packet is added
-/// element by element.
-template <int R, typename T>
-void dot_rows(const T* q, index_t ldq, const T* k, index_t d, T scale, T* s, index_t lds) {
+/// A row of T in memory, as dot_rows and axpy_rows read it: whole packets, or one element.
+template <typename T>
+struct PlainRow {
+  const T* data;
+  template <class Packet>
+  Packet packet(index_t c) const {
+    return Eigen::internal::ploadu<Packet>(data + c);
+  }
+  T at(index_t c) const { return data[c]; }
+};
+
+/// s[r * lds] = scale * (q_r . k) for the R rows q_r = q + r * ldq (d elements each, as the row
+/// k, a PlainRow or a row that widens its elements as it reads them): the decode kernel's logits
+/// of one key for R query rows, the key read once. One packet accumulator per row, reduced at
+/// the end; the tail past the last whole packet is added element by element.
+template <int R, typename T, class Row>
+void dot_rows(const T* q, index_t ldq, const Row& k, index_t d, T scale, T* s, index_t lds) {
   namespace ei = Eigen::internal;
   using Packet = typename ei::packet_traits<T>::type;
   constexpr index_t kSize = ei::packet_traits<T>::size;
@@ -103,20 +114,20 @@ void dot_rows(const T* q, index_t ldq, const T* k, index_t d, T scale, T* s, ind
   for (int r = 0; r < R; ++r) acc[r] = ei::pset1<Packet>(T(0));
   index_t c = 0;
   for (; c + kSize <= d; c += kSize) {
-    const Packet kk = ei::ploadu<Packet>(k + c);
+    const Packet kk = k.template packet<Packet>(c);
     for (int r = 0; r < R; ++r) acc[r] = ei::pmadd(ei::ploadu<Packet>(q + r * ldq + c), kk, acc[r]);
   }
   for (int r = 0; r < R; ++r) {
     T sum = ei::predux(acc[r]);
-    for (index_t t = c; t < d; ++t) sum += q[r * ldq + t] * k[t];
+    for (index_t t = c; t < d; ++t) sum += q[r * ldq + t] * k.at(t);
     s[r * lds] = scale * sum;
   }
 }
 
-/// o_r += p[r * ldp] * v for the R rows o_r = o + r * ldo (d elements each, as v): the decode
-/// kernel's product of one value row with the R weights it gets, the value read once.
-template <int R, typename T>
-void axpy_rows(const T* p, index_t ldp, const T* v, index_t d, T* o, index_t ldo) {
+/// o_r += p[r * ldp] * v for the R rows o_r = o + r * ldo (d elements each, as the row v): the
+/// decode kernel's product of one value row with the R weights it gets, the value read once.
+template <int R, typename T, class Row>
+void axpy_rows(const T* p, index_t ldp, const Row& v, index_t d, T* o, index_t ldo) {
   namespace ei = Eigen::internal;
   using Packet = typename ei::packet_traits<T>::type;
   constexpr index_t kSize = ei::packet_traits<T>::size;
@@ -124,12 +135,34 @@ void axpy_rows(const T* p, index_t ldp, const T* v, index_t d, T* o, index_t ldo
   for (int r = 0; r < R; ++r) w[r] = ei::pset1<Packet>(p[r * ldp]);
   index_t c = 0;
   for (; c + kSize <= d; c += kSize) {
-    const Packet vv = ei::ploadu<Packet>(v + c);
+    const Packet vv = v.template packet<Packet>(c);
     for (int r = 0; r < R; ++r)
       ei::pstoreu(o + r * ldo + c, ei::pmadd(w[r], vv, ei::ploadu<Packet>(o + r * ldo + c)));
   }
   for (int r = 0; r < R; ++r)
-    for (index_t t = c; t < d; ++t) o[r * ldo + t] += p[r * ldp] * v[t];
+    for (index_t t = c; t < d; ++t) o[r * ldo + t] += p[r * ldp] * v.at(t);
+}
+
+/// o_r += sum_{b < B} p[r * ldp + b] * v[b] for the R rows o_r = o + r * ldo and B value rows
+/// v[b]: axpy_rows for B keys at once, each packet of o loaded and stored once for all B.
+template <int R, int B, typename T, class Row>
+void axpy_rows_block(const T* p, index_t ldp, const Row* v, index_t d, T* o, index_t ldo) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<T>::type;
+  constexpr index_t kSize = ei::packet_traits<T>::size;
+  index_t c = 0;
+  for (; c + kSize <= d; c += kSize) {
+    Packet vv[B];
+    for (int b = 0; b < B; ++b) vv[b] = v[b].template packet<Packet>(c);
+    for (int r = 0; r < R; ++r) {
+      Packet acc = ei::ploadu<Packet>(o + r * ldo + c);
+      for (int b = 0; b < B; ++b) acc = ei::pmadd(ei::pset1<Packet>(p[r * ldp + b]), vv[b], acc);
+      ei::pstoreu(o + r * ldo + c, acc);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (index_t t = c; t < d; ++t)
+      for (int b = 0; b < B; ++b) o[r * ldo + t] += p[r * ldp + b] * v[b].at(t);
 }
 
 }  // namespace
