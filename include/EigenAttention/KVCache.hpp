@@ -43,25 +43,29 @@ enum class KVStorage : std::int32_t {
 /// outputs and all arithmetic (float for float, bfloat16 and half; double for double).
 template <typename T>
 struct KVStorageTraits;
+/// float storage: computed in float.
 template <>
 struct KVStorageTraits<float> {
-  static constexpr KVStorage storage = KVStorage::Float32;
-  using Compute = float;
+  static constexpr KVStorage storage = KVStorage::Float32;  ///< the tag
+  using Compute = float;                                    ///< queries, outputs, arithmetic
 };
+/// double storage: computed in double.
 template <>
 struct KVStorageTraits<double> {
-  static constexpr KVStorage storage = KVStorage::Float64;
-  using Compute = double;
+  static constexpr KVStorage storage = KVStorage::Float64;  ///< the tag
+  using Compute = double;                                   ///< queries, outputs, arithmetic
 };
+/// bfloat16 storage: computed in float.
 template <>
 struct KVStorageTraits<Eigen::bfloat16> {
-  static constexpr KVStorage storage = KVStorage::BFloat16;
-  using Compute = float;
+  static constexpr KVStorage storage = KVStorage::BFloat16;  ///< the tag
+  using Compute = float;                                     ///< queries, outputs, arithmetic
 };
+/// half storage: computed in float.
 template <>
 struct KVStorageTraits<Eigen::half> {
-  static constexpr KVStorage storage = KVStorage::Float16;
-  using Compute = float;
+  static constexpr KVStorage storage = KVStorage::Float16;  ///< the tag
+  using Compute = float;                                    ///< queries, outputs, arithmetic
 };
 /// The scalar type of the queries and outputs of a cache or view of storage type T.
 template <typename T>
@@ -69,66 +73,92 @@ using ComputeScalar = typename KVStorageTraits<T>::Compute;
 
 namespace compiled {
 
-/// A PagedKVView without its type: what crosses into the compiled library.
+/// A PagedKVView without its type: what crosses into the compiled library (fields as there).
 struct RawPagedKV {
-  const void* k = nullptr;
-  const void* v = nullptr;
-  KVStorage storage = KVStorage::Float32;
+  const void* k = nullptr;                 ///< PagedKVView::k_pages
+  const void* v = nullptr;                 ///< PagedKVView::v_pages
+  KVStorage storage = KVStorage::Float32;  ///< the element type of the pages
+  ///@{
+  /// Sizes, as PagedKVView's.
   std::ptrdiff_t num_pages = 0, page_size = 0, kv_heads = 0, d_k = 0, d_v = 0;
+  ///@}
+  ///@{
+  /// Strides in elements, as PagedKVView's.
   std::ptrdiff_t k_page_stride = 0, k_token_stride = 0, k_head_stride = 0;
   std::ptrdiff_t v_page_stride = 0, v_token_stride = 0, v_head_stride = 0;
-  const std::int32_t* block_tables = nullptr;
-  std::ptrdiff_t block_table_stride = 0;
-  const std::int64_t* lengths = nullptr;
-  std::ptrdiff_t batch = 0;
+  ///@}
+  const std::int32_t* block_tables = nullptr;  ///< PagedKVView::block_tables
+  std::ptrdiff_t block_table_stride = 0;       ///< PagedKVView::block_table_stride
+  const std::int64_t* lengths = nullptr;       ///< PagedKVView::lengths
+  std::ptrdiff_t batch = 0;                    ///< PagedKVView::batch
 };
 
 /// New tokens for PagedKVCache::append, without their type: element (t, h, c) at
 /// data[t * token_stride + h * head_stride + c * dim_stride].
 struct RawTokens {
-  const void* data = nullptr;
-  KVStorage type = KVStorage::Float32;
-  std::ptrdiff_t tokens = 0, heads = 0, dim = 0;
-  std::ptrdiff_t token_stride = 0, head_stride = 0, dim_stride = 1;
+  const void* data = nullptr;           ///< element (0, 0, 0)
+  KVStorage type = KVStorage::Float32;  ///< its type: the cache's storage type or Float32
+  std::ptrdiff_t tokens = 0;            ///< T_new
+  std::ptrdiff_t heads = 0;             ///< kv_heads; -1: a matrix of another width; -2: batch != 1
+  std::ptrdiff_t dim = 0;               ///< d_k or d_v (the width when heads is -1)
+  std::ptrdiff_t token_stride = 0;      ///< elements between tokens
+  std::ptrdiff_t head_stride = 0;       ///< elements between heads
+  std::ptrdiff_t dim_stride = 1;        ///< elements between a head's elements
 };
 
-/// The queries, outputs and ALiBi slopes of one decode call. q is T_q x (H d_k), out
-/// T_q x (H d_v), lse T_q x H (written when want_lse); cu_seqlens_q has batch + 1 offsets.
-/// inputs_only: check the keys, queries, offsets and options only (before outputs exist).
+/// The queries, outputs and ALiBi slopes of one decode call.
 template <typename Scalar>
 struct DecodeArgs {
-  MatrixView<const Scalar> q;
-  const std::int64_t* cu_seqlens_q = nullptr;
-  MatrixView<Scalar> out, lse;
-  bool want_lse = false;
-  const Scalar* alibi_slopes = nullptr;
+  MatrixView<const Scalar> q;                  ///< T_q x (H d_k)
+  const std::int64_t* cu_seqlens_q = nullptr;  ///< batch + 1 offsets into q's rows
+  MatrixView<Scalar> out;                      ///< T_q x (H d_v)
+  MatrixView<Scalar> lse;                      ///< T_q x H, written when want_lse
+  bool want_lse = false;                       ///< is lse given?
+  const Scalar* alibi_slopes = nullptr;        ///< H slopes, or null
+  /// Check the keys, queries, offsets, options and the outputs given (data not null) only: the
+  /// front doors' check before they resize an output.
   bool inputs_only = false;
 };
 
 struct KVPool;  ///< the state of a PagedKVCache, opaque here
 
+/// PagedKVCache's constructor. \throws std::invalid_argument, std::bad_alloc.
 EIGEN_ATTENTION_EXPORT KVPool* kv_pool_create(KVStorage storage, std::ptrdiff_t kv_heads, std::ptrdiff_t d_k,
                                               std::ptrdiff_t d_v, std::ptrdiff_t page_size,
                                               std::ptrdiff_t capacity_tokens);
+/// PagedKVCache's destructor.
 EIGEN_ATTENTION_EXPORT void kv_pool_destroy(KVPool* pool) noexcept;
+/// PagedKVCache::create.
 EIGEN_ATTENTION_EXPORT std::int32_t kv_pool_create_sequence(KVPool* pool);
+/// PagedKVCache::append.
 EIGEN_ATTENTION_EXPORT void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k,
                                            const RawTokens& v);
+/// PagedKVCache::fork.
 EIGEN_ATTENTION_EXPORT std::int32_t kv_pool_fork(KVPool* pool, std::int32_t sequence);
+/// PagedKVCache::truncate.
 EIGEN_ATTENTION_EXPORT void kv_pool_truncate(KVPool* pool, std::int32_t sequence, std::int64_t length);
+/// PagedKVCache::release.
 EIGEN_ATTENTION_EXPORT void kv_pool_release(KVPool* pool, std::int32_t sequence);
+/// PagedKVCache::length.
 EIGEN_ATTENTION_EXPORT std::int64_t kv_pool_length(const KVPool* pool, std::int32_t sequence);
+/// PagedKVCache::free_pages.
 EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_free_pages(const KVPool* pool);
+/// Writes up to `capacity` of the sequence's page indices to `out`; returns how many it has.
 EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_pages(const KVPool* pool, std::int32_t sequence,
                                                     std::int32_t* out, std::ptrdiff_t capacity);
+/// The pool's pages (pointers, sizes, strides; no sequences).
 EIGEN_ATTENTION_EXPORT RawPagedKV kv_pool_layout(const KVPool* pool);
 
+/// Decode over a PagedKVView (float queries: float, bfloat16 or half pages).
 EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<float>& args,
                                    const Options& opt);
+/// Decode over a PagedKVView of double pages.
 EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<double>& args,
                                    const Options& opt);
+/// Decode over sequences of a PagedKVCache (float queries).
 EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
                                    std::ptrdiff_t batch, const DecodeArgs<float>& args, const Options& opt);
+/// Decode over sequences of a PagedKVCache of doubles.
 EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
                                    std::ptrdiff_t batch, const DecodeArgs<double>& args, const Options& opt);
 
@@ -241,8 +271,10 @@ struct PagedKVView {
 /// A sequence of a PagedKVCache. Ids are reused: a released id refers to nothing (and throws
 /// on use) until create() or fork() hands it out again.
 struct SequenceId {
-  std::int32_t value = -1;
+  std::int32_t value = -1;  ///< the id; -1 (the default) names no sequence
+  /// Same id?
   friend bool operator==(SequenceId a, SequenceId b) { return a.value == b.value; }
+  /// Different ids?
   friend bool operator!=(SequenceId a, SequenceId b) { return a.value != b.value; }
 };
 
@@ -272,8 +304,8 @@ struct SequenceId {
 template <typename T>
 class PagedKVCache {
  public:
-  using Storage = T;
-  using Compute = ComputeScalar<T>;
+  using Storage = T;                 ///< the stored element type
+  using Compute = ComputeScalar<T>;  ///< queries, outputs and arithmetic
 
   /// A pool of ceil(capacity_tokens / page_size) pages of page_size tokens (a power of two from
   /// 16 to 256) for kv_heads >= 1 heads of d_k-element keys and d_v-element values (d_k >= 1).
