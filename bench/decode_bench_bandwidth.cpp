@@ -20,13 +20,20 @@ float sum_hand(const float* p, Idx n) {
   Idx i = 0;
   float total = 0;
 #if defined(__SSE2__)
-  __m128 acc[8];
-  for (__m128& x : acc) x = _mm_setzero_ps();
+  // Eight named accumulators (an array of them would live in memory at -O2).
+  __m128 a0 = _mm_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   for (; i + 32 <= n; i += 32) {
-    for (int j = 0; j < 8; ++j) acc[j] = _mm_add_ps(acc[j], _mm_loadu_ps(p + i + 4 * j));
+    a0 = _mm_add_ps(a0, _mm_loadu_ps(p + i));
+    a1 = _mm_add_ps(a1, _mm_loadu_ps(p + i + 4));
+    a2 = _mm_add_ps(a2, _mm_loadu_ps(p + i + 8));
+    a3 = _mm_add_ps(a3, _mm_loadu_ps(p + i + 12));
+    a4 = _mm_add_ps(a4, _mm_loadu_ps(p + i + 16));
+    a5 = _mm_add_ps(a5, _mm_loadu_ps(p + i + 20));
+    a6 = _mm_add_ps(a6, _mm_loadu_ps(p + i + 24));
+    a7 = _mm_add_ps(a7, _mm_loadu_ps(p + i + 28));
   }
-  __m128 s = acc[0];
-  for (int j = 1; j < 8; ++j) s = _mm_add_ps(s, acc[j]);
+  const __m128 s = _mm_add_ps(_mm_add_ps(_mm_add_ps(a0, a1), _mm_add_ps(a2, a3)),
+                              _mm_add_ps(_mm_add_ps(a4, a5), _mm_add_ps(a6, a7)));
   float lanes[4];
   _mm_storeu_ps(lanes, s);
   total = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
