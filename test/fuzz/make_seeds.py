@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""Writes the seed corpora of the fuzz targets: corpus/attention and corpus/npy.
+"""Writes the seed corpora of the fuzz targets: corpus/attention, corpus/npy and corpus/kv_cache.
 
-  /usr/bin/python3 test/fuzz/make_seeds.py            # (re)writes both directories
+  /usr/bin/python3 test/fuzz/make_seeds.py            # (re)writes every directory
+  /usr/bin/python3 test/fuzz/make_seeds.py kv_cache   # (re)writes the named ones only
   /usr/bin/python3 test/fuzz/make_seeds.py --print    # prints the attention seeds as hex
 
 The attention seeds are byte strings in fuzz_attention.cpp's input format (encoded here field by
 field, in the order the harness decodes them); each decodes into one interesting configuration
 (run one with EA_FUZZ_VERBOSE=1 to see it). The .npy seeds are written by NumPy itself, one per
-dtype and rank, plus a few broken files. Needs NumPy (python3-numpy).
+dtype and rank, plus a few broken files. Needs NumPy (python3-numpy). The kv_cache seeds are series
+of cache operations in fuzz_kv_cache.cpp's input format (kv_cache() and the operation helpers below).
 """
 import io
 import os
@@ -221,6 +223,89 @@ def npy_seeds():
     return seeds
 
 
+# fuzz_kv_cache: a cache's sizes, then operations. An operation names its sequence by an index into
+# the ids handed out so far, in order (live and released), then two that never were (next + 3, -1).
+def kv_cache(*ops, page=16, kv_heads=1, d_k=4, d_v=3, group=2, pages=4, slack=0, seed=1):
+    """The header (page size, kv_heads, d_k, d_v, query heads per KV head, pages, capacity slack,
+    value seed), then the operations."""
+    code = {16: 0, 32: 1, 64: 2, 128: 3, 256: 4}[page]
+    head = bytes([code, kv_heads - 1, d_k - 1, d_v, group - 1, pages - 1, slack]) + struct.pack("<I", seed)
+    return head + b"".join(ops)
+
+
+def create():
+    return bytes([0])
+
+
+def append(seq, n, form=0):
+    """n tokens (0..40); form 0 matrix, 1 HeadsView, 2 column-major, 3 expression."""
+    return bytes([1, seq, n, form])
+
+
+def fork(seq):
+    return bytes([3, seq])
+
+
+def truncate(seq, to=0, beyond=False, negative=False):
+    """To `to` (taken modulo length + 1), or one-plus-`to` past the length, or -1 - `to`."""
+    return bytes([4, seq, 7 if negative else 6 if beyond else 0, to])
+
+
+def release(seq):
+    return bytes([5, seq])
+
+
+def decode(seq, tq=1, causal=True, window=None, softcap=False, threads=1):
+    """Options byte: bit 0 causal, bit 1 window_left = 5 * (bits 4-7), bit 2 softcap 3, bit 3 two threads."""
+    opts = (1 if causal else 0) | (2 | (window // 5) << 4 if window is not None else 0) | (4 if softcap else 0)
+    opts |= 8 if threads == 2 else 0
+    return bytes([6, seq, tq - 1, opts])
+
+
+def bad_append(seq, n, fault):
+    """fault: 0 K one column wider, 1 V of another width, 2 V one token more, 3 HeadsView batch 2,
+    4 HeadsView with a head too many."""
+    return bytes([8, seq, n - 1, fault])
+
+
+def decode_two(seq0, seq1, tq0=1, tq1=1, causal=True):
+    return bytes([9, seq0, seq1, tq0, tq1 - 1, 1 if causal else 0])
+
+
+def kv_cache_seeds():
+    return {
+        "fork_copy_on_write": kv_cache(
+            create(), append(0, 20), fork(0), decode(0), decode(1), append(0, 7), append(1, 19), decode(0, tq=3),
+            decode(1, tq=2), decode_two(0, 1, 2, 1), pages=8),
+        "fork_full_last_page": kv_cache(
+            create(), append(0, 32), fork(0), append(1, 5), append(0, 40), fork(1), truncate(2, 3), append(2, 9),
+            decode(0), decode(1), decode(2, tq=2), pages=8),
+        "full_pool": kv_cache(
+            create(), append(0, 16), append(0, 16), append(0, 1), fork(0), append(1, 1), decode(0), release(1),
+            truncate(0, 20), append(0, 5), append(0, 40), decode(0), pages=2, slack=5),
+        "copy_on_write_one_page_short": kv_cache(
+            create(), append(0, 20), fork(0), append(0, 13), append(0, 1), append(1, 12), decode(0), decode(1),
+            fork(0), append(2, 1), pages=3),
+        "truncate_boundaries": kv_cache(
+            create(), append(0, 40), append(0, 40), truncate(0, 64), decode(0), truncate(0, 33), append(0, 31),
+            truncate(0, 2, beyond=True), truncate(0, 0, negative=True), truncate(0, 0), append(0, 5), decode(0, tq=3),
+            page=32, pages=6),
+        "release_and_reuse": kv_cache(
+            create(), create(), append(0, 10), append(1, 10), release(0), decode(0), append(0, 3), fork(0),
+            truncate(0, 1), release(0), decode(2), decode(3), create(), append(0, 4), decode_two(0, 1, 1, 2)),
+        "bad_appends": kv_cache(
+            create(), append(0, 5), fork(0), bad_append(1, 3, 0), bad_append(1, 3, 1), bad_append(1, 3, 2),
+            bad_append(1, 3, 3), bad_append(1, 3, 4), bad_append(2, 1, 0), decode(1), d_v=0),
+        "append_forms": kv_cache(
+            create(), append(0, 17, 1), append(0, 18, 2), append(0, 19, 3), append(0, 0, 1), decode(0, tq=3),
+            kv_heads=2, d_k=3, d_v=5, pages=3),
+        "big_pages_gqa_options": kv_cache(
+            create(), *[append(0, 40) for _ in range(8)], fork(0), append(0, 30), append(1, 40), decode(0, tq=3),
+            decode(1, tq=3, window=50, softcap=True, threads=2), decode_two(1, 0, 2, 2, causal=False),
+            page=256, kv_heads=3, d_k=8, d_v=5, group=3, pages=3),
+    }
+
+
 def write(directory, seeds):
     os.makedirs(directory, exist_ok=True)
     for name in os.listdir(directory):
@@ -235,8 +320,10 @@ def main():
         for name, data in attention_seeds().items():
             print(name, data.hex())
         return
-    write(os.path.join(HERE, "corpus", "attention"), attention_seeds())
-    write(os.path.join(HERE, "corpus", "npy"), npy_seeds())
+    corpora = {"attention": attention_seeds, "npy": npy_seeds, "kv_cache": kv_cache_seeds}
+    names = [a for a in sys.argv[1:] if not a.startswith("-")] or list(corpora)
+    for name in names:
+        write(os.path.join(HERE, "corpus", name), corpora[name]())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,411 @@
+// libFuzzer target: PagedKVCache (KVCache.hpp) under a random series of operations, against a
+// model of it (test/support/kv_cache_model.hpp).
+//
+// What an input decodes into (bytes read front to back; past the end every byte reads 0):
+//   [0] page size 16 << (b % 5): 16 to 256      [1] kv_heads 1 + b % 3
+//   [2] d_k 1 + b % 8                           [3] d_v b % 6
+//   [4] query heads per KV head 1 + b % 3      [5] pages 1 + b % 8 (a small pool: "full" happens)
+//   [6] capacity_tokens = pages * page size - b % page size (rounded up to the same pages)
+//   [7..10] the seed of the token and query values (uniform in [-2, 2])
+//   then operations until the input ends (at most 64), each a kind byte and its arguments:
+//     create; append of 0..40 tokens (as a matrix, a HeadsView, a column-major matrix or an
+//     expression); fork; truncate (to a length in range, one past it, or negative); release;
+//     decode of one sequence (T_q 1..3, options) or of two at once; an append that must fail
+//     (K or V of the wrong width, K and V of different token counts, a HeadsView of batch 2 or
+//     with one head too many). Each operation names its sequence with a byte that picks among the
+//     live ids, the released ones and two never handed out (so that dead ids are used too).
+// make_seeds.py writes the seed corpus in this format. Run an input with EA_FUZZ_VERBOSE=1 set
+// to print what it decodes into.
+//
+// The contract checked after every operation:
+// - it succeeds exactly when the model says it must (a live sequence, shapes that fit, enough
+//   free pages counting the copy of a shared, partly filled last page, a length in range); a
+//   failure is std::invalid_argument (a full pool's message says "full") and changes nothing: no
+//   sequence's pages, no length, not free_pages (any other exception escapes: a crash);
+// - the cache's bookkeeping equals the model's (check_cache): free_pages, every live sequence's
+//   length and pages, shared exactly where the model shares them, the bytes in the pages equal
+//   the model's tokens, and every released id throws on length() and pages(); an operation
+//   changes no other sequence's pages; create and fork hand out an id that is not live;
+// - a decode of a live sequence equals bitwise (out and lse) the decode of the model's tokens in
+//   a fresh cache of the same page size; a decode naming a dead sequence throws
+//   std::invalid_argument and writes nothing into its outputs.
+// A violation prints the decoded operations and traps.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../support/kv_cache_model.hpp"
+#include "fuzz_common.hpp"
+
+namespace {
+
+namespace ea = EigenAttention;
+using ea_fuzz::format;
+using ea_fuzz::note;
+using ea_fuzz::Reader;
+using ea_test::kv_model::CacheModel;
+using ea_test::kv_model::TokenRows;
+using Eigen::Index;
+using Rows = TokenRows<float>;
+
+bool g_verbose = false;
+constexpr float kSentinel = 1234.5f;
+
+struct Harness {
+  Index page, kv_heads, d_k, d_v, heads;
+  ea::PagedKVCache<float> cache;
+  CacheModel<float> model;
+  ea_fuzz::Rng values;
+
+  Harness(Index page_, Index kv_heads_, Index d_k_, Index d_v_, Index group, Index capacity,
+          std::uint64_t seed)
+      : page(page_),
+        kv_heads(kv_heads_),
+        d_k(d_k_),
+        d_v(d_v_),
+        heads(kv_heads_ * group),
+        cache(kv_heads_, d_k_, d_v_, page_, capacity),
+        model(kv_heads_, d_k_, d_v_, page_, capacity),
+        values(seed) {}
+
+  Rows random(Index rows, Index cols) {
+    Rows m(rows, cols);
+    for (Index i = 0; i < rows; ++i)
+      for (Index j = 0; j < cols; ++j) m(i, j) = static_cast<float>(4 * values.unit() - 2);
+    return m;
+  }
+
+  /// A sequence id: a live one, a released one, or one never handed out.
+  ea::SequenceId pick(Reader& r) {
+    std::vector<std::int32_t> ids;
+    for (const std::int32_t id : model.ids()) ids.push_back(id);  // live and released, sorted
+    const std::int32_t next = ids.empty() ? 0 : ids.back() + 1;
+    ids.push_back(next + 3);
+    ids.push_back(-1);
+    return {ids[r.u8() % ids.size()]};
+  }
+
+  std::string check() const { return ea_test::kv_model::check_cache(cache, model); }
+  std::map<std::int32_t, std::vector<std::int32_t>> pages() const {
+    return ea_test::kv_model::all_pages(cache, model);
+  }
+};
+
+std::string ids_text(const std::map<std::int32_t, std::vector<std::int32_t>>& pages) {
+  std::string s;
+  for (const auto& [id, p] : pages) {
+    s += format(" %d:[", id);
+    for (const auto x : p) s += format("%d,", x);
+    s += "]";
+  }
+  return s;
+}
+
+/// Runs `f`; true when it returned, false when it threw std::invalid_argument (whose message is
+/// kept). Any other exception escapes.
+template <class F>
+bool succeeds(F&& f, std::string& message) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    message = e.what();
+    return false;
+  }
+  return true;
+}
+
+/// The outcome against the model's expectation, and nothing changed by a failure.
+void judge(Harness& h, const char* what, bool ok, bool expected_ok, const std::string& message,
+           const std::map<std::int32_t, std::vector<std::int32_t>>& before, Index free_before) {
+  EA_EXPECT(ok == expected_ok, "%s %s but the model says it %s (message: %s)", what,
+            ok ? "succeeded" : "threw", expected_ok ? "must succeed" : "must throw", message.c_str());
+  if (!ok) {
+    const auto after = h.pages();
+    EA_EXPECT(after == before, "%s threw but changed pages:%s -> %s", what, ids_text(before).c_str(),
+              ids_text(after).c_str());
+    EA_EXPECT(h.cache.free_pages() == free_before, "%s threw but changed free_pages %td -> %td", what,
+              free_before, h.cache.free_pages());
+  }
+}
+
+ea::Options decode_options(std::uint8_t b) {
+  ea::Options opt;
+  opt.causal = b & 1;
+  if (b & 2) opt.window_left = (b >> 4) * 5;
+  if (b & 4) opt.softcap = 3;
+  opt.threads = (b & 8) ? 2 : 1;
+  return opt;
+}
+
+void decode_one(Harness& h, Reader& r) {
+  const ea::SequenceId s = h.pick(r);
+  const Index tq = 1 + r.u8() % 3;
+  const std::uint8_t ob = r.u8();
+  const ea::Options opt = decode_options(ob);
+  note(format("decode %d: T_q %td, causal %d, window_left %td, softcap %g, threads %d", s.value, tq,
+              int(opt.causal), opt.window_left, opt.softcap, opt.threads));
+  const Rows Q = h.random(tq, h.heads * h.d_k);
+  if (h.model.live(s.value)) {
+    const auto got = ea_test::kv_model::decode_sequence(h.cache, s, Q, opt);
+    const auto want = ea_test::kv_model::decode_model(h.model, s.value, Q, opt);
+    EA_EXPECT(
+        ea_test::kv_model::same_bits(got.out, want.out) && ea_test::kv_model::same_bits(got.lse, want.lse),
+        "decode of sequence %d (%td tokens) differs from a fresh cache's decode of its tokens", s.value,
+        h.model.sequence(s.value).length());
+  } else {
+    std::vector<float> out(static_cast<std::size_t>(tq * h.heads * h.d_v), kSentinel),
+        lse(static_cast<std::size_t>(tq * h.heads), kSentinel);
+    Eigen::Map<Rows> o(out.data(), tq, h.heads * h.d_v), l(lse.data(), tq, h.heads);
+    const std::int64_t cu[2] = {0, tq};
+    std::string message;
+    const bool ok = succeeds([&] { ea::attention_decode_into(h.cache, &s, 1, Q, cu, o, l, opt); }, message);
+    EA_EXPECT(!ok, "decode of dead sequence %d returned", s.value);
+    for (const float x : out) EA_EXPECT(x == kSentinel, "decode of dead sequence %d wrote out", s.value);
+    for (const float x : lse) EA_EXPECT(x == kSentinel, "decode of dead sequence %d wrote lse", s.value);
+  }
+}
+
+void decode_two(Harness& h, Reader& r) {
+  const ea::SequenceId ids[2] = {h.pick(r), h.pick(r)};
+  const Index t0 = r.u8() % 3, t1 = 1 + r.u8() % 2;
+  const ea::Options opt = decode_options(r.u8());
+  note(format("decode [%d, %d]: T_q %td + %td, causal %d", ids[0].value, ids[1].value, t0, t1,
+              int(opt.causal)));
+  const Rows Q = h.random(t0 + t1, h.heads * h.d_k);
+  const std::int64_t cu[3] = {0, t0, t0 + t1};
+  const bool live = h.model.live(ids[0].value) && h.model.live(ids[1].value);
+  Rows out = Rows::Constant(t0 + t1, h.heads * h.d_v, kSentinel),
+       lse = Rows::Constant(t0 + t1, h.heads, kSentinel);
+  std::string message;
+  const bool ok =
+      succeeds([&] { ea::attention_decode_into(h.cache, ids, 2, Q, cu, out, lse, opt); }, message);
+  EA_EXPECT(ok == live, "batched decode %s (%s)", ok ? "returned with a dead sequence" : "threw",
+            message.c_str());
+  if (!ok) {
+    EA_EXPECT((out.array() == kSentinel).all() && (lse.array() == kSentinel).all(), "a failed decode wrote");
+    return;
+  }
+  // Each sequence's rows as decoded alone on a fresh cache.
+  const Index rows[2] = {t0, t1}, first[2] = {0, t0};
+  for (int b = 0; b < 2; ++b) {
+    if (rows[b] == 0) continue;
+    const auto want =
+        ea_test::kv_model::decode_model(h.model, ids[b].value, Q.middleRows(first[b], rows[b]), opt);
+    EA_EXPECT(ea_test::kv_model::same_bits(Rows(out.middleRows(first[b], rows[b])), want.out) &&
+                  ea_test::kv_model::same_bits(Rows(lse.middleRows(first[b], rows[b])), want.lse),
+              "batched decode: sequence %d differs from a fresh cache's decode of its tokens", ids[b].value);
+  }
+}
+
+void append(Harness& h, Reader& r) {
+  const ea::SequenceId s = h.pick(r);
+  const Index n = r.u8() % 41;
+  const int form = r.u8() % 4;
+  const Rows K = h.random(n, h.kv_heads * h.d_k), V = h.random(n, h.kv_heads * h.d_v);
+  static const char* const kForms[] = {"matrix", "HeadsView", "column-major", "expression"};
+  note(format("append %td tokens to %d (%s)", n, s.value, kForms[form]));
+  const bool live = h.model.live(s.value);
+  const bool fits = live && h.model.pages_taken(s.value, n) <= h.model.free_pages();
+  const auto before = h.pages();
+  const Index free_before = h.cache.free_pages();
+  std::string message;
+  const bool ok = succeeds(
+      [&] {
+        switch (form) {
+          case 0:
+            h.cache.append(s, K, V);
+            break;
+          case 1:
+            h.cache.append(s, ea::HeadsView<const float>::bthd(K.data(), 1, n, h.kv_heads, h.d_k),
+                           ea::HeadsView<const float>::bthd(V.data(), 1, n, h.kv_heads, h.d_v));
+            break;
+          case 2: {
+            const Eigen::MatrixXf Kc = K, Vc = V;
+            h.cache.append(s, Kc, Vc);
+            break;
+          }
+          default:
+            h.cache.append(s, K * 1.0f, V + Rows::Zero(n, V.cols()));
+        }
+      },
+      message);
+  judge(h, "append", ok, fits, message, before, free_before);
+  if (!ok && live) {
+    EA_EXPECT(message.find("full") != std::string::npos, "append refused for want of pages says: %s",
+              message.c_str());
+  }
+  if (ok) {
+    EA_EXPECT(h.model.append(s.value, K, V), "the model refused");
+    for (const auto& [id, p] : before)
+      if (id != s.value)
+        EA_EXPECT(h.cache.pages({id}) == p, "append to %d moved the pages of %d", s.value, id);
+  }
+}
+
+void bad_append(Harness& h, Reader& r) {
+  const ea::SequenceId s = h.pick(r);
+  const Index n = 1 + r.u8() % 20;
+  const int fault = r.u8() % 5;
+  static const char* const kFaults[] = {"K one column wider", "V of another width", "V with one more token",
+                                        "HeadsView of batch 2", "HeadsView with one head too many"};
+  note(format("bad append to %d: %td tokens, %s", s.value, n, kFaults[fault]));
+  const Index kw = h.kv_heads * h.d_k, vw = h.kv_heads * h.d_v;
+  const Rows K = h.random(n + 1, (h.kv_heads + 1) * h.d_k + 1), V = h.random(n + 1, vw + 1);
+  const auto before = h.pages();
+  const Index free_before = h.cache.free_pages();
+  std::string message;
+  using View = ea::HeadsView<const float>;
+  const bool ok = succeeds(
+      [&] {
+        switch (fault) {
+          case 0:
+            h.cache.append(s, K.topLeftCorner(n, kw + 1), V.topLeftCorner(n, vw));
+            break;
+          case 1:
+            h.cache.append(s, K.topLeftCorner(n, kw), V.topLeftCorner(n, vw == 0 ? 1 : vw - 1));
+            break;
+          case 2:
+            h.cache.append(s, K.topLeftCorner(n, kw), V.topLeftCorner(n + 1, vw));
+            break;
+          case 3:
+            h.cache.append(s, View::bhtd(K.data(), 2, h.kv_heads, 1, h.d_k),
+                           View::bhtd(V.data(), 2, h.kv_heads, 1, 0));
+            break;
+          default:
+            h.cache.append(s, View::bthd(K.data(), 1, 1, h.kv_heads + 1, h.d_k),
+                           View::bthd(V.data(), 1, 1, h.kv_heads, h.d_v));
+        }
+      },
+      message);
+  judge(h, "bad append", ok, false, message, before, free_before);
+}
+
+void run(Reader& r, std::size_t size) {
+  const Index page = Index(16) << (r.u8() % 5);
+  const Index kv_heads = 1 + r.u8() % 3, d_k = 1 + r.u8() % 8, d_v = r.u8() % 6, group = 1 + r.u8() % 3;
+  const Index pages = 1 + r.u8() % 8;
+  const Index capacity = pages * page - r.u8() % page;
+  const std::uint64_t seed = r.u32();
+  note(format(
+      "PagedKVCache<float>: page %td, kv_heads %td, d_k %td, d_v %td, heads %td, capacity %td tokens (%td "
+      "pages)",
+      page, kv_heads, d_k, d_v, kv_heads * group, capacity, pages));
+  Harness h(page, kv_heads, d_k, d_v, group, capacity, seed);
+  EA_EXPECT(h.cache.num_pages() == pages && h.cache.free_pages() == pages, "%td pages, %td free",
+            h.cache.num_pages(), h.cache.free_pages());
+
+  for (int step = 0; step < 64 && r.consumed() < size; ++step) {
+    const int kind = r.u8() % 10;
+    switch (kind) {
+      case 0: {
+        const ea::SequenceId id = h.cache.create();
+        note(format("create -> %d", id.value));
+        EA_EXPECT(h.model.can_adopt(id.value), "create handed out %d, which is live", id.value);
+        h.model.create(id.value);
+        break;
+      }
+      case 1:
+      case 2:
+        append(h, r);
+        break;
+      case 3: {
+        const ea::SequenceId s = h.pick(r);
+        const auto before = h.pages();
+        const Index free_before = h.cache.free_pages();
+        ea::SequenceId id;
+        std::string message;
+        const bool ok = succeeds([&] { id = h.cache.fork(s); }, message);
+        note(format("fork %d -> %d", s.value, ok ? id.value : -1));
+        judge(h, "fork", ok, h.model.live(s.value), message, before, free_before);
+        if (ok) {
+          EA_EXPECT(h.model.can_adopt(id.value), "fork handed out %d, which is live", id.value);
+          h.model.fork(s.value, id.value);
+          auto expected = before;
+          expected[id.value] = before.at(s.value);
+          EA_EXPECT(h.pages() == expected, "fork changed pages or did not share them");
+        }
+        break;
+      }
+      case 4: {
+        const ea::SequenceId s = h.pick(r);
+        const std::uint8_t mode = r.u8();
+        const std::int64_t length = h.model.live(s.value) ? h.model.sequence(s.value).length() : 0;
+        std::int64_t to = mode % 8 < 6    ? r.u8() % (length + 1)
+                          : mode % 8 == 6 ? length + 1 + r.u8()
+                                          : -1 - r.u8();
+        note(format("truncate %d (%lld tokens) to %lld", s.value, (long long)length, (long long)to));
+        const auto before = h.pages();
+        const Index free_before = h.cache.free_pages();
+        std::string message;
+        const bool ok = succeeds([&] { h.cache.truncate(s, to); }, message);
+        judge(h, "truncate", ok, h.model.live(s.value) && to >= 0 && to <= length, message, before,
+              free_before);
+        if (ok) {
+          EA_EXPECT(h.model.truncate(s.value, to), "the model refused");
+          const auto after = h.pages();
+          for (const auto& [id, p] : before) {
+            if (id == s.value) {
+              EA_EXPECT(std::equal(after.at(id).begin(), after.at(id).end(), p.begin()),
+                        "truncate changed kept pages");
+            } else {
+              EA_EXPECT(after.at(id) == p, "truncate of %d changed the pages of %d", s.value, id);
+            }
+          }
+        }
+        break;
+      }
+      case 5: {
+        const ea::SequenceId s = h.pick(r);
+        note(format("release %d", s.value));
+        const auto before = h.pages();
+        const Index free_before = h.cache.free_pages();
+        std::string message;
+        const bool ok = succeeds([&] { h.cache.release(s); }, message);
+        judge(h, "release", ok, h.model.live(s.value), message, before, free_before);
+        if (ok) {
+          h.model.release(s.value);
+          auto expected = before;
+          expected.erase(s.value);
+          EA_EXPECT(h.pages() == expected, "release changed other sequences' pages");
+        }
+        break;
+      }
+      case 6:
+      case 7:
+        decode_one(h, r);
+        break;
+      case 8:
+        bad_append(h, r);
+        break;
+      default:
+        decode_two(h, r);
+    }
+    const std::string why = h.check();
+    EA_EXPECT(why.empty(), "the cache differs from the model: %s", why.c_str());
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  g_verbose = std::getenv("EA_FUZZ_VERBOSE") != nullptr;
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  ea_fuzz::description().clear();
+  Reader r(data, size);
+  run(r, size);
+  if (g_verbose) {
+    std::fprintf(stderr, "%s(%zu of %zu input bytes used)\n", ea_fuzz::description().c_str(), r.consumed(),
+                 size);
+  }
+  return 0;
+}
