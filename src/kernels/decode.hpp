@@ -191,11 +191,13 @@ void for_each_row(const RawDecodeChunk<T>& c, const S* base, index_t page_stride
                   index_t dim, index_t first, index_t end, F&& f) {
   const index_t ps = c.page_size;
   const index_t row_bytes = dim * static_cast<index_t>(sizeof(S));
-  // The prefetch cursor: key `ahead`, in its page at `ahead_row`.
+  // The prefetch cursor: key `ahead`, slot `ahead_slot` of page number `ahead_page`, at
+  // `ahead_row` (counted, not divided: a division per row costs as much as the row's arithmetic).
   const index_t rows_ahead = std::max<index_t>(4, kPrefetchBytes / std::max<index_t>(row_bytes, 1));
   index_t ahead = std::min(first + rows_ahead, end);
+  index_t ahead_page = ahead / ps, ahead_slot = ahead % ps;
   const S* ahead_row =
-      ahead < end ? base + c.pages[ahead / ps] * page_stride + (ahead % ps) * token_stride : nullptr;
+      ahead < end ? base + c.pages[ahead_page] * page_stride + ahead_slot * token_stride : nullptr;
   for (index_t j = first; j < end;) {
     const index_t slot = j % ps, run = std::min(end - j, ps - slot);
     const S* row = base + c.pages[j / ps] * page_stride + slot * token_stride;
@@ -204,8 +206,13 @@ void for_each_row(const RawDecodeChunk<T>& c, const S* base, index_t page_stride
         for (index_t b = 0; b < row_bytes; b += 64)
           __builtin_prefetch(reinterpret_cast<const char*>(ahead_row) + b);
         ++ahead;
-        ahead_row = ahead % ps == 0 ? (ahead < end ? base + c.pages[ahead / ps] * page_stride : nullptr)
-                                    : ahead_row + token_stride;
+        if (++ahead_slot == ps) {
+          ahead_slot = 0;
+          ++ahead_page;
+          if (ahead < end) ahead_row = base + c.pages[ahead_page] * page_stride;
+        } else {
+          ahead_row += token_stride;
+        }
       }
       f(j + u, row);
     }
