@@ -68,10 +68,7 @@ void execute_decode(const DecodeProblem<T>& p) {
     return;
   }
   const DecodeKernel<T> kernel = decode_kernel<T>(p.kernel);
-  const index_t G = p.group, dk = p.kv.d_k, dv = p.kv.d_v,
-                bytes = p.kv.storage == KVStorage::Float64   ? 8
-                        : p.kv.storage == KVStorage::Float32 ? 4
-                                                             : 2;
+  const index_t G = p.group, dk = p.kv.d_k, dv = p.kv.d_v, bytes = kv_storage_bytes(p.kv.storage);
   // The calling thread's, kept from call to call (the pool's threads see them through these
   // references: a thread_local named in the tasks would be each worker's own).
   thread_local std::vector<Block> block_storage;

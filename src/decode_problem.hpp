@@ -14,6 +14,20 @@
 namespace EigenAttention {
 namespace internal {
 
+/// Bytes of one stored element (0 for a value that is no KVStorage).
+inline index_t kv_storage_bytes(KVStorage s) {
+  switch (s) {
+    case KVStorage::Float32:
+      return 4;
+    case KVStorage::Float64:
+      return 8;
+    case KVStorage::BFloat16:
+    case KVStorage::Float16:
+      return 2;
+  }
+  return 0;
+}
+
 /// Sequence b of a decode call: its page indices, in token order, and its length in tokens.
 struct PagedSequence {
   const std::int32_t* pages;

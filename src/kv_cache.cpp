@@ -81,19 +81,6 @@ namespace {
 
 std::string num(index_t n) { return std::to_string(n); }
 
-index_t bytes_of(KVStorage s) {
-  switch (s) {
-    case KVStorage::Float32:
-      return 4;
-    case KVStorage::Float64:
-      return 8;
-    case KVStorage::BFloat16:
-    case KVStorage::Float16:
-      return 2;
-  }
-  return 0;
-}
-
 const char* name_of(KVStorage s) {
   switch (s) {
     case KVStorage::Float32:
@@ -149,6 +136,13 @@ void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* 
     const index_t page = s.pages[static_cast<std::size_t>(pos / pool.page_size)], slot = pos % pool.page_size;
     for (index_t h = 0; h < src.heads; ++h) {
       unsigned char* row = base + (((page * pool.kv_heads + h) * pool.page_size + slot) * dim) * pool.bytes;
+      if (same && src.dim_stride == 1 && src.dim > 0) {  // a head's elements side by side: one copy
+        std::memcpy(row,
+                    static_cast<const unsigned char*>(src.data) +
+                        (t * src.token_stride + h * src.head_stride) * pool.bytes,
+                    static_cast<std::size_t>(src.dim * pool.bytes));
+        continue;
+      }
       for (index_t c = 0; c < src.dim; ++c) {
         const index_t at = t * src.token_stride + h * src.head_stride + c * src.dim_stride;
         if (same) {
@@ -228,7 +222,7 @@ void drop_pages(KVPool& pool, KVPool::Sequence& s, index_t keep) {
 KVPool* kv_pool_create(KVStorage storage, index_t kv_heads, index_t d_k, index_t d_v, index_t page_size,
                        index_t capacity_tokens) {
   const char* api = "PagedKVCache";
-  if (bytes_of(storage) == 0) fail(api, "unknown storage type");
+  if (internal::kv_storage_bytes(storage) == 0) fail(api, "unknown storage type");
   if (kv_heads < 1 || d_k < 1 || d_v < 0) {
     fail(api, "needs kv_heads >= 1, d_k >= 1 and d_v >= 0; got kv_heads = " + num(kv_heads) +
                   ", d_k = " + num(d_k) + ", d_v = " + num(d_v));
@@ -238,7 +232,7 @@ KVPool* kv_pool_create(KVStorage storage, index_t kv_heads, index_t d_k, index_t
   }
   if (capacity_tokens < 0) fail(api, "capacity_tokens is negative: " + num(capacity_tokens));
   const index_t pages = (capacity_tokens + page_size - 1) / page_size;
-  const index_t bytes = bytes_of(storage);
+  const index_t bytes = internal::kv_storage_bytes(storage);
   index_t k_bytes = 0, v_bytes = 0;
   const auto product = [](std::initializer_list<index_t> f, index_t& r) {
     r = 1;

@@ -658,19 +658,6 @@ Array pages_of(const char* name, const void* data, index_t bytes, const compiled
           Print::Heads};
 }
 
-index_t storage_bytes(KVStorage s) {
-  switch (s) {
-    case KVStorage::Float32:
-      return 4;
-    case KVStorage::Float64:
-      return 8;
-    case KVStorage::BFloat16:
-    case KVStorage::Float16:
-      return 2;
-  }
-  return 0;
-}
-
 }  // namespace
 
 void paged_view_sequences(const char* api, const compiled::RawPagedKV& kv,
@@ -704,7 +691,7 @@ DecodeProblem<T> make_decode_problem(const char* api, const compiled::RawPagedKV
   d.sequences = sequences;
   d.batch = batch;
   // The keys: sizes, then the pages of each sequence.
-  const index_t bytes = storage_bytes(kv.storage);
+  const index_t bytes = kv_storage_bytes(kv.storage);
   if (bytes == 0) fail(api, "unknown KV storage type " + std::to_string(static_cast<int>(kv.storage)));
   if ((kv.storage == KVStorage::Float64) != std::is_same_v<T, double>) {
     fail(api, "queries of this scalar type do not go with keys of this storage type");

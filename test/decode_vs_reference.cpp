@@ -36,6 +36,10 @@ void check_case(Rng& rng, const Case& c, ea::Kernel kernel) {
   // The returning form gives the same bits.
   const Rows<T> out = ea::attention_decode(cache, id, s.Q, opt, c.alibi ? s.slopes.data() : nullptr);
   EA_CHECK_EQUAL(out, r.out);
+  // One sequence: cu_seqlens_q may be null (all of Q).
+  Rows<T> whole;
+  ea::attention_decode_into(cache, ids, 1, s.Q, nullptr, whole, opt, c.alibi ? s.slopes.data() : nullptr);
+  EA_CHECK_EQUAL(whole, r.out);
 
   const MultiHeadReference ref = reference_of(c, s);
   check_reference(r, ref, c, 1, "decode vs the long-double reference");

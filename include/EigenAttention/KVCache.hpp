@@ -501,16 +501,15 @@ static_assert(sizeof(SequenceId) == sizeof(std::int32_t), "SequenceId must be a 
 
 /// Writes decode attention for a batch of sequences of `cache` into out (and lse when not
 /// null): sequences[b]'s queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q (batch + 1
-/// offsets, from 0 to Q.rows()). Q is T_q x (H d_k), heads side by side, H a multiple of
-/// kv_heads (query head h reads KV head h / (H / kv_heads)); out is T_q x (H d_v) and lse
-/// T_q x H (natural log of each row's softmax denominator; -inf for a row that sees no key).
-/// The new tokens are the last of each sequence's cached keys (append them first): query row
-/// i of a sequence with T_q queries and T_k keys is token T_k - T_q + i, and `opt.causal`,
-/// the window and ALiBi use that position (bottom-right alignment, whatever opt.alignment
-/// says). Options: scale, causal, window_left/right, softcap, kernel, threads. alibi_slopes: H
-/// slopes or null. A resizable out (an Eigen::Matrix) is resized; other outputs must have the
-/// shape. Bitwise identical results for every opt.threads.
-/// \throws std::invalid_argument naming the argument and its shape; nothing is written then.
+/// offsets, from 0 to Q.rows(); null when batch is 1: all of Q). Q is T_q x (H d_k), heads side by side, H a
+/// multiple of kv_heads (query head h reads KV head h / (H / kv_heads)); out is T_q x (H d_v) and lse T_q x H
+/// (natural log of each row's softmax denominator; -inf for a row that sees no key). The new tokens are the
+/// last of each sequence's cached keys (append them first): query row i of a sequence with T_q queries and
+/// T_k keys is token T_k - T_q + i, and `opt.causal`, the window and ALiBi use that position (bottom-right
+/// alignment, whatever opt.alignment says). Options: scale, causal, window_left/right, softcap, kernel,
+/// threads. alibi_slopes: H slopes or null. A resizable out (an Eigen::Matrix) is resized; other outputs must
+/// have the shape. Bitwise identical results for every opt.threads. \throws std::invalid_argument naming the
+/// argument and its shape; nothing is written then.
 template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
 void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
                            const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
@@ -520,8 +519,12 @@ void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* seque
   (void)detail::OutputCheck<DO>{};
   (void)detail::OutputCheck<DL>{};
   detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
-  detail::decode_into("attention_decode_into", keys, Q, cu_seqlens_q, std::forward<DO>(out), &lse,
-                      alibi_slopes, cache.d_k(), cache.d_v(), opt);
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
+  detail::decode_into("attention_decode_into", keys, Q,
+                      cu_seqlens_q != nullptr ? cu_seqlens_q
+                      : batch == 1            ? whole
+                                              : nullptr,
+                      std::forward<DO>(out), &lse, alibi_slopes, cache.d_k(), cache.d_v(), opt);
 }
 /// attention_decode_into() without the LSE output.
 template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
@@ -532,8 +535,12 @@ void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* seque
   (void)detail::OutputCheck<DO>{};
   detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
   RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-  detail::decode_into("attention_decode_into", keys, Q, cu_seqlens_q, std::forward<DO>(out), no_lse,
-                      alibi_slopes, cache.d_k(), cache.d_v(), opt);
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
+  detail::decode_into("attention_decode_into", keys, Q,
+                      cu_seqlens_q != nullptr ? cu_seqlens_q
+                      : batch == 1            ? whole
+                                              : nullptr,
+                      std::forward<DO>(out), no_lse, alibi_slopes, cache.d_k(), cache.d_v(), opt);
 }
 
 /// Decode attention of Q's rows (T_q x (H d_k), the newest T_q tokens of sequence s, appended
