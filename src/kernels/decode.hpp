@@ -3,21 +3,24 @@
 // Internal.
 //
 // A decode step is bound by memory bandwidth: each key and value is read once per GQA group,
-// whatever the number of query heads that share it, so the rows of all of the group's heads
-// go through one product with the keys (M = keys, N = heads x tokens in Eigen's GEMM, which
-// suits its micro-kernel) and one with the values. Within a chunk (at most kDecodeChunk keys)
+// whatever the number of query heads that share it. Within a chunk (at most kDecodeChunk keys)
 // the softmax is exact in two passes: the logits of the whole chunk, then exp(logit - max) and
 // the product with V; decode.cpp merges the chunks by their log-sum-exp in key order.
 //
-// Keys and values come from pages: in place when the chunk lies in pages that follow each
-// other in memory and are stored in the compute type, otherwise gathered (and converted from
-// bfloat16 or half) into per-thread scratch, so that the page size changes only the copy loop.
+// Up to kStreamRows query rows (decode proper), the chunk streams through its keys, then its
+// values, a row at a time along the page table: each row is loaded once, in place from its page
+// (bfloat16 and half widened packet by packet, or through a one-row buffer where the
+// instruction set has no such widening), and used for every query row at once (dot_rows and
+// axpy_rows in eigen_internal.hpp); the rows a few KiB ahead are prefetched by hand, since one
+// head's rows in a page are a short run of memory. More rows (prefill) go through Eigen's GEMM
+// (M = keys, N = heads x tokens) on the chunk's rows, in place when they are one run of memory
+// in the compute type, else gathered (and widened) into per-thread scratch.
 //
 // Masks are the forward's (RawProblem::first_key/end_key and apply_extras from tiled.hpp), at
-// the queries' positions in the sequence. The product with V runs as one GEMM over the keys
-// that every row of the chunk sees; a row's other visible keys (a causal or window edge when
-// several tokens are decoded) are added row by row, so that a hidden NaN or Inf never reaches a
-// row that does not see it.
+// the queries' positions in the sequence. The product with V runs over the keys that every row
+// of the chunk sees for all rows at once; a row's other visible keys (a causal or window edge
+// when several tokens are decoded) are added row by row, so that a hidden NaN or Inf never
+// reaches a row that does not see it.
 #pragma once
 
 #include <algorithm>
