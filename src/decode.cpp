@@ -10,12 +10,11 @@
 #include <EigenAttention/KVCache.hpp>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <vector>
 
 #include "decode_problem.hpp"
 #include "kernels/kernels.hpp"
+#include "lse_merge.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -153,45 +152,21 @@ void execute_decode(const DecodeProblem<T>& p) {
     kernel(c);
   });
 
-  // Merge each block's chunks in key order: out = sum_c w_c out_c / sum_c w_c with
-  // w_c = exp(lse_c - max lse), lse = max + log(sum_c w_c). A chunk that saw nothing (-inf)
-  // takes no part; a NaN log-sum-exp makes the row NaN.
-  const T minus_inf = -std::numeric_limits<T>::infinity();
+  // Merge each block's chunks in key order (lse_merge.hpp): a chunk that saw nothing takes no
+  // part, a NaN log-sum-exp makes the row NaN.
   for_tasks(static_cast<index_t>(blocks.size()), threads, [&](index_t k) {
     const Block& blk = blocks[static_cast<std::size_t>(k)];
     const index_t R = G * blk.rows;
-    thread_local std::vector<T> acc;
-    acc.resize(static_cast<std::size_t>(dv));
+    thread_local std::vector<T> weights;
+    weights.resize(static_cast<std::size_t>(blk.tasks));
+    const Task* chunks = tasks.data() + blk.first_task;
     for (index_t r = 0; r < R; ++r) {
       const index_t h = blk.kv_head * G + r / blk.rows;
       const index_t row = p.cu_q[blk.sequence] + blk.first_row + r % blk.rows;
-      T max = minus_inf;
-      bool nan = false;
-      for (index_t t = blk.first_task; t < blk.first_task + blk.tasks; ++t) {
-        const T l = partials_data[tasks[static_cast<std::size_t>(t)].slot + R * dv + r];
-        if (std::isnan(l)) nan = true;
-        if (l > max) max = l;
-      }
-      T lse;
-      if (nan || max == minus_inf) {
-        const T fill = nan ? std::numeric_limits<T>::quiet_NaN() : T(0);
-        std::fill(acc.begin(), acc.end(), fill);
-        lse = nan ? fill : minus_inf;
-      } else {
-        std::fill(acc.begin(), acc.end(), T(0));
-        T sum = 0;
-        for (index_t t = blk.first_task; t < blk.first_task + blk.tasks; ++t) {
-          const T* part = partials_data + tasks[static_cast<std::size_t>(t)].slot;
-          const T l = part[R * dv + r];
-          if (l == minus_inf) continue;
-          const T w = std::exp(l - max);
-          sum += w;
-          for (index_t c = 0; c < dv; ++c) acc[static_cast<std::size_t>(c)] += w * part[r * dv + c];
-        }
-        for (index_t c = 0; c < dv; ++c) acc[static_cast<std::size_t>(c)] /= sum;
-        lse = max + std::log(sum);
-      }
-      for (index_t c = 0; c < dv; ++c) *element(p.out, row, h * dv + c) = acc[static_cast<std::size_t>(c)];
+      const T lse = merge_lse_row<T>(
+          blk.tasks, [&](index_t t) { return partials_data[chunks[t].slot + R * dv + r]; },
+          [&](index_t t, index_t c) { return partials_data[chunks[t].slot + r * dv + c]; }, dv,
+          dv == 0 ? p.out.data : element(p.out, row, h * dv), p.out.col_stride, weights.data());
       if (p.want_lse) *element(p.lse, row, h) = lse;
     }
   });
