@@ -95,8 +95,13 @@ const char* name_of(KVStorage s) {
   return "unknown";
 }
 
+/// Is `id` a sequence of the pool now?
+bool holds(const KVPool& pool, std::int32_t id) {
+  return id >= 0 && id < static_cast<std::int32_t>(pool.sequences.size()) && pool.sequences[id].live;
+}
+
 KVPool::Sequence& live(const char* api, KVPool& pool, std::int32_t id) {
-  if (id < 0 || id >= static_cast<std::int32_t>(pool.sequences.size()) || !pool.sequences[id].live) {
+  if (!holds(pool, id)) {
     fail(api, "sequence " + std::to_string(id) + " is not in the cache (never created, or released)");
   }
   return pool.sequences[id];
@@ -389,7 +394,7 @@ void decode_pool(const char* api, const KVPool* pool, const std::int32_t* ids, i
   sequences.resize(static_cast<std::size_t>(batch));
   for (index_t b = 0; b < batch; ++b) {
     const std::int32_t id = ids[b];
-    if (id < 0 || id >= static_cast<std::int32_t>(pool->sequences.size()) || !pool->sequences[id].live) {
+    if (!holds(*pool, id)) {
       throw std::invalid_argument(std::string("EigenAttention::") + api + ": sequences[" + num(b) + "] = " +
                                   std::to_string(id) + " is not in the cache (never created, or released)");
     }

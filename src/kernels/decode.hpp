@@ -155,32 +155,6 @@ struct StoredRow<float, HalfBits> {
 };
 #endif
 
-/// Keys (or values) [first, first + n) of the chunk's KV head as a row-major block of T with
-/// row stride `ld`: in place when they are of type T and lie in pages that follow each other in
-/// memory, else gathered (and converted) into `scratch` (n x dim).
-template <typename T, typename S>
-const T* paged_rows(const RawDecodeChunk<T>& c, const S* base, index_t page_stride, index_t token_stride,
-                    index_t dim, index_t first, index_t n, T* scratch, index_t& ld) {
-  const index_t ps = c.page_size;
-  if constexpr (std::is_same_v<S, T>) {
-    const index_t p0 = first / ps, p1 = (first + n - 1) / ps;
-    bool in_place = p0 == p1 || page_stride == ps * token_stride;
-    for (index_t p = p0; in_place && p < p1; ++p) in_place = c.pages[p + 1] == c.pages[p] + 1;
-    if (in_place) {
-      ld = token_stride;
-      return base + c.pages[p0] * page_stride + (first % ps) * token_stride;
-    }
-  }
-  for (index_t t = 0; t < n;) {
-    const index_t pos = first + t, slot = pos % ps, run = std::min(n - t, ps - slot);
-    const S* page = base + c.pages[pos / ps] * page_stride + slot * token_stride;
-    for (index_t u = 0; u < run; ++u) convert_row(page + u * token_stride, scratch + (t + u) * dim, dim);
-    t += run;
-  }
-  ld = std::max<index_t>(dim, 1);
-  return scratch;
-}
-
 /// Bytes read ahead of the row in use: the pages of one head are short runs of memory (a few
 /// KiB), too short for the hardware prefetcher to reach full speed on each, so the rows this far
 /// ahead along the page table are prefetched by hand. (2 to 8 KiB measured alike on a Xeon;
@@ -221,6 +195,28 @@ void for_each_row(const RawDecodeChunk<T>& c, const S* base, index_t page_stride
     }
     j += run;
   }
+}
+
+/// Keys (or values) [first, first + n) of the chunk's KV head as a row-major block of T with
+/// row stride `ld`: in place when they are of type T and lie in pages that follow each other in
+/// memory, else gathered (and converted) into `scratch` (n x dim).
+template <typename T, typename S>
+const T* paged_rows(const RawDecodeChunk<T>& c, const S* base, index_t page_stride, index_t token_stride,
+                    index_t dim, index_t first, index_t n, T* scratch, index_t& ld) {
+  const index_t ps = c.page_size;
+  if constexpr (std::is_same_v<S, T>) {
+    const index_t p0 = first / ps, p1 = (first + n - 1) / ps;
+    bool in_place = p0 == p1 || page_stride == ps * token_stride;
+    for (index_t p = p0; in_place && p < p1; ++p) in_place = c.pages[p + 1] == c.pages[p] + 1;
+    if (in_place) {
+      ld = token_stride;
+      return base + c.pages[p0] * page_stride + (first % ps) * token_stride;
+    }
+  }
+  for_each_row<T, S>(c, base, page_stride, token_stride, dim, first, first + n,
+                     [&](index_t j, const S* row) { convert_row(row, scratch + (j - first) * dim, dim); });
+  ld = std::max<index_t>(dim, 1);
+  return scratch;
 }
 
 /// The streaming kernel's two steps for R rows, in groups of at most 4 (eigen_internal.hpp).
