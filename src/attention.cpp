@@ -6,6 +6,9 @@
 // translation unit.
 #include <EigenAttention/Compiled.hpp>
 
+#include <stdexcept>
+#include <string>
+
 #include "execute.hpp"
 #include "validate.hpp"
 
@@ -36,17 +39,25 @@ void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> 
 
 template <typename T>
 void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
-               const MatrixView<T>* scores, const MatrixView<T>* attn, const MatrixView<T>* lse,
-               const Options& opt) {
+               const MatrixView<T>* scores, const MatrixView<T>* attn,
+               const MatrixView<ComputeScalar<T>>* lse, const Options& opt,
+               const MatrixView<ComputeScalar<T>>* compute_scores = nullptr) {
   internal::Call<T> c = call_of(api, q, k, v);
-  const auto bind = [](const MatrixView<T>* m, HeadsView<T>& view, bool& wanted) {
+  const auto bind = [](const auto* m, auto& view, bool& wanted) {
     if (m != nullptr) view = internal::one_head(*m);
     wanted = m != nullptr;
   };
   bind(scores, c.scores, c.want_scores);
   bind(attn, c.out, c.want_out);
   bind(lse, c.lse, c.want_lse);
-  c.out_name = scores != nullptr ? "attn" : "out";
+  if (compute_scores != nullptr) {
+    if (scores != nullptr)
+      throw std::invalid_argument(std::string("EigenAttention::") + api +
+                                  ": SCORES are asked for twice (scores and float_scores)");
+    bind(compute_scores, c.compute_scores, c.want_scores);
+    c.scores_compute = true;
+  }
+  c.out_name = c.want_scores ? "attn" : "out";
   internal::execute(internal::make_problem(c, opt), opt.threads);
 }
 
@@ -70,6 +81,28 @@ void run(const char* api, MatrixView<const double> q, MatrixView<const double> k
          const MatrixView<const double>* v, const MatrixView<double>* scores, const MatrixView<double>* attn,
          const MatrixView<double>* lse, const Options& opt) {
   run_views(api, q, k, v, scores, attn, lse, opt);
+}
+
+void validate(const char* api, MatrixView<const BFloat16Bits> q, MatrixView<const BFloat16Bits> k,
+              const MatrixView<const BFloat16Bits>* v, const Options& opt) {
+  validate_views(api, q, k, v, opt);
+}
+void validate(const char* api, MatrixView<const HalfBits> q, MatrixView<const HalfBits> k,
+              const MatrixView<const HalfBits>* v, const Options& opt) {
+  validate_views(api, q, k, v, opt);
+}
+
+void run(const char* api, MatrixView<const BFloat16Bits> q, MatrixView<const BFloat16Bits> k,
+         const MatrixView<const BFloat16Bits>* v, const MatrixView<BFloat16Bits>* scores,
+         const MatrixView<BFloat16Bits>* attn, const MatrixView<float>* lse, const Options& opt,
+         const MatrixView<float>* float_scores) {
+  run_views(api, q, k, v, scores, attn, lse, opt, float_scores);
+}
+void run(const char* api, MatrixView<const HalfBits> q, MatrixView<const HalfBits> k,
+         const MatrixView<const HalfBits>* v, const MatrixView<HalfBits>* scores,
+         const MatrixView<HalfBits>* attn, const MatrixView<float>* lse, const Options& opt,
+         const MatrixView<float>* float_scores) {
+  run_views(api, q, k, v, scores, attn, lse, opt, float_scores);
 }
 
 }  // namespace compiled

@@ -64,5 +64,21 @@ void backward(const char* api, const BackwardInputs<double>& in, const MatrixVie
   run_backward(api, in, dq, dk, dv, opt);
 }
 
+void validate_backward(const char* api, const BackwardInputs<BFloat16Bits>& in, const Options& opt) {
+  validate_inputs(api, in, opt);
+}
+void validate_backward(const char* api, const BackwardInputs<HalfBits>& in, const Options& opt) {
+  validate_inputs(api, in, opt);
+}
+
+void backward(const char* api, const BackwardInputs<BFloat16Bits>& in, const MatrixView<BFloat16Bits>& dq,
+              const MatrixView<BFloat16Bits>& dk, const MatrixView<BFloat16Bits>& dv, const Options& opt) {
+  run_backward(api, in, dq, dk, dv, opt);
+}
+void backward(const char* api, const BackwardInputs<HalfBits>& in, const MatrixView<HalfBits>& dq,
+              const MatrixView<HalfBits>& dk, const MatrixView<HalfBits>& dv, const Options& opt) {
+  run_backward(api, in, dq, dk, dv, opt);
+}
+
 }  // namespace compiled
 }  // namespace EigenAttention

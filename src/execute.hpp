@@ -5,6 +5,7 @@
 #include "kernels/backward.hpp"
 #include "kernels/kernels.hpp"
 #include "problem.hpp"
+#include "widen.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -29,45 +30,72 @@ void zero_head_rows(const HeadsView<T>& v, index_t b, index_t h, index_t first, 
 /// the problems that add into the same dK/dV (a GQA group) or dbias (the heads or sequences
 /// sharing a broadcast bias), each in (sequence, head) order.
 template <typename T>
+void execute_backward(const Problem<T>& p, int threads);
+
+/// The backward pass of a 16-bit problem: on float copies (widen.hpp), its gradients rounded
+/// back. Of a packed batch, only the sequences' rows are written.
+template <typename T>
+void execute_backward_widened(const Problem<T>& p, int threads) {
+  std::vector<WideArray> keep;
+  const Problem<float> f = widened(p, keep);
+  execute_backward(f, threads);
+  const WideArray& dq = keep[keep.size() - (p.d_bias.data != nullptr ? 4 : 3)];
+  const WideArray& dk = keep[keep.size() - (p.d_bias.data != nullptr ? 3 : 2)];
+  const WideArray& dv = keep[keep.size() - (p.d_bias.data != nullptr ? 2 : 1)];
+  const index_t q_rows = p.varlen() ? p.cu_q[p.sequences] : p.dq.tokens;
+  const index_t k_rows = p.varlen() ? p.cu_k[p.sequences] : p.dk.tokens;
+  dq.narrow_into(p.dq, 0, q_rows);
+  dk.narrow_into(p.dk, 0, k_rows);
+  dv.narrow_into(p.dv, 0, k_rows);
+  if (p.d_bias.data != nullptr) keep.back().narrow_into(p.d_bias, 0, p.d_bias.tokens);
+}
+
+template <typename T>
 void execute_backward(const Problem<T>& p, int threads) {
-  const index_t B = p.sequences, H = p.heads();
-  if (B == 0 || H == 0) {  // no problem adds into dbias: it is the empty sum, 0
-    for (index_t b = 0; b < p.d_bias.batch; ++b)
-      for (index_t h = 0; h < p.d_bias.heads; ++h) zero_head_rows(p.d_bias, b, h, 0, p.d_bias.tokens);
+  if constexpr (kIsLowPrecision<T>) {
+    execute_backward_widened(p, threads);
     return;
-  }
-  const bool bias_over_batch = p.d_bias.data != nullptr && p.d_bias.batch == 1;
-  const bool bias_over_heads = p.d_bias.data != nullptr && p.d_bias.heads == 1;
-  const index_t group = H / p.k.heads;
-  const index_t batches = bias_over_batch ? B : 1, heads = bias_over_heads ? H : group;
-  const index_t head_units = H / heads, units = (B / batches) * head_units;
-  const auto where = [&](index_t u, index_t t, index_t& b, index_t& h) {
-    b = u / head_units * batches + t / heads;
-    h = u % head_units * heads + t % heads;
-  };
-  const auto problem = [&](index_t u, index_t t) {
-    index_t b, h;
-    where(u, t, b, h);
-    return p.problem(b * H + h);
-  };
-  // Zero what unit u adds into: dK and dV of its K/V heads (every key row, padded ones too) and
-  // its slices of dbias.
-  const auto prepare = [&](index_t u) {
-    for (index_t t = 0; t < batches * heads; ++t) {
+  } else {
+    const index_t B = p.sequences, H = p.heads();
+    if (B == 0 || H == 0) {  // no problem adds into dbias: it is the empty sum, 0
+      for (index_t b = 0; b < p.d_bias.batch; ++b)
+        for (index_t h = 0; h < p.d_bias.heads; ++h) zero_head_rows(p.d_bias, b, h, 0, p.d_bias.tokens);
+      return;
+    }
+    const bool bias_over_batch = p.d_bias.data != nullptr && p.d_bias.batch == 1;
+    const bool bias_over_heads = p.d_bias.data != nullptr && p.d_bias.heads == 1;
+    const index_t group = H / p.k.heads;
+    const index_t batches = bias_over_batch ? B : 1, heads = bias_over_heads ? H : group;
+    const index_t head_units = H / heads, units = (B / batches) * head_units;
+    const auto where = [&](index_t u, index_t t, index_t& b, index_t& h) {
+      b = u / head_units * batches + t / heads;
+      h = u % head_units * heads + t % heads;
+    };
+    const auto problem = [&](index_t u, index_t t) {
       index_t b, h;
       where(u, t, b, h);
-      const index_t kv = h / group;
-      const index_t batch = p.varlen() ? 0 : b;
-      const index_t first = p.varlen() ? p.cu_k[b] : 0;
-      const index_t count = p.varlen() ? p.cu_k[b + 1] - p.cu_k[b] : p.k.tokens;
-      if (h % group == 0) {
-        zero_head_rows(p.dk, batch, kv, first, count);
-        zero_head_rows(p.dv, batch, kv, first, count);
+      return p.problem(b * H + h);
+    };
+    // Zero what unit u adds into: dK and dV of its K/V heads (every key row, padded ones too) and
+    // its slices of dbias.
+    const auto prepare = [&](index_t u) {
+      for (index_t t = 0; t < batches * heads; ++t) {
+        index_t b, h;
+        where(u, t, b, h);
+        const index_t kv = h / group;
+        const index_t batch = p.varlen() ? 0 : b;
+        const index_t first = p.varlen() ? p.cu_k[b] : 0;
+        const index_t count = p.varlen() ? p.cu_k[b + 1] - p.cu_k[b] : p.k.tokens;
+        if (h % group == 0) {
+          zero_head_rows(p.dk, batch, kv, first, count);
+          zero_head_rows(p.dv, batch, kv, first, count);
+        }
+        zero_head_rows(p.d_bias, p.d_bias.batch == 1 ? 0 : b, p.d_bias.heads == 1 ? 0 : h, 0,
+                       p.d_bias.tokens);
       }
-      zero_head_rows(p.d_bias, p.d_bias.batch == 1 ? 0 : b, p.d_bias.heads == 1 ? 0 : h, 0, p.d_bias.tokens);
-    }
-  };
-  run_backward<T>(p.kernel, units, batches * heads, problem, prepare, threads);
+    };
+    run_backward<T>(p.kernel, units, batches * heads, problem, prepare, threads);
+  }
 }
 
 }  // namespace internal

@@ -5,31 +5,45 @@
 #include "validate.hpp"
 
 #include <algorithm>
+#include <vector>
+
+#include "kernels/convert.hpp"
 
 namespace EigenAttention {
 namespace {
 
-template <typename T>
-void merge(HeadsView<const T> out_a, HeadsView<const T> lse_a, HeadsView<const T> out_b,
-           HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse) {
-  internal::check_merge<T>("merge_attention", out_a, lse_a, out_b, lse_b, out, lse);
+// E: the element type of the out views; T: of the log-sum-exps and the arithmetic (float for the
+// 16-bit types, whose rows are merged in float and rounded once).
+template <typename E, typename T = ComputeScalar<E>>
+void merge(HeadsView<const E> out_a, HeadsView<const T> lse_a, HeadsView<const E> out_b,
+           HeadsView<const T> lse_b, HeadsView<E> out, HeadsView<T> lse) {
+  internal::check_merge<E>("merge_attention", out_a, lse_a, out_b, lse_b, out, lse);
   // Row (b, h, i) of a view. An empty row (d_v = 0) takes no offset: its view's data may be null.
   const auto row = [](const auto& v, Eigen::Index b, Eigen::Index h, Eigen::Index i) {
     return v.dim == 0 ? v.data : v.data + b * v.batch_stride + h * v.head_stride + i * v.token_stride;
   };
   T weights[2];
+  std::vector<T> merged(kIsLowPrecision<E> ? static_cast<std::size_t>(out_a.dim) : 0);
   for (Eigen::Index b = 0; b < out_a.batch; ++b) {
     for (Eigen::Index h = 0; h < out_a.heads; ++h) {
       for (Eigen::Index i = 0; i < out_a.tokens; ++i) {
         const T lses[2] = {*row(lse_a, b, h, i), *row(lse_b, b, h, i)};
-        const T* parts[2] = {row(out_a, b, h, i), row(out_b, b, h, i)};
+        const E* parts[2] = {row(out_a, b, h, i), row(out_b, b, h, i)};
         const Eigen::Index strides[2] = {out_a.dim_stride, out_b.dim_stride};
+        const auto value = [&](std::ptrdiff_t p, std::ptrdiff_t c) {
+          return internal::to_compute(parts[p][c * strides[p]]);
+        };
         // A side that saw no key takes no part, whatever its out row holds; merging in place is
         // fine (merge_lse_row reads each element of both before writing it).
-        *row(lse, b, h, i) = internal::merge_lse_row<T>(
-            2, [&](std::ptrdiff_t p) { return lses[p]; },
-            [&](std::ptrdiff_t p, std::ptrdiff_t c) { return parts[p][c * strides[p]]; }, out_a.dim,
-            row(out, b, h, i), out.dim_stride, weights);
+        if constexpr (kIsLowPrecision<E>) {
+          *row(lse, b, h, i) = internal::merge_lse_row<T>(
+              2, [&](std::ptrdiff_t p) { return lses[p]; }, value, out_a.dim, merged.data(), 1, weights);
+          internal::narrow(merged.data(), out_a.dim, row(out, b, h, i), out.dim_stride);
+        } else {
+          *row(lse, b, h, i) = internal::merge_lse_row<T>(
+              2, [&](std::ptrdiff_t p) { return lses[p]; }, value, out_a.dim, row(out, b, h, i),
+              out.dim_stride, weights);
+        }
       }
     }
   }
@@ -47,4 +61,18 @@ void merge_attention(HeadsView<const double> out_a, HeadsView<const double> lse_
   merge(out_a, lse_a, out_b, lse_b, out, lse);
 }
 
+namespace compiled {
+
+void merge_attention(HeadsView<const BFloat16Bits> out_a, HeadsView<const float> lse_a,
+                     HeadsView<const BFloat16Bits> out_b, HeadsView<const float> lse_b,
+                     HeadsView<BFloat16Bits> out, HeadsView<float> lse) {
+  merge(out_a, lse_a, out_b, lse_b, out, lse);
+}
+void merge_attention(HeadsView<const HalfBits> out_a, HeadsView<const float> lse_a,
+                     HeadsView<const HalfBits> out_b, HeadsView<const float> lse_b, HeadsView<HalfBits> out,
+                     HeadsView<float> lse) {
+  merge(out_a, lse_a, out_b, lse_b, out, lse);
+}
+
+}  // namespace compiled
 }  // namespace EigenAttention

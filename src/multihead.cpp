@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "execute.hpp"
+#include "kernels/convert.hpp"
 #include "validate.hpp"
 
 namespace EigenAttention {
@@ -19,9 +20,11 @@ T& at(const HeadsView<T>& v, index_t b, index_t h, index_t i, index_t j) {
 }
 
 // The call every multi-head entry point makes: outputs are wanted when given (not empty).
-template <typename T>
+// T is the views' element type (float, double, BFloat16Bits, HalfBits); the log-sum-exps are of
+// its compute type (C).
+template <typename T, typename C = ComputeScalar<T>>
 internal::Call<T> call_of(const char* api, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                          HeadsView<T> out, HeadsView<T> lse, const Masks<T>& masks) {
+                          HeadsView<T> out, HeadsView<C> lse, const Masks<T>& masks) {
   internal::Call<T> c;
   c.api = api;
   c.q = q;
@@ -35,17 +38,17 @@ internal::Call<T> call_of(const char* api, HeadsView<const T> q, HeadsView<const
   return c;
 }
 
-template <typename T>
+template <typename T, typename C = ComputeScalar<T>>
 void heads(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
-           const Options& opt, const Masks<T>& masks, HeadsView<T> lse) {
+           const Options& opt, const Masks<T>& masks, HeadsView<C> lse) {
   internal::Call<T> c = call_of("attention_heads", q, k, v, out, lse, masks);
   c.want_out = true;  // required: an empty view is reported by its shape
   internal::execute(internal::make_problem(c, opt), opt.threads);
 }
 
-template <typename T>
+template <typename T, typename C = ComputeScalar<T>>
 void heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> scores,
-                      HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<T> lse,
+                      HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<C> lse,
                       HeadsView<T> average) {
   internal::Call<T> c = call_of("attention_heads_decomposed", q, k, v, out, lse, masks);
   c.scores = scores;
@@ -60,26 +63,27 @@ void heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<cons
     for (index_t b = 0; b < B; ++b)
       for (index_t h = 0; h < H; ++h)
         for (index_t i = 0; i < tq; ++i)
-          for (index_t j = masks.key_lengths[b]; j < tk; ++j) at(scores, b, h, i, j) = T(0);
+          for (index_t j = masks.key_lengths[b]; j < tk; ++j) at(scores, b, h, i, j) = T{0};
   }
   // The mean over heads, summed in head order (the same result for every thread count).
   if (!average.empty()) {
     for (index_t b = 0; b < B; ++b) {
       for (index_t i = 0; i < tq; ++i) {
         for (index_t j = 0; j < tk; ++j) {
-          T sum = 0;
-          for (index_t h = 0; h < H; ++h) sum += at(scores, b, h, i, j);
-          at(average, b, index_t(0), i, j) = H > 0 ? sum / static_cast<T>(H) : T(0);
+          C sum = 0;
+          for (index_t h = 0; h < H; ++h) sum += internal::to_compute(at(scores, b, h, i, j));
+          at(average, b, index_t(0), i, j) =
+              internal::from_compute<T>(H > 0 ? sum / static_cast<C>(H) : C(0));
         }
       }
     }
   }
 }
 
-template <typename T>
+template <typename T, typename C = ComputeScalar<T>>
 void varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
             const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch, const Options& opt,
-            const Masks<T>& masks, HeadsView<T> lse) {
+            const Masks<T>& masks, HeadsView<C> lse) {
   internal::Call<T> c = call_of("attention_varlen", q, k, v, out, lse, masks);
   c.want_out = true;
   c.cu_q = cu_q;
@@ -89,11 +93,11 @@ void varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, He
   internal::execute(internal::make_problem(c, opt), opt.threads);
 }
 
-template <typename T>
+template <typename T, typename C = ComputeScalar<T>>
 void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, T* scores,
                        std::size_t scores_size, HeadsView<T> out, const std::int64_t* cu_q,
                        const std::int64_t* cu_k, Eigen::Index batch, const Options& opt,
-                       const Masks<T>& masks, HeadsView<T> lse) {
+                       const Masks<T>& masks, HeadsView<C> lse) {
   const char* api = "attention_varlen_decomposed";
   const std::vector<index_t> offsets = internal::varlen_score_offsets(api, cu_q, cu_k, batch, q.heads);
   internal::Call<T> c = call_of(api, q, k, v, out, lse, masks);
@@ -109,9 +113,9 @@ void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<con
 }
 
 // The call of both backward entry points.
-template <typename T>
+template <typename T, typename C = ComputeScalar<T>>
 internal::Call<T> backward_call(const char* api, HeadsView<const T> q, HeadsView<const T> k,
-                                HeadsView<const T> v, HeadsView<const T> out, HeadsView<const T> lse,
+                                HeadsView<const T> v, HeadsView<const T> out, HeadsView<const C> lse,
                                 HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,
                                 const Masks<T>& masks) {
   internal::Call<T> c = call_of<T>(api, q, k, v, {}, {}, masks);
@@ -125,9 +129,9 @@ internal::Call<T> backward_call(const char* api, HeadsView<const T> q, HeadsView
   return c;
 }
 
-template <typename T>
+template <typename T, typename C = ComputeScalar<T>>
 void heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> out,
-                    HeadsView<const T> lse, HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk,
+                    HeadsView<const C> lse, HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk,
                     HeadsView<T> dv, const Options& opt, const Masks<T>& masks, HeadsView<const T> d_scores,
                     HeadsView<T> d_bias) {
   internal::Call<T> c =
@@ -138,9 +142,9 @@ void heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const 
   internal::execute_backward(internal::make_problem(c, opt), opt.threads);
 }
 
-template <typename T>
+template <typename T, typename C = ComputeScalar<T>>
 void varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> out,
-                     HeadsView<const T> lse, HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk,
+                     HeadsView<const C> lse, HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk,
                      HeadsView<T> dv, const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch,
                      const Options& opt, const Masks<T>& masks) {
   internal::Call<T> c =
@@ -243,4 +247,93 @@ void attention_varlen(HeadsView<const double> q, HeadsView<const double> k, Head
   varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
 }
 
+namespace compiled {
+
+void attention_heads(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
+                     HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> out, const Options& opt,
+                     const Masks<BFloat16Bits>& masks, HeadsView<float> lse) {
+  heads(q, k, v, out, opt, masks, lse);
+}
+void attention_heads_decomposed(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
+                                HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> scores,
+                                HeadsView<BFloat16Bits> out, const Options& opt,
+                                const Masks<BFloat16Bits>& masks, HeadsView<float> lse,
+                                HeadsView<BFloat16Bits> average_scores) {
+  heads_decomposed(q, k, v, scores, out, opt, masks, lse, average_scores);
+}
+void attention_varlen(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
+                      HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> out,
+                      const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, Eigen::Index batch,
+                      const Options& opt, const Masks<BFloat16Bits>& masks, HeadsView<float> lse) {
+  varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
+}
+void attention_varlen_decomposed(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
+                                 HeadsView<const BFloat16Bits> v, BFloat16Bits* scores,
+                                 std::size_t scores_size, HeadsView<BFloat16Bits> out,
+                                 const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                                 Eigen::Index batch, const Options& opt, const Masks<BFloat16Bits>& masks,
+                                 HeadsView<float> lse) {
+  varlen_decomposed(q, k, v, scores, scores_size, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
+}
+void attention_heads_backward(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
+                              HeadsView<const BFloat16Bits> v, HeadsView<const BFloat16Bits> out,
+                              HeadsView<const float> lse, HeadsView<const BFloat16Bits> d_out,
+                              HeadsView<BFloat16Bits> dq, HeadsView<BFloat16Bits> dk,
+                              HeadsView<BFloat16Bits> dv, const Options& opt,
+                              const Masks<BFloat16Bits>& masks, HeadsView<const BFloat16Bits> d_scores,
+                              HeadsView<BFloat16Bits> d_bias) {
+  heads_backward(q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, d_scores, d_bias);
+}
+void attention_varlen_backward(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
+                               HeadsView<const BFloat16Bits> v, HeadsView<const BFloat16Bits> out,
+                               HeadsView<const float> lse, HeadsView<const BFloat16Bits> d_out,
+                               HeadsView<BFloat16Bits> dq, HeadsView<BFloat16Bits> dk,
+                               HeadsView<BFloat16Bits> dv, const std::int64_t* cu_seqlens_q,
+                               const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
+                               const Masks<BFloat16Bits>& masks) {
+  varlen_backward(q, k, v, out, lse, d_out, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, opt, masks);
+}
+
+void attention_heads(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
+                     HeadsView<HalfBits> out, const Options& opt, const Masks<HalfBits>& masks,
+                     HeadsView<float> lse) {
+  heads(q, k, v, out, opt, masks, lse);
+}
+void attention_heads_decomposed(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
+                                HeadsView<const HalfBits> v, HeadsView<HalfBits> scores,
+                                HeadsView<HalfBits> out, const Options& opt, const Masks<HalfBits>& masks,
+                                HeadsView<float> lse, HeadsView<HalfBits> average_scores) {
+  heads_decomposed(q, k, v, scores, out, opt, masks, lse, average_scores);
+}
+void attention_varlen(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
+                      HeadsView<HalfBits> out, const std::int64_t* cu_seqlens_q,
+                      const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
+                      const Masks<HalfBits>& masks, HeadsView<float> lse) {
+  varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
+}
+void attention_varlen_decomposed(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
+                                 HeadsView<const HalfBits> v, HalfBits* scores, std::size_t scores_size,
+                                 HeadsView<HalfBits> out, const std::int64_t* cu_seqlens_q,
+                                 const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
+                                 const Masks<HalfBits>& masks, HeadsView<float> lse) {
+  varlen_decomposed(q, k, v, scores, scores_size, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
+}
+void attention_heads_backward(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
+                              HeadsView<const HalfBits> v, HeadsView<const HalfBits> out,
+                              HeadsView<const float> lse, HeadsView<const HalfBits> d_out,
+                              HeadsView<HalfBits> dq, HeadsView<HalfBits> dk, HeadsView<HalfBits> dv,
+                              const Options& opt, const Masks<HalfBits>& masks,
+                              HeadsView<const HalfBits> d_scores, HeadsView<HalfBits> d_bias) {
+  heads_backward(q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, d_scores, d_bias);
+}
+void attention_varlen_backward(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
+                               HeadsView<const HalfBits> v, HeadsView<const HalfBits> out,
+                               HeadsView<const float> lse, HeadsView<const HalfBits> d_out,
+                               HeadsView<HalfBits> dq, HeadsView<HalfBits> dk, HeadsView<HalfBits> dv,
+                               const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                               Eigen::Index batch, const Options& opt, const Masks<HalfBits>& masks) {
+  varlen_backward(q, k, v, out, lse, d_out, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, opt, masks);
+}
+
+}  // namespace compiled
 }  // namespace EigenAttention

@@ -12,6 +12,7 @@
 #include <EigenAttention/Masks.hpp>
 
 #include "kernels/abi.hpp"
+#include "kernels/convert.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -27,16 +28,21 @@ HeadsView<T> one_head(const MatrixView<T>& m) {
   return {m.data, 1, 1, m.rows, m.cols, 0, 0, m.row_stride, m.col_stride};
 }
 
+/// T: the element type of the arrays (float, double, BFloat16Bits, HalfBits); Compute: the type of
+/// the arithmetic, and of the log-sum-exps (and of SCORES when scores_compute).
 template <typename T>
 struct Problem {
-  HeadsView<const T> q, k, v;     // [B, H, T_q, d_k], [B, H_kv, T_k, d_k], [B, H_kv, T_k, d_v]
-  HeadsView<T> out, lse, scores;  // [B, H, T_q, d_v], [B, H, T_q, 1], [B, H, T_q, T_k]
-  bool want_out = false, want_lse = false, want_scores = false;
+  using Compute = ComputeScalar<T>;
+  HeadsView<const T> q, k, v;         // [B, H, T_q, d_k], [B, H_kv, T_k, d_k], [B, H_kv, T_k, d_v]
+  HeadsView<T> out, scores;           // [B, H, T_q, d_v], [B, H, T_q, T_k]
+  HeadsView<Compute> lse;             // [B, H, T_q, 1]
+  HeadsView<Compute> compute_scores;  // SCORES in the compute type, when scores_compute
+  bool want_out = false, want_lse = false, want_scores = false, scores_compute = false;
   Masks<T> masks;
-  T scale = 0;
+  Compute scale = 0;
   bool causal = false, bottom_right = false;
   index_t window_left = -1, window_right = -1;
-  T softcap = 0;
+  Compute softcap = 0;
   Kernel kernel = Kernel::Auto;  // resolved: never Auto once validated
   // Packed variable-length batch (attention_varlen): sequence b owns query rows
   // [cu_q[b], cu_q[b+1]) and key rows [cu_k[b], cu_k[b+1]) of the single batch entry.
@@ -51,7 +57,8 @@ struct Problem {
   // dL/dSCORES [B, H, T_q, T_k] to read; the gradients to write, dL/dbias (when d_bias.data is
   // not null) of the bias's own broadcast shape.
   bool backward = false;
-  HeadsView<const T> fwd_out, fwd_lse, d_out, d_scores;
+  HeadsView<const T> fwd_out, d_out, d_scores;
+  HeadsView<const Compute> fwd_lse;
   HeadsView<T> dq, dk, dv, d_bias;
 
   index_t heads() const { return q.heads; }
@@ -90,6 +97,7 @@ struct Problem {
                                        m.row_stride, m.col_stride);
     };
     const RawMatrix<T> none{nullptr, 0, 0, 0, 0};
+    const RawMatrix<Compute> none_compute{nullptr, 0, 0, 0, 0};
     RawProblem<T> p{head_of(q, h, q_first, tq),
                     head_of(k, kv, k_first, tk),
                     head_of(v, kv, k_first, tk),
@@ -100,12 +108,12 @@ struct Problem {
                     window_right,
                     softcap,
                     masks.alibi_slopes != nullptr,
-                    masks.alibi_slopes != nullptr ? masks.alibi_slopes[h] : T(0),
+                    masks.alibi_slopes != nullptr ? to_compute(masks.alibi_slopes[h]) : Compute(0),
                     broadcast(masks.bias),
                     broadcast(masks.mask),
                     none,
                     none,
-                    none,
+                    none_compute,
                     want_scores,
                     want_out,
                     want_lse,
@@ -117,11 +125,17 @@ struct Problem {
     }
     if (want_out) p.attn = head_of(out, h, q_first, tq);
     if (want_lse) p.lse = head_of(lse, h, q_first, tq);
-    if (want_scores) {
+    if (want_scores && !scores_compute) {
       // SCORES keep the full T_k columns: padded keys get weight 0.
       p.scores = head_of(scores, h, q_first, tq);
       p.scores.cols = tk;
       if (tk == 0) p.scores = raw_matrix<T>(p.scores.data, tq, 0, 0, 0);
+    }
+    if (want_scores && scores_compute) {
+      p.scores_compute = true;
+      p.compute_scores = head_of(compute_scores, h, q_first, tq);
+      p.compute_scores.cols = tk;
+      if (tk == 0) p.compute_scores = raw_matrix<Compute>(p.compute_scores.data, tq, 0, 0, 0);
     }
     if (backward) {
       RawGradient<T>& g = p.grad;

@@ -318,14 +318,15 @@ T resolve_scale(const char* api, const Options& opt, const Array& q) {
 
 template <typename T>
 void check_options(const char* api, const Options& opt, Problem<T>& p, const Array& q) {
-  p.scale = resolve_scale<T>(api, opt, q);
+  using C = ComputeScalar<T>;
+  p.scale = resolve_scale<C>(api, opt, q);
   if (opt.threads < 0)
     fail(api, "threads must be >= 0 (0 means all hardware threads), got " + std::to_string(opt.threads));
   if (opt.window_left < -1 || opt.window_right < -1) {
     fail(api, "window sizes must be >= 0, or -1 for unbounded; got window_left = " +
                   std::to_string(opt.window_left) + ", window_right = " + std::to_string(opt.window_right));
   }
-  const T cap = static_cast<T>(opt.softcap);
+  const C cap = static_cast<C>(opt.softcap);
   if (!(opt.softcap >= 0) || !std::isfinite(opt.softcap) || !std::isfinite(cap) ||
       (opt.softcap > 0 && !(cap > 0))) {
     std::ostringstream msg;
@@ -421,7 +422,7 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
                   "); Q is " + q.shape() + ", K is " + k.shape());
   }
   const index_t dv = c.has_v ? c.v.dim : 0;
-  check_scratch<T>(api, c.q.dim, dv, tk);
+  check_scratch<ComputeScalar<T>>(api, c.q.dim, dv, tk);
   // The backward pass's further inputs, each of a shape the forward's sizes fix.
   const index_t B = c.q.batch;
   const auto shaped = [&](const char* name, const auto& view, index_t batch, index_t heads, index_t tokens,
@@ -461,13 +462,17 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
 
   // The outputs: shapes, then distinct elements.
   ArrayList<4> outputs;  // out, lse, scores, average_scores; or dq, dk, dv, d_bias
-  const auto output = [&](bool wanted, const char* name, const HeadsView<T>& view, index_t heads,
-                          index_t cols, const char* what) {
+  const auto output = [&](bool wanted, const char* name, const auto& view, index_t heads, index_t cols,
+                          const char* what) {
     if (wanted) outputs.push_back(shaped(name, view, B, heads, tq, cols, what));
   };
   output(c.want_out, c.out_name, c.out, H, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]");
   output(c.want_lse, "lse", c.lse, H, 1, matrix ? "T_q x 1" : "[B, H, T_q, 1]");
-  output(c.want_scores, "scores", c.scores, H, tk, matrix ? "T_q x T_k" : "[B, H, T_q, T_k]");
+  if (c.scores_compute) {
+    output(c.want_scores, "scores", c.compute_scores, H, tk, matrix ? "T_q x T_k" : "[B, H, T_q, T_k]");
+  } else {
+    output(c.want_scores, "scores", c.scores, H, tk, matrix ? "T_q x T_k" : "[B, H, T_q, T_k]");
+  }
   if (c.want_average) {
     if (!c.want_scores)
       fail(api, "average_scores is the mean of the per-head scores, so scores must be given too");
@@ -497,6 +502,8 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   p.out = c.out;
   p.lse = c.lse;
   p.scores = c.scores;
+  p.compute_scores = c.compute_scores;
+  p.scores_compute = c.scores_compute;
   p.want_out = c.want_out;
   p.want_lse = c.want_lse;
   p.want_scores = c.want_scores;
@@ -563,8 +570,9 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
 }
 
 template <typename T>
-void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> lse_a,
-                 HeadsView<const T> out_b, HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse) {
+void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const ComputeScalar<T>> lse_a,
+                 HeadsView<const T> out_b, HeadsView<const ComputeScalar<T>> lse_b, HeadsView<T> out,
+                 HeadsView<ComputeScalar<T>> lse) {
   const Form f = Form::Heads;
   const Array oa = array_of("out_a", out_a, f), la = array_of("lse_a", lse_a, f),
               ob = array_of("out_b", out_b, f), lb = array_of("lse_b", lse_b, f), o = array_of("out", out, f),
@@ -820,14 +828,27 @@ DecodeProblem<T> make_decode_problem(const char* api, const compiled::RawPagedKV
 #define EIGEN_ATTENTION_INSTANTIATE(T)                                                                      \
   template Problem<T> make_problem<T>(const Call<T>&, const Options&);                                      \
   template void check_packed_scores<T>(const char*, const T*, std::size_t, std::size_t, const Problem<T>&); \
-  template void check_merge<T>(const char*, HeadsView<const T>, HeadsView<const T>, HeadsView<const T>,     \
-                               HeadsView<const T>, HeadsView<T>, HeadsView<T>);                             \
+  template void check_merge<T>(const char*, HeadsView<const T>, HeadsView<const ComputeScalar<T>>,          \
+                               HeadsView<const T>, HeadsView<const ComputeScalar<T>>, HeadsView<T>,         \
+                               HeadsView<ComputeScalar<T>>);                                                \
   template DecodeProblem<T> make_decode_problem<T>(const char*, const compiled::RawPagedKV&,                \
                                                    const PagedSequence*, index_t,                           \
                                                    const compiled::DecodeArgs<T>&, const Options&);
 EIGEN_ATTENTION_INSTANTIATE(float)
 EIGEN_ATTENTION_INSTANTIATE(double)
 #undef EIGEN_ATTENTION_INSTANTIATE
+template Problem<BFloat16Bits> make_problem<BFloat16Bits>(const Call<BFloat16Bits>&, const Options&);
+template Problem<HalfBits> make_problem<HalfBits>(const Call<HalfBits>&, const Options&);
+template void check_packed_scores<BFloat16Bits>(const char*, const BFloat16Bits*, std::size_t, std::size_t,
+                                                const Problem<BFloat16Bits>&);
+template void check_packed_scores<HalfBits>(const char*, const HalfBits*, std::size_t, std::size_t,
+                                            const Problem<HalfBits>&);
+template void check_merge<BFloat16Bits>(const char*, HeadsView<const BFloat16Bits>, HeadsView<const float>,
+                                        HeadsView<const BFloat16Bits>, HeadsView<const float>,
+                                        HeadsView<BFloat16Bits>, HeadsView<float>);
+template void check_merge<HalfBits>(const char*, HeadsView<const HalfBits>, HeadsView<const float>,
+                                    HeadsView<const HalfBits>, HeadsView<const float>, HeadsView<HalfBits>,
+                                    HeadsView<float>);
 
 }  // namespace internal
 

@@ -27,8 +27,11 @@ struct Call {
   HeadsView<const T> q, k, v;
   bool has_v = true;         // attention_scores* take no V
   bool inputs_only = false;  // compiled::validate: the inputs and options, before outputs exist
-  HeadsView<T> out, lse, scores, average;
+  HeadsView<T> out, scores, average;
+  HeadsView<ComputeScalar<T>> lse;             // the log-sum-exps are of the compute type
+  HeadsView<ComputeScalar<T>> compute_scores;  // SCORES in the compute type, when scores_compute
   bool want_out = false, want_lse = false, want_scores = false, want_average = false;
+  bool scores_compute = false;   // 16-bit inputs: SCORES go to compute_scores (float)
   const char* out_name = "out";  // the single-head decomposed calls call it "attn"
   Masks<T> masks;
   // attention_varlen*: both offsets given, `sequences` of them (the views' batch is 1).
@@ -40,7 +43,8 @@ struct Call {
   // (the forward's outputs above are then unused).
   bool backward = false;
   bool want_d_scores = false;  // validated when wanted, even when empty (an empty Eigen matrix)
-  HeadsView<const T> fwd_out, fwd_lse, d_out, d_scores;
+  HeadsView<const T> fwd_out, d_out, d_scores;
+  HeadsView<const ComputeScalar<T>> fwd_lse;
   HeadsView<T> dq, dk, dv, d_bias;
   const char* fwd_out_name = "out";  // the single-head calls say "attn" and "d_attn"
   const char* d_out_name = "d_out";
@@ -71,8 +75,9 @@ void check_packed_scores(const char* api, const T* scores, std::size_t size, std
 /// merge_attention's checks: equal shapes, LSE [B, H, T, 1], and outputs that are either the
 /// very views of an input (merging in place) or apart from every input and each other.
 template <typename T>
-void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const T> lse_a,
-                 HeadsView<const T> out_b, HeadsView<const T> lse_b, HeadsView<T> out, HeadsView<T> lse);
+void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const ComputeScalar<T>> lse_a,
+                 HeadsView<const T> out_b, HeadsView<const ComputeScalar<T>> lse_b, HeadsView<T> out,
+                 HeadsView<ComputeScalar<T>> lse);
 
 /// The longest row (d_k, d_v or T_k) the tiled kernels' per-thread scratch can count: fewer
 /// than kScratchRows rows of it (plus constants below kScratchRows^2) must stay representable

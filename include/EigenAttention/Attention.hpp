@@ -2,7 +2,9 @@
 /// Scaled dot-product attention for one head: the calls.
 ///
 /// ATTN = softmax(Q K^T * scale) V for Q (T_q x d_k), K (T_k x d_k) and V (T_k x d_v): any Eigen
-/// dense expressions of one scalar type, float or double; results are row-major (RowMatrix).
+/// dense expressions of one scalar type, float, double, Eigen::bfloat16 or Eigen::half (the
+/// last two computed in float, results rounded back, LSE in float; SCORES in float on request:
+/// [Low precision](docs/low_precision.md)); results are row-major (RowMatrix).
 /// What a call computes, step by step (scale, soft-cap, causal mask and its alignment, window,
 /// softmax, log-sum-exp), and what a row that sees no key or an empty size gives, is stated
 /// once, in [Semantics](docs/semantics.md); what throws, non-finite inputs, determinism, memory
@@ -91,8 +93,8 @@ template <class DQ, class DK, class DV, class DO, class DL, detail::EnableIfMatr
 void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                     const Eigen::MatrixBase<DV>& V, DO&& out, DL&& lse, const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>,
-                            detail::ScalarOf<DL>>{};
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
+  (void)detail::LseCheck<Scalar, detail::ScalarOf<DL>>{};
   (void)detail::OutputCheck<DO>{};
   (void)detail::OutputCheck<DL>{};
   detail::InputView<DQ> q(Q.derived());
@@ -139,8 +141,8 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
                                const Eigen::MatrixBase<DV>& V, DS&& scores, DO&& attn,
                                const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DS>,
-                            detail::ScalarOf<DO>>{};
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
+  (void)detail::ScoresCheck<Scalar, detail::ScalarOf<DS>>{};
   (void)detail::OutputCheck<DS>{};
   (void)detail::OutputCheck<DO>{};
   detail::InputView<DQ> q(Q.derived());
@@ -166,8 +168,9 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
                                const Eigen::MatrixBase<DV>& V, DS&& scores, DO&& attn, DL&& lse,
                                const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DS>,
-                            detail::ScalarOf<DO>, detail::ScalarOf<DL>>{};
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
+  (void)detail::ScoresCheck<Scalar, detail::ScalarOf<DS>>{};
+  (void)detail::LseCheck<Scalar, detail::ScalarOf<DL>>{};
   (void)detail::OutputCheck<DS>{};
   (void)detail::OutputCheck<DO>{};
   (void)detail::OutputCheck<DL>{};
@@ -208,7 +211,8 @@ template <class DQ, class DK, class DS, detail::EnableIfMatrix<DS> = 0>
 void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, DS&& scores,
                            const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, detail::ScalarOf<DS>>{};
+  (void)detail::ScalarCheck<Scalar, typename DK::Scalar>{};
+  (void)detail::ScoresCheck<Scalar, detail::ScalarOf<DS>>{};
   (void)detail::OutputCheck<DS>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());

@@ -53,7 +53,8 @@ Gradients<typename DQ::Scalar> attention_backward(
     const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
-                            typename DL::Scalar, typename DG::Scalar>{};
+                            typename DG::Scalar>{};
+  (void)detail::LseCheck<Scalar, typename DL::Scalar>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
@@ -74,7 +75,8 @@ Gradients<typename DQ::Scalar> attention_backward(
     const Eigen::MatrixBase<DS>& d_scores, const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
-                            typename DL::Scalar, typename DG::Scalar, typename DS::Scalar>{};
+                            typename DG::Scalar, typename DS::Scalar>{};
+  (void)detail::LseCheck<Scalar, typename DL::Scalar>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
@@ -91,8 +93,8 @@ namespace detail {
 /// The body of both attention_backward_into() forms: `in` holds the views of the inputs whose
 /// Extents `inputs` lists, for the resize checks.
 template <typename Scalar, class DGQ, class DGK, class DGV>
-void backward_into(const compiled::BackwardInputs<Scalar>& in, std::initializer_list<Extent> inputs, DGQ&& dq,
-                   DGK&& dk, DGV&& dv, const Options& opt) {
+void backward_into(const compiled::BackwardInputs<AbiScalar<Scalar>>& in,
+                   std::initializer_list<Extent> inputs, DGQ&& dq, DGK&& dk, DGV&& dv, const Options& opt) {
   const char* api = "attention_backward_into";
   if (will_resize(dq, in.q.rows, in.q.cols) || will_resize(dk, in.k.rows, in.k.cols) ||
       will_resize(dv, in.v.rows, in.v.cols)) {
@@ -103,7 +105,8 @@ void backward_into(const compiled::BackwardInputs<Scalar>& in, std::initializer_
   const auto gq = output_view(dq, in.q.rows, in.q.cols);
   const auto gk = output_view(dk, in.k.rows, in.k.cols);
   const auto gv = output_view(dv, in.v.rows, in.v.cols);
-  compiled::backward(api, in, compiled::view(gq), compiled::view(gk), compiled::view(gv), opt);
+  compiled::backward(api, in, compiled::abi(compiled::view(gq)), compiled::abi(compiled::view(gk)),
+                     compiled::abi(compiled::view(gv)), opt);
 }
 
 }  // namespace detail
@@ -121,8 +124,9 @@ void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
                              DGK&& dk, DGV&& dv, const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
-                            typename DL::Scalar, typename DG::Scalar, detail::ScalarOf<DGQ>,
-                            detail::ScalarOf<DGK>, detail::ScalarOf<DGV>>{};
+                            typename DG::Scalar, detail::ScalarOf<DGQ>, detail::ScalarOf<DGK>,
+                            detail::ScalarOf<DGV>>{};
+  (void)detail::LseCheck<Scalar, typename DL::Scalar>{};
   (void)detail::OutputCheck<DGQ>{};
   (void)detail::OutputCheck<DGK>{};
   (void)detail::OutputCheck<DGV>{};
@@ -150,8 +154,9 @@ void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
                              const Options& opt = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
-                            typename DL::Scalar, typename DG::Scalar, typename DS::Scalar,
-                            detail::ScalarOf<DGQ>, detail::ScalarOf<DGK>, detail::ScalarOf<DGV>>{};
+                            typename DG::Scalar, typename DS::Scalar, detail::ScalarOf<DGQ>,
+                            detail::ScalarOf<DGK>, detail::ScalarOf<DGV>>{};
+  (void)detail::LseCheck<Scalar, typename DL::Scalar>{};
   (void)detail::OutputCheck<DGQ>{};
   (void)detail::OutputCheck<DGK>{};
   (void)detail::OutputCheck<DGV>{};

@@ -44,6 +44,17 @@ EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const float> q,
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
                                      const MatrixView<const double>* v, const Options& opt);
 
+/// \overload
+/// The same check for bfloat16 inputs.
+EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const BFloat16Bits> q,
+                                     MatrixView<const BFloat16Bits> k,
+                                     const MatrixView<const BFloat16Bits>* v, const Options& opt);
+/// \overload
+/// The same check for half inputs.
+EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const HalfBits> q,
+                                     MatrixView<const HalfBits> k, const MatrixView<const HalfBits>* v,
+                                     const Options& opt);
+
 /// Computes what is asked for into caller storage: SCORES (T_q x T_k) into `*scores`, ATTN
 /// (T_q x d_v) into `*attn` and the log-sum-exps (T_q x 1) into `*lse`, each when not null
 /// (`v` may be null only when `attn` is). At least one of `scores` and `attn` must be given.
@@ -60,20 +71,34 @@ EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const double> q, Mat
                                 const MatrixView<const double>* v, const MatrixView<double>* scores,
                                 const MatrixView<double>* attn, const MatrixView<double>* lse,
                                 const Options& opt);
+/// \overload
+/// The same computation for bfloat16 inputs, in float: ATTN rounded to bfloat16, the LSE in
+/// float, SCORES into `*scores` (rounded) or `*float_scores` (float), at most one of them.
+EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const BFloat16Bits> q,
+                                MatrixView<const BFloat16Bits> k, const MatrixView<const BFloat16Bits>* v,
+                                const MatrixView<BFloat16Bits>* scores, const MatrixView<BFloat16Bits>* attn,
+                                const MatrixView<float>* lse, const Options& opt,
+                                const MatrixView<float>* float_scores);
+/// \overload
+/// The same computation for half inputs, in float.
+EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const HalfBits> q, MatrixView<const HalfBits> k,
+                                const MatrixView<const HalfBits>* v, const MatrixView<HalfBits>* scores,
+                                const MatrixView<HalfBits>* attn, const MatrixView<float>* lse,
+                                const Options& opt, const MatrixView<float>* float_scores);
 
 /// The inputs of a backward call (Backward.hpp), as views: the forward's Q (T_q x d_k),
 /// K (T_k x d_k), V (T_k x d_v), its ATTN (T_q x d_v) and LSE (T_q x 1), d_attn = dL/dATTN
 /// (T_q x d_v) and, when `has_d_scores`, d_scores = dL/dSCORES (T_q x T_k).
 template <typename Scalar>
 struct BackwardInputs {
-  MatrixView<const Scalar> q;         ///< the forward's Q (T_q x d_k)
-  MatrixView<const Scalar> k;         ///< the forward's K (T_k x d_k)
-  MatrixView<const Scalar> v;         ///< the forward's V (T_k x d_v)
-  MatrixView<const Scalar> attn;      ///< the forward's ATTN (T_q x d_v)
-  MatrixView<const Scalar> lse;       ///< the forward's LSE (T_q x 1)
-  MatrixView<const Scalar> d_attn;    ///< dL/dATTN (T_q x d_v)
-  MatrixView<const Scalar> d_scores;  ///< dL/dSCORES (T_q x T_k), read when has_d_scores
-  bool has_d_scores = false;          ///< is d_scores given?
+  MatrixView<const Scalar> q;                   ///< the forward's Q (T_q x d_k)
+  MatrixView<const Scalar> k;                   ///< the forward's K (T_k x d_k)
+  MatrixView<const Scalar> v;                   ///< the forward's V (T_k x d_v)
+  MatrixView<const Scalar> attn;                ///< the forward's ATTN (T_q x d_v)
+  MatrixView<const ComputeScalar<Scalar>> lse;  ///< the forward's LSE (T_q x 1), in the compute type
+  MatrixView<const Scalar> d_attn;              ///< dL/dATTN (T_q x d_v)
+  MatrixView<const Scalar> d_scores;            ///< dL/dSCORES (T_q x T_k), read when has_d_scores
+  bool has_d_scores = false;                    ///< is d_scores given?
 };
 
 /// Checks the inputs of a backward call against each other and `opt`, as validate() does for
@@ -84,6 +109,14 @@ EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInp
 /// \overload
 /// The same check for double.
 EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<double>& in,
+                                              const Options& opt);
+/// \overload
+/// The same check for bfloat16.
+EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<BFloat16Bits>& in,
+                                              const Options& opt);
+/// \overload
+/// The same check for half.
+EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<HalfBits>& in,
                                               const Options& opt);
 
 /// Writes the gradients dL/dQ (T_q x d_k) into `dq`, dL/dK (T_k x d_k) into `dk` and dL/dV
@@ -98,6 +131,17 @@ EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<float
 EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<double>& in,
                                      const MatrixView<double>& dq, const MatrixView<double>& dk,
                                      const MatrixView<double>& dv, const Options& opt);
+/// \overload
+/// The same computation for bfloat16, in float (see docs/low_precision.md); the gradients
+/// are rounded to bfloat16.
+EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<BFloat16Bits>& in,
+                                     const MatrixView<BFloat16Bits>& dq, const MatrixView<BFloat16Bits>& dk,
+                                     const MatrixView<BFloat16Bits>& dv, const Options& opt);
+/// \overload
+/// The same computation for half, in float.
+EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<HalfBits>& in,
+                                     const MatrixView<HalfBits>& dq, const MatrixView<HalfBits>& dk,
+                                     const MatrixView<HalfBits>& dv, const Options& opt);
 
 /// Throws std::invalid_argument (naming `api`, the result `name` and its shape `what`, e.g.
 /// "T_q x T_k") unless a rows x cols result of `element_bytes`-byte elements can be counted:
@@ -129,7 +173,34 @@ MatrixView<Scalar> view(const StridedMap<Scalar>& m) {
           static_cast<std::ptrdiff_t>(m.colStride())};
 }
 
+/// A view as the compiled library takes it: a view of Eigen::bfloat16 or Eigen::half becomes one
+/// of its bits (BFloat16Bits, HalfBits); float and double views stay as they are.
+template <typename Scalar>
+MatrixView<AbiScalar<Scalar>> abi(const MatrixView<Scalar>& m) {
+  return {reinterpret_cast<AbiScalar<Scalar>*>(m.data), m.rows, m.cols, m.row_stride, m.col_stride};
+}
+
 namespace detail {
+
+/// run() for any scalar type: the views of Eigen's 16-bit types as their bits, and SCORES of
+/// the compute type (float_scores) where the input type has its own.
+template <typename Scalar>
+void run_any(const char* api, MatrixView<const Scalar> q, MatrixView<const Scalar> k,
+             const MatrixView<const Scalar>* v, const MatrixView<Scalar>* scores,
+             const MatrixView<Scalar>* attn, const MatrixView<ComputeScalar<Scalar>>* lse, const Options& opt,
+             const MatrixView<ComputeScalar<Scalar>>* float_scores = nullptr) {
+  using Abi = AbiScalar<Scalar>;
+  const MatrixView<const Abi> va = v != nullptr ? abi(*v) : MatrixView<const Abi>{};
+  const MatrixView<Abi> sa = scores != nullptr ? abi(*scores) : MatrixView<Abi>{};
+  const MatrixView<Abi> aa = attn != nullptr ? abi(*attn) : MatrixView<Abi>{};
+  if constexpr (kIsLowPrecision<Scalar>) {
+    compiled::run(api, abi(q), abi(k), v != nullptr ? &va : nullptr, scores != nullptr ? &sa : nullptr,
+                  attn != nullptr ? &aa : nullptr, lse, opt, float_scores);
+  } else {
+    const MatrixView<Abi>* s = scores != nullptr ? &sa : float_scores;
+    compiled::run(api, q, k, v != nullptr ? &va : nullptr, s, attn != nullptr ? &aa : nullptr, lse, opt);
+  }
+}
 
 /// check_result_size() for a result of Scalar sized by this translation unit's Eigen::Index.
 template <typename Scalar>
@@ -156,8 +227,9 @@ RowMatrix<Scalar> result(std::ptrdiff_t rows, std::ptrdiff_t cols) {
 template <typename Scalar>
 void validate(const char* api, const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
               const ConstStridedMap<Scalar>* v, const Options& opt) {
-  const MatrixView<const Scalar> vv = v != nullptr ? view(*v) : MatrixView<const Scalar>{};
-  compiled::validate(api, view(q), view(k), v != nullptr ? &vv : nullptr, opt);
+  using Abi = AbiScalar<const Scalar>;
+  const MatrixView<Abi> vv = v != nullptr ? abi(view(*v)) : MatrixView<Abi>{};
+  compiled::validate(api, abi(view(q)), abi(view(k)), v != nullptr ? &vv : nullptr, opt);
 }
 
 /// ATTN (T_q x d_v), never forming T_q x T_k (unless opt.kernel is Kernel::Reference).
@@ -166,57 +238,82 @@ RowMatrix<Scalar> attention(const ConstStridedMap<Scalar>& q, const ConstStrided
                             const ConstStridedMap<Scalar>& v, const Options& opt) {
   const char* api = "attention";
   const MatrixView<const Scalar> qv = view(q), kv = view(k), vv = view(v);
-  compiled::validate(api, qv, kv, &vv, opt);
+  validate<Scalar>(api, q, k, &v, opt);
   detail::check_result<Scalar>(api, "ATTN", "T_q x d_v", qv.rows, vv.cols);
   RowMatrix<Scalar> attn = detail::result<Scalar>(qv.rows, vv.cols);
   const MatrixView<Scalar> a = view(attn);
-  compiled::run(api, qv, kv, &vv, nullptr, &a, nullptr, opt);
+  detail::run_any<Scalar>(api, qv, kv, &vv, nullptr, &a, nullptr, opt);
   return attn;
 }
 
 /// ATTN into `out` (T_q x d_v) and, when `lse` is not null, the log-sum-exps into `*lse`
-/// (T_q x 1). \throws std::invalid_argument as run().
+/// (T_q x 1, of the compute type). \throws std::invalid_argument as run().
 template <typename Scalar>
 void attention_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
                     const ConstStridedMap<Scalar>& v, const StridedMap<Scalar>& out,
-                    const StridedMap<Scalar>* lse, const Options& opt) {
+                    const StridedMap<ComputeScalar<Scalar>>* lse, const Options& opt) {
   const MatrixView<const Scalar> vv = view(v);
   const MatrixView<Scalar> o = view(out);
-  const MatrixView<Scalar> l = lse != nullptr ? view(*lse) : MatrixView<Scalar>{};
-  compiled::run("attention_into", view(q), view(k), &vv, nullptr, &o, lse != nullptr ? &l : nullptr, opt);
+  const MatrixView<ComputeScalar<Scalar>> l =
+      lse != nullptr ? view(*lse) : MatrixView<ComputeScalar<Scalar>>{};
+  detail::run_any<Scalar>("attention_into", view(q), view(k), &vv, nullptr, &o, lse != nullptr ? &l : nullptr,
+                          opt);
 }
 
-/// SCORES, ATTN and LSE, freshly allocated.
+/// SCORES, ATTN and LSE, freshly allocated (SCORES in float into scores_float instead, for
+/// bfloat16 and half inputs with opt.float_scores).
 template <typename Scalar>
 DecomposedResult<Scalar> attention_decomposed(const ConstStridedMap<Scalar>& q,
                                               const ConstStridedMap<Scalar>& k,
                                               const ConstStridedMap<Scalar>& v, const Options& opt) {
+  using Compute = ComputeScalar<Scalar>;
   const char* api = "attention_decomposed";
   const MatrixView<const Scalar> qv = view(q), kv = view(k), vv = view(v);
-  compiled::validate(api, qv, kv, &vv, opt);
-  detail::check_result<Scalar>(api, "SCORES", "T_q x T_k", qv.rows, kv.rows);
+  validate<Scalar>(api, q, k, &v, opt);
+  const bool in_float = kIsLowPrecision<Scalar> && opt.float_scores;
+  if (in_float) {
+    detail::check_result<Compute>(api, "SCORES", "T_q x T_k", qv.rows, kv.rows);
+  } else {
+    detail::check_result<Scalar>(api, "SCORES", "T_q x T_k", qv.rows, kv.rows);
+  }
   detail::check_result<Scalar>(api, "ATTN", "T_q x d_v", qv.rows, vv.cols);
-  detail::check_result<Scalar>(api, "LSE", "T_q x 1", qv.rows, 1);
-  DecomposedResult<Scalar> r{detail::result<Scalar>(qv.rows, kv.rows),
-                             detail::result<Scalar>(qv.rows, vv.cols),
-                             Vector<Scalar>(static_cast<Eigen::Index>(qv.rows))};
-  prefer_huge_pages(r.scores.data(), static_cast<std::size_t>(r.scores.size()) * sizeof(Scalar));
-  const MatrixView<Scalar> s = view(r.scores), a = view(r.attn), l = view(r.lse);
-  compiled::run(api, qv, kv, &vv, &s, &a, &l, opt);
+  detail::check_result<Compute>(api, "LSE", "T_q x 1", qv.rows, 1);
+  DecomposedResult<Scalar> r;
+  if (in_float) {
+    r.scores_float = detail::result<Compute>(qv.rows, kv.rows);
+    prefer_huge_pages(r.scores_float.data(),
+                      static_cast<std::size_t>(r.scores_float.size()) * sizeof(Compute));
+  } else {
+    r.scores = detail::result<Scalar>(qv.rows, kv.rows);
+    prefer_huge_pages(r.scores.data(), static_cast<std::size_t>(r.scores.size()) * sizeof(Scalar));
+  }
+  r.attn = detail::result<Scalar>(qv.rows, vv.cols);
+  r.lse = Vector<Compute>(static_cast<Eigen::Index>(qv.rows));
+  const MatrixView<Scalar> s = view(r.scores), a = view(r.attn);
+  const MatrixView<Compute> l = view(r.lse), sf = view(r.scores_float);
+  detail::run_any<Scalar>(api, qv, kv, &vv, in_float ? nullptr : &s, &a, &l, opt, in_float ? &sf : nullptr);
   return r;
 }
 
-/// SCORES (T_q x T_k) and ATTN (T_q x d_v) into caller storage; LSE too when `lse` is not null.
-template <typename Scalar>
+/// SCORES (T_q x T_k, of the input type or of the compute type) and ATTN (T_q x d_v) into caller
+/// storage; LSE too when `lse` is not null.
+template <typename Scalar, typename ScoresScalar>
 void attention_decomposed_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
-                               const ConstStridedMap<Scalar>& v, const StridedMap<Scalar>& scores,
-                               const StridedMap<Scalar>& attn, const StridedMap<Scalar>* lse,
+                               const ConstStridedMap<Scalar>& v, const StridedMap<ScoresScalar>& scores,
+                               const StridedMap<Scalar>& attn, const StridedMap<ComputeScalar<Scalar>>* lse,
                                const Options& opt) {
+  using Compute = ComputeScalar<Scalar>;
   const MatrixView<const Scalar> vv = view(v);
-  const MatrixView<Scalar> s = view(scores), a = view(attn);
-  const MatrixView<Scalar> l = lse != nullptr ? view(*lse) : MatrixView<Scalar>{};
-  compiled::run("attention_decomposed_into", view(q), view(k), &vv, &s, &a, lse != nullptr ? &l : nullptr,
-                opt);
+  const MatrixView<Scalar> a = view(attn);
+  const MatrixView<Compute> l = lse != nullptr ? view(*lse) : MatrixView<Compute>{};
+  const MatrixView<ScoresScalar> s = view(scores);
+  if constexpr (std::is_same_v<ScoresScalar, Scalar>) {
+    detail::run_any<Scalar>("attention_decomposed_into", view(q), view(k), &vv, &s, &a,
+                            lse != nullptr ? &l : nullptr, opt);
+  } else {
+    detail::run_any<Scalar>("attention_decomposed_into", view(q), view(k), &vv, nullptr, &a,
+                            lse != nullptr ? &l : nullptr, opt, &s);
+  }
 }
 
 /// SCORES alone (T_q x T_k), freshly allocated.
@@ -225,44 +322,51 @@ RowMatrix<Scalar> attention_scores(const ConstStridedMap<Scalar>& q, const Const
                                    const Options& opt) {
   const char* api = "attention_scores";
   const MatrixView<const Scalar> qv = view(q), kv = view(k);
-  compiled::validate(api, qv, kv, nullptr, opt);
+  validate<Scalar>(api, q, k, nullptr, opt);
   detail::check_result<Scalar>(api, "SCORES", "T_q x T_k", qv.rows, kv.rows);
   RowMatrix<Scalar> scores = detail::result<Scalar>(qv.rows, kv.rows);
   prefer_huge_pages(scores.data(), static_cast<std::size_t>(scores.size()) * sizeof(Scalar));
   const MatrixView<Scalar> s = view(scores);
-  compiled::run(api, qv, kv, nullptr, &s, nullptr, nullptr, opt);
+  detail::run_any<Scalar>(api, qv, kv, nullptr, &s, nullptr, nullptr, opt);
   return scores;
 }
 
-/// SCORES alone into caller storage; LSE too when `lse` is not null.
-template <typename Scalar>
+/// SCORES alone (of the input type or of the compute type) into caller storage; LSE too when
+/// `lse` is not null.
+template <typename Scalar, typename ScoresScalar>
 void attention_scores_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
-                           const StridedMap<Scalar>& scores, const StridedMap<Scalar>* lse,
-                           const Options& opt) {
-  const MatrixView<Scalar> s = view(scores);
-  const MatrixView<Scalar> l = lse != nullptr ? view(*lse) : MatrixView<Scalar>{};
-  compiled::run("attention_scores_into", view(q), view(k), nullptr, &s, nullptr,
-                lse != nullptr ? &l : nullptr, opt);
+                           const StridedMap<ScoresScalar>& scores,
+                           const StridedMap<ComputeScalar<Scalar>>* lse, const Options& opt) {
+  using Compute = ComputeScalar<Scalar>;
+  const MatrixView<ScoresScalar> s = view(scores);
+  const MatrixView<Compute> l = lse != nullptr ? view(*lse) : MatrixView<Compute>{};
+  if constexpr (std::is_same_v<ScoresScalar, Scalar>) {
+    detail::run_any<Scalar>("attention_scores_into", view(q), view(k), nullptr, &s, nullptr,
+                            lse != nullptr ? &l : nullptr, opt);
+  } else {
+    detail::run_any<Scalar>("attention_scores_into", view(q), view(k), nullptr, nullptr, nullptr,
+                            lse != nullptr ? &l : nullptr, opt, &s);
+  }
 }
 
-/// The BackwardInputs of strided maps (`d_scores` may be null).
+/// The BackwardInputs of strided maps (`d_scores` may be null), as the compiled library takes
+/// them (views of Eigen's 16-bit types as their bits).
 template <typename Scalar>
-BackwardInputs<Scalar> backward_inputs(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
-                                       const ConstStridedMap<Scalar>& v, const ConstStridedMap<Scalar>& attn,
-                                       const ConstStridedMap<Scalar>& lse,
-                                       const ConstStridedMap<Scalar>& d_attn,
-                                       const ConstStridedMap<Scalar>* d_scores) {
-  BackwardInputs<Scalar> in;
-  in.q = view(q), in.k = view(k), in.v = view(v);
-  in.attn = view(attn), in.lse = view(lse), in.d_attn = view(d_attn);
-  if (d_scores != nullptr) in.d_scores = view(*d_scores);
+BackwardInputs<AbiScalar<Scalar>> backward_inputs(
+    const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k, const ConstStridedMap<Scalar>& v,
+    const ConstStridedMap<Scalar>& attn, const ConstStridedMap<ComputeScalar<Scalar>>& lse,
+    const ConstStridedMap<Scalar>& d_attn, const ConstStridedMap<Scalar>* d_scores) {
+  BackwardInputs<AbiScalar<Scalar>> in;
+  in.q = abi(view(q)), in.k = abi(view(k)), in.v = abi(view(v));
+  in.attn = abi(view(attn)), in.lse = view(lse), in.d_attn = abi(view(d_attn));
+  if (d_scores != nullptr) in.d_scores = abi(view(*d_scores));
   in.has_d_scores = d_scores != nullptr;
   return in;
 }
 
 /// The gradients dL/dQ, dL/dK and dL/dV, freshly allocated.
 template <typename Scalar>
-Gradients<Scalar> attention_backward(const BackwardInputs<Scalar>& in, const Options& opt) {
+Gradients<Scalar> attention_backward(const BackwardInputs<AbiScalar<Scalar>>& in, const Options& opt) {
   const char* api = "attention_backward";
   validate_backward(api, in, opt);
   detail::check_result<Scalar>(api, "dQ", "T_q x d_k", in.q.rows, in.q.cols);
@@ -271,7 +375,8 @@ Gradients<Scalar> attention_backward(const BackwardInputs<Scalar>& in, const Opt
   Gradients<Scalar> g{detail::result<Scalar>(in.q.rows, in.q.cols),
                       detail::result<Scalar>(in.k.rows, in.k.cols),
                       detail::result<Scalar>(in.v.rows, in.v.cols)};
-  backward(api, in, view(g.dq), view(g.dk), view(g.dv), opt);
+  MatrixView<Scalar> dq = view(g.dq), dk = view(g.dk), dv = view(g.dv);
+  backward(api, in, abi(dq), abi(dk), abi(dv), opt);
   return g;
 }
 ///@}

@@ -20,5 +20,6 @@
 #include <EigenAttention/MultiHead.hpp>
 #include <EigenAttention/Npy.hpp>
 #include <EigenAttention/Options.hpp>
+#include <EigenAttention/Scalars.hpp>
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/Version.hpp>

@@ -67,9 +67,9 @@ struct KVStorageTraits<Eigen::half> {
   static constexpr KVStorage storage = KVStorage::Float16;  ///< the tag
   using Compute = float;                                    ///< queries, outputs, arithmetic
 };
-/// The scalar type of the queries and outputs of a cache or view of storage type T.
-template <typename T>
-using ComputeScalar = typename KVStorageTraits<T>::Compute;
+static_assert(std::is_same_v<ComputeScalar<Eigen::bfloat16>, KVStorageTraits<Eigen::bfloat16>::Compute> &&
+                  std::is_same_v<ComputeScalar<Eigen::half>, KVStorageTraits<Eigen::half>::Compute>,
+              "the cache computes in the compute type of its storage (Scalars.hpp)");
 
 namespace compiled {
 
@@ -495,6 +495,29 @@ struct DecodeCheck {
                 "caches, double for double caches");
 };
 
+/// The returning forms also take queries of a 16-bit cache's own type.
+template <typename T, class DQ>
+struct DecodeQueryCheck {
+  static_assert(std::is_same_v<typename DQ::Scalar, ComputeScalar<T>> ||
+                    std::is_same_v<typename DQ::Scalar, T>,
+                "EigenAttention: decode queries are of the cache's compute type (float for float, "
+                "bfloat16 and half caches, double for double caches) or, returned forms only, of its "
+                "storage type");
+};
+
+/// Queries of a 16-bit type are widened to float (T_q rows: small) and the result rounded back to
+/// their type; queries of the compute type are passed through. `decode(q)` returns the float result.
+template <typename T, class DQ, class Decode>
+RowMatrix<typename DQ::Scalar> decode_of_type(const Eigen::MatrixBase<DQ>& Q, const Decode& decode) {
+  using Scalar = typename DQ::Scalar;
+  if constexpr (std::is_same_v<Scalar, ComputeScalar<T>>) {
+    return decode(Q);
+  } else {
+    const RowMatrix<ComputeScalar<T>> q = Q.template cast<ComputeScalar<T>>();
+    return decode(q).template cast<Scalar>();
+  }
+}
+
 static_assert(sizeof(SequenceId) == sizeof(std::int32_t), "SequenceId must be a plain int32");
 
 }  // namespace detail
@@ -545,42 +568,49 @@ void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* seque
 
 /// Decode attention of Q's rows (T_q x (H d_k), the newest T_q tokens of sequence s, appended
 /// already) against the cached keys of s: T_q x (H d_v). See attention_decode_into.
+/// Q may also be of the cache's 16-bit storage type (bfloat16 or half): it is widened to float and
+/// the result rounded to that type.
 template <typename T, class DQ>
-RowMatrix<ComputeScalar<T>> attention_decode(const PagedKVCache<T>& cache, SequenceId s,
-                                             const Eigen::MatrixBase<DQ>& Q, const Options& opt = {},
-                                             const ComputeScalar<T>* alibi_slopes = nullptr) {
-  (void)detail::DecodeCheck<T, DQ>{};
-  const std::int64_t cu[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  RowMatrix<ComputeScalar<T>> out;
-  detail::CacheKeys<T> keys{cache, &s.value, 1};
-  RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-  detail::decode_into("attention_decode", keys, Q, cu, out, no_lse, alibi_slopes, cache.d_k(), cache.d_v(),
-                      opt);
-  return out;
+RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache, SequenceId s,
+                                                const Eigen::MatrixBase<DQ>& Q, const Options& opt = {},
+                                                const ComputeScalar<T>* alibi_slopes = nullptr) {
+  (void)detail::DecodeQueryCheck<T, DQ>{};
+  return detail::decode_of_type<T>(Q, [&](const auto& q) {
+    const std::int64_t cu[2] = {0, static_cast<std::int64_t>(q.rows())};
+    RowMatrix<ComputeScalar<T>> out;
+    detail::CacheKeys<T> keys{cache, &s.value, 1};
+    RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
+    detail::decode_into("attention_decode", keys, q, cu, out, no_lse, alibi_slopes, cache.d_k(), cache.d_v(),
+                        opt);
+    return out;
+  });
 }
 
 /// Decode attention of several sequences at once (continuous batching): sequences[b]'s queries
-/// are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q. See attention_decode_into.
+/// are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q. See attention_decode_into. Q may be of
+/// the cache's 16-bit storage type, as for one sequence.
 template <typename T, class DQ>
-RowMatrix<ComputeScalar<T>> attention_decode(const PagedKVCache<T>& cache,
-                                             const std::vector<SequenceId>& sequences,
-                                             const Eigen::MatrixBase<DQ>& Q,
-                                             const std::vector<std::int64_t>& cu_seqlens_q,
-                                             const Options& opt = {},
-                                             const ComputeScalar<T>* alibi_slopes = nullptr) {
-  (void)detail::DecodeCheck<T, DQ>{};
+RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache,
+                                                const std::vector<SequenceId>& sequences,
+                                                const Eigen::MatrixBase<DQ>& Q,
+                                                const std::vector<std::int64_t>& cu_seqlens_q,
+                                                const Options& opt = {},
+                                                const ComputeScalar<T>* alibi_slopes = nullptr) {
+  (void)detail::DecodeQueryCheck<T, DQ>{};
   if (cu_seqlens_q.size() != sequences.size() + 1) {
     throw std::invalid_argument("EigenAttention::attention_decode: cu_seqlens_q has " +
                                 std::to_string(cu_seqlens_q.size()) + " offsets but must have " +
                                 std::to_string(sequences.size() + 1) + " (sequences + 1)");
   }
-  RowMatrix<ComputeScalar<T>> out;
-  detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences.data()),
-                            static_cast<std::ptrdiff_t>(sequences.size())};
-  RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-  detail::decode_into("attention_decode", keys, Q, cu_seqlens_q.data(), out, no_lse, alibi_slopes,
-                      cache.d_k(), cache.d_v(), opt);
-  return out;
+  return detail::decode_of_type<T>(Q, [&](const auto& q) {
+    RowMatrix<ComputeScalar<T>> out;
+    detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences.data()),
+                              static_cast<std::ptrdiff_t>(sequences.size())};
+    RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
+    detail::decode_into("attention_decode", keys, q, cu_seqlens_q.data(), out, no_lse, alibi_slopes,
+                        cache.d_k(), cache.d_v(), opt);
+    return out;
+  });
 }
 
 /// Decode attention over pages the caller manages (PagedKVView): sequence b's queries are rows
@@ -617,15 +647,19 @@ void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>
                                               : nullptr,
                       std::forward<DO>(out), no_lse, alibi_slopes, kv.d_k, kv.d_v, opt);
 }
-/// Decode attention over a PagedKVView, returned (see attention_decode_into).
+/// Decode attention over a PagedKVView, returned (see attention_decode_into). Q may be of the
+/// view's 16-bit storage type, as for a cache.
 template <typename T, class DQ>
-RowMatrix<ComputeScalar<T>> attention_decode(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
-                                             const std::int64_t* cu_seqlens_q = nullptr,
-                                             const Options& opt = {},
-                                             const ComputeScalar<T>* alibi_slopes = nullptr) {
-  RowMatrix<ComputeScalar<T>> out;
-  attention_decode_into(kv, Q, cu_seqlens_q, out, opt, alibi_slopes);
-  return out;
+RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
+                                                const std::int64_t* cu_seqlens_q = nullptr,
+                                                const Options& opt = {},
+                                                const ComputeScalar<T>* alibi_slopes = nullptr) {
+  (void)detail::DecodeQueryCheck<T, DQ>{};
+  return detail::decode_of_type<T>(Q, [&](const auto& q) {
+    RowMatrix<ComputeScalar<T>> out;
+    attention_decode_into(kv, q, cu_seqlens_q, out, opt, alibi_slopes);
+    return out;
+  });
 }
 
 }  // namespace EigenAttention

@@ -19,14 +19,22 @@
 /// decrease or exceed the buffers; outputs that overlap the inputs (Q, K, V, and the mask, bias,
 /// ALiBi slopes, key lengths and offsets) or each other (the one overlap rule of all calls:
 /// exact for blocks of one parent array, by byte range otherwise; see docs/guarantees.md).
+///
+/// Every call takes float, double, Eigen::bfloat16 or Eigen::half views; the 16-bit types are
+/// computed in float, their log-sum-exps (lse) are float views, and masks.bias and
+/// masks.alibi_slopes are of the input type ([Low precision](docs/low_precision.md)).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+
+#include <Eigen/Core>
 
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
+#include <EigenAttention/Types.hpp>
 #include <EigenAttention/export.hpp>
 
 namespace EigenAttention {
@@ -189,6 +197,206 @@ EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const float> out_a, HeadsV
 EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const double> out_a, HeadsView<const double> lse_a,
                                             HeadsView<const double> out_b, HeadsView<const double> lse_b,
                                             HeadsView<double> out, HeadsView<double> lse);
+///@}
+
+/// \name bfloat16 and half
+/// The calls above for Eigen::bfloat16 and Eigen::half views, computed in float (tiles widened
+/// as they are loaded, results rounded once; the backward passes on float copies); `lse` is a
+/// float view. They forward to the compiled forms in namespace compiled, which take the views
+/// of the 16-bit types as their bits.
+///@{
+
+namespace compiled {
+
+/// \name Compiled 16-bit forms
+/// The multi-head calls on BFloat16Bits and HalfBits views (the 16 bits of Eigen::bfloat16 and
+/// Eigen::half), as the front doors below pass them. Semantics as the float calls.
+///@{
+EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
+                                            HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> out,
+                                            const Options& opt, const Masks<BFloat16Bits>& masks,
+                                            HeadsView<float> lse);
+EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
+                                            HeadsView<const HalfBits> v, HeadsView<HalfBits> out,
+                                            const Options& opt, const Masks<HalfBits>& masks,
+                                            HeadsView<float> lse);
+EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(
+    HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
+    HeadsView<BFloat16Bits> scores, HeadsView<BFloat16Bits> out, const Options& opt,
+    const Masks<BFloat16Bits>& masks, HeadsView<float> lse, HeadsView<BFloat16Bits> average_scores);
+EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(
+    HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
+    HeadsView<HalfBits> scores, HeadsView<HalfBits> out, const Options& opt, const Masks<HalfBits>& masks,
+    HeadsView<float> lse, HeadsView<HalfBits> average_scores);
+EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
+                                             HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> out,
+                                             const std::int64_t* cu_seqlens_q,
+                                             const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
+                                             const Options& opt, const Masks<BFloat16Bits>& masks,
+                                             HeadsView<float> lse);
+EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
+                                             HeadsView<const HalfBits> v, HeadsView<HalfBits> out,
+                                             const std::int64_t* cu_seqlens_q,
+                                             const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
+                                             const Options& opt, const Masks<HalfBits>& masks,
+                                             HeadsView<float> lse);
+EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
+    HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
+    BFloat16Bits* scores, std::size_t scores_size, HeadsView<BFloat16Bits> out,
+    const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
+    const Options& opt, const Masks<BFloat16Bits>& masks, HeadsView<float> lse);
+EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
+    HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v, HalfBits* scores,
+    std::size_t scores_size, HeadsView<HalfBits> out, const std::int64_t* cu_seqlens_q,
+    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt, const Masks<HalfBits>& masks,
+    HeadsView<float> lse);
+EIGEN_ATTENTION_EXPORT void attention_heads_backward(
+    HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
+    HeadsView<const BFloat16Bits> out, HeadsView<const float> lse, HeadsView<const BFloat16Bits> d_out,
+    HeadsView<BFloat16Bits> dq, HeadsView<BFloat16Bits> dk, HeadsView<BFloat16Bits> dv, const Options& opt,
+    const Masks<BFloat16Bits>& masks, HeadsView<const BFloat16Bits> d_scores, HeadsView<BFloat16Bits> d_bias);
+EIGEN_ATTENTION_EXPORT void attention_heads_backward(
+    HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
+    HeadsView<const HalfBits> out, HeadsView<const float> lse, HeadsView<const HalfBits> d_out,
+    HeadsView<HalfBits> dq, HeadsView<HalfBits> dk, HeadsView<HalfBits> dv, const Options& opt,
+    const Masks<HalfBits>& masks, HeadsView<const HalfBits> d_scores, HeadsView<HalfBits> d_bias);
+EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
+    HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
+    HeadsView<const BFloat16Bits> out, HeadsView<const float> lse, HeadsView<const BFloat16Bits> d_out,
+    HeadsView<BFloat16Bits> dq, HeadsView<BFloat16Bits> dk, HeadsView<BFloat16Bits> dv,
+    const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
+    const Options& opt, const Masks<BFloat16Bits>& masks);
+EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
+    HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
+    HeadsView<const HalfBits> out, HeadsView<const float> lse, HeadsView<const HalfBits> d_out,
+    HeadsView<HalfBits> dq, HeadsView<HalfBits> dk, HeadsView<HalfBits> dv, const std::int64_t* cu_seqlens_q,
+    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt, const Masks<HalfBits>& masks);
+EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const BFloat16Bits> out_a, HeadsView<const float> lse_a,
+                                            HeadsView<const BFloat16Bits> out_b, HeadsView<const float> lse_b,
+                                            HeadsView<BFloat16Bits> out, HeadsView<float> lse);
+EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const HalfBits> out_a, HeadsView<const float> lse_a,
+                                            HeadsView<const HalfBits> out_b, HeadsView<const float> lse_b,
+                                            HeadsView<HalfBits> out, HeadsView<float> lse);
+///@}
+
+}  // namespace compiled
+
+namespace detail {
+
+/// Enables the front doors of Eigen::bfloat16 and Eigen::half.
+template <typename T>
+using EnableIfEigen16 = std::enable_if_t<kIsLowPrecision<T> && !std::is_same_v<T, AbiScalar<T>>, int>;
+
+/// A view of Eigen::bfloat16 or Eigen::half as one of its bits.
+template <typename T>
+HeadsView<AbiScalar<T>> bits(const HeadsView<T>& v) {
+  return {reinterpret_cast<AbiScalar<T>*>(v.data),
+          v.batch,
+          v.heads,
+          v.tokens,
+          v.dim,
+          v.batch_stride,
+          v.head_stride,
+          v.token_stride,
+          v.dim_stride};
+}
+
+/// The masks of Eigen::bfloat16 or Eigen::half calls as their bits.
+template <typename T>
+Masks<AbiScalar<T>> bits(const Masks<T>& m) {
+  Masks<AbiScalar<T>> b;
+  b.mask = m.mask;
+  b.bias = {reinterpret_cast<const AbiScalar<T>*>(m.bias.data),
+            m.bias.batch,
+            m.bias.heads,
+            m.bias.rows,
+            m.bias.cols,
+            m.bias.batch_stride,
+            m.bias.head_stride,
+            m.bias.row_stride,
+            m.bias.col_stride};
+  b.key_lengths = m.key_lengths;
+  b.alibi_slopes = reinterpret_cast<const AbiScalar<T>*>(m.alibi_slopes);
+  return b;
+}
+
+}  // namespace detail
+
+/// attention_heads() on bfloat16 or half views (lse in float).
+template <typename T, detail::EnableIfEigen16<T> = 0>
+void attention_heads(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
+                     const Options& opt = {}, const Masks<T>& masks = {}, HeadsView<float> lse = {}) {
+  compiled::attention_heads(detail::bits(q), detail::bits(k), detail::bits(v), detail::bits(out), opt,
+                            detail::bits(masks), lse);
+}
+
+/// attention_heads_decomposed() on bfloat16 or half views (scores and average_scores in the input
+/// type, lse in float).
+template <typename T, detail::EnableIfEigen16<T> = 0>
+void attention_heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                                HeadsView<T> scores, HeadsView<T> out, const Options& opt = {},
+                                const Masks<T>& masks = {}, HeadsView<float> lse = {},
+                                HeadsView<T> average_scores = {}) {
+  compiled::attention_heads_decomposed(detail::bits(q), detail::bits(k), detail::bits(v),
+                                       detail::bits(scores), detail::bits(out), opt, detail::bits(masks), lse,
+                                       detail::bits(average_scores));
+}
+
+/// attention_varlen() on bfloat16 or half views (lse in float).
+template <typename T, detail::EnableIfEigen16<T> = 0>
+void attention_varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
+                      const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                      std::ptrdiff_t batch, const Options& opt = {}, const Masks<T>& masks = {},
+                      HeadsView<float> lse = {}) {
+  compiled::attention_varlen(detail::bits(q), detail::bits(k), detail::bits(v), detail::bits(out),
+                             cu_seqlens_q, cu_seqlens_k, batch, opt, detail::bits(masks), lse);
+}
+
+/// attention_varlen_decomposed() on bfloat16 or half views (packed scores in the input type).
+template <typename T, detail::EnableIfEigen16<T> = 0>
+void attention_varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, T* scores,
+                                 std::size_t scores_size, HeadsView<T> out, const std::int64_t* cu_seqlens_q,
+                                 const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
+                                 const Options& opt = {}, const Masks<T>& masks = {},
+                                 HeadsView<float> lse = {}) {
+  compiled::attention_varlen_decomposed(
+      detail::bits(q), detail::bits(k), detail::bits(v), reinterpret_cast<AbiScalar<T>*>(scores), scores_size,
+      detail::bits(out), cu_seqlens_q, cu_seqlens_k, batch, opt, detail::bits(masks), lse);
+}
+
+/// attention_heads_backward() on bfloat16 or half views (lse in float): computed in float on
+/// copies of the inputs, gradients rounded to the input type.
+template <typename T, detail::EnableIfEigen16<T> = 0>
+void attention_heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                              HeadsView<const T> out, HeadsView<const float> lse, HeadsView<const T> d_out,
+                              HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const Options& opt = {},
+                              const Masks<T>& masks = {}, HeadsView<const T> d_scores = {},
+                              HeadsView<T> d_bias = {}) {
+  compiled::attention_heads_backward(detail::bits(q), detail::bits(k), detail::bits(v), detail::bits(out),
+                                     lse, detail::bits(d_out), detail::bits(dq), detail::bits(dk),
+                                     detail::bits(dv), opt, detail::bits(masks), detail::bits(d_scores),
+                                     detail::bits(d_bias));
+}
+
+/// attention_varlen_backward() on bfloat16 or half views (lse in float).
+template <typename T, detail::EnableIfEigen16<T> = 0>
+void attention_varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                               HeadsView<const T> out, HeadsView<const float> lse, HeadsView<const T> d_out,
+                               HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,
+                               const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                               std::ptrdiff_t batch, const Options& opt = {}, const Masks<T>& masks = {}) {
+  compiled::attention_varlen_backward(detail::bits(q), detail::bits(k), detail::bits(v), detail::bits(out),
+                                      lse, detail::bits(d_out), detail::bits(dq), detail::bits(dk),
+                                      detail::bits(dv), cu_seqlens_q, cu_seqlens_k, batch, opt,
+                                      detail::bits(masks));
+}
+
+/// merge_attention() of bfloat16 or half partial results (lse in float), merged in float.
+template <typename T, detail::EnableIfEigen16<T> = 0>
+void merge_attention(HeadsView<const T> out_a, HeadsView<const float> lse_a, HeadsView<const T> out_b,
+                     HeadsView<const float> lse_b, HeadsView<T> out, HeadsView<float> lse) {
+  compiled::merge_attention(detail::bits(out_a), lse_a, detail::bits(out_b), lse_b, detail::bits(out), lse);
+}
 ///@}
 
 }  // namespace EigenAttention

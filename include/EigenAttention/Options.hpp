@@ -59,6 +59,11 @@ struct Options {
   /// and masks. 0 (the default) turns it off; otherwise it must be finite and > 0, also once
   /// converted to the scalar type.
   double softcap = 0;
+  /// bfloat16 and half inputs only: attention_decomposed() puts SCORES, in float, into
+  /// DecomposedResult::scores_float instead of rounding them into `scores`. The `_into` calls
+  /// (attention_decomposed_into, attention_scores_into) take a SCORES output of the input type
+  /// or of float and need no flag. Ignored for float and double.
+  bool float_scores = false;
 };
 
 // Options crosses into the compiled library by reference: its layout must be the library's.

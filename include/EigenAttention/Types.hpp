@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 #include <Eigen/Core>
+
+#include <EigenAttention/Scalars.hpp>
 
 namespace EigenAttention {
 
@@ -44,6 +47,21 @@ struct MatrixView {
   std::ptrdiff_t col_stride = 0;  ///< elements from (i, j) to (i, j + 1)
 };
 
+/// Eigen::bfloat16: computed in float, carried into the library as BFloat16Bits.
+template <>
+struct ScalarTraits<Eigen::bfloat16> {
+  using Compute = float;     ///< arithmetic
+  using Abi = BFloat16Bits;  ///< across the boundary
+};
+/// Eigen::half: computed in float, carried into the library as HalfBits.
+template <>
+struct ScalarTraits<Eigen::half> {
+  using Compute = float;  ///< arithmetic
+  using Abi = HalfBits;   ///< across the boundary
+};
+static_assert(sizeof(Eigen::bfloat16) == sizeof(BFloat16Bits) && sizeof(Eigen::half) == sizeof(HalfBits),
+              "EigenAttention: Eigen's 16-bit types are expected to hold their 16 bits only");
+
 /// What attention_decomposed() returns.
 template <typename Scalar>
 struct DecomposedResult {
@@ -54,7 +72,12 @@ struct DecomposedResult {
   RowMatrix<Scalar> attn;
   /// T_q log-sum-exps: lse(i) = log(sum_j exp(scale * (Q K^T)(i, j))) over the keys query i
   /// sees; -infinity when it sees none. SCORES(i, j) = exp(scale * (Q K^T)(i, j) - lse(i)).
-  Vector<Scalar> lse;
+  /// In the compute type (float for bfloat16 and half inputs: a rounded LSE would lose the
+  /// digits the backward pass needs).
+  Vector<ComputeScalar<Scalar>> lse;
+  /// SCORES in float instead of `scores`, for bfloat16 and half inputs with
+  /// Options::float_scores set (then `scores` is empty); empty otherwise.
+  RowMatrix<ComputeScalar<Scalar>> scores_float;
 };
 
 /// What attention_backward() returns: the gradients of a scalar loss L with respect to the

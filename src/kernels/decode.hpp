@@ -38,57 +38,14 @@ namespace EigenAttention {
 namespace internal {
 namespace {
 
-/// bfloat16 and half are read as their 16 bits, converted here.
-struct Bf16Bits {
-  std::uint16_t bits;
-};
-struct HalfBits {
-  std::uint16_t bits;
-};
-
-/// dst[0, n) = src[0, n), converted to T.
+/// dst[0, n) = src[0, n), converted to T (bfloat16 and half: widen() of convert.hpp).
 template <typename T, typename S>
 void convert_row(const S* src, T* dst, index_t n) {
   if constexpr (std::is_same_v<S, T>) {
     std::copy(src, src + n, dst);
-  } else if constexpr (std::is_same_v<S, Bf16Bits>) {
-    static_assert(std::is_same_v<T, float>, "bfloat16 is computed in float");
-    // A bfloat16 is the high half of a float: exact.
-    const auto* bits = reinterpret_cast<const std::uint16_t*>(src);
-    index_t c = 0;
-#if defined(__AVX512F__)
-    for (; c + 16 <= n; c += 16) {
-      const __m512i wide =
-          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + c)));
-      _mm512_storeu_ps(dst + c, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
-    }
-#elif defined(__AVX2__)
-    for (; c + 8 <= n; c += 8) {
-      const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + c)));
-      _mm256_storeu_ps(dst + c, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
-    }
-#endif
-    for (; c < n; ++c) {
-      const std::uint32_t u = static_cast<std::uint32_t>(bits[c]) << 16;
-      std::memcpy(dst + c, &u, sizeof(float));
-    }
   } else {
-    static_assert(std::is_same_v<S, HalfBits> && std::is_same_v<T, float>, "half is computed in float");
-    const auto* bits = reinterpret_cast<const std::uint16_t*>(src);
-    index_t c = 0;
-#if defined(__AVX512F__)
-    for (; c + 16 <= n; c += 16) {
-      _mm512_storeu_ps(dst + c,
-                       _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + c))));
-    }
-#elif defined(__F16C__)
-    for (; c + 8 <= n; c += 8) {
-      _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + c))));
-    }
-#endif
-    for (; c < n; ++c) {
-      dst[c] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits[c]));
-    }
+    static_assert(std::is_same_v<T, float>, "bfloat16 and half are computed in float");
+    widen(src, 1, n, dst);
   }
 }
 
@@ -117,10 +74,10 @@ struct StoredRow {  // S == T, or converted into the buffer
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 template <>
-struct StoredRow<float, Bf16Bits> {
+struct StoredRow<float, BFloat16Bits> {
   const std::uint16_t* bits = nullptr;
   StoredRow() = default;
-  StoredRow(const Bf16Bits* data, index_t, float*) : bits(reinterpret_cast<const std::uint16_t*>(data)) {}
+  StoredRow(const BFloat16Bits* data, index_t, float*) : bits(reinterpret_cast<const std::uint16_t*>(data)) {}
   template <class Packet>
   Packet packet(index_t c) const {
 #if defined(__AVX512F__)
@@ -421,7 +378,7 @@ void decode_chunk(const RawDecodeChunk<T>& c) {
   } else {
     switch (c.storage) {
       case KVStorage::BFloat16:
-        decode_chunk_as<T, Bf16Bits>(c);
+        decode_chunk_as<T, BFloat16Bits>(c);
         return;
       case KVStorage::Float16:
         decode_chunk_as<T, HalfBits>(c);

@@ -66,6 +66,8 @@ RowsKernel<T> tiled_kernel(Kernel kernel) {
 
 template RowsKernel<float> tiled_kernel<float>(Kernel);
 template RowsKernel<double> tiled_kernel<double>(Kernel);
+template RowsKernel<BFloat16Bits> tiled_kernel<BFloat16Bits>(Kernel);
+template RowsKernel<HalfBits> tiled_kernel<HalfBits>(Kernel);
 
 template <typename T>
 BackwardKernel<T> tiled_backward_kernel(Kernel kernel) {

@@ -20,6 +20,11 @@ using Eigen::Index;
 /// Computes the whole problem on the calling thread.
 template <typename T>
 void reference_kernel(const RawProblem<T>& p);
+/// 16-bit arrays: the formula in float on the widened inputs, the results rounded once.
+template <>
+void reference_kernel<BFloat16Bits>(const RawProblem<BFloat16Bits>& p);
+template <>
+void reference_kernel<HalfBits>(const RawProblem<HalfBits>& p);
 
 /// The yardstick of the backward pass: the gradients written as the formula (reference_backward.cpp),
 /// with the weights recomputed whole. Accumulates into dk, dv and d_bias, writes dq.

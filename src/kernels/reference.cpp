@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include <vector>
+
+#include "kernels/convert.hpp"
 #include "kernels/reference_views.hpp"
 
 namespace EigenAttention {
@@ -77,6 +80,78 @@ void reference_kernel(const RawProblem<T>& p) {
 
 template void reference_kernel<float>(const RawProblem<float>&);
 template void reference_kernel<double>(const RawProblem<double>&);
+
+namespace {
+
+/// A 16-bit matrix widened to float, row-major and contiguous.
+template <typename T>
+RowMatrix<float> widened(const RawMatrix<const T>& m) {
+  RowMatrix<float> w(m.rows, m.cols);
+  for (Index i = 0; i < m.rows; ++i) widen(m.data + i * m.row_stride, m.col_stride, m.cols, w.row(i).data());
+  return w;
+}
+
+template <typename T>
+RawMatrix<const float> raw(const RowMatrix<float>& m) {
+  return raw_matrix<const float>(m.data(), m.rows(), m.cols(), m.cols(), 1);
+}
+
+template <typename T>
+void narrow_into(const RowMatrix<float>& m, const RawMatrix<T>& out) {
+  for (Index i = 0; i < m.rows(); ++i)
+    narrow(m.row(i).data(), m.cols(), out.data + i * out.row_stride, out.col_stride);
+}
+
+}  // namespace
+
+/// 16-bit inputs: the formula in float on the inputs widened exactly (the oracle of the 16-bit
+/// kernels), its results rounded once into the outputs.
+template <typename T>
+void reference_kernel_widened(const RawProblem<T>& p) {
+  const RowMatrix<float> q = widened(p.q), k = widened(p.k), v = widened(p.v);
+  RowMatrix<float> bias;
+  if (p.bias.data != nullptr) bias = widened(p.bias);
+  RowMatrix<float> scores(p.want_scores ? p.q.rows : 0, p.want_scores ? p.k.rows : 0);
+  RowMatrix<float> attn(p.want_attn ? p.q.rows : 0, p.want_attn ? p.v.cols : 0);
+  RawProblem<float> f{raw<T>(q),
+                      raw<T>(k),
+                      raw<T>(v),
+                      p.scale,
+                      p.causal,
+                      p.offset,
+                      p.window_left,
+                      p.window_right,
+                      p.softcap,
+                      p.has_alibi,
+                      p.alibi_slope,
+                      p.bias.data != nullptr ? raw<T>(bias) : RawMatrix<const float>{nullptr, 0, 0, 0, 0},
+                      p.mask,
+                      raw_matrix<float>(scores.data(), scores.rows(), scores.cols(), scores.cols(), 1),
+                      raw_matrix<float>(attn.data(), attn.rows(), attn.cols(), attn.cols(), 1),
+                      p.lse,
+                      p.want_scores,
+                      p.want_attn,
+                      p.want_lse,
+                      {}};
+  reference_kernel(f);
+  if (p.want_attn) narrow_into(attn, p.attn);
+  if (p.want_scores) {
+    if (p.scores_compute) {
+      view(p.compute_scores) = scores;
+    } else {
+      narrow_into(scores, p.scores);
+    }
+  }
+}
+
+template <>
+void reference_kernel<BFloat16Bits>(const RawProblem<BFloat16Bits>& p) {
+  reference_kernel_widened(p);
+}
+template <>
+void reference_kernel<HalfBits>(const RawProblem<HalfBits>& p) {
+  reference_kernel_widened(p);
+}
 
 }  // namespace internal
 }  // namespace EigenAttention

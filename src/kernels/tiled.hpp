@@ -50,6 +50,7 @@
 #endif
 
 #include "kernels/abi.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/eigen_internal.hpp"
 
 namespace EigenAttention {
@@ -165,6 +166,35 @@ Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> rows_of(cons
   return Result(scratch, n, m.cols, Eigen::OuterStride<>(std::max<index_t>(m.cols, 1)));
 }
 
+/// rows_of() for an input of element type S, computed in T: 16-bit rows are widened to float
+/// into `scratch` (n x m.cols) as the tile is loaded; float and double are as rows_of().
+template <typename S, typename T>
+Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> tile_rows(const RawMatrix<const S>& m,
+                                                                              index_t first, index_t n,
+                                                                              T* scratch) {
+  if constexpr (std::is_same_v<S, T>) {
+    return rows_of(m, first, n, scratch);
+  } else {
+    for (index_t i = 0; i < n; ++i)
+      widen(m.data + (first + i) * m.row_stride, m.col_stride, m.cols, scratch + i * m.cols);
+    return Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>(
+        scratch, n, m.cols, Eigen::OuterStride<>(std::max<index_t>(m.cols, 1)));
+  }
+}
+
+/// Row i of an output of element type S gets src[0, n) (of the compute type), rounded when S is
+/// a 16-bit type.
+template <typename S, typename T>
+void store_row(const RawMatrix<S>& m, index_t i, const T* src) {
+  if (m.cols == 0) return;
+  S* dst = m.data + i * m.row_stride;
+  if constexpr (std::is_same_v<S, T>) {
+    for (index_t j = 0; j < m.cols; ++j) dst[j * m.col_stride] = src[j];
+  } else {
+    narrow(src, m.cols, dst, m.col_stride);
+  }
+}
+
 template <typename T>
 StridedMap<T> map_of(const RawMatrix<T>& m) {
   return StridedMap<T>(m.data, m.rows, m.cols,
@@ -226,8 +256,9 @@ Span span_in_tile(const RawProblem<T>& p, index_t i, index_t j0, index_t cols) {
 
 /// Row i's soft-capped logits of keys j_first, j_first + 1, ... (the segment s) become the final
 /// logits: minus ALiBi, plus the bias, then -inf where the mask says no.
-template <typename T, class Segment>
-void apply_additive(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& s) {
+template <typename S, class Segment>
+void apply_additive(const RawProblem<S>& p, index_t i, index_t j_first, Segment&& s) {
+  using T = ComputeScalar<S>;
   const index_t n = s.size();
   if (n == 0) return;
   if (p.has_alibi) {
@@ -236,9 +267,13 @@ void apply_additive(const RawProblem<T>& p, index_t i, index_t j_first, Segment&
     s.array() -= p.alibi_slope * (c - Eigen::Array<T, 1, Eigen::Dynamic>::LinSpaced(n, T(0), T(n - 1))).abs();
   }
   if (p.bias.data != nullptr) {
-    const T* b = p.bias.data + i * p.bias.row_stride + j_first * p.bias.col_stride;
-    s += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
-        b, n, Eigen::InnerStride<>(p.bias.col_stride));
+    const S* b = p.bias.data + i * p.bias.row_stride + j_first * p.bias.col_stride;
+    if constexpr (std::is_same_v<S, T>) {
+      s += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
+          b, n, Eigen::InnerStride<>(p.bias.col_stride));
+    } else {
+      for (index_t t = 0; t < n; ++t) s(t) += to_compute(b[t * p.bias.col_stride]);
+    }
   }
   if (p.mask.data != nullptr) {
     const bool* m = p.mask.data + i * p.mask.row_stride + j_first * p.mask.col_stride;
@@ -274,34 +309,41 @@ void exp_in_packets(T* row, index_t a, index_t b, T shift) {
 
 /// After the division by the row sum: keys the boolean mask hides weigh exactly 0 even when the
 /// sum is NaN (0 / NaN).
-template <typename T, class Segment>
-void zero_masked(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& w) {
+template <typename S, class Segment>
+void zero_masked(const RawProblem<S>& p, index_t i, index_t j_first, Segment&& w) {
   if (p.mask.data == nullptr) return;
   const bool* m = p.mask.data + i * p.mask.row_stride + j_first * p.mask.col_stride;
   for (index_t t = 0; t < w.size(); ++t) {
-    if (!m[t * p.mask.col_stride]) w(t) = T(0);
+    if (!m[t * p.mask.col_stride]) w(t) = ComputeScalar<S>(0);
   }
 }
 
 /// Are all V rows that query rows [first, first + count) may see finite? One pass over them
 /// per call, so that tiles with hidden keys can still use one GEMM.
-template <typename T>
-bool values_finite(const RawProblem<T>& p, index_t first, index_t count) {
+template <typename S>
+bool values_finite(const RawProblem<S>& p, index_t first, index_t count) {
+  using T = S;
   if (count <= 0) return true;
   const index_t begin = p.first_key(first), end = p.end_key(first + count - 1);
-  // x * 0 is 0 for finite x and NaN for NaN or +-inf; Eigen's sum of it runs in packets.
-  const StridedMap<T> v(const_cast<T*>(p.v.data), p.v.rows, p.v.cols,
-                        Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(p.v.row_stride, p.v.col_stride));
-  for (index_t j = begin; j < end; ++j) {
-    const T sum =
-        p.v.col_stride == 1
-            ? (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p.v.data + j * p.v.row_stride, p.v.cols) *
-               T(0))
-                  .sum()
-            : (v.row(j).array() * T(0)).sum();
-    if (sum != sum) return false;
+  if constexpr (kIsLowPrecision<S>) {
+    for (index_t j = begin; j < end; ++j)
+      for (index_t c = 0; c < p.v.cols; ++c)
+        if (non_finite(p.v.data[j * p.v.row_stride + c * p.v.col_stride])) return false;
+    return true;
+  } else {
+    // x * 0 is 0 for finite x and NaN for NaN or +-inf; Eigen's sum of it runs in packets.
+    const StridedMap<T> v(const_cast<T*>(p.v.data), p.v.rows, p.v.cols,
+                          Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(p.v.row_stride, p.v.col_stride));
+    for (index_t j = begin; j < end; ++j) {
+      const T sum = p.v.col_stride == 1 ? (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(
+                                               p.v.data + j * p.v.row_stride, p.v.cols) *
+                                           T(0))
+                                              .sum()
+                                        : (v.row(j).array() * T(0)).sum();
+      if (sum != sum) return false;
+    }
+    return true;
   }
-  return true;
 }
 
 /// f(r, t) for every pair of query row i0 + r (r < rows) and key j0 + t (t < cols) that the row
@@ -323,8 +365,8 @@ void for_each_visible(const RawProblem<T>& p, index_t i0, index_t rows, index_t 
 /// [i0, i0 + rows). Hidden keys weigh exactly 0, so one GEMM is exact unless a hidden V row
 /// holds a NaN or Inf (0 * NaN); then each row sums over its visible keys only. `v_finite`:
 /// every V row the caller's rows may see is known to be finite.
-template <typename T, class PTile, class VTile>
-void accumulate(const RawProblem<T>& p, index_t i0, index_t j0, const PTile& P, index_t ldp, const VTile& V,
+template <typename S, typename T, class PTile, class VTile>
+void accumulate(const RawProblem<S>& p, index_t i0, index_t j0, const PTile& P, index_t ldp, const VTile& V,
                 bool v_finite, T* acc, index_t dv, Blocking<T>& blocking) {
   const index_t rows = P.rows(), cols = P.cols();
   bool hides_keys = p.mask.data != nullptr;
@@ -341,15 +383,15 @@ void accumulate(const RawProblem<T>& p, index_t i0, index_t j0, const PTile& P, 
                    [&](index_t r, index_t t) { A.row(r).noalias() += P(r, t) * V.row(t); });
 }
 
-template <typename T>
-void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
+template <typename E>
+void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
+  using T = ComputeScalar<E>;  // E: the arrays' element type
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const index_t dk = p.q.cols, dv = p.v.cols;
   const bool extras = p.has_extras();
   Blocking<T> qk(kRows, kCols, dk), pv(kRows, dv, kCols);
   const Scratch<T> buf(kRows, kRows * kCols, 2 * kRows, dk, dv, qk, pv);  // extra: m and l
   Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> m(buf.extra, kRows), l(buf.extra + kRows, kRows);
-  StridedMap<T> attn = map_of(p.attn);
   const bool v_finite = values_finite(p, first, count);
   // A narrow window slides along the diagonal: a tall row tile would compute many keys that
   // most of its rows do not see, so take shorter row tiles (window / 4 rows, at least 16).
@@ -359,7 +401,7 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
     const index_t rows = std::min(row_step, first + count - i0);
     // The keys some row of the tile may see; tiles outside are never computed.
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
-    const auto Q = rows_of(p.q, i0, rows, buf.q);
+    const auto Q = tile_rows(p.q, i0, rows, buf.q);
     Eigen::Map<RowMat<T>> acc(buf.acc, rows, dv);
     acc.setZero();
     m.head(rows).setConstant(minus_inf);
@@ -367,8 +409,8 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
 
     for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
       const index_t cols = std::min(kCols, key_end - j0);
-      const auto K = rows_of(p.k, j0, cols, buf.k);
-      const auto V = rows_of(p.v, j0, cols, buf.v);
+      const auto K = tile_rows(p.k, j0, cols, buf.k);
+      const auto V = tile_rows(p.v, j0, cols, buf.v);
       const index_t lds = static_cast<index_t>(Arena<T>::round(cols));  // rows start 64-byte aligned
       TileMap<T> S(buf.s, rows, cols, Eigen::OuterStride<>(lds));
       S.setZero();
@@ -398,18 +440,20 @@ void fused_rows(const RawProblem<T>& p, index_t first, index_t count) {
 
     for (index_t r = 0; r < rows; ++r) {
       if (m(r) == minus_inf) {  // the row sees no key
-        attn.row(i0 + r).setZero();
+        acc.row(r).setZero();
         if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = minus_inf;
       } else {
-        attn.row(i0 + r) = acc.row(r) / l(r);
+        acc.row(r) /= l(r);
         if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = m(r) + std::log(l(r));
       }
+      store_row(p.attn, i0 + r, buf.acc + r * dv);
     }
   }
 }
 
-template <typename T>
-void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
+template <typename E>
+void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
+  using T = ComputeScalar<E>;  // E: the arrays' element type
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const index_t tk = p.k.rows, dk = p.q.cols;
   const index_t dv = p.want_attn ? p.v.cols : 0;
@@ -420,21 +464,20 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
   const index_t lds = static_cast<index_t>(Arena<T>::round(std::max<index_t>(tk, 1)));
   Blocking<T> qk(kDecRows, kCols, dk), pv(kDecRows, dv, kCols);
   const Scratch<T> buf(kDecRows, kDecRows * lds, 0, dk, dv, qk, pv);
-  StridedMap<T> scores = map_of(p.scores);
   const bool v_finite = !p.want_attn || values_finite(p, first, count);
 
   for (index_t i0 = first; i0 < first + count; i0 += kDecRows) {
     const index_t rows = std::min(kDecRows, first + count - i0);
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
     const index_t width = key_end - key_begin;
-    const auto Q = rows_of(p.q, i0, rows, buf.q);
+    const auto Q = tile_rows(p.q, i0, rows, buf.q);
     TileMap<T> S(buf.s, rows, width, Eigen::OuterStride<>(lds));  // keys [key_begin, key_end)
 
     // Scaled logits, tile by tile.
     S.setZero();
     for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
       const index_t cols = std::min(kCols, key_end - j0);
-      const auto K = rows_of(p.k, j0, cols, buf.k);
+      const auto K = tile_rows(p.k, j0, cols, buf.k);
       gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), buf.s + (j0 - key_begin),
                lds, p.scale, qk);
     }
@@ -461,18 +504,33 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
       }
       if (p.want_lse) p.lse.data[i * p.lse.row_stride] = lse;
     }
-    // SCORES written once.
-    if (p.scores.col_stride == 1) {
-      for (index_t r = 0; r < rows; ++r) {
-        T* dst = p.scores.data + (i0 + r) * p.scores.row_stride;
-        stream_row<T>(dst, nullptr, key_begin);
-        stream_row(dst + key_begin, buf.s + r * lds, width);
-        stream_row<T>(dst + key_end, nullptr, tk - key_end);
+    // SCORES written once: in the compute type (streamed), or rounded to the 16-bit type.
+    const auto store_scores = [&](const RawMatrix<T>& out) {
+      if (out.col_stride == 1) {
+        for (index_t r = 0; r < rows; ++r) {
+          T* dst = out.data + (i0 + r) * out.row_stride;
+          stream_row<T>(dst, nullptr, key_begin);
+          stream_row(dst + key_begin, buf.s + r * lds, width);
+          stream_row<T>(dst + key_end, nullptr, tk - key_end);
+        }
+      } else {
+        StridedMap<T> scores = map_of(out);
+        scores.middleRows(i0, rows).leftCols(key_begin).setZero();
+        scores.middleRows(i0, rows).middleCols(key_begin, width) = S;
+        scores.middleRows(i0, rows).rightCols(tk - key_end).setZero();
       }
-    } else {
-      scores.middleRows(i0, rows).leftCols(key_begin).setZero();
-      scores.middleRows(i0, rows).middleCols(key_begin, width) = S;
-      scores.middleRows(i0, rows).rightCols(tk - key_end).setZero();
+    };
+    if constexpr (std::is_same_v<E, T>) {
+      store_scores(p.scores_compute ? p.compute_scores : p.scores);
+    } else if (p.scores_compute) {
+      store_scores(p.compute_scores);
+    } else if (tk > 0) {
+      for (index_t r = 0; r < rows; ++r) {
+        E* dst = p.scores.data + (i0 + r) * p.scores.row_stride;
+        for (index_t j = 0; j < key_begin; ++j) dst[j * p.scores.col_stride] = E{0};
+        narrow(buf.s + r * lds, width, dst + key_begin * p.scores.col_stride, p.scores.col_stride);
+        for (index_t j = key_end; j < tk; ++j) dst[j * p.scores.col_stride] = E{0};
+      }
     }
 
     if (!p.want_attn) continue;
@@ -480,17 +538,17 @@ void decomposed_rows(const RawProblem<T>& p, index_t first, index_t count) {
     acc.setZero();
     for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
       const index_t cols = std::min(kCols, key_end - j0);
-      const auto V = rows_of(p.v, j0, cols, buf.v);
+      const auto V = tile_rows(p.v, j0, cols, buf.v);
       accumulate(p, i0, j0, S.middleCols(j0 - key_begin, cols), lds, V, v_finite, buf.acc, dv, pv);
     }
-    map_of(p.attn).middleRows(i0, rows) = acc;
+    for (index_t r = 0; r < rows; ++r) store_row(p.attn, i0 + r, buf.acc + r * dv);
   }
   finish_streams();
 }
 
 /// The kernel entry: fused or decomposed, by whether SCORES are wanted.
-template <typename T>
-void tiled_rows(const RawProblem<T>& p, index_t first, index_t count) {
+template <typename S>
+void tiled_rows(const RawProblem<S>& p, index_t first, index_t count) {
   if (count <= 0) return;
   if (!p.want_scores) {
     fused_rows(p, first, count);

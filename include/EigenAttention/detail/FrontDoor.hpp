@@ -49,15 +49,38 @@ inline constexpr bool kIsResizable = std::is_base_of_v<Eigen::PlainObjectBase<De
 /// instantiates it first (`(void)ScalarCheck<...>{}`), so that its message is the first error a
 /// mismatch gives (a checking function template's body could be instantiated only at the end
 /// of the translation unit, after the errors the mismatch causes further on).
+template <typename Scalar>
+inline constexpr bool kSupportedScalar =
+    std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double> ||
+    std::is_same_v<Scalar, Eigen::bfloat16> || std::is_same_v<Scalar, Eigen::half>;
+
 template <typename Scalar, typename... Others>
 struct ScalarCheck {
   static_assert((std::is_same_v<Scalar, Others> && ...),
                 "EigenAttention: Q, K, V (and the outputs) must have the same scalar type; "
                 "convert one with .template cast<float>() or .template cast<double>()");
-  static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>,
-                "EigenAttention: the scalar type must be float or double");
-  static constexpr bool ok = (std::is_same_v<Scalar, Others> && ...) &&
-                             (std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>);
+  static_assert(kSupportedScalar<Scalar>,
+                "EigenAttention: the scalar type must be float, double, Eigen::bfloat16 or Eigen::half");
+  static constexpr bool ok = (std::is_same_v<Scalar, Others> && ...) && kSupportedScalar<Scalar>;
+};
+
+/// The log-sum-exps (an output of the forward, an input of the backward) are of the compute
+/// type: float for bfloat16 and half inputs, as Scalar otherwise.
+template <typename Scalar, typename Lse>
+struct LseCheck {
+  static constexpr bool ok = std::is_same_v<Lse, ComputeScalar<Scalar>>;
+  static_assert(ok,
+                "EigenAttention: the LSE must be of the compute type (float for Eigen::bfloat16 and "
+                "Eigen::half inputs, the input type otherwise)");
+};
+
+/// SCORES may be written in the input type or, for bfloat16 and half inputs, in float.
+template <typename Scalar, typename Scores>
+struct ScoresCheck {
+  static constexpr bool ok = std::is_same_v<Scores, Scalar> || std::is_same_v<Scores, ComputeScalar<Scalar>>;
+  static_assert(ok,
+                "EigenAttention: SCORES must be of the input type or, for Eigen::bfloat16 and Eigen::half "
+                "inputs, of float");
 };
 
 template <class T>

@@ -1,0 +1,107 @@
+// Conversions between the element types of the arrays a call reads and writes (float, double,
+// BFloat16Bits, HalfBits) and the type it computes in. The 16-bit types are storage only: a tile
+// is widened to float as it is loaded, and a result row is rounded (to nearest, ties to even;
+// NaN stays NaN) as it is stored. Eigen 3.4's bfloat16 and half do the scalar conversions (their
+// arithmetic, which rounds after every operation, is never used); the row conversions use the
+// CPU's packet conversions where the translation unit is compiled for them. Internal; included
+// by the library and by the kernels (each with its own renamed Eigen, see tiled.hpp).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/abi.hpp"
+
+namespace EigenAttention {
+namespace internal {
+namespace {
+
+/// The value of one element in the compute type.
+inline float to_compute(BFloat16Bits x) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(x.bits) << 16;  // exact: bf16 is a float's top half
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline float to_compute(HalfBits x) {
+  return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(static_cast<std::uint16_t>(x.bits)));
+}
+inline float to_compute(float x) { return x; }
+inline double to_compute(double x) { return x; }
+
+/// An element of type T holding `x` rounded to nearest, ties to even (NaN stays NaN).
+template <typename T>
+T from_compute(ComputeScalar<T> x) {
+  if constexpr (std::is_same_v<T, BFloat16Bits>) {
+    return {Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(x))};
+  } else if constexpr (std::is_same_v<T, HalfBits>) {
+    return {Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(x))};
+  } else {
+    return x;
+  }
+}
+
+/// Is the element NaN or infinite? (Its exponent bits are all ones.)
+inline bool non_finite(BFloat16Bits x) { return (x.bits & 0x7f80u) == 0x7f80u; }
+inline bool non_finite(HalfBits x) { return (x.bits & 0x7c00u) == 0x7c00u; }
+
+/// dst[0, n) = src[0, n * stride) widened to float (stride in elements).
+template <typename T>
+void widen(const T* src, std::ptrdiff_t stride, std::ptrdiff_t n, float* dst) {
+  std::ptrdiff_t j = 0;
+  if (stride == 1) {
+    if constexpr (std::is_same_v<T, BFloat16Bits>) {
+#if defined(__AVX512F__)
+      for (; j + 16 <= n; j += 16) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j));
+        _mm512_storeu_ps(dst + j, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+      }
+#elif defined(__AVX2__)
+      for (; j + 8 <= n; j += 8) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j));
+        _mm256_storeu_ps(dst + j, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+      }
+#endif
+    } else {
+#if defined(__AVX512F__)
+      for (; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(dst + j,
+                         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j))));
+#elif defined(__F16C__)
+      for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(dst + j,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j))));
+#endif
+    }
+  }
+  for (; j < n; ++j) dst[j] = to_compute(src[j * stride]);
+}
+
+/// dst[0, n * stride) = src[0, n) rounded to T (stride in elements).
+template <typename T>
+void narrow(const float* src, std::ptrdiff_t n, T* dst, std::ptrdiff_t stride) {
+  std::ptrdiff_t j = 0;
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, HalfBits>) {
+    if (stride == 1) {
+      for (; j + 16 <= n; j += 16) {
+        const __m256i h =
+            _mm512_cvtps_ph(_mm512_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), h);
+      }
+    }
+  }
+#endif
+  for (; j < n; ++j) dst[j * stride] = from_compute<T>(src[j]);
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace EigenAttention

@@ -1,0 +1,110 @@
+// A validated problem on 16-bit arrays (BFloat16Bits, HalfBits) as the same problem on float
+// copies: what the backward pass of a bfloat16 or half call runs (its kernel reads and writes
+// float and double only). The copies are whole arrays (the inputs, the forward's results,
+// dL/dATTN, the bias) and the gradients are rounded back into the caller's views afterwards;
+// see docs/low_precision.md. The forward pass never comes here: its kernels widen tile by tile.
+// Internal to the library.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kernels/convert.hpp"
+#include "problem.hpp"
+
+namespace EigenAttention {
+namespace internal {
+
+/// A [batch, heads, tokens, dim] float buffer holding a view's elements, widened.
+class WideArray {
+ public:
+  template <typename T>
+  explicit WideArray(const HeadsView<const T>& v)
+      : data_(static_cast<std::size_t>(v.batch * v.heads * v.tokens * v.dim)),
+        view_{data_.data(),     v.batch, v.heads, v.tokens, v.dim, v.heads * v.tokens * v.dim,
+              v.tokens * v.dim, v.dim,   1} {
+    if (v.data == nullptr) {
+      view_.data = nullptr;
+      return;
+    }
+    for (index_t b = 0; b < v.batch; ++b)
+      for (index_t h = 0; h < v.heads; ++h)
+        for (index_t t = 0; t < v.tokens; ++t)
+          widen(v.data + b * v.batch_stride + h * v.head_stride + t * v.token_stride, v.dim_stride, v.dim,
+                data_.data() + ((b * v.heads + h) * v.tokens + t) * v.dim);
+  }
+  /// An output's buffer (zeros).
+  template <typename T>
+  explicit WideArray(const HeadsView<T>& v, bool)
+      : data_(static_cast<std::size_t>(v.batch * v.heads * v.tokens * v.dim)),
+        view_{data_.data(),     v.batch, v.heads, v.tokens, v.dim, v.heads * v.tokens * v.dim,
+              v.tokens * v.dim, v.dim,   1} {
+    if (v.data == nullptr) view_.data = nullptr;
+  }
+  const HeadsView<float>& view() const { return view_; }
+  HeadsView<const float> input() const {
+    return {view_.data,         view_.batch,       view_.heads,        view_.tokens,    view_.dim,
+            view_.batch_stride, view_.head_stride, view_.token_stride, view_.dim_stride};
+  }
+  /// Rounds tokens [first, first + count) of every (batch, head) into `out`.
+  template <typename T>
+  void narrow_into(const HeadsView<T>& out, index_t first, index_t count) const {
+    for (index_t b = 0; b < out.batch; ++b)
+      for (index_t h = 0; h < out.heads; ++h)
+        for (index_t t = first; t < first + count; ++t)
+          narrow(data_.data() + ((b * out.heads + h) * out.tokens + t) * out.dim, out.dim,
+                 out.data + b * out.batch_stride + h * out.head_stride + t * out.token_stride,
+                 out.dim_stride);
+  }
+
+ private:
+  std::vector<float> data_;
+  HeadsView<float> view_;
+};
+
+/// The float problem of a 16-bit problem p, on widened copies that `keep` owns.
+template <typename T>
+Problem<float> widened(const Problem<T>& p, std::vector<WideArray>& keep) {
+  keep.reserve(16);  // views into keep's arrays must not move
+  const auto in = [&](const HeadsView<const T>& v) {
+    keep.emplace_back(v);
+    return keep.back().input();
+  };
+  const auto out = [&](const HeadsView<T>& v) {
+    keep.emplace_back(v, true);
+    return keep.back().view();
+  };
+  Problem<float> f;
+  f.q = in(p.q), f.k = in(p.k), f.v = in(p.v);
+  f.masks.mask = p.masks.mask;
+  f.masks.key_lengths = p.masks.key_lengths;
+  if (!p.masks.bias.empty()) {
+    const BroadcastView<T>& b = p.masks.bias;
+    const HeadsView<const float> wide = in(HeadsView<const T>{
+        b.data, b.batch, b.heads, b.rows, b.cols, b.batch_stride, b.head_stride, b.row_stride, b.col_stride});
+    f.masks.bias = {wide.data,         wide.batch,       wide.heads,        wide.tokens,    wide.dim,
+                    wide.batch_stride, wide.head_stride, wide.token_stride, wide.dim_stride};
+  }
+  if (p.masks.alibi_slopes != nullptr) {
+    const HeadsView<const float> slopes =
+        in(HeadsView<const T>{p.masks.alibi_slopes, 1, 1, 1, p.q.heads, 0, 0, 0, 1});
+    f.masks.alibi_slopes = slopes.data;
+  }
+  f.scale = p.scale, f.causal = p.causal, f.bottom_right = p.bottom_right;
+  f.window_left = p.window_left, f.window_right = p.window_right, f.softcap = p.softcap;
+  f.kernel = p.kernel;
+  f.cu_q = p.cu_q, f.cu_k = p.cu_k, f.sequences = p.sequences;
+  f.backward = p.backward;
+  if (p.backward) {
+    f.fwd_out = in(p.fwd_out);
+    f.fwd_lse = p.fwd_lse;
+    f.d_out = in(p.d_out);
+    if (p.d_scores.data != nullptr) f.d_scores = in(p.d_scores);
+    f.dq = out(p.dq), f.dk = out(p.dk), f.dv = out(p.dv);
+    if (p.d_bias.data != nullptr) f.d_bias = out(p.d_bias);
+  }
+  return f;
+}
+
+}  // namespace internal
+}  // namespace EigenAttention
