@@ -1,7 +1,8 @@
 /// \file Compiled.hpp
 /// The compiled entry points behind the template front doors of Attention.hpp.
 ///
-/// The library is compiled once, for `float` and `double`; what it takes and writes crosses the
+/// The library is compiled once, for `float`, `double` and the 16-bit storage types (as their
+/// bits: BFloat16Bits, HalfBits of Scalars.hpp); what it takes and writes crosses the
 /// boundary as MatrixView (a pointer, sizes and strides: no Eigen object), so one compiled
 /// function serves row- and column-major matrices, maps and blocks, and nothing depends on the
 /// flags your code is compiled with. Every Eigen object you hold is allocated by code compiled

@@ -212,68 +212,82 @@ namespace compiled {
 /// The multi-head calls on BFloat16Bits and HalfBits views (the 16 bits of Eigen::bfloat16 and
 /// Eigen::half), as the front doors below pass them. Semantics as the float calls.
 ///@{
+/// attention_heads() on 16-bit views (see the front door below).
 EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
                                             HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> out,
                                             const Options& opt, const Masks<BFloat16Bits>& masks,
                                             HeadsView<float> lse);
+/// attention_heads() on 16-bit views (see the front door below).
 EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
                                             HeadsView<const HalfBits> v, HeadsView<HalfBits> out,
                                             const Options& opt, const Masks<HalfBits>& masks,
                                             HeadsView<float> lse);
+/// attention_heads_decomposed() on 16-bit views.
 EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(
     HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
     HeadsView<BFloat16Bits> scores, HeadsView<BFloat16Bits> out, const Options& opt,
     const Masks<BFloat16Bits>& masks, HeadsView<float> lse, HeadsView<BFloat16Bits> average_scores);
+/// attention_heads_decomposed() on 16-bit views.
 EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(
     HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
     HeadsView<HalfBits> scores, HeadsView<HalfBits> out, const Options& opt, const Masks<HalfBits>& masks,
     HeadsView<float> lse, HeadsView<HalfBits> average_scores);
+/// attention_varlen() on 16-bit views.
 EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
                                              HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> out,
                                              const std::int64_t* cu_seqlens_q,
                                              const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
                                              const Options& opt, const Masks<BFloat16Bits>& masks,
                                              HeadsView<float> lse);
+/// attention_varlen() on 16-bit views.
 EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
                                              HeadsView<const HalfBits> v, HeadsView<HalfBits> out,
                                              const std::int64_t* cu_seqlens_q,
                                              const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
                                              const Options& opt, const Masks<HalfBits>& masks,
                                              HeadsView<float> lse);
+/// attention_varlen_decomposed() on 16-bit views.
 EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
     HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
     BFloat16Bits* scores, std::size_t scores_size, HeadsView<BFloat16Bits> out,
     const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
     const Options& opt, const Masks<BFloat16Bits>& masks, HeadsView<float> lse);
+/// attention_varlen_decomposed() on 16-bit views.
 EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
     HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v, HalfBits* scores,
     std::size_t scores_size, HeadsView<HalfBits> out, const std::int64_t* cu_seqlens_q,
     const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt, const Masks<HalfBits>& masks,
     HeadsView<float> lse);
+/// attention_heads_backward() on 16-bit views.
 EIGEN_ATTENTION_EXPORT void attention_heads_backward(
     HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
     HeadsView<const BFloat16Bits> out, HeadsView<const float> lse, HeadsView<const BFloat16Bits> d_out,
     HeadsView<BFloat16Bits> dq, HeadsView<BFloat16Bits> dk, HeadsView<BFloat16Bits> dv, const Options& opt,
     const Masks<BFloat16Bits>& masks, HeadsView<const BFloat16Bits> d_scores, HeadsView<BFloat16Bits> d_bias);
+/// attention_heads_backward() on 16-bit views.
 EIGEN_ATTENTION_EXPORT void attention_heads_backward(
     HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
     HeadsView<const HalfBits> out, HeadsView<const float> lse, HeadsView<const HalfBits> d_out,
     HeadsView<HalfBits> dq, HeadsView<HalfBits> dk, HeadsView<HalfBits> dv, const Options& opt,
     const Masks<HalfBits>& masks, HeadsView<const HalfBits> d_scores, HeadsView<HalfBits> d_bias);
+/// attention_varlen_backward() on 16-bit views.
 EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
     HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
     HeadsView<const BFloat16Bits> out, HeadsView<const float> lse, HeadsView<const BFloat16Bits> d_out,
     HeadsView<BFloat16Bits> dq, HeadsView<BFloat16Bits> dk, HeadsView<BFloat16Bits> dv,
     const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
     const Options& opt, const Masks<BFloat16Bits>& masks);
+/// attention_varlen_backward() on 16-bit views.
 EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
     HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
     HeadsView<const HalfBits> out, HeadsView<const float> lse, HeadsView<const HalfBits> d_out,
     HeadsView<HalfBits> dq, HeadsView<HalfBits> dk, HeadsView<HalfBits> dv, const std::int64_t* cu_seqlens_q,
     const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt, const Masks<HalfBits>& masks);
+/// merge_attention() of 16-bit partial results.
 EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const BFloat16Bits> out_a, HeadsView<const float> lse_a,
                                             HeadsView<const BFloat16Bits> out_b, HeadsView<const float> lse_b,
                                             HeadsView<BFloat16Bits> out, HeadsView<float> lse);
+/// merge_attention() of 16-bit partial results.
 EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const HalfBits> out_a, HeadsView<const float> lse_a,
                                             HeadsView<const HalfBits> out_b, HeadsView<const float> lse_b,
                                             HeadsView<HalfBits> out, HeadsView<float> lse);

@@ -1,4 +1,4 @@
-// Must not compile: Q, K and V hold integers (the library computes in float or double only).
+// Must not compile: Q, K and V hold integers (float, double, bfloat16 and half only).
 #include <EigenAttention/EigenAttention.hpp>
 
 int main() {

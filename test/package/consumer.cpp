@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <unistd.h>
@@ -387,6 +388,32 @@ void check_golden() {
 
 }  // namespace
 
+// bfloat16 and half: computed in float inside the library whatever this translation unit's flags;
+// ATTN and SCORES come back rounded to the 16-bit type (tol: its half ulp of values below 1, plus
+// float error), LSE in float.
+template <typename T>
+void check_low_precision(double tol) {
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+  const Mat Q = Eigen::MatrixXf::Random(kRows, kDim).cast<T>(),
+            K = Eigen::MatrixXf::Random(kKeys, kDim).cast<T>(),
+            V = Eigen::MatrixXf::Random(kKeys, kValueDim).cast<T>();
+  const std::string tag = std::is_same_v<T, Eigen::bfloat16> ? "bfloat16 " : "half ";
+  for (const bool causal : {false, true}) {
+    ea::Options opt;
+    opt.causal = causal;
+    const Reference ref = reference(Q, K, V, causal);
+    expect_close((tag + "attention").c_str(), ea::attention(Q, K, V, opt), ref.attn, tol);
+    const auto r = ea::attention_decomposed(Q, K, V, opt);
+    expect_close((tag + "attention_decomposed scores").c_str(), r.scores, ref.scores, tol);
+    expect_close((tag + "attention_decomposed lse (float)").c_str(), r.lse, ref.lse, 2e-5);
+    Eigen::MatrixXf scores;
+    Mat attn;
+    ea::attention_decomposed_into(Q, K, V, scores, attn, opt);
+    expect_close((tag + "attention_decomposed_into float scores").c_str(), scores, ref.scores, 2e-5);
+    expect_close((tag + "attention_decomposed_into attn").c_str(), attn, ref.attn, tol);
+  }
+}
+
 int main() {
   const std::string headers = std::to_string(EIGEN_ATTENTION_VERSION_MAJOR) + "." +
                               std::to_string(EIGEN_ATTENTION_VERSION_MINOR) + "." +
@@ -402,6 +429,8 @@ int main() {
   check_single_head<double>(1e-12);
   check_multi_head<float>(2e-5);
   check_multi_head<double>(1e-12);
+  check_low_precision<Eigen::bfloat16>(8e-3);
+  check_low_precision<Eigen::half>(1e-3);
   check_npy();
   check_eigen_globals();
   std::printf("%d passed, %d failed\n", checks - failures, failures);
