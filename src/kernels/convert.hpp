@@ -84,17 +84,33 @@ void widen(const T* src, std::ptrdiff_t stride, std::ptrdiff_t n, float* dst) {
   for (; j < n; ++j) dst[j] = to_compute(src[j * stride]);
 }
 
-/// dst[0, n * stride) = src[0, n) rounded to T (stride in elements).
+/// dst[0, n * stride) = src[0, n) rounded to T (stride in elements). The packet paths round as
+/// the scalar one (Eigen's conversions) does, NaN included: bfloat16 adds 0x7fff plus the lowest
+/// kept bit and truncates, and a NaN becomes the quiet NaN of its sign (0x7fc0 / 0xffc0); half
+/// uses vcvtps2ph, which rounds to nearest even.
 template <typename T>
 void narrow(const float* src, std::ptrdiff_t n, T* dst, std::ptrdiff_t stride) {
   std::ptrdiff_t j = 0;
 #if defined(__AVX512F__)
-  if constexpr (std::is_same_v<T, HalfBits>) {
-    if (stride == 1) {
+  if (stride == 1) {
+    if constexpr (std::is_same_v<T, HalfBits>) {
       for (; j + 16 <= n; j += 16) {
         const __m256i h =
             _mm512_cvtps_ph(_mm512_loadu_ps(src + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), h);
+      }
+    } else if constexpr (std::is_same_v<T, BFloat16Bits>) {
+      const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
+      const __m512i sign = _mm512_set1_epi32(0x8000), quiet = _mm512_set1_epi32(0x7fc0);
+      for (; j + 16 <= n; j += 16) {
+        const __m512 x = _mm512_loadu_ps(src + j);
+        const __m512i bits = _mm512_castps_si512(x);
+        const __m512i high = _mm512_srli_epi32(bits, 16);
+        __m512i r = _mm512_srli_epi32(
+            _mm512_add_epi32(bits, _mm512_add_epi32(bias, _mm512_and_si512(high, one))), 16);
+        const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_and_si512(high, sign), quiet));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), _mm512_cvtepi32_epi16(r));
       }
     }
   }
