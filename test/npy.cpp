@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -143,6 +144,18 @@ const unsigned char kNumpyF8_v3[] = {
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf0, 0x3f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x40,
     0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x08, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x40,
 };
+// np.save(f, np.array([[1, -2, 0.5], [65504, 2**-24, -0.0]], dtype='<f2'))
+const unsigned char kNumpyF2_2x3[] = {
+    0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59, 0x01, 0x00, 0x76, 0x00, 0x7b, 0x27, 0x64, 0x65, 0x73, 0x63,
+    0x72, 0x27, 0x3a, 0x20, 0x27, 0x3c, 0x66, 0x32, 0x27, 0x2c, 0x20, 0x27, 0x66, 0x6f, 0x72, 0x74,
+    0x72, 0x61, 0x6e, 0x5f, 0x6f, 0x72, 0x64, 0x65, 0x72, 0x27, 0x3a, 0x20, 0x46, 0x61, 0x6c, 0x73,
+    0x65, 0x2c, 0x20, 0x27, 0x73, 0x68, 0x61, 0x70, 0x65, 0x27, 0x3a, 0x20, 0x28, 0x32, 0x2c, 0x20,
+    0x33, 0x29, 0x2c, 0x20, 0x7d, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20,
+    0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20,
+    0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20,
+    0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x20, 0x0a,
+    0x00, 0x3c, 0x00, 0xc0, 0x00, 0x38, 0xff, 0x7b, 0x01, 0x00, 0x00, 0x80,
+};
 // clang-format on
 
 template <std::size_t N>
@@ -259,7 +272,13 @@ void check_same(const npy::Array& a, const npy::Array& b) {
 }
 
 const npy::DType kAllDTypes[] = {npy::DType::Float32, npy::DType::Float64, npy::DType::Int32,
-                                 npy::DType::Int64, npy::DType::Bool};
+                                 npy::DType::Int64,   npy::DType::Bool,    npy::DType::Float16};
+
+/// The 16 bits of a half.
+std::uint16_t bits_of(Eigen::half h) { return Eigen::numext::bit_cast<std::uint16_t>(h); }
+
+/// The half of 16 bits.
+Eigen::half half_of(std::uint16_t b) { return Eigen::numext::bit_cast<Eigen::half>(b); }
 
 }  // namespace
 
@@ -269,6 +288,18 @@ TEST_CASE("npy: dtype descriptors and sizes") {
   CHECK(std::string(npy::dtype_descr(npy::DType::Int32)) == "<i4");
   CHECK(std::string(npy::dtype_descr(npy::DType::Int64)) == "<i8");
   CHECK(std::string(npy::dtype_descr(npy::DType::Bool)) == "|b1");
+  CHECK(std::string(npy::dtype_descr(npy::DType::Float16)) == "<f2");
+  CHECK(std::string(npy::dtype_name(npy::DType::Float16)) == "float16");
+  CHECK(std::string(npy::dtype_name(npy::DType::Float32)) == "float32");
+  CHECK(std::string(npy::dtype_name(static_cast<npy::DType>(42))) == "invalid");
+  CHECK(npy::dtype_size(npy::DType::Float16) == 2);
+  // Float16 was appended: the values of the others are those of earlier versions.
+  CHECK(int(npy::DType::Float32) == 0);
+  CHECK(int(npy::DType::Float64) == 1);
+  CHECK(int(npy::DType::Int32) == 2);
+  CHECK(int(npy::DType::Int64) == 3);
+  CHECK(int(npy::DType::Bool) == 4);
+  CHECK(int(npy::DType::Float16) == 5);
   CHECK(npy::dtype_size(npy::DType::Float32) == 4);
   CHECK(npy::dtype_size(npy::DType::Float64) == 8);
   CHECK(npy::dtype_size(npy::DType::Int32) == 4);
@@ -332,6 +363,12 @@ TEST_CASE("npy: writes exactly the bytes NumPy writes, and reads them back") {
           bytes_of(kNumpyI4_4d));
   }
   SUBCASE("float32 (0, 3)") { check(npy::zeros<float>({0, 3}), bytes_of(kNumpyF4_0x3)); }
+  SUBCASE("float16 (2, 3)") {
+    ea::RowMatrix<Eigen::half> m(2, 3);
+    m << Eigen::half(1.0f), Eigen::half(-2.0f), Eigen::half(0.5f), Eigen::half(65504.0f),
+        half_of(0x0001) /* 2^-24, the smallest subnormal */, Eigen::half(-0.0f);
+    check(npy::from_matrix(m), bytes_of(kNumpyF2_2x3));
+  }
 }
 
 TEST_CASE("npy: reads format versions 2.0 and 3.0") {
@@ -461,11 +498,12 @@ TEST_CASE("npy: malformed and hostile files are rejected, naming the file and th
     check_rejected(make_file(header_of("<c16", "(1,)"), Bytes(16)), "complex");
     check_rejected(make_file(header_of(">f8", "(2,)"), f8x2), "big-endian");
     check_rejected(make_file(header_of(">i4", "(4,)"), f8x2), "big-endian");
+    check_rejected(make_file(header_of(">f2", "(8,)"), f8x2), "big-endian");
     check_rejected(make_file(header_of("|S8", "(2,)"), f8x2), "strings");
     check_rejected(make_file(header_of("<U2", "(2,)"), f8x2), "strings");
     check_rejected(make_file(header_of("|V16", "(1,)"), Bytes(16)), "structured");
     for (const char* descr :
-         {"|i1", "|u1", "<u4", "<f2", "<f16", "f8", "|f8", "<i2", "<M8[ns]", "", "<f8 "}) {
+         {"|i1", "|u1", "<u4", "<u2", "|f2", "f2", "<f16", "f8", "|f8", "<i2", "<M8[ns]", "", "<f8 "}) {
       CAPTURE(descr);
       check_rejected(make_file(header_of(descr, "(2,)"), f8x2), "unsupported dtype");
     }
@@ -674,6 +712,88 @@ TEST_CASE("npy: from_matrix, as_matrix, as_heads, zeros, data") {
     npy::Array neg;
     neg.shape = {-1};
     CHECK_THROWS_AS(neg.size(), npy::Error);
+  }
+}
+
+TEST_CASE("npy: float16 ('<f2') as Eigen::half") {
+  // Every bit pattern class: zeros of both signs, subnormals, normals, the largest finite,
+  // infinities and NaNs (quiet and signalling payloads, both signs).
+  const std::vector<std::uint16_t> patterns = {0x0000, 0x8000, 0x0001, 0x03ff, 0x8200, 0x0400,
+                                               0x3c00, 0xc000, 0x3555, 0x7bff, 0xfbff, 0x7c00,
+                                               0xfc00, 0x7e00, 0x7c01, 0xfe55};
+  ea::RowMatrix<Eigen::half> m(4, 4);
+  for (int i = 0; i < 16; ++i) m(i / 4, i % 4) = half_of(patterns[std::size_t(i)]);
+
+  SUBCASE("a half matrix round-trips bit for bit, as '<f2'") {
+    TempDir dir;
+    const npy::Array a = npy::from_matrix(m);
+    CHECK(a.dtype == npy::DType::Float16);
+    CHECK(a.shape == std::vector<std::int64_t>{4, 4});
+    CHECK(a.bytes.size() == 32);
+    CHECK(a.bytes == bytes_of_values<std::uint16_t>(patterns));  // row-major, little-endian bits
+    const std::string path = dir / "h.npy";
+    npy::write(path, a);
+    const Bytes file = slurp(path);
+    const std::string text(file.begin(), file.end());
+    CHECK(contains(text, "{'descr': '<f2', 'fortran_order': False, 'shape': (4, 4), }"));
+    CHECK(file.size() == 128 + 32);
+    const npy::Array back = npy::read(path);
+    check_same(back, a);
+    const auto view = npy::as_matrix<Eigen::half>(back, "h.npy");
+    REQUIRE(view.rows() == 4);
+    REQUIRE(view.cols() == 4);
+    for (int i = 0; i < 16; ++i) {
+      CAPTURE(i);
+      CHECK(bits_of(view(i / 4, i % 4)) == patterns[std::size_t(i)]);
+    }
+    CHECK(bits_of(back.data<Eigen::half>()[13]) == 0x7e00);
+  }
+  SUBCASE("NumPy's bytes read as the values NumPy wrote; widening to float is exact") {
+    const npy::Array a = parse(bytes_of(kNumpyF2_2x3));
+    CHECK(a.dtype == npy::DType::Float16);
+    const Eigen::MatrixXf f = npy::as_matrix<Eigen::half>(a, "x").cast<float>();
+    CHECK(f(0, 0) == 1.0f);
+    CHECK(f(0, 1) == -2.0f);
+    CHECK(f(0, 2) == 0.5f);
+    CHECK(f(1, 0) == 65504.0f);
+    CHECK(f(1, 1) == std::ldexp(1.0f, -24));
+    CHECK(f(1, 2) == 0.0f);
+    CHECK(std::signbit(f(1, 2)));
+  }
+  SUBCASE("'=f2' is native (little-endian); big-endian '>f2' is rejected as every big-endian dtype") {
+    const Bytes data = bytes_of_values<std::uint16_t>({0x3c00, 0xc000});
+    const npy::Array native = parse(make_file(header_of("=f2", "(2,)"), data));
+    CHECK(native.dtype == npy::DType::Float16);
+    CHECK(native.bytes == data);
+    const std::string m = parse_error(make_file(header_of(">f2", "(2,)"), data));
+    CHECK(m.rfind("hostile.npy: unsupported dtype '>f2': big-endian data is not supported", 0) == 0);
+    CHECK(contains(m, "'<f2'"));  // among the supported ones
+    check_rejected(make_file(header_of("<f2", "(3,)"), data), "truncated");
+    check_rejected(make_file(header_of("<f2", "(1,)"), data), "trailing garbage");
+  }
+  SUBCASE("no conversion: the views and data() of another type throw, naming float16") {
+    const npy::Array a = npy::from_matrix(m);
+    std::string e = error_of([&] { npy::as_matrix<float>(a, "Q.npy"); });
+    CHECK(e.rfind("Q.npy: expected a 2-D float32 ('<f4') array, got a 2-D float16 ('<f2') array", 0) == 0);
+    e = error_of([&] { a.data<float>("Q.npy"); });
+    CHECK(e == "Q.npy: holds float16 ('<f2') elements, not float32 ('<f4')");
+    const npy::Array f = npy::from_matrix(Eigen::MatrixXf::Ones(2, 2));
+    CHECK_THROWS_AS(npy::as_matrix<Eigen::half>(f, "f"), npy::Error);
+  }
+  SUBCASE("zeros and as_heads") {
+    npy::Array z = npy::zeros<Eigen::half>({1, 2, 3, 4});
+    CHECK(z.dtype == npy::DType::Float16);
+    CHECK(z.bytes == Bytes(48, 0));
+    Eigen::half* p = z.data<Eigen::half>();
+    for (int i = 0; i < 24; ++i) p[i] = Eigen::half(float(i));
+    const auto h = npy::as_heads<Eigen::half>(z, ea::Layout::BHTD, "z");
+    CHECK(h.heads == 2);
+    CHECK(h.tokens == 3);
+    CHECK(float(h.head(0, 1)(2, 3)) == 23.0f);
+    const auto t = npy::as_heads<Eigen::half>(z, ea::Layout::BTHD, "z");
+    CHECK(t.tokens == 2);
+    CHECK(t.heads == 3);
+    CHECK(float(t.head(0, 2)(1, 3)) == 23.0f);
   }
 }
 

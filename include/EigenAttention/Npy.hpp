@@ -3,14 +3,14 @@
 /// matrices and multi-head views. Part of the library (target EigenAttention::EigenAttention)
 /// and of the umbrella header.
 ///
-/// The reader parses untrusted files: every malformed or hostile input (truncated data, a
-/// header longer than the file, an unsupported dtype such as object or complex, big-endian
-/// data, Fortran order, a non-numeric shape, a shape whose element or byte count overflows)
-/// throws npy::Error whose message names the file and the problem. Stricter than NumPy in two
-/// ways: bytes after the data are rejected (NumPy ignores them), and so are booleans other than
-/// 0 and 1. The writer writes to a
-/// temporary file in the same directory and renames it (an AtomicFile), so no half-written file
-/// is ever left.
+/// The dtypes are float32, float64, float16 (as Eigen::half), int32, int64 and bool. The
+/// reader parses untrusted files: every malformed or hostile input (truncated data, a header
+/// longer than the file, an unsupported dtype such as object or complex, big-endian data,
+/// Fortran order, a non-numeric shape, a shape whose element or byte count overflows) throws
+/// npy::Error whose message names the file and the problem. Stricter than NumPy in two ways:
+/// bytes after the data are rejected (NumPy ignores them), and so are booleans other than 0
+/// and 1. The writer writes to a temporary file in the same directory and renames it (an
+/// AtomicFile), so no half-written file is ever left.
 ///
 /// Array holds standard-library containers, so everything that touches one is inline, compiled
 /// in your translation unit with your flags (a consumer built with `-D_GLIBCXX_DEBUG` has
@@ -45,13 +45,15 @@ class EIGEN_ATTENTION_EXPORT Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// The element types supported (little-endian or byte-order-free only).
-enum class DType { Float32, Float64, Int32, Int64, Bool };
+/// The element types supported (little-endian or byte-order-free only). Float16 is IEEE
+/// binary16 (NumPy's float16, held as Eigen::half); it comes last, so that the values of the
+/// others are those of earlier versions.
+enum class DType { Float32, Float64, Int32, Int64, Bool, Float16 };
 
-/// "<f4", "<f8", "<i4", "<i8", "|b1".
+/// "<f4", "<f8", "<i4", "<i8", "|b1", "<f2".
 EIGEN_ATTENTION_EXPORT const char* dtype_descr(DType dtype);
-/// "float32", "float64", "int32", "int64", "bool" (NumPy's names); "invalid" for a value
-/// outside the enumeration.
+/// "float32", "float64", "int32", "int64", "bool", "float16" (NumPy's names); "invalid" for a
+/// value outside the enumeration.
 EIGEN_ATTENTION_EXPORT const char* dtype_name(DType dtype);
 /// Bytes per element.
 EIGEN_ATTENTION_EXPORT std::size_t dtype_size(DType dtype);
@@ -65,8 +67,9 @@ struct Array {
   /// The number of elements (the product of the shape; 1 for a scalar).
   inline std::int64_t size() const;
   ///@{
-  /// The elements as T (T matching dtype: float for Float32, double for Float64,
-  /// std::int32_t, std::int64_t, bool). Throws Error naming `what` on a dtype mismatch.
+  /// The elements as T (T matching dtype: float for Float32, double for Float64, Eigen::half
+  /// for Float16, std::int32_t, std::int64_t, bool). Throws Error naming `what` on a dtype
+  /// mismatch (no conversion: a Float16 array is not read as float).
   template <typename T>
   const T* data(const char* what = "array") const;
   template <typename T>
@@ -86,22 +89,26 @@ inline void write(const std::string& path, const Array& array);
 /// caller commits it. Checks the array as write() does. \throws Error naming file.path().
 inline void write(AtomicFile& file, const Array& array);
 
-/// An Array holding a copy of a matrix (2-D, float or double).
+/// An Array holding a copy of a matrix (2-D, float, double or Eigen::half: Float32, Float64 or
+/// Float16, the bits kept).
 template <class Derived>
 Array from_matrix(const Eigen::MatrixBase<Derived>& m);
 
-/// A 2-D float/double array as a row-major matrix. \throws Error (named `what`) if it is not
-/// 2-D or not of scalar type T.
+/// A 2-D array of float, double or Eigen::half as a row-major matrix. \throws Error (named
+/// `what`) if it is not 2-D or not of scalar type T (no conversion: as_matrix<float> of a
+/// Float16 array throws; widen the view, `.cast<float>()`, which is exact).
 template <typename T>
 Eigen::Map<const RowMatrix<T>> as_matrix(const Array& a, const char* what);
 
-/// A 4-D float/double array as a contiguous view in `layout` ([batch, heads, tokens, dim] for
-/// BHTD, [batch, tokens, heads, dim] for BTHD). \throws Error as as_matrix().
+/// A 4-D array of float, double or Eigen::half as a contiguous view in `layout` ([batch,
+/// heads, tokens, dim] for BHTD, [batch, tokens, heads, dim] for BTHD). \throws Error as
+/// as_matrix().
 template <typename T>
 HeadsView<const T> as_heads(const Array& a, Layout layout, const char* what);
 
-/// A new zero-filled array of T (float, double, std::int32_t, std::int64_t or bool) with the
-/// given shape. \throws Error for a negative dimension or a size that overflows.
+/// A new zero-filled array of T (float, double, Eigen::half, std::int32_t, std::int64_t or
+/// bool) with the given shape. \throws Error for a negative dimension or a size that
+/// overflows.
 template <typename T>
 Array zeros(std::vector<std::int64_t> shape);
 

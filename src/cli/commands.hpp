@@ -15,6 +15,8 @@ struct RunArgs {
   std::string scale, softcap, window;
   std::string mask, key_lengths, alibi;
   std::string layout = "bhtd";
+  std::string compute;  // float, double, bf16, half; empty: the inputs' type
+  bool compute_given = false;
   std::string threads = "0";
   bool average_heads = false;
   std::string heatmap, batch, head, tokens;

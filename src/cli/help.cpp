@@ -51,12 +51,14 @@ const char* const kRunHelp = R"(Usage: eigen-attention run --q Q.npy --k K.npy -
 
 Computes ATTN = softmax(Q K^T * scale + masks) V for every sequence and head.
 
-Inputs are float32 or float64 (Q, K and V of one dtype), either 2-D, one head
-(tokens x dim), or 4-D in the layout of --layout: bhtd = (batch, heads, tokens, dim),
-bthd = (batch, tokens, heads, dim). K and V may have fewer heads than Q (grouped-query
-attention: a divisor of Q's heads; 1 = multi-query). Outputs keep the inputs' dtype and
-rank; ATTN keeps their layout too, while SCORES and LSE always put the heads before the
-tokens (PyTorch's and FlashAttention's order for them), whatever --layout says.
+Inputs are float16, float32 or float64 (Q, K and V of one dtype: mixed dtypes are an
+error), either 2-D, one head (tokens x dim), or 4-D in the layout of --layout: bhtd =
+(batch, heads, tokens, dim), bthd = (batch, tokens, heads, dim). K and V may have fewer
+heads than Q (grouped-query attention: a divisor of Q's heads; 1 = multi-query). Outputs
+keep the inputs' rank and are in the compute type (--compute, by default the inputs'
+dtype; float16 is computed in float32 and LSE is float32); ATTN keeps their layout too,
+while SCORES and LSE always put the heads before the tokens (PyTorch's and
+FlashAttention's order for them), whatever --layout says.
 
 Files:
       --q FILE             queries, [T_q, d_k] or 4-D
@@ -76,7 +78,7 @@ Masks and biases, applied in this order:
       --softcap X          then X * tanh(logit / X) (default 0: off)
       --alibi FILE         then minus slope_h * |i + offset - j|: one float per query head
       --mask FILE          bool: true = may attend, false = masked; float: added to the
-                           logits (converted to the inputs' dtype). [T_q, T_k], or
+                           logits (converted to the compute type). [T_q, T_k], or
                            [batch or 1, heads or 1, T_q, T_k], always in bhtd order
                            (batch, heads, T_q, T_k), whatever --layout says
       --causal             query i sees keys j <= i + offset only
@@ -91,6 +93,22 @@ Masks and biases, applied in this order:
   A row that sees no key gets zero weights, a zero output and LSE = -inf.
 
 Other options:
+      --compute float|double|bf16|half
+                           the type of the computation (default: the inputs' dtype:
+                           float for float32, double for float64, half for float16).
+                           Q, K, V, a float --mask and --alibi are converted to it
+                           (exactly when it is wider, rounded once to nearest even when
+                           narrower); bf16 and half are computed in float32. Outputs are
+                           written in it: float32, float64, float16 (LSE float32); bf16's
+                           as float32 (NumPy has no bfloat16: bfloat16 values, widened
+                           exactly). When bf16 or half rounds the inputs (float32 or
+                           float64 files; bf16 of float16 files too), run also computes
+                           in the inputs' own type (float32 for float16) on the inputs as
+                           read, and in float32 on the rounded inputs, and prints for
+                           ATTN (and SCORES, LSE when written) the max abs difference
+                           against each: the first is what the rounding of inputs and
+                           outputs costs, the second isolates the call's own error from
+                           the inputs' rounding; three computations instead of one
       --layout bhtd|bthd   the order of 4-D Q, K, V and ATTN (default bhtd); SCORES and LSE
                            are [batch, heads, ...] in both
       --threads N          threads (default 0: one per hardware thread); the results are
@@ -102,15 +120,23 @@ Other options:
       --head H             the query head the heatmap shows (default 0)
       --tokens FILE        one token per line, to label the heatmap's axes (both when
                            T_q = T_k, else the keys); missing lines are labelled by index
-      --quiet              no progress indicator, no summary of the files written
+      --quiet              no progress indicator, no summary of the files written (nor
+                           the differences of --compute bf16|half)
   -h, --help               show this help and exit
 
 Outputs are written only when everything succeeded: after a failure no output of this
 run is left (an existing file of that name is left as it was).
 
-Example:
+Examples:
   eigen-attention run --q q.npy --k k.npy --v v.npy --out attn.npy --causal \
       --scores scores.npy --heatmap scores.png --head 3 --tokens tokens.txt
+  eigen-attention run --q q.npy --k k.npy --v v.npy --out attn.npy --compute bf16
+    prints, after the files written:
+      compute bfloat16: Q, K and V rounded to bfloat16 (max abs rounding R), computed in
+        float32; outputs written as float32 (NumPy has no bfloat16)
+      ATTN: max abs difference D1 against float32 on the inputs as read, D2 against
+        float32 on the rounded inputs; max |ATTN| M
+    (each on one line; one line each for SCORES and LSE when they are written)
 )";
 
 const char* const kHeatmapHelp =
@@ -120,7 +146,7 @@ Draws attention weights as a PNG heatmap: queries are rows (top to bottom), keys
 columns, colours from dark purple (0) to yellow (the largest weight), masked weights
 (exactly 0) near-black. Large matrices are pooled (block means) to fit.
 
-SCORES is float32 or float64, as 'run --scores' writes it (with any --layout):
+SCORES is float16, float32 or float64, as 'run --scores' writes it (with any --layout):
   [T_q, T_k]                  one head (2-D inputs)
   [batch, T_q, T_k]           the mean over heads ('run --average-heads')
   [batch, heads, T_q, T_k]    every head (4-D inputs)

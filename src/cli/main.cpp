@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   run->add_option("--key-lengths", run_args.key_lengths);
   run->add_option("--alibi", run_args.alibi);
   run->add_option("--layout", run_args.layout);
+  CLI::Option* run_compute = run->add_option("--compute", run_args.compute);
   run->add_option("--threads", run_args.threads);
   run->add_flag("--average-heads", run_args.average_heads);
   run_outputs.push_back(run->add_option("--heatmap", run_args.heatmap));
@@ -214,6 +215,7 @@ int main(int argc, char** argv) {
             throw cli::usage_error(option->get_name(), "the file name is empty");
           }
         }
+        run_args.compute_given = run_compute->count() > 0;
         return cli::run_command(run_args);
       }
       if (*heatmap) {

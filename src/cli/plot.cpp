@@ -6,6 +6,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <type_traits>
+
+#include <Eigen/Core>
 
 #include "commands.hpp"
 #include "heatmap.hpp"
@@ -14,6 +17,20 @@
 namespace EigenAttention {
 namespace cli {
 
+namespace {
+
+// A weight as a double, exactly (bfloat16 and half through float).
+template <typename T>
+double widen(T x) {
+  if constexpr (std::is_same_v<T, Eigen::bfloat16> || std::is_same_v<T, Eigen::half>) {
+    return static_cast<double>(static_cast<float>(x));
+  } else {
+    return static_cast<double>(x);
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows, std::int64_t cols,
                   std::int64_t row_stride, const std::vector<std::string>& tokens, const std::string& title) {
@@ -21,11 +38,11 @@ void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows, std::in
     throw Failure(file.path(), "the weights are " + std::to_string(rows) + " x " + std::to_string(cols) +
                                    "; there is nothing to draw");
   }
-  // The renderer takes doubles: copy the rows x cols block (contiguous).
+  // The renderer takes doubles: copy the rows x cols block (contiguous), widened exactly.
   std::vector<double> block(static_cast<std::size_t>(rows * cols));
   for (std::int64_t i = 0; i < rows; ++i)
     for (std::int64_t j = 0; j < cols; ++j)
-      block[static_cast<std::size_t>(i * cols + j)] = static_cast<double>(weights[i * row_stride + j]);
+      block[static_cast<std::size_t>(i * cols + j)] = widen(weights[i * row_stride + j]);
 
   HeatmapOptions options;
   options.title = title;
@@ -47,6 +64,11 @@ template void draw_weights<float>(AtomicFile&, const float*, std::int64_t, std::
                                   const std::vector<std::string>&, const std::string&);
 template void draw_weights<double>(AtomicFile&, const double*, std::int64_t, std::int64_t, std::int64_t,
                                    const std::vector<std::string>&, const std::string&);
+template void draw_weights<Eigen::half>(AtomicFile&, const Eigen::half*, std::int64_t, std::int64_t,
+                                        std::int64_t, const std::vector<std::string>&, const std::string&);
+template void draw_weights<Eigen::bfloat16>(AtomicFile&, const Eigen::bfloat16*, std::int64_t, std::int64_t,
+                                            std::int64_t, const std::vector<std::string>&,
+                                            const std::string&);
 
 // ---------------------------------------------------------------------------------------------
 // eigen-attention heatmap
@@ -91,8 +113,9 @@ int heatmap_command(const HeatmapArgs& a) {
 
   progress.phase("reading");
   const npy::Array s = npy::read(a.scores);
-  if (s.dtype != npy::DType::Float32 && s.dtype != npy::DType::Float64) {
-    throw Failure(a.scores, std::string("dtype ") + dtype_name(s.dtype) + "; weights are float32 or float64");
+  if (s.dtype != npy::DType::Float32 && s.dtype != npy::DType::Float64 && s.dtype != npy::DType::Float16) {
+    throw Failure(a.scores,
+                  std::string("dtype ") + dtype_name(s.dtype) + "; weights are float16, float32 or float64");
   }
   const auto& d = s.shape;
   std::int64_t B = 1, H = 1, rows = 0, cols = 0, offset = 0, row_stride = 0;
@@ -139,6 +162,8 @@ int heatmap_command(const HeatmapArgs& a) {
   progress.phase("drawing");
   if (s.dtype == npy::DType::Float32) {
     draw_from<float>(s, png, offset, rows, cols, row_stride, tokens, title);
+  } else if (s.dtype == npy::DType::Float16) {
+    draw_from<Eigen::half>(s, png, offset, rows, cols, row_stride, tokens, title);
   } else {
     draw_from<double>(s, png, offset, rows, cols, row_stride, tokens, title);
   }

@@ -11,7 +11,8 @@
 namespace EigenAttention {
 namespace cli {
 
-/// Draws the rows x cols weights at `weights` (rows `row_stride` elements apart) as a PNG into
+/// Draws the rows x cols weights at `weights` (T: float, double, Eigen::half or Eigen::bfloat16;
+/// rows `row_stride` elements apart) as a PNG into
 /// `file` (the caller commits it). `tokens` (from a tokens file; empty: none given) label both
 /// axes when rows == cols, else the keys (columns) only; positions beyond the tokens are
 /// labelled by their index. Throws Failure naming file.path() when there is nothing to draw or

@@ -1,11 +1,17 @@
 // eigen-attention run: attention of Q, K, V read from .npy files, on attention_heads() /
-// attention_heads_decomposed() (a 2-D input is a batch = heads = 1 view).
+// attention_heads_decomposed() (a 2-D input is a batch = heads = 1 view), in float, double,
+// bfloat16 or half (--compute; by default the inputs' own type). A 16-bit --compute that rounds
+// the inputs also computes in their own type, and in float on the rounded inputs, and reports
+// the differences.
 #include <EigenAttention/MultiHead.hpp>
 #include <EigenAttention/Npy.hpp>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -22,7 +28,30 @@ using npy::Array;
 using npy::DType;
 using I64 = std::int64_t;
 
-bool is_float(DType d) { return d == DType::Float32 || d == DType::Float64; }
+bool is_float(DType d) { return d == DType::Float32 || d == DType::Float64 || d == DType::Float16; }
+
+// The type a run computes in (--compute): the type of the library call.
+enum class Compute { Float, Double, BFloat16, Half };
+
+// Its name in messages: NumPy's, and bfloat16.
+const char* type_name(Compute c) {
+  switch (c) {
+    case Compute::Float:
+      return "float32";
+    case Compute::Double:
+      return "float64";
+    case Compute::BFloat16:
+      return "bfloat16";
+    case Compute::Half:
+      return "float16";
+  }
+  return "?";
+}
+
+// The compute type of files of dtype `d` (float16, float32 or float64).
+Compute compute_of(DType d) {
+  return d == DType::Float64 ? Compute::Double : d == DType::Float16 ? Compute::Half : Compute::Float;
+}
 
 // An input file and the option that named it.
 struct Input {
@@ -45,6 +74,7 @@ std::string dims(const std::vector<I64>& shape) {
 // Everything the command line says, parsed and checked before any file is read.
 struct Settings {
   Options opt;
+  std::optional<Compute> compute;  // --compute; none: the inputs' own type
   Layout layout = Layout::BHTD;
   bool weights = false;  // SCORES needed: --scores or --heatmap
   I64 batch = 0, head = 0;
@@ -68,6 +98,19 @@ Settings parse_settings(const RunArgs& a) {
     s.opt.alignment = CausalAlignment::BottomRight;
   } else {
     throw usage_error("--align", "'" + a.align + "' is neither top-left nor bottom-right");
+  }
+  if (a.compute_given || !a.compute.empty()) {
+    if (a.compute == "float") {
+      s.compute = Compute::Float;
+    } else if (a.compute == "double") {
+      s.compute = Compute::Double;
+    } else if (a.compute == "bf16") {
+      s.compute = Compute::BFloat16;
+    } else if (a.compute == "half") {
+      s.compute = Compute::Half;
+    } else {
+      throw usage_error("--compute", "'" + a.compute + "' is none of float, double, bf16, half");
+    }
   }
   if (a.layout == "bhtd") {
     s.layout = Layout::BHTD;
@@ -155,7 +198,7 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
   for (const Input* in : {&q, &k, &v}) {
     if (!is_float(in->a.dtype)) {
       throw Failure(in->path, std::string("dtype ") + dtype_name(in->a.dtype) +
-                                  "; Q, K and V must be float32 or float64");
+                                  "; Q, K and V must be float16, float32 or float64");
     }
     if (in->shape().size() != 2 && in->shape().size() != 4) {
       throw Failure(in->path,
@@ -231,20 +274,6 @@ BroadcastView<E> broadcast_of(const E* data, const std::vector<I64>& s) {
           s[3], 1};
 }
 
-// The values of a float array (float32 or float64) as T.
-template <typename T>
-std::vector<T> as_scalars(const Array& a) {
-  std::vector<T> out(static_cast<std::size_t>(a.size()));
-  if (a.dtype == DType::Float32) {
-    const float* p = a.data<float>();
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
-  } else {
-    const double* p = a.data<double>();
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
-  }
-  return out;
-}
-
 // A vector input with one entry per batch entry or head: shape [n] (or a scalar when n is 1).
 void check_vector_shape(const Input& in, I64 n, const std::string& what) {
   const auto& s = in.shape();
@@ -256,23 +285,292 @@ void check_vector_shape(const Input& in, I64 n, const std::string& what) {
 
 // A pointer the library accepts for an empty array (its data pointer may be null).
 template <typename T>
-T* data_of(Array& a) {
-  static T dummy[1] = {};
-  return a.size() == 0 ? dummy : a.data<T>();
-}
-template <typename T>
 const T* data_of(const Array& a) {
   static const T dummy[1] = {};
   return a.size() == 0 ? dummy : a.data<T>();
 }
 
+// ---------------------------------------------------------------------------------------------
+// The element types: float and double compute in themselves, Eigen::bfloat16 and Eigen::half
+// are stored in 16 bits and computed in float.
+
 template <typename T>
-HeadsView<const T> input_view(const Input& in, const Geometry& g, Layout layout, I64 heads, I64 tokens,
-                              I64 dim) {
-  const T* p = data_of<T>(in.a);
-  if (g.rank == 2) return HeadsView<const T>::bhtd(p, 1, 1, tokens, dim);
-  return HeadsView<const T>::contiguous(p, layout, g.B, heads, tokens, dim);
+inline constexpr bool kIs16 = std::is_same_v<T, Eigen::bfloat16> || std::is_same_v<T, Eigen::half>;
+
+// NumPy holds every type but bfloat16: its outputs are written as float32.
+template <typename T>
+inline constexpr bool kNumpyHolds = !std::is_same_v<T, Eigen::bfloat16>;
+
+// The .npy dtype of T (NumPy holds T).
+template <typename T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::Float32;
+  if constexpr (std::is_same_v<T, double>) return DType::Float64;
+  return DType::Float16;
 }
+
+// x as a double, exactly.
+template <typename T>
+double to_double(T x) {
+  if constexpr (kIs16<T>) {
+    return static_cast<double>(static_cast<float>(x));  // exact
+  } else {
+    return static_cast<double>(x);
+  }
+}
+
+// x rounded once to the nearest V (ties to even), as NumPy's astype rounds it. For the 16-bit
+// types x is first rounded to odd in float, then to nearest even: float's 24 bits are more
+// than two beyond theirs, so that is one correct rounding of x, not two.
+template <typename V>
+V round_to(double x) {
+  if constexpr (std::is_same_v<V, double>) {
+    return x;
+  } else if constexpr (std::is_same_v<V, float>) {
+    return static_cast<float>(x);
+  } else {
+    if (std::isnan(x)) return V(static_cast<float>(x));
+    if (std::fabs(x) > static_cast<double>(std::numeric_limits<float>::max())) {
+      return V(std::copysign(std::numeric_limits<float>::infinity(), static_cast<float>(x)));
+    }
+    float f = static_cast<float>(x);
+    if (static_cast<double>(f) != x) {
+      if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);  // toward zero
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &f, sizeof bits);
+      bits |= 1u;  // and odd: the sticky bit
+      std::memcpy(&f, &bits, sizeof bits);
+    }
+    return V(f);
+  }
+}
+
+// The elements of a float16, float32 or float64 array as T, each rounded once to V first
+// (V = T, or T = float holding V = bfloat16 or half values exactly). The array's own bytes
+// when they are already that (nothing copied), else converted into `store`. Never null.
+template <typename T, typename V = T>
+const T* values_of(const Array& a, std::vector<T>& store) {
+  static const T dummy[1] = {};
+  if constexpr (std::is_same_v<T, V> && kNumpyHolds<T>) {
+    if (a.dtype == dtype_of<T>()) return data_of<T>(a);
+  }
+  store.resize(static_cast<std::size_t>(a.size()));
+  const auto convert = [&](const auto* p) {
+    for (std::size_t i = 0; i < store.size(); ++i) {
+      const V rounded = round_to<V>(to_double(p[i]));
+      if constexpr (std::is_same_v<T, V>) {
+        store[i] = rounded;
+      } else {
+        store[i] = static_cast<T>(static_cast<float>(rounded));  // float holding V: exact
+      }
+    }
+  };
+  if (a.dtype == DType::Float16) {
+    convert(data_of<Eigen::half>(a));
+  } else if (a.dtype == DType::Float32) {
+    convert(data_of<float>(a));
+  } else {
+    convert(data_of<double>(a));
+  }
+  return store.empty() ? dummy : store.data();
+}
+
+// One output of a computation: an npy::Array of T when NumPy holds T (the file itself, nothing
+// copied), else (bfloat16) a vector, widened to float32 when written.
+template <typename T>
+class Buffer {
+ public:
+  void allocate(std::vector<I64> shape) {
+    if constexpr (kNumpyHolds<T>) {
+      array_ = npy::zeros<T>(std::move(shape));
+    } else {
+      array_.dtype = DType::Float32;  // what it is written as
+      array_.shape = std::move(shape);
+      values_.assign(static_cast<std::size_t>(array_.size()), T(0));
+    }
+    allocated_ = true;
+  }
+  bool allocated() const { return allocated_; }
+  I64 size() const { return allocated_ ? array_.size() : 0; }
+  const std::vector<I64>& shape() const { return array_.shape; }
+  // Never null (the library takes a non-null pointer for an empty view).
+  T* data() {
+    static T dummy[1] = {};
+    if (size() == 0) return dummy;
+    if constexpr (kNumpyHolds<T>) {
+      return array_.data<T>();
+    } else {
+      return values_.data();
+    }
+  }
+  const T* data() const { return const_cast<Buffer*>(this)->data(); }
+  double at(I64 i) const { return to_double(data()[i]); }
+  // The dtype of the file it is written to.
+  DType file_dtype() const { return kNumpyHolds<T> ? dtype_of<T>() : DType::Float32; }
+  // The array to write (bfloat16 widened to float32: exact).
+  const Array& file_array() {
+    if constexpr (!kNumpyHolds<T>) {
+      if (array_.bytes.empty() && !values_.empty()) {
+        array_.bytes.resize(values_.size() * sizeof(float));
+        float* p = reinterpret_cast<float*>(array_.bytes.data());
+        for (std::size_t i = 0; i < values_.size(); ++i) p[i] = static_cast<float>(values_[i]);
+      }
+    }
+    return array_;
+  }
+
+ private:
+  Array array_;
+  std::vector<T> values_;
+  bool allocated_ = false;
+};
+
+// Everything a computation needs: the inputs as read and checked, and the settings.
+struct Job {
+  const RunArgs& a;
+  const Settings& s;
+  const Input &q, &k, &v, &mask, &lengths, &alibi;
+  const Geometry& g;
+  Layout layout;                 // of Q, K, V and ATTN (bhtd for 2-D inputs)
+  std::vector<I64> key_lengths;  // --key-lengths, widened to int64
+};
+
+// What a computation gives: ATTN in the inputs' layout, SCORES per head [B, H, T_q, T_k]
+// (when the weights are wanted), their mean over heads (--average-heads) and LSE (--lse), the
+// last in the compute type (float for bfloat16 and half).
+template <typename T>
+struct Result {
+  Buffer<T> attn, scores, average;
+  Buffer<ComputeScalar<T>> lse;
+};
+
+// The attention of the job's inputs in T, each input rounded once to Via first (Via = T, or
+// T = float on the inputs rounded to Via = bfloat16 or half). `average`: also the mean over
+// heads.
+template <typename T, typename Via = T>
+Result<T> compute(const Job& j, bool average) {
+  using C = ComputeScalar<T>;
+  const Geometry& g = j.g;
+  std::vector<T> qs, ks, vs, bias, slopes;
+  const auto view = [&](const Input& in, std::vector<T>& store, I64 heads, I64 tokens, I64 dim) {
+    const T* p = values_of<T, Via>(in.a, store);
+    if (g.rank == 2) return HeadsView<const T>::bhtd(p, 1, 1, tokens, dim);
+    return HeadsView<const T>::contiguous(p, j.layout, g.B, heads, tokens, dim);
+  };
+  const auto Q = view(j.q, qs, g.H, g.Tq, g.dk);
+  const auto K = view(j.k, ks, g.Hkv, g.Tk, g.dk);
+  const auto V = view(j.v, vs, g.Hkv, g.Tk, g.dv);
+
+  Masks<T> masks;
+  if (j.mask.given()) {
+    if (j.mask.a.dtype == DType::Bool) {
+      masks.mask = broadcast_of<bool>(data_of<bool>(j.mask.a), j.mask.shape());
+    } else {
+      masks.bias = broadcast_of<T>(values_of<T, Via>(j.mask.a, bias), j.mask.shape());
+    }
+  }
+  if (j.lengths.given()) masks.key_lengths = j.key_lengths.data();
+  if (j.alibi.given()) masks.alibi_slopes = values_of<T, Via>(j.alibi.a, slopes);
+
+  // Outputs, in the compute type and the inputs' rank; ATTN in their layout too, LSE and
+  // SCORES always with the heads before the tokens ([B, H, T_q] and [B, H, T_q, T_k],
+  // PyTorch's and FlashAttention's order for them), so that a 4-D SCORES file has one meaning.
+  Result<T> r;
+  r.attn.allocate(g.rank == 2                ? std::vector<I64>{g.Tq, g.dv}
+                  : j.layout == Layout::BHTD ? std::vector<I64>{g.B, g.H, g.Tq, g.dv}
+                                             : std::vector<I64>{g.B, g.Tq, g.H, g.dv});
+  const auto O = HeadsView<T>::contiguous(r.attn.data(), j.layout, g.B, g.H, g.Tq, g.dv);
+  HeadsView<C> L;
+  if (!j.a.lse.empty()) {
+    r.lse.allocate(g.rank == 2 ? std::vector<I64>{g.Tq} : std::vector<I64>{g.B, g.H, g.Tq});
+    L = HeadsView<C>::bhtd(r.lse.data(), g.B, g.H, g.Tq, 1);
+  }
+  HeadsView<T> S, A;
+  if (j.s.weights) {
+    r.scores.allocate(g.rank == 2 ? std::vector<I64>{g.Tq, g.Tk} : std::vector<I64>{g.B, g.H, g.Tq, g.Tk});
+    if (r.scores.size() > 0) S = HeadsView<T>::bhtd(r.scores.data(), g.B, g.H, g.Tq, g.Tk);
+    if (average) {
+      r.average.allocate(g.rank == 2 ? std::vector<I64>{g.Tq, g.Tk} : std::vector<I64>{g.B, g.Tq, g.Tk});
+      if (r.average.size() > 0) A = HeadsView<T>::bhtd(r.average.data(), g.B, 1, g.Tq, g.Tk);
+    }
+  }
+  if (!S.empty()) {
+    attention_heads_decomposed(Q, K, V, S, O, j.s.opt, masks, L, A);
+  } else {
+    attention_heads(Q, K, V, O, j.s.opt, masks, L);
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report of a 16-bit --compute that rounds the inputs.
+
+// max |x - y| over the elements (equal values, infinities included, differ by 0); NaN when an
+// element of either is NaN where the other is not.
+template <typename A, typename B>
+double max_difference(const Buffer<A>& x, const Buffer<B>& y) {
+  double worst = 0;
+  for (I64 i = 0; i < x.size(); ++i) {
+    const double a = x.at(i), b = y.at(i);
+    if (a == b || (std::isnan(a) && std::isnan(b))) continue;
+    const double d = std::fabs(a - b);
+    if (std::isnan(d)) return d;
+    if (d > worst) worst = d;
+  }
+  return worst;
+}
+
+// The largest finite |x| (0 when there is none).
+template <typename A>
+double max_magnitude(const Buffer<A>& x) {
+  double largest = 0;
+  for (I64 i = 0; i < x.size(); ++i) {
+    const double a = std::fabs(x.at(i));
+    if (std::isfinite(a) && a > largest) largest = a;
+  }
+  return largest;
+}
+
+// The largest |x - round(x)| over Q, K and V: what rounding them to V changed (NaN ignored).
+template <typename V>
+double rounding_of(const Job& j) {
+  double worst = 0;
+  for (const Input* in : {&j.q, &j.k, &j.v}) {
+    std::vector<double> exact;
+    const double* e = values_of<double>(in->a, exact);
+    std::vector<float> store;
+    const float* r = values_of<float, V>(in->a, store);
+    for (I64 i = 0; i < in->a.size(); ++i) {
+      const double x = e[i], y = static_cast<double>(r[i]);
+      if (x == y || std::isnan(x)) continue;  // NaN stays NaN
+      const double d = std::fabs(x - y);      // inf when a finite value overflows
+      if (d > worst) worst = d;
+    }
+  }
+  return worst;
+}
+
+// One line of the report: "ATTN: max abs difference D1 against TYPE on the inputs as read, D2
+// against float32 on the rounded inputs; max |ATTN| M".
+struct Difference {
+  std::string what;
+  double inputs, rounded, largest;
+};
+
+template <typename T, typename R>
+std::vector<Difference> differences(const Result<T>& got, const Result<R>& exact,
+                                    const Result<float>& rounded) {
+  std::vector<Difference> d;
+  const auto add = [&](const char* what, const auto& x, const auto& e, const auto& r) {
+    if (x.allocated()) d.push_back({what, max_difference(x, e), max_difference(x, r), max_magnitude(x)});
+  };
+  add("ATTN", got.attn, exact.attn, rounded.attn);
+  add("SCORES", got.scores, exact.scores, rounded.scores);
+  add("LSE", got.lse, exact.lse, rounded.lse);
+  return d;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 struct Written {
   std::string what, path;
@@ -281,161 +579,48 @@ struct Written {
 };
 
 template <typename T>
-int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& k, const Input& v,
-              const Input& mask, const Input& lengths, const Input& alibi, const Geometry& g,
-              OutputFiles& files, const std::vector<AtomicFile*>& outs, Progress& progress) {
-  progress.phase("preparing");
-  // What the library would reject in its own words, said here in terms of the command line.
-  const char* type = std::is_same_v<T, float> ? "float32" : "float64";
-  if (s.opt.scale) {
-    const T scale = static_cast<T>(*s.opt.scale);
-    if (!(scale > 0) || !std::isfinite(scale)) {
-      throw Failure("--scale", a.scale + " is " + (scale > 0 ? "infinite" : "0") + " in " + type +
-                                   " (the inputs' dtype); it must be finite and > 0");
-    }
-  } else if (g.dk == 0) {
-    throw Failure(q.path, "d_k is 0, so the default scale 1/sqrt(d_k) is undefined; give --scale");
-  }
-  if (s.opt.softcap > 0) {
-    const T cap = static_cast<T>(s.opt.softcap);
-    if (!(cap > 0) || !std::isfinite(cap)) {
-      throw Failure("--softcap", a.softcap + " is " + (cap > 0 ? "infinite" : "0") + " in " + type +
-                                     " (the inputs' dtype); it must be finite and > 0, or 0 for none");
-    }
-  }
-  const Layout layout = g.rank == 2 ? Layout::BHTD : s.layout;
-  const auto Q = input_view<T>(q, g, layout, g.H, g.Tq, g.dk);
-  const auto K = input_view<T>(k, g, layout, g.Hkv, g.Tk, g.dk);
-  const auto V = input_view<T>(v, g, layout, g.Hkv, g.Tk, g.dv);
-
-  // Masks, converted to what the library takes.
-  Masks<T> masks;
-  std::vector<T> bias, slopes;
-  std::vector<I64> key_lengths;
-  if (mask.given()) {
-    check_mask_shape(mask, g);
-    if (mask.a.dtype == DType::Bool) {
-      masks.mask = broadcast_of<bool>(data_of<bool>(mask.a), mask.shape());
-    } else if (is_float(mask.a.dtype)) {
-      bias = as_scalars<T>(mask.a);
-      masks.bias = broadcast_of<T>(bias.empty() ? nullptr : bias.data(), mask.shape());
-      if (bias.empty()) masks.bias.data = data_of<T>(q.a);  // any non-null pointer: nothing is read
-    } else {
-      throw Failure(mask.path, std::string("dtype ") + dtype_name(mask.a.dtype) +
-                                   "; a mask is bool (true = may attend) or float (an additive bias)");
-    }
-  }
-  if (lengths.given()) {
-    check_vector_shape(lengths, g.B, "one key length per batch entry");
-    if (lengths.a.dtype == DType::Int64) {
-      const I64* p = lengths.a.data<I64>();
-      key_lengths.assign(p, p + lengths.a.size());
-    } else if (lengths.a.dtype == DType::Int32) {
-      const std::int32_t* p = lengths.a.data<std::int32_t>();
-      key_lengths.assign(p, p + lengths.a.size());
-    } else {
-      throw Failure(lengths.path,
-                    std::string("dtype ") + dtype_name(lengths.a.dtype) + "; key lengths are int32 or int64");
-    }
-    for (std::size_t b = 0; b < key_lengths.size(); ++b) {
-      if (key_lengths[b] < 0 || key_lengths[b] > g.Tk) {
-        throw Failure(lengths.path, "entry " + std::to_string(b) + " is " + std::to_string(key_lengths[b]) +
-                                        ", outside [0, T_k = " + std::to_string(g.Tk) + "]");
-      }
-    }
-    masks.key_lengths = key_lengths.data();
-  }
-  if (alibi.given()) {
-    check_vector_shape(alibi, g.H, "one slope per query head");
-    if (!is_float(alibi.a.dtype)) {
-      throw Failure(alibi.path, std::string("dtype ") + dtype_name(alibi.a.dtype) +
-                                    "; ALiBi slopes are float32 or float64");
-    }
-    slopes = as_scalars<T>(alibi.a);
-    masks.alibi_slopes = slopes.data();
-  }
-
-  // Outputs, in the inputs' dtype and rank; ATTN in their layout too, LSE and SCORES always
-  // with the heads before the tokens ([B, H, T_q] and [B, H, T_q, T_k], PyTorch's and
-  // FlashAttention's order for them), so that a 4-D SCORES file has one meaning.
-  const DType dtype = q.a.dtype;
-  const auto per_layout = [&](I64 tokens, I64 dim) -> std::vector<I64> {
-    if (g.rank == 2) return {tokens, dim};
-    return layout == Layout::BHTD ? std::vector<I64>{g.B, g.H, tokens, dim}
-                                  : std::vector<I64>{g.B, tokens, g.H, dim};
-  };
-  Array attn = npy::zeros<T>(per_layout(g.Tq, g.dv));
-  const auto O = HeadsView<T>::contiguous(data_of<T>(attn), layout, g.B, g.H, g.Tq, g.dv);
-
-  Array lse;
-  HeadsView<T> L;
-  if (!a.lse.empty()) {
-    lse = npy::zeros<T>(g.rank == 2 ? std::vector<I64>{g.Tq} : std::vector<I64>{g.B, g.H, g.Tq});
-    L = HeadsView<T>::bhtd(data_of<T>(lse), g.B, g.H, g.Tq, 1);
-  }
-
-  // SCORES: per head, [B, H, T_q, T_k] (written to --scores unless averaged), and the mean.
-  Array scores, average;
-  std::vector<T> scratch;  // per-head weights nobody writes to a file
-  HeadsView<T> S, A;
-  const T* heads_data = nullptr;  // the per-head weights, [B, H, T_q, T_k]
-  if (s.weights) {
-    if (!a.scores.empty() && !a.average_heads) {
-      scores =
-          npy::zeros<T>(g.rank == 2 ? std::vector<I64>{g.Tq, g.Tk} : std::vector<I64>{g.B, g.H, g.Tq, g.Tk});
-      heads_data = data_of<T>(scores);
-    } else {
-      scratch.assign(static_cast<std::size_t>(g.B * g.H * g.Tq * g.Tk), T(0));
-      heads_data = scratch.data();
-    }
-    S = HeadsView<T>::bhtd(const_cast<T*>(heads_data), g.B, g.H, g.Tq, g.Tk);
-    if (g.B * g.H * g.Tq * g.Tk == 0) S = {};  // nothing to write
-    if (a.average_heads) {
-      average = npy::zeros<T>(g.rank == 2 ? std::vector<I64>{g.Tq, g.Tk} : std::vector<I64>{g.B, g.Tq, g.Tk});
-      if (average.size() > 0) A = HeadsView<T>::bhtd(average.data<T>(), g.B, 1, g.Tq, g.Tk);
-    }
-  }
-
-  // The heatmap's choice, checked before the work.
-  if (!a.heatmap.empty()) {
-    if (s.batch >= g.B) {
-      throw usage_error("--batch",
-                        std::to_string(s.batch) + " is out of range: the batch has " + std::to_string(g.B) +
-                            (g.B == 1 ? " entry (0)" : " entries (0.." + std::to_string(g.B - 1) + ")"));
-    }
-    if (s.head >= g.H) {
-      throw usage_error("--head",
-                        std::to_string(s.head) + " is out of range: there are " + std::to_string(g.H) +
-                            (g.H == 1 ? " head (0)" : " heads (0.." + std::to_string(g.H - 1) + ")"));
-    }
-    if (g.Tq == 0 || g.Tk == 0) {
-      throw Failure("--heatmap", "the weights are " + std::to_string(g.Tq) + " x " + std::to_string(g.Tk) +
-                                     "; there is nothing to draw");
-    }
-  }
+int run_typed(const Job& j, OutputFiles& files, const std::vector<AtomicFile*>& outs, Progress& progress) {
+  const RunArgs& a = j.a;
+  const Settings& s = j.s;
+  const Geometry& g = j.g;
+  const Compute type = s.compute ? *s.compute : compute_of(j.q.a.dtype);
+  // A 16-bit type other than the files': the inputs are rounded to it.
+  const bool rounds = kIs16<T> && type != compute_of(j.q.a.dtype);
 
   progress.phase("computing");
-  if (s.weights && !S.empty()) {
-    attention_heads_decomposed(Q, K, V, S, O, s.opt, masks, L, A);
-  } else {
-    attention_heads(Q, K, V, O, s.opt, masks, L);
+  Result<T> r = compute<T>(j, a.average_heads);
+  std::vector<Difference> report;
+  double rounding = 0;
+  const char* reference = j.q.a.dtype == DType::Float64 ? "float64" : "float32";
+  if constexpr (kIs16<T>) {
+    if (rounds) {
+      progress.phase("computing the comparisons");
+      const Result<float> on_rounded = compute<float, T>(j, false);
+      if (j.q.a.dtype == DType::Float64) {
+        report = differences(r, compute<double>(j, false), on_rounded);
+      } else {
+        report = differences(r, compute<float>(j, false), on_rounded);
+      }
+      rounding = rounding_of<T>(j);
+    }
   }
 
   progress.phase("writing");
   std::vector<Written> written;
   std::size_t next = 0;
   if (!a.out.empty()) {
-    npy::write(*outs[next++], attn);
-    written.push_back({"ATTN", a.out, dtype, attn.shape});
+    npy::write(*outs[next++], r.attn.file_array());
+    written.push_back({"ATTN", a.out, r.attn.file_dtype(), r.attn.shape()});
   }
   if (!a.scores.empty()) {
-    const Array& what = a.average_heads ? average : scores;
-    npy::write(*outs[next++], what);
-    written.push_back({a.average_heads ? "SCORES (mean over heads)" : "SCORES", a.scores, dtype, what.shape});
+    Buffer<T>& what = a.average_heads ? r.average : r.scores;
+    npy::write(*outs[next++], what.file_array());
+    written.push_back(
+        {a.average_heads ? "SCORES (mean over heads)" : "SCORES", a.scores, what.file_dtype(), what.shape()});
   }
   if (!a.lse.empty()) {
-    npy::write(*outs[next++], lse);
-    written.push_back({"LSE", a.lse, dtype, lse.shape});
+    npy::write(*outs[next++], r.lse.file_array());
+    written.push_back({"LSE", a.lse, r.lse.file_dtype(), r.lse.shape()});
   }
   if (!a.heatmap.empty()) {
     const std::vector<std::string> tokens =
@@ -444,15 +629,15 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
     if (a.average_heads) {
       title = g.rank == 4 ? "batch " + std::to_string(s.batch) + ", mean over heads"
                           : std::string("attention weights");
-      draw_weights<T>(*outs[next++], average.data<T>() + s.batch * g.Tq * g.Tk, g.Tq, g.Tk, g.Tk, tokens,
+      draw_weights<T>(*outs[next++], r.average.data() + s.batch * g.Tq * g.Tk, g.Tq, g.Tk, g.Tk, tokens,
                       title);
     } else {
       title = g.rank == 4 ? "batch " + std::to_string(s.batch) + ", head " + std::to_string(s.head)
                           : std::string("attention weights");
-      draw_weights<T>(*outs[next++], heads_data + (s.batch * g.H + s.head) * g.Tq * g.Tk, g.Tq, g.Tk, g.Tk,
-                      tokens, title);
+      draw_weights<T>(*outs[next++], r.scores.data() + (s.batch * g.H + s.head) * g.Tq * g.Tk, g.Tq, g.Tk,
+                      g.Tk, tokens, title);
     }
-    written.push_back({"heatmap", a.heatmap, dtype, {}});
+    written.push_back({"heatmap", a.heatmap, DType::Float32, {}});
   }
   files.commit();
   progress.stop();
@@ -466,8 +651,47 @@ int run_typed(const RunArgs& a, const Settings& s, const Input& q, const Input& 
                     shape_string(w.shape).c_str());
       }
     }
+    if (rounds) {
+      const char* name = type_name(type);
+      std::printf("compute %s: Q, K and V rounded to %s (max abs rounding %.3e), computed in float32%s\n",
+                  name, name, rounding,
+                  kNumpyHolds<T> ? "" : "; outputs written as float32 (NumPy has no bfloat16)");
+      for (const Difference& d : report) {
+        std::printf(
+            "%s: max abs difference %.3e against %s on the inputs as read, %.3e against float32 on "
+            "the rounded inputs; max |%s| %.3e\n",
+            d.what.c_str(), d.inputs, reference, d.rounded, d.what.c_str(), d.largest);
+      }
+    }
   }
   return 0;
+}
+
+// The checks of the options in the compute type C, before any work: what the library would
+// reject in its own words, said here in terms of the command line.
+template <typename C>
+void check_options(const RunArgs& a, const Settings& s, const Input& q, const Geometry& g, Compute compute) {
+  // "float32 (the compute type)", "float32 (bfloat16 computes in float32)", ...
+  const std::string type = std::string(std::is_same_v<C, double> ? "float64" : "float32") +
+                           (compute == Compute::BFloat16 || compute == Compute::Half
+                                ? std::string(" (") + type_name(compute) + " computes in float32)"
+                                : std::string(" (the compute type)"));
+  if (s.opt.scale) {
+    const C scale = static_cast<C>(*s.opt.scale);
+    if (!(scale > 0) || !std::isfinite(scale)) {
+      throw Failure("--scale", a.scale + " is " + (scale > 0 ? "infinite" : "0") + " in " + type +
+                                   "; it must be finite and > 0");
+    }
+  } else if (g.dk == 0) {
+    throw Failure(q.path, "d_k is 0, so the default scale 1/sqrt(d_k) is undefined; give --scale");
+  }
+  if (s.opt.softcap > 0) {
+    const C cap = static_cast<C>(s.opt.softcap);
+    if (!(cap > 0) || !std::isfinite(cap)) {
+      throw Failure("--softcap", a.softcap + " is " + (cap > 0 ? "infinite" : "0") + " in " + type +
+                                     "; it must be finite and > 0, or 0 for none");
+    }
+  }
 }
 
 }  // namespace
@@ -491,10 +715,77 @@ int run_command(const RunArgs& a) {
               alibi = load("--alibi", a.alibi);
   if (!a.tokens.empty()) read_tokens(a.tokens);  // a bad tokens file fails before the work
 
-  if (q.a.dtype == DType::Float32) {
-    return run_typed<float>(a, s, q, k, v, mask, lengths, alibi, g, files, outs, progress);
+  progress.phase("preparing");
+  const Compute compute = s.compute ? *s.compute : compute_of(q.a.dtype);
+  if (compute == Compute::Double) {
+    check_options<double>(a, s, q, g, compute);
+  } else {
+    check_options<float>(a, s, q, g, compute);
   }
-  return run_typed<double>(a, s, q, k, v, mask, lengths, alibi, g, files, outs, progress);
+  Job j{a, s, q, k, v, mask, lengths, alibi, g, g.rank == 2 ? Layout::BHTD : s.layout, {}};
+  if (mask.given()) {
+    check_mask_shape(mask, g);
+    if (mask.a.dtype != DType::Bool && !is_float(mask.a.dtype)) {
+      throw Failure(mask.path, std::string("dtype ") + dtype_name(mask.a.dtype) +
+                                   "; a mask is bool (true = may attend) or float (an additive bias)");
+    }
+  }
+  if (lengths.given()) {
+    check_vector_shape(lengths, g.B, "one key length per batch entry");
+    if (lengths.a.dtype == DType::Int64) {
+      const I64* p = lengths.a.data<I64>();
+      j.key_lengths.assign(p, p + lengths.a.size());
+    } else if (lengths.a.dtype == DType::Int32) {
+      const std::int32_t* p = lengths.a.data<std::int32_t>();
+      j.key_lengths.assign(p, p + lengths.a.size());
+    } else {
+      throw Failure(lengths.path,
+                    std::string("dtype ") + dtype_name(lengths.a.dtype) + "; key lengths are int32 or int64");
+    }
+    for (std::size_t b = 0; b < j.key_lengths.size(); ++b) {
+      if (j.key_lengths[b] < 0 || j.key_lengths[b] > g.Tk) {
+        throw Failure(lengths.path, "entry " + std::to_string(b) + " is " + std::to_string(j.key_lengths[b]) +
+                                        ", outside [0, T_k = " + std::to_string(g.Tk) + "]");
+      }
+    }
+  }
+  if (alibi.given()) {
+    check_vector_shape(alibi, g.H, "one slope per query head");
+    if (!is_float(alibi.a.dtype)) {
+      throw Failure(alibi.path, std::string("dtype ") + dtype_name(alibi.a.dtype) +
+                                    "; ALiBi slopes are float16, float32 or float64");
+    }
+  }
+
+  // The heatmap's choice, checked before the work.
+  if (!a.heatmap.empty()) {
+    if (s.batch >= g.B) {
+      throw usage_error("--batch",
+                        std::to_string(s.batch) + " is out of range: the batch has " + std::to_string(g.B) +
+                            (g.B == 1 ? " entry (0)" : " entries (0.." + std::to_string(g.B - 1) + ")"));
+    }
+    if (s.head >= g.H) {
+      throw usage_error("--head",
+                        std::to_string(s.head) + " is out of range: there are " + std::to_string(g.H) +
+                            (g.H == 1 ? " head (0)" : " heads (0.." + std::to_string(g.H - 1) + ")"));
+    }
+    if (g.Tq == 0 || g.Tk == 0) {
+      throw Failure("--heatmap", "the weights are " + std::to_string(g.Tq) + " x " + std::to_string(g.Tk) +
+                                     "; there is nothing to draw");
+    }
+  }
+
+  switch (compute) {
+    case Compute::Float:
+      return run_typed<float>(j, files, outs, progress);
+    case Compute::Double:
+      return run_typed<double>(j, files, outs, progress);
+    case Compute::BFloat16:
+      return run_typed<Eigen::bfloat16>(j, files, outs, progress);
+    case Compute::Half:
+      break;
+  }
+  return run_typed<Eigen::half>(j, files, outs, progress);
 }
 
 }  // namespace cli

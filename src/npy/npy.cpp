@@ -55,6 +55,7 @@ bool valid_dtype(DType dtype) {
     case DType::Int32:
     case DType::Int64:
     case DType::Bool:
+    case DType::Float16:
       return true;
   }
   return false;
@@ -290,11 +291,12 @@ DType parse_descr(const std::string& d, const std::string& name) {
   const std::string shown = "'" + printable(d) + "'";
   const char order = d.empty() ? '\0' : d[0];
   const std::string body = (order == '<' || order == '>' || order == '=' || order == '|') ? d.substr(1) : d;
-  const std::string supported = "; supported: '<f4', '<f8', '<i4', '<i8', '|b1'";
+  const std::string supported = "; supported: '<f4', '<f8', '<f2', '<i4', '<i8', '|b1'";
   if (body == "b1" && order != '\0') return DType::Bool;  // one byte: any byte order will do
   if (order == '<' || order == '=') {  // '=' is native: little-endian on every host we build for
     if (body == "f4") return DType::Float32;
     if (body == "f8") return DType::Float64;
+    if (body == "f2") return DType::Float16;
     if (body == "i4") return DType::Int32;
     if (body == "i8") return DType::Int64;
   }
@@ -330,6 +332,8 @@ const char* dtype_descr(DType dtype) {
       return "<i8";
     case DType::Bool:
       return "|b1";
+    case DType::Float16:
+      return "<f2";
   }
   throw Error("npy: invalid DType value " + std::to_string(int(dtype)));
 }
@@ -346,6 +350,8 @@ const char* dtype_name(DType dtype) {
       return "int64";
     case DType::Bool:
       return "bool";
+    case DType::Float16:
+      return "float16";
   }
   return "invalid";
 }
@@ -362,6 +368,8 @@ std::size_t dtype_size(DType dtype) {
       return 8;
     case DType::Bool:
       return 1;
+    case DType::Float16:
+      return 2;
   }
   throw Error("npy: invalid DType value " + std::to_string(int(dtype)));
 }

@@ -103,9 +103,10 @@ def npy_dtype_complex(ctx):
 
 @case
 def npy_dtype_other(ctx):
-    # Integer, half, structured and string Q: not float32/float64.
+    # Integer, unsigned, structured and string Q: not float16/float32/float64.
     hostile_q(ctx, "q_int32.npy", npy_bytes("<i4", (5, 4), b"\0" * 80), "dtype <i4 for Q", ("dtype", "<i4", "float"))
-    hostile_q(ctx, "q_half.npy", npy_bytes("<f2", (5, 4), b"\0" * 40), "dtype <f2", ("dtype", "<f2", "float"))
+    hostile_q(ctx, "q_u2.npy", npy_bytes("<u2", (5, 4), b"\0" * 40), "dtype <u2", ("dtype", "<u2"))
+    hostile_q(ctx, "q_pipe_f2.npy", npy_bytes("|f2", (5, 4), b"\0" * 40), "dtype |f2", ("dtype", "|f2"))
     hostile_q(ctx, "q_struct.npy", npy_bytes(None, (5, 4), b"\0" * 160,
                                              header="{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (5, 4), }"),
               "structured dtype", ("dtype", "descr"))
@@ -118,6 +119,8 @@ def npy_big_endian(ctx):
               ("endian", ">f8", "byte order", "dtype"))
     hostile_q(ctx, "q_big4.npy", npy_bytes(">f4", (5, 4), b"\0" * 80), "dtype >f4",
               ("endian", ">f4", "byte order", "dtype"))
+    hostile_q(ctx, "q_big2.npy", npy_bytes(">f2", (5, 4), b"\0" * 40), "dtype >f2",
+              ("endian", ">f2", "byte order", "dtype"))
 
 
 @case
@@ -359,6 +362,10 @@ def bad_option_values(ctx):
         (["--layout", "bhdt"], "layout"),
         (["--threads", "-1"], "threads"),
         (["--threads", "two"], "threads"),
+        (["--compute", "bfloat16"], "compute"),
+        (["--compute", "int8"], "compute"),
+        (["--compute", "Float"], "compute"),
+        (["--compute", ""], "compute"),
     ]
     for extra, option in cases:
         expect_error(ctx, base_args() + extra, " ".join(extra), mentions=("--" + option,))
@@ -386,6 +393,24 @@ def library_errors_named(ctx):
     setup(ctx, dtype="<f8")
     ctx.run_ok(["run", "--q", "Q.npy", "--k", "K.npy", "--v", "V.npy", "--out", "ATTN.npy", "--scale", "1e-50",
                 "--quiet"])
+
+
+@case
+def mixed_dtypes_float16(ctx):
+    # Q, K and V of one dtype: float16 beside float32 or float64 (either way round) is an error
+    # naming both files and the rule, nothing written; no promotion.
+    import numpy as np
+    rng = np.random.default_rng(2)
+    for q_dt, kv_dt in (("<f2", "<f4"), ("<f4", "<f2"), ("<f2", "<f8"), ("<f8", "<f2")):
+        for name, shape, dt in (("Q.npy", (5, 4), q_dt), ("K.npy", (6, 4), kv_dt), ("V.npy", (6, 3), kv_dt)):
+            eacli.write_npy(ctx.path(name), rng.standard_normal(shape).astype(dt))
+        line = expect_error(ctx, base_args(), "Q %s with K, V %s" % (q_dt, kv_dt),
+                            mentions=("Q.npy", "K.npy", "same dtype"))
+        check("float16" in line, "Q %s with K, V %s: the error %r does not name float16" % (q_dt, kv_dt, line))
+    # V alone of another dtype: the error names V.
+    for name, shape, dt in (("Q.npy", (5, 4), "<f2"), ("K.npy", (6, 4), "<f2"), ("V.npy", (6, 3), "<f4")):
+        eacli.write_npy(ctx.path(name), rng.standard_normal(shape).astype(dt))
+    expect_error(ctx, base_args(), "V float32 beside float16 Q and K", mentions=("V.npy", "same dtype"))
 
 
 @case

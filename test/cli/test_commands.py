@@ -13,7 +13,7 @@ from eacli import case, check  # noqa: E402
 
 RUN_OPTIONS = ["--q", "--k", "--v", "--out", "--scores", "--lse", "--causal", "--align", "--scale", "--mask",
                "--key-lengths", "--window", "--alibi", "--softcap", "--layout", "--threads", "--average-heads",
-               "--heatmap", "--quiet"]
+               "--heatmap", "--quiet", "--compute"]
 HEATMAP_OPTIONS = ["--scores", "--batch", "--head", "--tokens", "--png"]
 
 
@@ -34,7 +34,7 @@ def help_main(ctx):
 @case
 def help_run(ctx):
     text = check_help(ctx, ["run", "--help"], RUN_OPTIONS, "run --help")
-    for word in ("top-left", "bottom-right", "bhtd", "bthd"):
+    for word in ("top-left", "bottom-right", "bhtd", "bthd", "float16", "bf16", "half", "double"):
         check(word in text, "run --help does not mention %r" % word)
     check(ctx.files() == [], "run --help wrote files: %s" % ctx.files())
 

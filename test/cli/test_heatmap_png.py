@@ -240,5 +240,40 @@ def run_scores_any_layout(ctx):
                      "heatmap --layout bhtd vs the slice S[1, 5]")
 
 
+@case
+def heatmap_float16(ctx):
+    # A float16 SCORES file ('<f2') is drawn as its values widened (exactly) to float32 are: the
+    # same image, bit for bit (both files named S.npy, in two directories, for the same title),
+    # for a 2-D and a 4-D file; and `run --heatmap` of float16 inputs draws the float16 weights
+    # it writes to --scores.
+    import numpy as np
+    s = np.stack([np.stack([gradient(9, 13, phase=0.5 * (2 * b + h)) ** (1 + h) for h in range(2)])
+                  for b in range(2)]).astype(np.float16)
+    for sub, a in (("half", s), ("float", s.astype(np.float32))):
+        os.makedirs(ctx.path(sub))
+        eacli.write_npy(ctx.path(sub + "/S.npy"), a)
+        eacli.write_npy(ctx.path(sub + "/S2.npy"), a[1, 0])
+        ctx.run_ok(["heatmap", "--scores", sub + "/S.npy", "--batch", "1", "--head", "1", "--png", sub + "/4d.png"])
+        ctx.run_ok(["heatmap", "--scores", sub + "/S2.npy", "--png", sub + "/2d.png"])
+    for name, what in (("4d.png", "--batch 1 --head 1 of a 4-D"), ("2d.png", "a 2-D")):
+        check_heatmap(ctx.path("half/" + name), 9, 13, "heatmap of %s float16 SCORES file" % what)
+        with open(ctx.path("half/" + name), "rb") as f, open(ctx.path("float/" + name), "rb") as g:
+            check(f.read() == g.read(), "heatmap of %s float16 SCORES file differs from that of the same "
+                  "values in float32" % what)
+
+    rng = np.random.default_rng(5)
+    for name in ("Q.npy", "K.npy", "V.npy"):
+        eacli.write_npy(ctx.path(name), (2 * rng.standard_normal((1, 2, 12, 8))).astype(np.float16))
+    r = ctx.run_ok(["run", "--q", "Q.npy", "--k", "K.npy", "--v", "V.npy", "--causal", "--scores", "SR.npy",
+                    "--heatmap", "run.png", "--head", "1"])
+    check("SR.npy: SCORES, float16 (1, 2, 12, 12)" in r.stdout, "run of float16 inputs: %r" % r.stdout)
+    sr = eacli.read_output(ctx.path("SR.npy"), "<f2", (1, 2, 12, 12))
+    eacli.write_npy(ctx.path("SR1.npy"), sr[0, 1])
+    ctx.run_ok(["heatmap", "--scores", "SR1.npy", "--png", "slice.png"])
+    same_below_title(check_heatmap(ctx.path("run.png"), 12, 12, "run --heatmap of float16 inputs"),
+                     check_heatmap(ctx.path("slice.png"), 12, 12, "heatmap of its float16 SCORES[0, 1]"),
+                     "run --heatmap --head 1 of float16 inputs vs heatmap of its SCORES[0, 1]")
+
+
 if __name__ == "__main__":
     sys.exit(eacli.main(sys.argv))

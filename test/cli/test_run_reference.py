@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""`eigen-attention run` against NumPy: every option, 2-D and 4-D inputs, float32 and float64,
-both layouts, with the dtype, shape and layout of every output file checked (ATTN in the
+"""`eigen-attention run` against NumPy: every option, 2-D and 4-D inputs, float32 and float64
+(and float16, case float16), both layouts, with the dtype, shape and layout of every output file checked (ATTN in the
 inputs' layout; SCORES [B, H, T_q, T_k] and LSE [B, H, T_q] in both).
 
 Each case is one option (or one combination); inside it the tool runs on 2-D inputs where the
@@ -18,6 +18,15 @@ Tolerances, compared as |got - want| <= tol * (1 + |want|) element by element:
   it as a relative error, and ATTN, a convex combination of V rows (|v| <= ~4), inherits it as
   an absolute error of the same order. 2e-5 covers that worst case, and a tool in half
   precision (~1e-3) or with any semantic difference (>= 1e-3 here) still fails.
+- float16 (case float16; inputs, bias and ALiBi slopes '<f2', computed in float32, ATTN and
+  SCORES written as '<f2', LSE as '<f4'): ATTN and SCORES 2^-11 + 2.5e-5. The reference is the
+  exact attention of the half values read (exact in float32 too), so the tool's float32
+  arithmetic costs what it costs float32 inputs (2e-5 above, with 0.5e-5 more for the
+  rounding of that float result's own error), and the one rounding of the result to half adds
+  at most 2^-11 |x| (half's unit roundoff, normal range) or 2^-25 (below 2^-14, subnormal):
+  |got - want| <= 2^-11 |want| + 2.5e-5 (1 + |want|) <= (2^-11 + 2.5e-5)(1 + |want|). A tool
+  that rounds to half twice, or computes in half, still fails on most of these sizes (its
+  errors are several 2^-11). LSE is never rounded to half: 2e-5, as float32.
 Rows without a visible key must be exactly zero in ATTN and SCORES and exactly -inf in LSE;
 no NaN may appear anywhere.
 """
@@ -29,8 +38,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import eacli  # noqa: E402
 from eacli import case, check  # noqa: E402
 
-TOL = {"float64": 1e-11, "float32": 2e-5}
-DESCR = {"float64": "<f8", "float32": "<f4"}
+TOL = {"float64": 1e-11, "float32": 2e-5, "float16": 2.0 ** -11 + 2.5e-5}
+DESCR = {"float64": "<f8", "float32": "<f4", "float16": "<f2"}
+# LSE is in the compute type: float32 for float16 inputs (never rounded to half).
+LSE_DTYPE = {"float64": "float64", "float32": "float32", "float16": "float32"}
 
 
 def compare(what, got, want, dtype):
@@ -186,8 +197,9 @@ class Run:
                 compare(self.desc + " SCORES", self.scores, self.want_w, dtype)
         if lse:
             l_shape = (Tq,) if layout == "2d" else (B, H, Tq)
-            self.lse = eacli.read_output(self.sub.path("LSE.npy"), descr, l_shape).reshape(B, H, Tq)
-            compare(self.desc + " LSE", self.lse, self.want_lse, dtype)
+            lse_dtype = LSE_DTYPE[dtype]
+            self.lse = eacli.read_output(self.sub.path("LSE.npy"), DESCR[lse_dtype], l_shape).reshape(B, H, Tq)
+            compare(self.desc + " LSE", self.lse, self.want_lse, lse_dtype)
         # Rows without a visible key: exactly zero / -inf.
         empty = np.isneginf(self.want_lse)
         if empty.any():
@@ -417,6 +429,36 @@ def npy_versions(ctx):
     for version in ((2, 0), (3, 0)):
         Run(ctx, "v%d-2d" % version[0], "2d", "float64", npy_version=version, seed=52)
         Run(ctx, "v%d-bthd" % version[0], "bthd", "float32", npy_version=version, seed=53)
+
+
+@case
+def float16(ctx):
+    # '<f2' inputs in, '<f2' ATTN and SCORES out (LSE '<f4'), computed in float: every layout,
+    # with the options that bring their own float16 data (a bias, ALiBi slopes) and the rest.
+    import numpy as np
+    runs = []
+    for kind in ALL:
+        runs.append(Run(ctx, "plain-" + kind, kind, "float16", Tq=7, Tk=11, dk=8, dv=5, seed=70))
+        runs.append(Run(ctx, "causal-bias-" + kind, kind, "float16", mask="float", causal=True,
+                        align="bottom-right", Tq=6, Tk=10, seed=71))
+        runs.append(Run(ctx, "alibi-window-" + kind, kind, "float16", alibi=True, window=(3, 1), Tq=9, Tk=9,
+                        seed=72))
+    for kind in FOUR_D:
+        runs.append(Run(ctx, "gqa-lengths-" + kind, kind, "float16", H=6, Hkv=2, key_lengths=[9, 0, 4],
+                        B=3, mask="bool", mask_shape=(3, 1, 5, 9), Tq=5, Tk=9, softcap=1.5, scale=0.5,
+                        seed=73))
+        runs.append(Run(ctx, "average-" + kind, kind, "float16", average_heads=True, causal=True, seed=74))
+        runs.append(Run(ctx, "large-" + kind, kind, "float16", B=1, H=2, Tq=80, Tk=150, dk=40, dv=24,
+                        causal=True, align="bottom-right", seed=75))
+    # The summary names the files' dtypes.
+    r = runs[0].sub.run_ok(runs[0].args)
+    check("ATTN.npy: ATTN, float16 (7, 5)" in r.stdout and "LSE.npy: LSE, float32 (7,)" in r.stdout,
+          "float16 run: the summary %r does not name float16 ATTN and float32 LSE" % r.stdout)
+    # Weights rounded to float16 stay in [0, 1].
+    for run in runs:
+        if run.scores is not None:
+            w = run.scores.astype(np.float64)
+            check(((w >= 0) & (w <= 1)).all(), "%s: float16 SCORES outside [0, 1]" % run.desc)
 
 
 @case

@@ -23,21 +23,28 @@ namespace EigenAttention {
 namespace npy {
 namespace detail {
 
+/// Is T an element type of an Array?
 template <typename T>
 inline constexpr bool is_element_type_v =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
-    std::is_same_v<T, std::int64_t> || std::is_same_v<T, bool>;
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Eigen::half> ||
+    std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> || std::is_same_v<T, bool>;
 
+/// Is T a floating-point element type (the matrices and views)?
 template <typename T>
-inline constexpr bool is_real_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
+inline constexpr bool is_real_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Eigen::half>;
+
+static_assert(sizeof(Eigen::half) == 2, "EigenAttention: Eigen::half is not 16 bits");
 
 /// The DType that holds T.
 template <typename T>
 constexpr DType dtype_of() {
   static_assert(is_element_type_v<T>,
-                "npy: the element type must be float, double, std::int32_t, std::int64_t or bool");
+                "npy: the element type must be float, double, Eigen::half, std::int32_t, std::int64_t "
+                "or bool");
   if constexpr (std::is_same_v<T, float>) return DType::Float32;
   if constexpr (std::is_same_v<T, double>) return DType::Float64;
+  if constexpr (std::is_same_v<T, Eigen::half>) return DType::Float16;
   if constexpr (std::is_same_v<T, std::int32_t>) return DType::Int32;
   if constexpr (std::is_same_v<T, std::int64_t>) return DType::Int64;
   return DType::Bool;
@@ -134,7 +141,8 @@ T* Array::data(const char* what) {
 template <class Derived>
 Array from_matrix(const Eigen::MatrixBase<Derived>& m) {
   using T = typename Derived::Scalar;
-  static_assert(detail::is_real_v<T>, "npy::from_matrix: the matrix must hold float or double");
+  static_assert(detail::is_real_v<T>,
+                "npy::from_matrix: the matrix must hold float or double (or Eigen::half)");
   Array a;
   a.dtype = detail::dtype_of<T>();
   a.shape = {std::int64_t(m.rows()), std::int64_t(m.cols())};
@@ -147,7 +155,7 @@ Array from_matrix(const Eigen::MatrixBase<Derived>& m) {
 
 template <typename T>
 Eigen::Map<const RowMatrix<T>> as_matrix(const Array& a, const char* what) {
-  static_assert(detail::is_real_v<T>, "npy::as_matrix: T must be float or double");
+  static_assert(detail::is_real_v<T>, "npy::as_matrix: T must be float or double (or Eigen::half)");
   detail::check_array(detail::ref(a), detail::dtype_of<T>(), 2, what,
                       std::numeric_limits<Eigen::Index>::max());
   return Eigen::Map<const RowMatrix<T>>(reinterpret_cast<const T*>(a.bytes.data()), Eigen::Index(a.shape[0]),
@@ -156,7 +164,7 @@ Eigen::Map<const RowMatrix<T>> as_matrix(const Array& a, const char* what) {
 
 template <typename T>
 HeadsView<const T> as_heads(const Array& a, Layout layout, const char* what) {
-  static_assert(detail::is_real_v<T>, "npy::as_heads: T must be float or double");
+  static_assert(detail::is_real_v<T>, "npy::as_heads: T must be float or double (or Eigen::half)");
   detail::check_array(detail::ref(a), detail::dtype_of<T>(), 4, what,
                       std::numeric_limits<std::ptrdiff_t>::max());
   const T* p = reinterpret_cast<const T*>(a.bytes.data());
