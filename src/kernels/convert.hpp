@@ -48,10 +48,6 @@ T from_compute(ComputeScalar<T> x) {
   }
 }
 
-/// Is the element NaN or infinite? (Its exponent bits are all ones.)
-inline bool non_finite(BFloat16Bits x) { return (x.bits & 0x7f80u) == 0x7f80u; }
-inline bool non_finite(HalfBits x) { return (x.bits & 0x7c00u) == 0x7c00u; }
-
 /// dst[0, n) = src[0, n * stride) widened to float (stride in elements).
 template <typename T>
 void widen(const T* src, std::ptrdiff_t stride, std::ptrdiff_t n, float* dst) {
