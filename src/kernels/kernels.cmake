@@ -33,7 +33,11 @@ endfunction()
 eigen_attention_kernel(Avx512   4 avx512   avx512f avx512dq avx512bw avx512vl avx2 fma
                        # GCC 12 warns falsely inside its own AVX-512 intrinsics as Eigen uses them.
                        FLAGS -Wno-maybe-uninitialized -Wno-uninitialized)
-eigen_attention_kernel(Avx2     3 avx2     avx2 fma f16c)
+eigen_attention_kernel(Avx2     3 avx2     avx2 fma
+                       # F16C (half <-> float 8 at a time) as a flag, not a checked feature: Clang's
+                       # __builtin_cpu_supports does not know "f16c", and every AVX2 CPU has it
+                       # (Intel since Ivy Bridge, AMD since Piledriver, both before AVX2).
+                       FLAGS -mf16c)
 eigen_attention_kernel(Portable 2 portable)
 
 # ---- What follows from the table -------------------------------------------------------------
