@@ -39,15 +39,12 @@ void execute_backward_widened(const Problem<T>& p, int threads) {
   std::vector<WideArray> keep;
   const Problem<float> f = widened(p, keep);
   execute_backward(f, threads);
-  const WideArray& dq = keep[keep.size() - (p.d_bias.data != nullptr ? 4 : 3)];
-  const WideArray& dk = keep[keep.size() - (p.d_bias.data != nullptr ? 3 : 2)];
-  const WideArray& dv = keep[keep.size() - (p.d_bias.data != nullptr ? 2 : 1)];
   const index_t q_rows = p.varlen() ? p.cu_q[p.sequences] : p.dq.tokens;
   const index_t k_rows = p.varlen() ? p.cu_k[p.sequences] : p.dk.tokens;
-  dq.narrow_into(p.dq, 0, q_rows);
-  dk.narrow_into(p.dk, 0, k_rows);
-  dv.narrow_into(p.dv, 0, k_rows);
-  if (p.d_bias.data != nullptr) keep.back().narrow_into(p.d_bias, 0, p.d_bias.tokens);
+  narrow_into(f.dq, p.dq, 0, q_rows);
+  narrow_into(f.dk, p.dk, 0, k_rows);
+  narrow_into(f.dv, p.dv, 0, k_rows);
+  if (p.d_bias.data != nullptr) narrow_into(f.d_bias, p.d_bias, 0, p.d_bias.tokens);
 }
 
 template <typename T>

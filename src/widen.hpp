@@ -46,21 +46,23 @@ class WideArray {
     return {view_.data,         view_.batch,       view_.heads,        view_.tokens,    view_.dim,
             view_.batch_stride, view_.head_stride, view_.token_stride, view_.dim_stride};
   }
-  /// Rounds tokens [first, first + count) of every (batch, head) into `out`.
-  template <typename T>
-  void narrow_into(const HeadsView<T>& out, index_t first, index_t count) const {
-    for (index_t b = 0; b < out.batch; ++b)
-      for (index_t h = 0; h < out.heads; ++h)
-        for (index_t t = first; t < first + count; ++t)
-          narrow(data_.data() + ((b * out.heads + h) * out.tokens + t) * out.dim, out.dim,
-                 out.data + b * out.batch_stride + h * out.head_stride + t * out.token_stride,
-                 out.dim_stride);
-  }
 
  private:
   std::vector<float> data_;
   HeadsView<float> view_;
 };
+
+/// Rounds tokens [first, first + count) of every (batch, head) of the float view `src` into `out`
+/// (of the same shape).
+template <typename T>
+void narrow_into(const HeadsView<float>& src, const HeadsView<T>& out, index_t first, index_t count) {
+  if (out.dim == 0) return;  // an empty view's data may be null: no offsets from it
+  for (index_t b = 0; b < out.batch; ++b)
+    for (index_t h = 0; h < out.heads; ++h)
+      for (index_t t = first; t < first + count; ++t)
+        narrow(src.data + b * src.batch_stride + h * src.head_stride + t * src.token_stride, out.dim,
+               out.data + b * out.batch_stride + h * out.head_stride + t * out.token_stride, out.dim_stride);
+}
 
 /// The float problem of a 16-bit problem p, on widened copies that `keep` owns.
 template <typename T>

@@ -91,7 +91,6 @@ RowMatrix<float> widened(const RawMatrix<const T>& m) {
   return w;
 }
 
-template <typename T>
 RawMatrix<const float> raw(const RowMatrix<float>& m) {
   return raw_matrix<const float>(m.data(), m.rows(), m.cols(), m.cols(), 1);
 }
@@ -113,9 +112,9 @@ void reference_kernel_widened(const RawProblem<T>& p) {
   if (p.bias.data != nullptr) bias = widened(p.bias);
   RowMatrix<float> scores(p.want_scores ? p.q.rows : 0, p.want_scores ? p.k.rows : 0);
   RowMatrix<float> attn(p.want_attn ? p.q.rows : 0, p.want_attn ? p.v.cols : 0);
-  RawProblem<float> f{raw<T>(q),
-                      raw<T>(k),
-                      raw<T>(v),
+  RawProblem<float> f{raw(q),
+                      raw(k),
+                      raw(v),
                       p.scale,
                       p.causal,
                       p.offset,
@@ -124,7 +123,7 @@ void reference_kernel_widened(const RawProblem<T>& p) {
                       p.softcap,
                       p.has_alibi,
                       p.alibi_slope,
-                      p.bias.data != nullptr ? raw<T>(bias) : RawMatrix<const float>{nullptr, 0, 0, 0, 0},
+                      p.bias.data != nullptr ? raw(bias) : RawMatrix<const float>{nullptr, 0, 0, 0, 0},
                       p.mask,
                       raw_matrix<float>(scores.data(), scores.rows(), scores.cols(), scores.cols(), 1),
                       raw_matrix<float>(attn.data(), attn.rows(), attn.cols(), attn.cols(), 1),

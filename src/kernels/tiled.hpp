@@ -322,7 +322,6 @@ void zero_masked(const RawProblem<S>& p, index_t i, index_t j_first, Segment&& w
 /// per call, so that tiles with hidden keys can still use one GEMM.
 template <typename S>
 bool values_finite(const RawProblem<S>& p, index_t first, index_t count) {
-  using T = S;
   if (count <= 0) return true;
   const index_t begin = p.first_key(first), end = p.end_key(first + count - 1);
   if constexpr (kIsLowPrecision<S>) {
@@ -345,6 +344,7 @@ bool values_finite(const RawProblem<S>& p, index_t first, index_t count) {
     }
     return true;
   } else {
+    using T = S;
     // x * 0 is 0 for finite x and NaN for NaN or +-inf; Eigen's sum of it runs in packets.
     const StridedMap<T> v(const_cast<T*>(p.v.data), p.v.rows, p.v.cols,
                           Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(p.v.row_stride, p.v.col_stride));
