@@ -41,6 +41,8 @@ struct Problem {
   Masks<T> masks;
   Compute scale = 0;
   bool causal = false, bottom_right = false;
+  bool fixed_offset = false;  // Options::diagonal_offset was set: offset is used as given
+  index_t offset = 0;
   index_t window_left = -1, window_right = -1;
   Compute softcap = 0;
   Kernel kernel = Kernel::Auto;  // resolved: never Auto once validated
@@ -103,7 +105,9 @@ struct Problem {
                     head_of(v, kv, k_first, tk),
                     scale,
                     causal,
-                    bottom_right ? tk - tq : 0,
+                    fixed_offset   ? offset
+                    : bottom_right ? tk - tq
+                                   : 0,
                     window_left,
                     window_right,
                     softcap,

@@ -336,6 +336,15 @@ void check_options(const char* api, const Options& opt, Problem<T>& p, const Arr
   }
   p.causal = opt.causal;
   p.bottom_right = opt.alignment == CausalAlignment::BottomRight;
+  if (opt.diagonal_offset.has_value()) {
+    constexpr index_t limit = index_t(1) << 60;  // i + offset +- window stays far from overflow
+    const index_t offset = *opt.diagonal_offset;
+    if (offset > limit || offset < -limit) {
+      fail(api, "diagonal_offset must be within +-2^60, got " + std::to_string(offset));
+    }
+    p.fixed_offset = true;
+    p.offset = offset;
+  }
   p.window_left = opt.window_left;
   p.window_right = opt.window_right;
   p.softcap = cap;
@@ -766,6 +775,11 @@ DecodeProblem<T> make_decode_problem(const char* api, const compiled::RawPagedKV
   Problem<T> options;
   const Array q_head = {"Q", 0, 0, {1, 1, a.q.rows, kv.d_k}, {0, 0, 0, 0}, Print::Matrix};
   check_options(api, opt, options, q_head);
+  if (opt.diagonal_offset.has_value()) {
+    fail(api,
+         "Options::diagonal_offset is not used by decoding (the queries' positions come from the "
+         "cache); leave it empty");
+  }
   d.scale = options.scale;
   d.softcap = options.softcap;
   d.causal = options.causal;

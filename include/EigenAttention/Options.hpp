@@ -33,6 +33,16 @@ struct Options {
   /// Alignment of the causal frontier, the sliding window and ALiBi when T_q != T_k
   /// (offset = 0 for TopLeft, T_k - T_q for BottomRight); ignored when none of them is used.
   CausalAlignment alignment = CausalAlignment::TopLeft;
+  /// When set, replaces the alignment's offset: query row i's diagonal key is row
+  /// i + diagonal_offset (causal: it sees keys j <= i + diagonal_offset; the window and ALiBi
+  /// measure from that key too), whatever T_q, T_k, `alignment` or key lengths are. Any sign;
+  /// |diagonal_offset| must be at most 2^60. This is how a block of a longer sequence is computed
+  /// with the masks of its global positions: for queries at global positions q0, q0 + 1, ... and
+  /// keys at k0, k0 + 1, ... of a sequence aligned with offset o (0, or T_k - T_q of the whole
+  /// sequence for BottomRight), diagonal_offset = o + q0 - k0 (the distributed calls do this).
+  /// Applies to every sequence of a packed (varlen) batch; the decode calls take their positions
+  /// from the cache and reject it. Default: empty (the alignment decides).
+  std::optional<std::ptrdiff_t> diagonal_offset;
   /// Multiplies the logits Q K^T. Must be finite and > 0, also once converted to the scalar
   /// type (1e-50 is 0 as a float and is rejected). When empty: 1 / sqrt(d_k), which then
   /// requires d_k > 0.

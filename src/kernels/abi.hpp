@@ -70,7 +70,7 @@ struct RawProblem {
   RawMatrix<const T> q, k, v;  // T_q x d_k, T_k x d_k, T_k x d_v
   Compute scale;
   bool causal;
-  index_t offset;                     // 0, or T_k - T_q for bottom-right alignment
+  index_t offset;                     // 0, T_k - T_q (bottom-right), or Options::diagonal_offset
   index_t window_left, window_right;  // -1: unbounded
   Compute softcap;                    // 0: off
   bool has_alibi;
@@ -87,7 +87,7 @@ struct RawProblem {
   bool scores_compute = false;
 
   /// The first key query i may see. (Written so that no window size, up to PTRDIFF_MAX, can
-  /// overflow: i + offset lies in [-T_q, T_k).)
+  /// overflow: |i + offset| is at most 2^60 + T_q, as validation bounds diagonal_offset.)
   index_t first_key(index_t i) const {
     const index_t c = i + offset;
     if (window_left < 0 || window_left >= c) return 0;
