@@ -19,9 +19,11 @@ cd "${EA_ROOT}" || exit 1
 
 # What building and testing needs, as Debian 12 packages: the library (cmake g++ make
 # libeigen3-dev), its tests (doctest-dev), the eigen-attention tool (libpng-dev libcli11-dev), the
-# tool's end-to-end tests (python3-numpy), and pkg-config for the package tests' consumers
-# (pkgconf).
-EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev libpng-dev libcli11-dev python3-numpy pkgconf)
+# tool's end-to-end tests (python3-numpy), pkg-config for the package tests' consumers
+# (pkgconf), and MPI for the EigenAttention::MPI component, its tests under mpirun and the tool's
+# --distributed mode (libopenmpi-dev openmpi-bin).
+EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev libpng-dev libcli11-dev python3-numpy pkgconf
+             libopenmpi-dev openmpi-bin)
 # What the whole test suite needs on top (scripts/test, scripts/memcheck, scripts/fuzz): clang and
 # its libFuzzer runtime for the fuzzers (clang++ is also a compiler of the consumer matrix, whose
 # clang cells are skipped without it), valgrind for memcheck, doxygen for the API reference

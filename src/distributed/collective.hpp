@@ -1,0 +1,138 @@
+// What every distributed call shares: the arguments of one rank (Call), the collective checks
+// that turn them into one agreed Geometry or the same exception on every rank (agree), the
+// views of blocks of rows, and chunked non-blocking messages. Internal to EigenAttention::MPI.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <EigenAttention/Distributed.hpp>
+
+namespace EigenAttention {
+namespace distributed {
+namespace internal {
+
+using index_t = std::ptrdiff_t;
+
+/// One rank's arguments of a distributed call. The forward fills out (and lse); the backward
+/// reads fwd_out, fwd_lse and d_out and fills dq, dk and dv.
+template <typename T>
+struct Call {
+  const char* api = "";
+  bool backward = false;
+  bool ulysses = false;
+  HeadsView<const T> q, k, v;
+  HeadsView<T> out, lse;
+  HeadsView<const T> fwd_out, fwd_lse, d_out;
+  HeadsView<T> dq, dk, dv;
+  Options opt;
+  Masks<T> masks;
+  Config config;
+};
+
+/// The problem every rank agreed on (agree()).
+struct Geometry {
+  int ranks = 1, rank = 0;
+  index_t batch = 0, heads = 0, kv_heads = 0, d_k = 0, d_v = 0;
+  std::vector<index_t> q_rows, k_rows;                       // shard rows of every rank
+  index_t q_tokens = 0, k_tokens = 0;                        // the whole sequence's T_q and T_k
+  std::vector<std::vector<Segment>> q_segments, k_segments;  // of every rank
+  index_t max_k_rows() const;
+};
+
+/// Checks this rank's arguments, then, with every rank of `comm`, that all agree (dims, options,
+/// masks, sharding) and that the shards make a whole sequence. Throws the same
+/// std::invalid_argument on every rank (the lowest rank's own error first), or returns the
+/// Geometry on every rank. Collective.
+template <typename T>
+Geometry agree(MPI_Comm comm, const Call<T>& c);
+
+/// A communicator of the call's own (a duplicate of the caller's), so that the call's messages
+/// never match the caller's.
+class OwnComm {
+ public:
+  explicit OwnComm(MPI_Comm comm);
+  ~OwnComm();
+  OwnComm(const OwnComm&) = delete;
+  OwnComm& operator=(const OwnComm&) = delete;
+  MPI_Comm get() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+};
+
+/// The MPI datatype of T (float or double).
+template <typename T>
+MPI_Datatype mpi_type();
+
+/// Non-blocking send and receive of n elements, in messages of at most 2^30 elements (MPI
+/// counts are int), tags tag, tag + 16, ...; the requests are appended to `requests`.
+template <typename T>
+void isend(const T* data, index_t n, int to, int tag, MPI_Comm comm, std::vector<MPI_Request>& requests);
+template <typename T>
+void irecv(T* data, index_t n, int from, int tag, MPI_Comm comm, std::vector<MPI_Request>& requests);
+/// Waits for every request, and clears the list; returns the seconds spent waiting.
+double wait_all(std::vector<MPI_Request>& requests);
+
+/// Rows [first, first + count) of every head of a view; batch entry b alone (batch 1).
+template <typename T>
+HeadsView<T> rows_of(HeadsView<T> v, index_t first, index_t count) {
+  if (count > 0) v.data += first * v.token_stride;
+  v.tokens = count;
+  return v;
+}
+template <typename T>
+HeadsView<T> batch_of(HeadsView<T> v, index_t b) {
+  v.data += b * v.batch_stride;
+  v.batch = 1;
+  return v;
+}
+/// Heads [first, first + count) of a view.
+template <typename T>
+HeadsView<T> heads_of(HeadsView<T> v, index_t first, index_t count) {
+  if (count > 0) v.data += first * v.head_stride;
+  v.heads = count;
+  return v;
+}
+
+/// Copies src into dst (same sizes, any strides); adds when `add`.
+template <typename T>
+void copy_view(HeadsView<const T> src, HeadsView<T> dst, bool add = false) {
+  for (index_t b = 0; b < src.batch; ++b)
+    for (index_t h = 0; h < src.heads; ++h)
+      for (index_t t = 0; t < src.tokens; ++t) {
+        const T* s = src.data + b * src.batch_stride + h * src.head_stride + t * src.token_stride;
+        T* d = dst.data + b * dst.batch_stride + h * dst.head_stride + t * dst.token_stride;
+        for (index_t c = 0; c < src.dim; ++c) {
+          if (add) {
+            d[c * dst.dim_stride] += s[c * src.dim_stride];
+          } else {
+            d[c * dst.dim_stride] = s[c * src.dim_stride];
+          }
+        }
+      }
+}
+
+/// Where the diagonal of query row 0 of a block lies, and how many keys of the block are real:
+/// for sequence b (key_lengths) the whole sequence's alignment offset, moved to the block's
+/// global positions.
+struct BlockMask {
+  index_t diagonal_offset = 0;  // Options::diagonal_offset of the block call
+  index_t keys = 0;             // the block's keys before the sequence's key length
+};
+BlockMask block_mask(const Options& opt, index_t q_tokens, index_t key_length, const Segment& q,
+                     const Segment& k);
+/// (query, key) pairs of a block that are visible (the causal frontier and the window of
+/// `opt`, diagonal at i + m.diagonal_offset), for m.keys keys.
+index_t visible_pairs(const Options& opt, index_t rows, const BlockMask& m);
+
+}  // namespace internal
+}  // namespace distributed
+}  // namespace EigenAttention

@@ -1,0 +1,322 @@
+// Ring attention (Liu et al. 2023) over MPI: every rank keeps its queries, and the K/V blocks of
+// all ranks pass around the ring, the next one in flight while the current one is computed. Each
+// block's partial result (ATTN and LSE over its keys, masks at the block's global positions via
+// Options::diagonal_offset) merges exactly into the rank's accumulator, in step order, so the
+// result does not depend on message timing. The backward pass sends the blocks around once more
+// with their dK/dV accumulators, which arrive back at their owner after the last step.
+//
+// The backward of one block: the weights of the whole row are P = exp(z - lse) with the
+// forward's LSE, but the core backward renormalises each row over the keys it is given (for
+// accuracy, docs/training.md), i.e. it uses the block's own weights P_b = exp(z - lse_b). With
+// w = exp(lse_b - lse) per row, P = w P_b, and passing d_out scaled by w (with the forward's out)
+// gives exactly P o (dP - D) with D = dO . O of the whole row, and dV = P^T dO. lse_b costs one
+// forward pass of the block without value columns (Q K^T and the exps: one product of five).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <EigenAttention/MultiHead.hpp>
+
+#include "distributed/collective.hpp"
+
+namespace EigenAttention {
+namespace distributed {
+namespace internal {
+namespace {
+
+constexpr int kTagKV = 1, kTagGrad = 2;
+
+/// A block of K and V as it travels: [B, H_kv, rows, d_k], then [B, H_kv, rows, d_v], contiguous.
+/// Their gradients travel in the same layout.
+struct KVLayout {
+  const Geometry& g;
+  index_t size(index_t rows) const { return g.batch * g.kv_heads * rows * (g.d_k + g.d_v); }
+  template <typename T>
+  HeadsView<T> k(T* data, index_t rows) const {
+    return HeadsView<T>::bhtd(data, g.batch, g.kv_heads, rows, g.d_k);
+  }
+  template <typename T>
+  HeadsView<T> v(T* data, index_t rows) const {
+    return HeadsView<T>::bhtd(data + g.batch * g.kv_heads * rows * g.d_k, g.batch, g.kv_heads, rows, g.d_v);
+  }
+};
+
+/// Batch entries [first, first + count) of a view.
+template <typename T>
+HeadsView<T> batches_of(HeadsView<T> v, index_t first, index_t count) {
+  if (count == v.batch) return v;
+  v.data += first * v.batch_stride;
+  v.batch = count;
+  return v;
+}
+
+/// Calls fn(q segment, k segment, first batch entry, batch entries, block mask) for every block of
+/// this rank's queries and the keys of rank `src` in which some pair is visible, and counts the
+/// work in st. Sequences with key lengths are blocks of their own (their alignment differs).
+template <typename T, class Fn>
+void for_each_block(const Call<T>& c, const Geometry& g, int src, Stats& st, Fn&& fn) {
+  const bool per_sequence = c.masks.key_lengths != nullptr;
+  for (const Segment& qs : g.q_segments[static_cast<std::size_t>(g.rank)]) {
+    for (const Segment& ks : g.k_segments[static_cast<std::size_t>(src)]) {
+      for (index_t b = 0; b < (per_sequence ? g.batch : 1); ++b) {
+        const index_t length = per_sequence ? c.masks.key_lengths[b] : g.k_tokens;
+        const index_t count = per_sequence ? 1 : g.batch;
+        const BlockMask m = block_mask(c.opt, g.q_tokens, length, qs, ks);
+        const index_t pairs = qs.count == 0 ? 0 : visible_pairs(c.opt, qs.count, m);
+        if (pairs == 0 || count == 0 || g.heads == 0) {
+          ++st.blocks_skipped;  // every weight is 0: the partial result would be zeros, LSE -inf
+          continue;
+        }
+        ++st.blocks_computed;
+        st.visible_pairs += pairs * count * g.heads;
+        fn(qs, ks, b, count, m);
+      }
+    }
+  }
+}
+
+template <typename T>
+Options block_options(const Call<T>& c, const BlockMask& m) {
+  Options opt = c.opt;
+  opt.diagonal_offset = m.diagonal_offset;
+  return opt;
+}
+
+template <typename T>
+void forward(MPI_Comm comm, const Call<T>& c) {
+  const double start = MPI_Wtime();
+  OwnComm own(comm);
+  const Geometry g = agree(own.get(), c);
+  Stats st;
+  const int P = g.ranks, r = g.rank, left = (r + P - 1) % P, right = (r + 1) % P;
+  const index_t B = g.batch, H = g.heads, dv = g.d_v, tq = g.q_rows[static_cast<std::size_t>(r)];
+  const KVLayout kv{g};
+  std::vector<T> blocks[2];
+  blocks[0].resize(static_cast<std::size_t>(kv.size(g.max_k_rows())));
+  if (P > 1) blocks[1].resize(blocks[0].size());
+  copy_view<T>(c.k, kv.k(blocks[0].data(), c.k.tokens));
+  copy_view<T>(c.v, kv.v(blocks[0].data(), c.k.tokens));
+
+  // The accumulator starts as "no key seen": zeros, LSE -inf; merging a block into it copies it.
+  std::vector<T> acc_out(static_cast<std::size_t>(B * H * tq * dv), T(0)),
+      acc_lse(static_cast<std::size_t>(B * H * tq), -std::numeric_limits<T>::infinity()),
+      part_out(acc_out.size()), part_lse(acc_lse.size());
+  const auto acc = HeadsView<T>::bhtd(acc_out.data(), B, H, tq, dv);
+  const auto acc_l = HeadsView<T>::bhtd(acc_lse.data(), B, H, tq, 1);
+  Masks<T> masks;
+  masks.alibi_slopes = c.masks.alibi_slopes;
+
+  std::vector<MPI_Request> requests;
+  for (int s = 0; s < P; ++s) {
+    const int src = (r - s + P) % P, cur = s & 1;
+    const index_t rows = g.k_rows[static_cast<std::size_t>(src)];
+    if (s + 1 < P) {  // the next block comes in while this one is computed
+      const index_t next_rows = g.k_rows[static_cast<std::size_t>((src + P - 1) % P)];
+      irecv(blocks[1 - cur].data(), kv.size(next_rows), left, kTagKV, own.get(), requests);
+      isend(blocks[cur].data(), kv.size(rows), right, kTagKV, own.get(), requests);
+      st.bytes_sent += kv.size(rows) * static_cast<index_t>(sizeof(T));
+      st.bytes_received += kv.size(next_rows) * static_cast<index_t>(sizeof(T));
+      ++st.messages;
+    }
+    const double compute_start = MPI_Wtime();
+    const HeadsView<const T> K = kv.k(blocks[cur].data(), rows), V = kv.v(blocks[cur].data(), rows);
+    for_each_block(c, g, src, st,
+                   [&](const Segment& qs, const Segment& ks, index_t b, index_t nb, const BlockMask& m) {
+                     const auto out = HeadsView<T>::bhtd(part_out.data(), nb, H, qs.count, dv);
+                     const auto lse = HeadsView<T>::bhtd(part_lse.data(), nb, H, qs.count, 1);
+                     attention_heads(rows_of(batches_of(c.q, b, nb), qs.local_first, qs.count),
+                                     rows_of(batches_of(K, b, nb), ks.local_first, m.keys),
+                                     rows_of(batches_of(V, b, nb), ks.local_first, m.keys), out,
+                                     block_options(c, m), masks, lse);
+                     const auto a = rows_of(batches_of(acc, b, nb), qs.local_first, qs.count);
+                     const auto al = rows_of(batches_of(acc_l, b, nb), qs.local_first, qs.count);
+                     merge_attention(a, al, out, lse, a, al);
+                   });
+    st.compute_seconds += MPI_Wtime() - compute_start;
+    st.wait_seconds += wait_all(requests);
+  }
+  copy_view<T>(acc, c.out);
+  if (!c.lse.empty()) copy_view<T>(acc_l, c.lse);
+  st.seconds = MPI_Wtime() - start;
+  if (c.config.stats != nullptr) *c.config.stats = st;
+}
+
+template <typename T>
+void backward(MPI_Comm comm, const Call<T>& c) {
+  const double start = MPI_Wtime();
+  OwnComm own(comm);
+  const Geometry g = agree(own.get(), c);
+  Stats st;
+  const int P = g.ranks, r = g.rank, left = (r + P - 1) % P, right = (r + 1) % P;
+  const index_t B = g.batch, H = g.heads, Hkv = g.kv_heads, dk = g.d_k, dv = g.d_v;
+  const index_t tq = g.q_rows[static_cast<std::size_t>(r)], tk = g.k_rows[static_cast<std::size_t>(r)];
+  const KVLayout kv{g};
+  const auto block_size = static_cast<std::size_t>(kv.size(g.max_k_rows()));
+  std::vector<T> blocks[2], grads[2], contribution(block_size), part(block_size), mine;
+  blocks[0].resize(block_size);
+  grads[0].resize(block_size);
+  if (P > 1) {
+    blocks[1].resize(block_size);
+    grads[1].resize(block_size);
+  }
+  copy_view<T>(c.k, kv.k(blocks[0].data(), tk));
+  copy_view<T>(c.v, kv.v(blocks[0].data(), tk));
+  std::vector<T> dq_acc(static_cast<std::size_t>(B * H * tq * dk), T(0)), dq_part(dq_acc.size()),
+      part_lse(static_cast<std::size_t>(B * H * tq)), scaled_d_out(static_cast<std::size_t>(B * H * tq * dv));
+  T no_output = 0;
+  const auto dq = HeadsView<T>::bhtd(dq_acc.data(), B, H, tq, dk);
+  Masks<T> masks;
+  masks.alibi_slopes = c.masks.alibi_slopes;
+
+  std::vector<MPI_Request> kv_requests, grad_requests, pending;
+  for (int s = 0; s < P; ++s) {
+    const int src = (r - s + P) % P, cur = s & 1;
+    const index_t rows = g.k_rows[static_cast<std::size_t>(src)], n = kv.size(rows);
+    if (s + 1 < P) {
+      const index_t next_rows = g.k_rows[static_cast<std::size_t>((src + P - 1) % P)];
+      irecv(blocks[1 - cur].data(), kv.size(next_rows), left, kTagKV, own.get(), kv_requests);
+      isend(blocks[cur].data(), n, right, kTagKV, own.get(), kv_requests);
+      st.bytes_sent += n * static_cast<index_t>(sizeof(T));
+      st.bytes_received += kv.size(next_rows) * static_cast<index_t>(sizeof(T));
+      ++st.messages;
+    }
+    // The dK/dV of this block so far (of ranks src ... r - 1) come in while ours are computed.
+    if (s > 0) {
+      irecv(grads[cur].data(), n, left, kTagGrad, own.get(), grad_requests);
+      st.bytes_received += n * static_cast<index_t>(sizeof(T));
+    }
+    const double compute_start = MPI_Wtime();
+    std::fill(contribution.begin(), contribution.begin() + n, T(0));
+    const HeadsView<const T> K = kv.k(blocks[cur].data(), rows), V = kv.v(blocks[cur].data(), rows);
+    const auto dK = kv.k(contribution.data(), rows), dV = kv.v(contribution.data(), rows);
+    for_each_block(
+        c, g, src, st, [&](const Segment& qs, const Segment& ks, index_t b, index_t nb, const BlockMask& m) {
+          const auto dq_p = HeadsView<T>::bhtd(dq_part.data(), nb, H, qs.count, dk);
+          const auto dk_p = HeadsView<T>::bhtd(part.data(), nb, Hkv, m.keys, dk);
+          const auto dv_p = HeadsView<T>::bhtd(part.data() + nb * Hkv * m.keys * dk, nb, Hkv, m.keys, dv);
+          const auto q_rows = [&](auto view) {
+            return rows_of(batches_of(view, b, nb), qs.local_first, qs.count);
+          };
+          const auto k_rows = [&](auto view) {
+            return rows_of(batches_of(view, b, nb), ks.local_first, m.keys);
+          };
+          // The block's own LSE (a forward pass with no value columns: Q K^T and the exps only), and
+          // d_out scaled row by row by w = exp(lse_block - lse): see the top of the file.
+          const Options opt = block_options(c, m);
+          const auto lse_b = HeadsView<T>::bhtd(part_lse.data(), nb, H, qs.count, 1);
+          HeadsView<const T> no_values = k_rows(V);
+          no_values.dim = 0;
+          attention_heads(q_rows(c.q), k_rows(K), no_values,
+                          HeadsView<T>::bhtd(&no_output, nb, H, qs.count, 0), opt, masks, lse_b);
+          const auto lse_g = q_rows(c.fwd_lse), d_out = q_rows(c.d_out);
+          const auto d_out_w = HeadsView<T>::bhtd(scaled_d_out.data(), nb, H, qs.count, dv);
+          for (index_t bb = 0; bb < nb; ++bb)
+            for (index_t h = 0; h < H; ++h)
+              for (index_t t = 0; t < qs.count; ++t) {
+                const T block =
+                    lse_b.data[bb * lse_b.batch_stride + h * lse_b.head_stride + t * lse_b.token_stride];
+                const T whole =
+                    lse_g.data[bb * lse_g.batch_stride + h * lse_g.head_stride + t * lse_g.token_stride];
+                const bool none = block == -std::numeric_limits<T>::infinity() ||
+                                  whole == -std::numeric_limits<T>::infinity();
+                const T w = none ? T(0) : std::exp(block - whole);
+                const T* g =
+                    d_out.data + bb * d_out.batch_stride + h * d_out.head_stride + t * d_out.token_stride;
+                T* o = d_out_w.data + bb * d_out_w.batch_stride + h * d_out_w.head_stride +
+                       t * d_out_w.token_stride;
+                for (index_t col = 0; col < dv; ++col) o[col] = w * g[col * d_out.dim_stride];
+              }
+          attention_heads_backward(q_rows(c.q), k_rows(K), k_rows(V), q_rows(c.fwd_out), lse_b, d_out_w, dq_p,
+                                   dk_p, dv_p, opt, masks);
+          copy_view<T>(dq_p, q_rows(dq), true);
+          copy_view<T>(dk_p, k_rows(dK), true);
+          copy_view<T>(dv_p, k_rows(dV), true);
+        });
+    st.compute_seconds += MPI_Wtime() - compute_start;
+    st.wait_seconds += wait_all(grad_requests);
+    // In ring order: (((ranks src's + src + 1's) + ...) + ours), the same on every run.
+    if (s == 0) {
+      std::copy(contribution.begin(), contribution.begin() + n, grads[cur].begin());
+    } else {
+      for (index_t i = 0; i < n; ++i)
+        grads[cur][static_cast<std::size_t>(i)] += contribution[static_cast<std::size_t>(i)];
+    }
+    st.wait_seconds += wait_all(pending);  // the previous step's send, before its buffer comes back
+    if (P > 1) {  // on to the next rank; after the last step that is the block's owner
+      isend(grads[cur].data(), n, right, kTagGrad, own.get(), pending);
+      st.bytes_sent += n * static_cast<index_t>(sizeof(T));
+      ++st.messages;
+    }
+    st.wait_seconds += wait_all(kv_requests);
+  }
+  const T* result = grads[0].data();
+  if (P > 1) {  // our own block's dK/dV, complete, from the last rank that computed with it
+    mine.resize(static_cast<std::size_t>(kv.size(tk)));
+    std::vector<MPI_Request> last;
+    irecv(mine.data(), kv.size(tk), left, kTagGrad, own.get(), last);
+    st.bytes_received += kv.size(tk) * static_cast<index_t>(sizeof(T));
+    st.wait_seconds += wait_all(last);
+    st.wait_seconds += wait_all(pending);
+    result = mine.data();
+  }
+  copy_view<T>(dq, c.dq);
+  copy_view<T>(kv.k(result, tk), c.dk);
+  copy_view<T>(kv.v(result, tk), c.dv);
+  st.seconds = MPI_Wtime() - start;
+  if (c.config.stats != nullptr) *c.config.stats = st;
+}
+
+template <typename T>
+void attention(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+               HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<T> lse,
+               const Config& config) {
+  Call<T> c;
+  c.api = "ring_attention";
+  c.q = q, c.k = k, c.v = v, c.out = out, c.lse = lse, c.opt = opt, c.masks = masks, c.config = config;
+  forward(comm, c);
+}
+
+template <typename T>
+void attention_backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                        HeadsView<const T> out, HeadsView<const T> lse, HeadsView<const T> d_out,
+                        HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const Options& opt,
+                        const Masks<T>& masks, const Config& config) {
+  Call<T> c;
+  c.api = "ring_attention_backward";
+  c.backward = true;
+  c.q = q, c.k = k, c.v = v, c.fwd_out = out, c.fwd_lse = lse, c.d_out = d_out;
+  c.dq = dq, c.dk = dk, c.dv = dv, c.opt = opt, c.masks = masks, c.config = config;
+  backward(comm, c);
+}
+
+}  // namespace
+}  // namespace internal
+
+void ring_attention_heads(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                          HeadsView<const float> v, HeadsView<float> out, const Options& opt,
+                          const Masks<float>& masks, HeadsView<float> lse, const Config& config) {
+  internal::attention(comm, q, k, v, out, opt, masks, lse, config);
+}
+void ring_attention_heads(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
+                          HeadsView<const double> v, HeadsView<double> out, const Options& opt,
+                          const Masks<double>& masks, HeadsView<double> lse, const Config& config) {
+  internal::attention(comm, q, k, v, out, opt, masks, lse, config);
+}
+void ring_attention_heads_backward(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                                   HeadsView<const float> v, HeadsView<const float> out,
+                                   HeadsView<const float> lse, HeadsView<const float> d_out,
+                                   HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
+                                   const Options& opt, const Masks<float>& masks, const Config& config) {
+  internal::attention_backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
+}
+void ring_attention_heads_backward(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
+                                   HeadsView<const double> v, HeadsView<const double> out,
+                                   HeadsView<const double> lse, HeadsView<const double> d_out,
+                                   HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
+                                   const Options& opt, const Masks<double>& masks, const Config& config) {
+  internal::attention_backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
+}
+
+}  // namespace distributed
+}  // namespace EigenAttention
