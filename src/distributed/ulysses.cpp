@@ -1,32 +1,305 @@
-// Ulysses attention: placeholder while it is written.
-#include <stdexcept>
+// Ulysses attention (DeepSpeed Ulysses, Jacobs et al. 2023) over MPI: one all-to-all re-shards
+// Q, K and V from tokens to heads (rank d gets every token of query heads
+// [d H/P, (d + 1) H/P) and of the K/V heads they read), each rank runs the single-process call
+// on whole sequences, and one all-to-all brings each token's rows back to its owner. The
+// backward sends out, LSE and dL/dATTN along with the inputs and brings dQ, dK and dV back; a
+// K/V head read by several ranks gets its dK/dV summed in rank order.
+#include <numeric>
+#include <vector>
+
+#include <EigenAttention/MultiHead.hpp>
 
 #include "distributed/collective.hpp"
 
 namespace EigenAttention {
 namespace distributed {
+namespace internal {
+namespace {
 
-void ulysses_attention(MPI_Comm, HeadsView<const float>, HeadsView<const float>, HeadsView<const float>,
-                       HeadsView<float>, const Options&, const Masks<float>&, HeadsView<float>,
-                       const Config&) {
-  throw std::logic_error("ulysses_attention: not yet");
+constexpr int kTagIn = 10, kTagOut = 11;
+
+/// The K/V heads rank d receives, in its local order. Whole GQA groups when the ranks' query heads
+/// split along them (or all share one); otherwise one copy per query head, so that the local call's
+/// grouping (local query head i reads local K/V head i / (H_p / count)) is right in every case.
+std::vector<index_t> kv_heads_of(const Geometry& g, int d) {
+  if (g.heads == 0) return {};
+  const index_t hp = g.heads / g.ranks, group = g.heads / g.kv_heads, first = d * hp;
+  std::vector<index_t> list;
+  if (hp % group == 0) {
+    for (index_t h = first / group; h < (first + hp) / group; ++h) list.push_back(h);
+  } else if (group % hp == 0) {
+    list.push_back(first / group);
+  } else {
+    for (index_t i = 0; i < hp; ++i) list.push_back((first + i) / group);
+  }
+  return list;
 }
-void ulysses_attention(MPI_Comm, HeadsView<const double>, HeadsView<const double>, HeadsView<const double>,
-                       HeadsView<double>, const Options&, const Masks<double>&, HeadsView<double>,
-                       const Config&) {
-  throw std::logic_error("ulysses_attention: not yet");
+
+/// One message per peer each way; the rank's own part is copied. sends[d] goes to rank d and
+/// recvs[s] comes from rank s. Returns the seconds spent waiting.
+template <typename T>
+double exchange(const OwnComm& comm, int tag, std::vector<std::vector<T>>& sends,
+                std::vector<std::vector<T>>& recvs, Stats& st) {
+  const int P = comm.size(), r = comm.rank();
+  std::vector<MPI_Request> requests;
+  for (int s = 0; s < P; ++s) {
+    if (s == r) continue;
+    irecv(recvs[static_cast<std::size_t>(s)].data(),
+          static_cast<index_t>(recvs[static_cast<std::size_t>(s)].size()), s, tag, comm.get(), requests);
+    st.bytes_received += static_cast<index_t>(recvs[static_cast<std::size_t>(s)].size() * sizeof(T));
+  }
+  for (int d = 0; d < P; ++d) {
+    if (d == r) continue;
+    isend(sends[static_cast<std::size_t>(d)].data(),
+          static_cast<index_t>(sends[static_cast<std::size_t>(d)].size()), d, tag, comm.get(), requests);
+    st.bytes_sent += static_cast<index_t>(sends[static_cast<std::size_t>(d)].size() * sizeof(T));
+    ++st.messages;
+  }
+  recvs[static_cast<std::size_t>(r)] = sends[static_cast<std::size_t>(r)];
+  return wait_all(requests);
 }
-void ulysses_attention_backward(MPI_Comm, HeadsView<const float>, HeadsView<const float>,
-                                HeadsView<const float>, HeadsView<const float>, HeadsView<const float>,
-                                HeadsView<const float>, HeadsView<float>, HeadsView<float>, HeadsView<float>,
-                                const Options&, const Masks<float>&, const Config&) {
-  throw std::logic_error("ulysses_attention_backward: not yet");
+
+/// A buffer of consecutive [B, heads, tokens, dim] arrays, filled and read part by part. A part
+/// that does not fit grows the buffer, which moves it: use each part before taking the next.
+template <typename T>
+struct Packed {
+  std::vector<T>& buffer;
+  index_t next = 0;
+  HeadsView<T> part(index_t batch, index_t heads, index_t tokens, index_t dim) {
+    const index_t n = batch * heads * tokens * dim;
+    if (static_cast<index_t>(buffer.size()) < next + n) buffer.resize(static_cast<std::size_t>(next + n));
+    auto v = HeadsView<T>::bhtd(buffer.data() + next, batch, heads, tokens, dim);
+    next += n;
+    return v;
+  }
+};
+
+/// Copies the given heads of src (all of its tokens) into dst's heads 0, 1, ...
+template <typename T>
+void copy_heads(HeadsView<const T> src, const std::vector<index_t>& heads, HeadsView<T> dst) {
+  for (std::size_t i = 0; i < heads.size(); ++i)
+    copy_view<T>(heads_of(src, heads[i], 1), heads_of(dst, static_cast<index_t>(i), 1));
 }
-void ulysses_attention_backward(MPI_Comm, HeadsView<const double>, HeadsView<const double>,
-                                HeadsView<const double>, HeadsView<const double>, HeadsView<const double>,
-                                HeadsView<const double>, HeadsView<double>, HeadsView<double>,
-                                HeadsView<double>, const Options&, const Masks<double>&, const Config&) {
-  throw std::logic_error("ulysses_attention_backward: not yet");
+std::vector<index_t> head_range(index_t first, index_t count) {
+  std::vector<index_t> h(static_cast<std::size_t>(count));
+  std::iota(h.begin(), h.end(), first);
+  return h;
+}
+
+/// Rows of a shard (local numbering) to or from the whole sequence (global numbering).
+template <typename T>
+void shard_to_whole(HeadsView<const T> shard, const std::vector<Segment>& segments, HeadsView<T> whole) {
+  for (const Segment& s : segments)
+    copy_view<T>(rows_of(shard, s.local_first, s.count), rows_of(whole, s.global_first, s.count));
+}
+template <typename T>
+void whole_to_shard(HeadsView<const T> whole, const std::vector<Segment>& segments, HeadsView<T> shard,
+                    bool add) {
+  for (const Segment& s : segments)
+    copy_view<T>(rows_of(whole, s.global_first, s.count), rows_of(shard, s.local_first, s.count), add);
+}
+
+/// The work of this rank's heads: visible pairs of the whole sequence times its query heads.
+template <typename T>
+index_t work(const Call<T>& c, const Geometry& g) {
+  const Segment q{0, 0, g.q_tokens}, k{0, 0, g.k_tokens};
+  index_t pairs = 0;
+  for (index_t b = 0; b < g.batch; ++b) {
+    const index_t length = c.masks.key_lengths != nullptr ? c.masks.key_lengths[b] : g.k_tokens;
+    pairs += visible_pairs(c.opt, g.q_tokens, block_mask(c.opt, g.q_tokens, length, q, k));
+  }
+  return pairs * (g.heads / g.ranks);
+}
+
+template <typename T>
+void run(MPI_Comm caller, const Call<T>& c) {
+  const double start = MPI_Wtime();
+  OwnComm comm(caller);
+  const Geometry g = agree(comm.get(), c);
+  Stats st;
+  const int P = g.ranks, r = g.rank;
+  const index_t B = g.batch, hp = g.heads / P, dk = g.d_k, dv = g.d_v, Tq = g.q_tokens, Tk = g.k_tokens;
+  const index_t tq = g.q_rows[static_cast<std::size_t>(r)], tk = g.k_rows[static_cast<std::size_t>(r)];
+  const std::vector<index_t> my_kv = kv_heads_of(g, r);
+  const index_t nkv = static_cast<index_t>(my_kv.size());
+
+  // Tokens to heads: to rank d, this rank's rows of d's query heads and of the K/V heads they read
+  // (and, backward, of out, LSE and dL/dATTN).
+  std::vector<std::vector<T>> sends(static_cast<std::size_t>(P)), recvs(static_cast<std::size_t>(P));
+  for (int d = 0; d < P; ++d) {
+    Packed<T> out{sends[static_cast<std::size_t>(d)]};
+    const auto kv = kv_heads_of(g, d);
+    const index_t n = static_cast<index_t>(kv.size());
+    const auto heads = head_range(d * hp, hp);
+    copy_heads<T>(c.q, heads, out.part(B, hp, tq, dk));
+    copy_heads<T>(c.k, kv, out.part(B, n, tk, dk));
+    copy_heads<T>(c.v, kv, out.part(B, n, tk, dv));
+    if (c.backward) {
+      copy_heads<T>(c.fwd_out, heads, out.part(B, hp, tq, dv));
+      copy_heads<T>(c.fwd_lse, heads, out.part(B, hp, tq, 1));
+      copy_heads<T>(c.d_out, heads, out.part(B, hp, tq, dv));
+    }
+  }
+  for (int s = 0; s < P; ++s) {
+    const index_t sq = g.q_rows[static_cast<std::size_t>(s)], sk = g.k_rows[static_cast<std::size_t>(s)];
+    const index_t n = (hp * sq * (dk + (c.backward ? 2 * dv + 1 : 0)) + nkv * sk * (dk + dv)) * B;
+    recvs[static_cast<std::size_t>(s)].resize(static_cast<std::size_t>(n));
+  }
+  st.wait_seconds += exchange(comm, kTagIn, sends, recvs, st);
+
+  // The whole sequence of this rank's heads (storage sized first: Packed::part never moves it).
+  const index_t whole_size = B * (hp * Tq * (dk + dv + 1) + nkv * Tk * (dk + dv) +
+                                  (c.backward ? hp * Tq * (dv + dk) + nkv * Tk * (dk + dv) : 0));
+  std::vector<T> storage(static_cast<std::size_t>(whole_size));
+  Packed<T> at{storage};
+  const auto Qw = at.part(B, hp, Tq, dk), Kw = at.part(B, nkv, Tk, dk), Vw = at.part(B, nkv, Tk, dv);
+  const auto Ow = at.part(B, hp, Tq, dv), Lw = at.part(B, hp, Tq, 1);
+  HeadsView<T> dOw, dQw, dKw, dVw;
+  if (c.backward) {
+    dOw = at.part(B, hp, Tq, dv), dQw = at.part(B, hp, Tq, dk), dKw = at.part(B, nkv, Tk, dk);
+    dVw = at.part(B, nkv, Tk, dv);
+  }
+  for (int s = 0; s < P; ++s) {
+    const index_t sq = g.q_rows[static_cast<std::size_t>(s)], sk = g.k_rows[static_cast<std::size_t>(s)];
+    const auto& qseg = g.q_segments[static_cast<std::size_t>(s)];
+    const auto& kseg = g.k_segments[static_cast<std::size_t>(s)];
+    Packed<T> in{recvs[static_cast<std::size_t>(s)]};
+    shard_to_whole<T>(in.part(B, hp, sq, dk), qseg, Qw);
+    shard_to_whole<T>(in.part(B, nkv, sk, dk), kseg, Kw);
+    shard_to_whole<T>(in.part(B, nkv, sk, dv), kseg, Vw);
+    if (c.backward) {
+      shard_to_whole<T>(in.part(B, hp, sq, dv), qseg, Ow);
+      shard_to_whole<T>(in.part(B, hp, sq, 1), qseg, Lw);
+      shard_to_whole<T>(in.part(B, hp, sq, dv), qseg, dOw);
+    }
+  }
+
+  // The single-process call on this rank's heads.
+  Masks<T> masks;
+  masks.key_lengths = c.masks.key_lengths;
+  masks.alibi_slopes = c.masks.alibi_slopes != nullptr ? c.masks.alibi_slopes + r * hp : nullptr;
+  const double compute_start = MPI_Wtime();
+  if (hp > 0) {
+    if (c.backward) {
+      attention_heads_backward(Qw, Kw, Vw, Ow, Lw, dOw, dQw, dKw, dVw, c.opt, masks);
+    } else {
+      attention_heads(Qw, Kw, Vw, Ow, c.opt, masks, Lw);
+    }
+  }
+  st.compute_seconds += MPI_Wtime() - compute_start;
+  st.visible_pairs = work(c, g);
+
+  // Heads to tokens: to rank s, its rows of this rank's results.
+  for (int s = 0; s < P; ++s) {
+    const index_t sq = g.q_rows[static_cast<std::size_t>(s)], sk = g.k_rows[static_cast<std::size_t>(s)];
+    const auto& qseg = g.q_segments[static_cast<std::size_t>(s)];
+    const auto& kseg = g.k_segments[static_cast<std::size_t>(s)];
+    sends[static_cast<std::size_t>(s)].clear();
+    Packed<T> out{sends[static_cast<std::size_t>(s)]};
+    // Each part is written as soon as it is made: the next one may move the buffer.
+    if (c.backward) {
+      whole_to_shard<T>(dQw, qseg, out.part(B, hp, sq, dk), false);
+      whole_to_shard<T>(dKw, kseg, out.part(B, nkv, sk, dk), false);
+      whole_to_shard<T>(dVw, kseg, out.part(B, nkv, sk, dv), false);
+    } else {
+      whole_to_shard<T>(Ow, qseg, out.part(B, hp, sq, dv), false);
+      whole_to_shard<T>(Lw, qseg, out.part(B, hp, sq, 1), false);
+    }
+  }
+  for (int d = 0; d < P; ++d) {
+    const index_t n = static_cast<index_t>(kv_heads_of(g, d).size());
+    const index_t size = c.backward ? B * (hp * tq * dk + n * tk * (dk + dv)) : B * hp * tq * (dv + 1);
+    recvs[static_cast<std::size_t>(d)].assign(static_cast<std::size_t>(size), T(0));
+  }
+  st.wait_seconds += exchange(comm, kTagOut, sends, recvs, st);
+
+  // Into the caller's views: rank d's heads; dK/dV of a K/V head summed over the ranks that read
+  // it, in rank order.
+  if (c.backward) {
+    for (index_t b = 0; b < B; ++b) {  // dK and dV are sums: start from zero
+      for (index_t h = 0; h < g.kv_heads; ++h) {
+        for (const auto& view : {c.dk, c.dv}) {
+          for (index_t t = 0; t < view.tokens; ++t)
+            for (index_t col = 0; col < view.dim; ++col)
+              view.data[b * view.batch_stride + h * view.head_stride + t * view.token_stride +
+                        col * view.dim_stride] = T(0);
+        }
+      }
+    }
+  }
+  for (int d = 0; d < P; ++d) {
+    Packed<T> in{recvs[static_cast<std::size_t>(d)]};
+    if (c.backward) {
+      const auto kv = kv_heads_of(g, d);
+      const index_t n = static_cast<index_t>(kv.size());
+      copy_view<T>(in.part(B, hp, tq, dk), heads_of(c.dq, d * hp, hp));
+      const auto gk = in.part(B, n, tk, dk), gv = in.part(B, n, tk, dv);
+      for (index_t i = 0; i < n; ++i) {
+        copy_view<T>(heads_of(gk, i, 1), heads_of(c.dk, kv[static_cast<std::size_t>(i)], 1), true);
+        copy_view<T>(heads_of(gv, i, 1), heads_of(c.dv, kv[static_cast<std::size_t>(i)], 1), true);
+      }
+    } else {
+      copy_view<T>(in.part(B, hp, tq, dv), heads_of(c.out, d * hp, hp));
+      const auto l = in.part(B, hp, tq, 1);
+      if (!c.lse.empty()) copy_view<T>(l, heads_of(c.lse, d * hp, hp));
+    }
+  }
+  st.seconds = MPI_Wtime() - start;
+  if (c.config.stats != nullptr) *c.config.stats = st;
+}
+
+}  // namespace
+}  // namespace internal
+
+namespace {
+template <typename T>
+void forward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+             HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<T> lse,
+             const Config& config) {
+  internal::Call<T> c;
+  c.api = "ulysses_attention";
+  c.ulysses = true;
+  c.q = q, c.k = k, c.v = v, c.out = out, c.lse = lse, c.opt = opt, c.masks = masks, c.config = config;
+  internal::run(comm, c);
+}
+template <typename T>
+void backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+              HeadsView<const T> out, HeadsView<const T> lse, HeadsView<const T> d_out, HeadsView<T> dq,
+              HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks,
+              const Config& config) {
+  internal::Call<T> c;
+  c.api = "ulysses_attention_backward";
+  c.ulysses = true;
+  c.backward = true;
+  c.q = q, c.k = k, c.v = v, c.fwd_out = out, c.fwd_lse = lse, c.d_out = d_out;
+  c.dq = dq, c.dk = dk, c.dv = dv, c.opt = opt, c.masks = masks, c.config = config;
+  internal::run(comm, c);
+}
+}  // namespace
+
+void ulysses_attention(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                       HeadsView<const float> v, HeadsView<float> out, const Options& opt,
+                       const Masks<float>& masks, HeadsView<float> lse, const Config& config) {
+  forward(comm, q, k, v, out, opt, masks, lse, config);
+}
+void ulysses_attention(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
+                       HeadsView<const double> v, HeadsView<double> out, const Options& opt,
+                       const Masks<double>& masks, HeadsView<double> lse, const Config& config) {
+  forward(comm, q, k, v, out, opt, masks, lse, config);
+}
+void ulysses_attention_backward(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                                HeadsView<const float> v, HeadsView<const float> out,
+                                HeadsView<const float> lse, HeadsView<const float> d_out, HeadsView<float> dq,
+                                HeadsView<float> dk, HeadsView<float> dv, const Options& opt,
+                                const Masks<float>& masks, const Config& config) {
+  backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
+}
+void ulysses_attention_backward(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
+                                HeadsView<const double> v, HeadsView<const double> out,
+                                HeadsView<const double> lse, HeadsView<const double> d_out,
+                                HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
+                                const Options& opt, const Masks<double>& masks, const Config& config) {
+  backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
 }
 
 }  // namespace distributed
