@@ -875,3 +875,52 @@ TEST_CASE("npy: writes are atomic and leave nothing behind on failure") {
     CHECK(dir.entries().empty());
   }
 }
+
+TEST_CASE("npy: read_header() and prefix(): a file's header without its data, checked as read() checks it") {
+  TempDir dir;
+  const Bytes f8x2 = bytes_of_values<double>({1.0, 2.0}), numpy = bytes_of(kNumpyF8_3x4);
+  // A good file, version 1.0 and 2.0: the header read() would give, and where the data starts.
+  for (const int version : {1, 2}) {
+    CAPTURE(version);
+    const Bytes file = make_file(header_of("<f8", "(2,)"), f8x2, version);
+    const std::string path = dir / ("good" + std::to_string(version) + ".npy");
+    spit(path, file);
+    const npy::Header h = npy::read_header(path);
+    CHECK(h.dtype == npy::DType::Float64);
+    CHECK(h.shape == std::vector<std::int64_t>{2});
+    REQUIRE(h.data_offset == file.size() - f8x2.size());
+  }
+  // Every rejection of read() (but boolean values, which read_header() does not read) is the
+  // same error, word for word.
+  const std::vector<std::pair<const char*, Bytes>> bad = {
+      {"empty", {}},
+      {"magic", {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '!'}},
+      {"truncated", make_file(header_of("<f8", "(3,)"), f8x2)},
+      {"trailing", make_file(header_of("<f8", "(1,)"), f8x2)},
+      {"fortran", make_file(header_of("<f8", "(1, 2)", "True"), f8x2)},
+      {"dtype", make_file(header_of(">f8", "(2,)"), f8x2)},
+      {"header beyond the end", Bytes(numpy.begin(), numpy.begin() + 40)}};
+  for (const auto& [name, bytes] : bad) {
+    CAPTURE(name);
+    const std::string path = dir / "bad.npy";
+    spit(path, bytes);
+    const std::string read_error = error_of([&] { npy::read(path); });
+    REQUIRE(read_error != "(no error)");
+    CHECK(error_of([&] { npy::read_header(path); }) == read_error);
+  }
+  CHECK(contains(error_of([&] { npy::read_header(dir / "missing.npy"); }), "cannot open"));
+  // prefix(): exactly the bytes write() puts before the data.
+  for (const auto& shape : {std::vector<std::int64_t>{}, {3, 4}, {1, 2, 3, 4}, {0, 7}}) {
+    npy::Array a;
+    a.dtype = npy::DType::Float32;
+    a.shape = shape;
+    a.bytes.resize(static_cast<std::size_t>(a.size()) * 4);
+    const std::string path = dir / "written.npy";
+    npy::write(path, a);
+    const Bytes written = slurp(path);
+    const std::string prefix = npy::prefix(a.dtype, shape);
+    REQUIRE(prefix.size() == written.size() - a.bytes.size());
+    CHECK(std::equal(prefix.begin(), prefix.end(), written.begin(),
+                     [](char c, unsigned char b) { return static_cast<unsigned char>(c) == b; }));
+  }
+}

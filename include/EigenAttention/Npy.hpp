@@ -79,6 +79,21 @@ struct Array {
 
 /// Reads a .npy file. \throws Error naming the file and the problem.
 inline Array read(const std::string& path);
+
+/// What a .npy file holds, without its data: for reading parts of a large file (rows of a C-order
+/// array lie at data_offset + row * row_bytes), as the tool's distributed `run` does.
+struct Header {
+  DType dtype = DType::Float64;     ///< the type of every element
+  std::vector<std::int64_t> shape;  ///< empty: a scalar (one element)
+  std::size_t data_offset = 0;      ///< bytes before the data (magic, version, header)
+};
+/// Reads and checks the header of a .npy file: every check of read() (the file's size exactly
+/// what the shape needs among them) but the values of booleans. \throws Error as read().
+inline Header read_header(const std::string& path);
+/// The bytes before the data of a C-order .npy file of `dtype` and `shape`, exactly as write()
+/// writes them (and NumPy): for writing the data in parts after it. \throws Error for a bad
+/// dtype or shape.
+inline std::string prefix(DType dtype, const std::vector<std::int64_t>& shape);
 /// Parses the bytes of a .npy file (what read() does after loading it); `name` is used in
 /// messages. \throws Error.
 inline Array parse(const unsigned char* data, std::size_t size, const std::string& name);

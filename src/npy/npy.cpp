@@ -444,15 +444,21 @@ void check_array(ArrayRef a, DType dtype, std::size_t ndim, const char* what, st
 
 namespace {
 
-// A parsed file: its dtype and shape, and where its data lies in the bytes given.
+// A parsed file: its dtype and shape, and where its data lies in the bytes given (null when
+// only the header was given) and in the file.
 struct Parsed {
   DType dtype = DType::Float64;
   std::vector<std::int64_t> shape;
   const unsigned char* data = nullptr;
   std::size_t bytes = 0;
+  std::size_t offset = 0;
 };
 
-Parsed parse_npy(const unsigned char* data, std::size_t size, const std::string& name) {
+// `size` bytes of a file of `file_size` bytes: the whole file, or (size < file_size) at least
+// its prefix and header, whose checks are then the same (the data's size included) but for the
+// values of booleans.
+Parsed parse_npy(const unsigned char* data, std::size_t size, const std::string& name,
+                 std::size_t file_size) {
   if (size >= 4 && std::memcmp(data, "PK\x03\x04", 4) == 0) {
     fail(name, "a .npz (zip) archive, not a .npy file (bad magic); extract its members first");
   }
@@ -469,10 +475,11 @@ Parsed parse_npy(const unsigned char* data, std::size_t size, const std::string&
   if (size < prefix) fail(name, "too short to be a .npy file (" + std::to_string(size) + " bytes)");
   std::size_t header_len = std::size_t(data[8]) | std::size_t(data[9]) << 8;
   if (major > 1) header_len |= std::size_t(data[10]) << 16 | std::size_t(data[11]) << 24;
-  if (header_len > size - prefix) {
+  if (header_len > file_size - prefix) {
     fail(name, "header length " + std::to_string(header_len) + " goes beyond the end of the file (" +
-                   std::to_string(size) + " bytes)");
+                   std::to_string(file_size) + " bytes)");
   }
+  if (header_len > size - prefix) fail(name, "read error in the header");  // (read_header_file)
 
   const Value header = HeaderParser(data + prefix, header_len, prefix, name).parse();
   if (header.kind != Value::Dict) fail(name, std::string("header is not a dict but ") + header.kind_name());
@@ -535,7 +542,7 @@ Parsed parse_npy(const unsigned char* data, std::size_t size, const std::string&
     fail(name, "shape " + shape_string(a.shape) + " of " + describe(a.dtype) + " overflows the byte count");
   }
   const std::size_t start = prefix + header_len;
-  const std::size_t have = size - start;
+  const std::size_t have = file_size - start;
   if (have < need) {
     fail(name, "truncated: the data has " + std::to_string(have) + " bytes but shape " +
                    shape_string(a.shape) + " of " + describe(a.dtype) + " needs " + std::to_string(need));
@@ -544,6 +551,9 @@ Parsed parse_npy(const unsigned char* data, std::size_t size, const std::string&
     fail(name, "trailing garbage: " + std::to_string(have - need) + " bytes after the data that shape " +
                    shape_string(a.shape) + " needs (NumPy ignores them; this reader rejects them)");
   }
+  a.offset = start;
+  a.bytes = need;
+  if (size < file_size) return a;  // the header only
   if (a.dtype == DType::Bool) {
     for (std::size_t i = 0; i < need; ++i) {
       if (data[start + i] > 1) {
@@ -553,7 +563,6 @@ Parsed parse_npy(const unsigned char* data, std::size_t size, const std::string&
     }
   }
   a.data = data + start;
-  a.bytes = need;
   return a;
 }
 
@@ -566,7 +575,7 @@ void emit(const Parsed& p, detail::Sink sink) {
 namespace detail {
 
 void parse_bytes(const unsigned char* data, std::size_t size, const char* name, Sink sink) {
-  emit(parse_npy(data, size, name), sink);
+  emit(parse_npy(data, size, name, size), sink);
 }
 
 void read_file(const char* path_text, Sink sink) {
@@ -591,7 +600,36 @@ void read_file(const char* path_text, Sink sink) {
   const bool bad = std::ferror(f) != 0;
   std::fclose(f);
   if (bad) fail(path, std::string("read error: ") + std::strerror(err));
-  emit(parse_npy(buf.data(), used, path), sink);
+  emit(parse_npy(buf.data(), used, path, used), sink);
+}
+
+void read_header_file(const char* path_text, HeaderSink sink) {
+  const std::string path(path_text);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(::fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    std::fclose(f);
+    fail(path, "not a regular file (its size is needed to check the data's)");
+  }
+  const auto file_size = static_cast<std::size_t>(st.st_size);
+  // The prefix (12 bytes at most), then the header whose length it gives.
+  std::vector<unsigned char> buf(std::min<std::size_t>(file_size, 12));
+  std::size_t used = std::fread(buf.data(), 1, buf.size(), f);
+  if (used == 12 || (used >= 10 && buf[6] == 1)) {
+    std::size_t header_len = std::size_t(buf[8]) | std::size_t(buf[9]) << 8;
+    const std::size_t prefix = buf[6] == 1 ? 10 : 12;
+    if (prefix == 12) header_len |= std::size_t(buf[10]) << 16 | std::size_t(buf[11]) << 24;
+    if (header_len <= file_size - prefix) {  // else parse_npy says so
+      buf.resize(std::max(used, prefix + header_len));
+      used += std::fread(buf.data() + used, 1, buf.size() - used, f);
+    }
+  }
+  const bool bad = std::ferror(f) != 0;
+  std::fclose(f);
+  if (bad) fail(path, "read error in the header");
+  const Parsed p = parse_npy(buf.data(), std::min(used, file_size), path, file_size);
+  sink.fill(sink.header, p.dtype, p.shape.data(), p.shape.size(), p.offset);
 }
 
 }  // namespace detail
@@ -683,6 +721,17 @@ void write_file(const char* path_text, ArrayRef ref) {
   file.write(prefix.data(), prefix.size());
   file.write(array.bytes, array.size);
   file.commit();
+}
+
+std::size_t prefix_bytes(DType dtype, const std::int64_t* shape, std::size_t ndim, char* out,
+                         std::size_t capacity) {
+  const std::vector<std::int64_t> dims(shape, shape + ndim);
+  if (!valid_dtype(dtype)) fail("npy::prefix", "cannot write " + describe(dtype));
+  if (ndim > kMaxDims) fail("npy::prefix", "too many dimensions: " + std::to_string(ndim));
+  (void)detail::byte_count(dims, dtype, "npy::prefix");
+  const std::string prefix = wrap_header(header_text(Writing{dtype, dims, nullptr, 0}));
+  if (prefix.size() <= capacity) std::memcpy(out, prefix.data(), prefix.size());
+  return prefix.size();
 }
 
 void write_to(AtomicFile& file, ArrayRef ref) {

@@ -82,6 +82,21 @@ inline void fill_array(Array* a, DType dtype, const std::int64_t* shape, std::si
   a->bytes.assign(bytes, bytes + size);
 }
 
+/// Where the compiled header reader puts what it parsed (as Sink, for read_header()).
+struct HeaderSink {
+  Header* header;
+  void (*fill)(Header* header, DType dtype, const std::int64_t* shape, std::size_t ndim, std::size_t offset);
+};
+inline void fill_header(Header* h, DType dtype, const std::int64_t* shape, std::size_t ndim,
+                        std::size_t offset) {
+  h->dtype = dtype;
+  h->shape.assign(shape, shape + ndim);
+  h->data_offset = offset;
+}
+/// The compiled header reader and prefix writer behind read_header() and prefix().
+EIGEN_ATTENTION_EXPORT void read_header_file(const char* path, HeaderSink sink);
+EIGEN_ATTENTION_EXPORT std::size_t prefix_bytes(DType dtype, const std::int64_t* shape, std::size_t ndim,
+                                                char* out, std::size_t capacity);
 /// The compiled reader, parser and writer behind read(), parse() and write().
 EIGEN_ATTENTION_EXPORT void read_file(const char* path, Sink sink);
 EIGEN_ATTENTION_EXPORT void parse_bytes(const unsigned char* data, std::size_t size, const char* name,
@@ -112,6 +127,19 @@ inline Array read(const std::string& path) {
   Array a;
   detail::read_file(path.c_str(), {&a, &detail::fill_array});
   return a;
+}
+
+inline Header read_header(const std::string& path) {
+  Header h;
+  detail::read_header_file(path.c_str(), {&h, &detail::fill_header});
+  return h;
+}
+
+inline std::string prefix(DType dtype, const std::vector<std::int64_t>& shape) {
+  std::string out(128, '\0');
+  out.resize(detail::prefix_bytes(dtype, shape.data(), shape.size(), &out[0], out.size()));
+  if (out.size() > 128) detail::prefix_bytes(dtype, shape.data(), shape.size(), &out[0], out.size());
+  return out;
 }
 
 inline Array parse(const unsigned char* data, std::size_t size, const std::string& name) {
