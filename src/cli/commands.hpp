@@ -21,8 +21,18 @@ struct RunArgs {
   bool average_heads = false;
   std::string heatmap, batch, head, tokens;
   bool quiet = false;
+  // --distributed ring|ulysses and --sharding contiguous|zigzag: the run under mpirun
+  // (distributed.cpp; built only with MPI).
+  std::string distributed, sharding;
+  bool distributed_given = false, sharding_given = false;
 };
 int run_command(const RunArgs& args);
+/// `run --distributed`: every rank of MPI_COMM_WORLD reads its rows of Q, K and V and writes its
+/// rows of the outputs (distributed.cpp). Without MPI it throws a Failure saying so (run.cpp).
+int run_distributed(const RunArgs& args);
+/// Ends MPI when run_distributed() started it (MPI_Barrier, MPI_Finalize), once main() has
+/// reported the outcome; nothing otherwise.
+void finish_distributed();
 
 struct HeatmapArgs {
   std::string scores, png, tokens, batch, head;

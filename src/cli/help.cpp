@@ -127,6 +127,29 @@ Other options:
 Outputs are written only when everything succeeded: after a failure no output of this
 run is left (an existing file of that name is left as it was).
 
+Distributed (sequence-parallel over MPI; only in a build with MPI):
+      --distributed ring|ulysses
+                           run under mpiexec: each rank reads only its rows (tokens) of
+                           Q, K and V, at their offsets in the files, and writes its rows
+                           of ATTN and LSE into one output file (rank 0 the header), the
+                           same file as without it. ring: the K/V blocks travel around
+                           the ranks, any number of heads; ulysses: an all-to-all gives
+                           each rank whole sequences of H/P heads, so the query heads H
+                           (4-D inputs) must be a multiple of the ranks P. --causal,
+                           --align, --window, --alibi, --key-lengths, --softcap and
+                           --scale hold at global positions; --mask, --scores and
+                           --heatmap have no sharded form and are refused; --compute is
+                           float or double (float16 files: computed in float32, ATTN
+                           written as float16, as without it)
+      --sharding contiguous|zigzag
+                           the tokens of each rank: contiguous = one balanced block each,
+                           in rank order (the default); zigzag = 2P chunks, rank r holding
+                           chunks r and 2P-1-r (the same causal work on every rank)
+  Rank 0 prints the files, then what ran: ranks, sharding, T_q and T_k, the time, the
+  bytes sent and the visible (query, key) pairs per rank. --threads is per rank.
+  Example: mpiexec -np 4 eigen-attention run --q q.npy --k k.npy --v v.npy \
+               --out attn.npy --causal --distributed ring --sharding zigzag --threads 2
+
 Examples:
   eigen-attention run --q q.npy --k k.npy --v v.npy --out attn.npy --causal \
       --scores scores.npy --heatmap scores.png --head 3 --tokens tokens.txt

@@ -35,6 +35,7 @@ std::string one_line(std::string s) {
 }
 
 void report(const std::string& message) {
+  if (!cli::error_reporting()) return;  // a distributed run's rank other than 0
   std::fprintf(stderr, "eigen-attention: %s\n", one_line(message).c_str());
 }
 
@@ -79,7 +80,9 @@ std::string parse_message(const CLI::App& app, const CLI::ParseError& e) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_main(int argc, char** argv) {
   CLI::App app{"", "eigen-attention"};
   help_text(&app, cli::kToolHelp);
   app.set_version_flag("--version", std::string("eigen-attention ") + ea::version());
@@ -127,6 +130,8 @@ int main(int argc, char** argv) {
   run->add_option("--head", run_args.head);
   run->add_option("--tokens", run_args.tokens);
   run->add_flag("--quiet", run_args.quiet);
+  CLI::Option* run_distributed = run->add_option("--distributed", run_args.distributed);
+  CLI::Option* run_sharding = run->add_option("--sharding", run_args.sharding);
 
   // heatmap
   cli::HeatmapArgs heatmap_args;
@@ -216,6 +221,8 @@ int main(int argc, char** argv) {
           }
         }
         run_args.compute_given = run_compute->count() > 0;
+        run_args.distributed_given = run_distributed->count() > 0;
+        run_args.sharding_given = run_sharding->count() > 0;
         return cli::run_command(run_args);
       }
       if (*heatmap) {
@@ -248,4 +255,14 @@ int main(int argc, char** argv) {
     report(std::string("error: ") + e.what());
   }
   return kFailure;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int status = run_main(argc, argv);
+  // After a `run --distributed`, MPI ends only now, every rank together: rank 0 has reported the
+  // error, if any, before any rank exits (mpiexec stops the job when one rank fails).
+  cli::finish_distributed();
+  return status;
 }

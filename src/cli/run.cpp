@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "distributed.hpp"
 #include "plot.hpp"
 #include "util.hpp"
 
@@ -280,6 +281,38 @@ void check_vector_shape(const Input& in, I64 n, const std::string& what) {
   if (!((s.size() == 1 && s[0] == n) || (s.empty() && n == 1))) {
     throw Failure(in.path,
                   "shape " + shape_string(s) + "; expected " + shape_string({n}) + " (" + what + ")");
+  }
+}
+
+// --key-lengths: one int32 or int64 per batch entry, each in [0, T_k], widened to int64.
+std::vector<I64> key_lengths_of(const Input& lengths, const Geometry& g) {
+  check_vector_shape(lengths, g.B, "one key length per batch entry");
+  std::vector<I64> out;
+  if (lengths.a.dtype == DType::Int64) {
+    const I64* p = lengths.a.data<I64>();
+    out.assign(p, p + lengths.a.size());
+  } else if (lengths.a.dtype == DType::Int32) {
+    const std::int32_t* p = lengths.a.data<std::int32_t>();
+    out.assign(p, p + lengths.a.size());
+  } else {
+    throw Failure(lengths.path,
+                  std::string("dtype ") + dtype_name(lengths.a.dtype) + "; key lengths are int32 or int64");
+  }
+  for (std::size_t b = 0; b < out.size(); ++b) {
+    if (out[b] < 0 || out[b] > g.Tk) {
+      throw Failure(lengths.path, "entry " + std::to_string(b) + " is " + std::to_string(out[b]) +
+                                      ", outside [0, T_k = " + std::to_string(g.Tk) + "]");
+    }
+  }
+  return out;
+}
+
+// --alibi: one float slope per query head.
+void check_alibi(const Input& alibi, const Geometry& g) {
+  check_vector_shape(alibi, g.H, "one slope per query head");
+  if (!is_float(alibi.a.dtype)) {
+    throw Failure(alibi.path, std::string("dtype ") + dtype_name(alibi.a.dtype) +
+                                  "; ALiBi slopes are float16, float32 or float64");
   }
 }
 
@@ -697,6 +730,8 @@ void check_options(const RunArgs& a, const Settings& s, const Input& q, const Ge
 }  // namespace
 
 int run_command(const RunArgs& a) {
+  if (a.distributed_given) return run_distributed(a);
+  if (a.sharding_given) throw usage_error("--sharding", "only with --distributed ring|ulysses");
   const Settings s = parse_settings(a);
   Progress progress(a.quiet);
 
@@ -730,32 +765,8 @@ int run_command(const RunArgs& a) {
                                    "; a mask is bool (true = may attend) or float (an additive bias)");
     }
   }
-  if (lengths.given()) {
-    check_vector_shape(lengths, g.B, "one key length per batch entry");
-    if (lengths.a.dtype == DType::Int64) {
-      const I64* p = lengths.a.data<I64>();
-      j.key_lengths.assign(p, p + lengths.a.size());
-    } else if (lengths.a.dtype == DType::Int32) {
-      const std::int32_t* p = lengths.a.data<std::int32_t>();
-      j.key_lengths.assign(p, p + lengths.a.size());
-    } else {
-      throw Failure(lengths.path,
-                    std::string("dtype ") + dtype_name(lengths.a.dtype) + "; key lengths are int32 or int64");
-    }
-    for (std::size_t b = 0; b < j.key_lengths.size(); ++b) {
-      if (j.key_lengths[b] < 0 || j.key_lengths[b] > g.Tk) {
-        throw Failure(lengths.path, "entry " + std::to_string(b) + " is " + std::to_string(j.key_lengths[b]) +
-                                        ", outside [0, T_k = " + std::to_string(g.Tk) + "]");
-      }
-    }
-  }
-  if (alibi.given()) {
-    check_vector_shape(alibi, g.H, "one slope per query head");
-    if (!is_float(alibi.a.dtype)) {
-      throw Failure(alibi.path, std::string("dtype ") + dtype_name(alibi.a.dtype) +
-                                    "; ALiBi slopes are float16, float32 or float64");
-    }
-  }
+  if (lengths.given()) j.key_lengths = key_lengths_of(lengths, g);
+  if (alibi.given()) check_alibi(alibi, g);
 
   // The heatmap's choice, checked before the work.
   if (!a.heatmap.empty()) {
@@ -787,6 +798,124 @@ int run_command(const RunArgs& a) {
   }
   return run_typed<Eigen::half>(j, files, outs, progress);
 }
+
+// ---------------------------------------------------------------------------------------------
+// run --distributed: the checks of the command line and of the files' headers (the rest is in
+// distributed.cpp, built only with MPI).
+
+namespace {
+
+// --distributed and --sharding, checked first (the same on every build).
+void parse_distributed(const RunArgs& a, bool& ulysses, bool& zigzag) {
+  if (a.distributed == "ring") {
+    ulysses = false;
+  } else if (a.distributed == "ulysses") {
+    ulysses = true;
+  } else {
+    throw usage_error("--distributed", "'" + a.distributed + "' is neither ring nor ulysses");
+  }
+  if (!a.sharding_given || a.sharding == "contiguous") {
+    zigzag = false;
+  } else if (a.sharding == "zigzag") {
+    zigzag = true;
+  } else {
+    throw usage_error("--sharding", "'" + a.sharding + "' is neither contiguous nor zigzag");
+  }
+}
+
+}  // namespace
+
+#ifdef EIGEN_ATTENTION_CLI_MPI
+
+DistributedPlan plan_distributed(const RunArgs& a) {
+  DistributedPlan p;
+  parse_distributed(a, p.ulysses, p.zigzag);
+  // What has no sharded form: the T_q x T_k weights, and a mask or bias over all the pairs.
+  for (const auto& [option, value] : {std::pair{"--scores", a.scores}, std::pair{"--heatmap", a.heatmap}}) {
+    if (!value.empty()) {
+      throw usage_error(option,
+                        "not with --distributed (the T_q x T_k weights are never gathered); "
+                        "give --out and/or --lse");
+    }
+  }
+  if (!a.mask.empty()) {
+    throw usage_error("--mask",
+                      "not with --distributed (a mask or bias over all the pairs has no sharded form); "
+                      "--causal, --window, --key-lengths and --alibi are computed at global positions");
+  }
+  if (a.out.empty() && a.lse.empty()) {
+    throw usage_error("--out", "missing: no output requested; give --out ATTN.npy and/or --lse LSE.npy");
+  }
+  const Settings s = parse_settings(a);
+  if (s.compute == Compute::BFloat16) {
+    throw usage_error("--compute",
+                      "bf16 is not supported with --distributed (it computes in float or double)");
+  }
+
+  const auto header_input = [](const char* option, const std::string& path, NpyHeader& h) {
+    h = read_npy_header(path);
+    Input in{option, path, {}};
+    in.a.dtype = h.dtype;
+    in.a.shape = h.shape;  // no bytes: the checks read the dtype and the shape only
+    return in;
+  };
+  const Input q = header_input("--q", a.q, p.q), k = header_input("--k", a.k, p.k),
+              v = header_input("--v", a.v, p.v);
+  const Geometry g = check_inputs(q, k, v, s.layout);
+  const Compute compute = s.compute ? *s.compute : compute_of(q.a.dtype);
+  if (compute == Compute::Half && q.a.dtype != DType::Float16) {
+    throw usage_error("--compute",
+                      "half of " + std::string(dtype_name(q.a.dtype)) +
+                          " files is not supported with --distributed (it computes in float or double; "
+                          "float16 files are computed in float32 and written as float16)");
+  }
+  if (compute == Compute::Double) {
+    check_options<double>(a, s, q, g, compute);
+  } else {
+    check_options<float>(a, s, q, g, compute);
+  }
+  p.opt = s.opt;
+  p.layout = g.rank == 2 ? Layout::BHTD : s.layout;
+  p.rank = g.rank;
+  p.B = g.B, p.H = g.H, p.Hkv = g.Hkv, p.Tq = g.Tq, p.Tk = g.Tk, p.dk = g.dk, p.dv = g.dv;
+  p.compute_double = compute == Compute::Double;
+  p.out_dtype = compute == Compute::Double ? DType::Float64
+                : compute == Compute::Half ? DType::Float16
+                                           : DType::Float32;
+  p.lse_dtype = p.compute_double ? DType::Float64 : DType::Float32;
+
+  // The small inputs are read whole, by every rank.
+  const Input lengths = load("--key-lengths", a.key_lengths), alibi = load("--alibi", a.alibi);
+  if (lengths.given()) {
+    p.has_key_lengths = true;
+    p.key_lengths = key_lengths_of(lengths, g);
+  }
+  if (alibi.given()) {
+    check_alibi(alibi, g);
+    p.has_alibi = true;
+    std::vector<double> store;
+    const double* slopes = values_of<double>(alibi.a, store);
+    p.alibi.assign(slopes, slopes + alibi.a.size());
+  }
+  p.out = a.out;
+  p.lse = a.lse;
+  p.quiet = a.quiet;
+  return p;
+}
+
+#else
+
+int run_distributed(const RunArgs& a) {
+  bool ulysses = false, zigzag = false;
+  parse_distributed(a, ulysses, zigzag);
+  throw Failure("--distributed",
+                "this eigen-attention was built without MPI (configure with an MPI implementation "
+                "installed, e.g. libopenmpi-dev, and -DEIGEN_ATTENTION_MPI=ON)");
+}
+
+void finish_distributed() {}
+
+#endif
 
 }  // namespace cli
 }  // namespace EigenAttention

@@ -17,6 +17,13 @@
 namespace EigenAttention {
 namespace cli {
 
+namespace {
+bool g_report_errors = true;
+}  // namespace
+
+void set_error_reporting(bool on) { g_report_errors = on; }
+bool error_reporting() { return g_report_errors; }
+
 double parse_double(const std::string& option, const std::string& text) {
   const char* begin = text.c_str();
   char* end = nullptr;

@@ -38,6 +38,11 @@ inline Failure usage_error(const std::string& option, const std::string& problem
   return Failure(option, problem, true);
 }
 
+/// Whether main() reports errors on stderr (default true). A distributed run turns it off on
+/// every rank but 0: the ranks agree on one error, which rank 0 alone reports.
+void set_error_reporting(bool on);
+bool error_reporting();
+
 /// "(2, 8, 128, 64)": the shape as NumPy writes it (the library's helper).
 using internal::shape_string;
 /// "float32", "float64", "int32", "int64", "bool" (the library's npy::dtype_name).
