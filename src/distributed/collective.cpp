@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 
 #include <EigenAttention/Compiled.hpp>
@@ -24,7 +25,7 @@ std::string shape(const HeadsView<T>& v) {
   return "[" + num(v.batch) + ", " + num(v.heads) + ", " + num(v.tokens) + ", " + num(v.dim) + "]";
 }
 
-/// FNV-1a over bytes: a fingerprint of the ALiBi slopes and key lengths every rank must share.
+/// FNV-1a over bytes: a fingerprint of the call's name every rank must share.
 std::int64_t fingerprint(const void* data, std::size_t bytes) {
   std::uint64_t h = 1469598103934665603ull;
   const auto* p = static_cast<const unsigned char*>(data);
@@ -58,9 +59,7 @@ enum Field : int {
   kSoftcap,
   kSharding,
   kHasAlibi,
-  kAlibi,
   kHasKeyLengths,
-  kKeyLengths,
   kCommon,
   kQRows = kCommon,
   kKRows,
@@ -83,9 +82,7 @@ const char* const kFieldNames[kCommon] = {"call",
                                           "Options::softcap",
                                           "Config::sharding",
                                           "presence of ALiBi slopes",
-                                          "ALiBi slopes",
-                                          "presence of key_lengths",
-                                          "key_lengths"};
+                                          "presence of key_lengths"};
 
 /// Half-open byte range a view's elements lie in (empty for an empty view).
 template <typename T>
@@ -183,19 +180,51 @@ std::array<std::int64_t, kFields> signature(const Call<T>& c, bool has_error) {
   s[kSharding] = static_cast<int>(c.config.sharding);
   s[kHasAlibi] = c.masks.alibi_slopes != nullptr;
   s[kHasKeyLengths] = c.masks.key_lengths != nullptr;
-  if (!has_error) {  // the sizes are then known good
-    if (c.masks.alibi_slopes != nullptr)
-      s[kAlibi] = fingerprint(c.masks.alibi_slopes, sizeof(T) * static_cast<std::size_t>(c.q.heads));
-    if (c.masks.key_lengths != nullptr)
-      s[kKeyLengths] =
-          fingerprint(c.masks.key_lengths, sizeof(std::int64_t) * static_cast<std::size_t>(c.q.batch));
-  }
   s[kQRows] = c.q.tokens, s[kKRows] = c.k.tokens, s[kError] = has_error;
   return s;
 }
 
 [[noreturn]] void fail(const char* api, const std::string& what) {
   throw std::invalid_argument(std::string(api) + ": " + what);
+}
+
+double from_bits(std::int64_t b) {
+  double x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+std::string text(double x) {
+  std::ostringstream out;
+  out.precision(17);
+  out << x;
+  return out.str();
+}
+
+/// Every rank's n values of `mine`, rank after rank (as bytes: the values are compared bitwise).
+template <typename V>
+std::vector<V> gather(MPI_Comm comm, const V* mine, index_t n) {
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  std::vector<V> all(static_cast<std::size_t>(n) * static_cast<std::size_t>(ranks));
+  const int bytes = static_cast<int>(sizeof(V) * static_cast<std::size_t>(n));
+  MPI_Allgather(mine, bytes, MPI_BYTE, all.data(), bytes, MPI_BYTE, comm);
+  return all;
+}
+
+/// Throws, naming the first entry where a rank's values differ from rank 0's, and both values.
+template <typename V, class Text>
+void first_difference(const char* api, const char* name, const std::vector<V>& all, int ranks, index_t n,
+                      Text&& show) {
+  for (int r = 1; r < ranks; ++r) {
+    for (index_t i = 0; i < n; ++i) {
+      const V& mine = all[static_cast<std::size_t>(r * n + i)];
+      const V& first = all[static_cast<std::size_t>(i)];
+      if (std::memcmp(&mine, &first, sizeof(V)) == 0) continue;
+      fail(api, "every rank must call it with the same " + std::string(name) + ", but rank " +
+                    std::to_string(r) + " has " + name + "[" + num(i) + "] = " + show(mine) +
+                    " where rank 0 has " + show(first));
+    }
+  }
 }
 
 }  // namespace
@@ -230,11 +259,24 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
       if (at(r, f) == at(0, f)) continue;
       const bool by_value = f == kBatch || f == kHeads || f == kKvHeads || f == kDk || f == kDv ||
                             f == kCausal || f == kWindowLeft || f == kWindowRight;
+      const bool real = f == kScale || f == kSoftcap;
       std::string what = "every rank must call it with the same " + std::string(kFieldNames[f]) +
                          ", but rank " + std::to_string(r) + "'s differs from rank 0's";
       if (by_value) what += " (" + std::to_string(at(r, f)) + " and " + std::to_string(at(0, f)) + ")";
+      if (real) what += " (" + text(from_bits(at(r, f))) + " and " + text(from_bits(at(0, f))) + ")";
       fail(c.api, what);
     }
+  }
+  // The key lengths and ALiBi slopes themselves (their presence and sizes agree by now).
+  if (c.masks.key_lengths != nullptr) {
+    const auto all_lengths = gather(comm, c.masks.key_lengths, c.q.batch);
+    first_difference(c.api, "key_lengths", all_lengths, g.ranks, c.q.batch,
+                     [](std::int64_t x) { return std::to_string(x); });
+  }
+  if (c.masks.alibi_slopes != nullptr) {
+    const auto all_slopes = gather(comm, c.masks.alibi_slopes, c.q.heads);
+    first_difference(c.api, "alibi_slopes", all_slopes, g.ranks, c.q.heads,
+                     [](T x) { return text(static_cast<double>(x)); });
   }
 
   // The whole sequence, identical on every rank from here on: so is any error below.
