@@ -30,6 +30,11 @@ set(CPACK_DEBIAN_DEV_PACKAGE_NAME libeigenattention-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_COMPONENT_DEV_DEPENDS runtime)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libeigen3-dev (>= 3.4)")
+# The MPI component (libEigenAttentionMPI.a, find_package(EigenAttention COMPONENTS MPI)) needs an
+# MPI to link; the rest of the package does not.
+if(TARGET EigenAttention_mpi)
+  set(CPACK_DEBIAN_DEV_PACKAGE_SUGGESTS "libopenmpi-dev")
+endif()
 set(CPACK_COMPONENT_DEV_DESCRIPTION
     "Exact scaled dot-product attention on Eigen matrices (headers, static library, CMake and pkg-config files)")
 
