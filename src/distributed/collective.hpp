@@ -68,6 +68,21 @@ class OwnComm {
   int rank_ = 0, size_ = 1;
 };
 
+/// One distributed call on this rank: its own communicator, the Geometry every rank agreed on
+/// (agree() throws otherwise), and its Stats, which done() completes and gives to Config::stats.
+template <typename T>
+struct Session {
+  double start = MPI_Wtime();
+  OwnComm comm;
+  Geometry g;
+  Stats st;
+  Session(MPI_Comm caller, const Call<T>& c) : comm(caller), g(agree(comm.get(), c)) {}
+  void done(const Config& config) {
+    st.seconds = MPI_Wtime() - start;
+    if (config.stats != nullptr) *config.stats = st;
+  }
+};
+
 /// The MPI datatype of T (float or double).
 template <typename T>
 MPI_Datatype mpi_type();

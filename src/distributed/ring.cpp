@@ -83,20 +83,61 @@ Options block_options(const Call<T>& c, const BlockMask& m) {
   return opt;
 }
 
+/// The K/V blocks going around the ring, double-buffered: at step s this rank holds the block of
+/// rank (r - s) mod P; start(s) sends it on to the right and receives the next one from the left,
+/// finish() waits for both (after the step's computation).
+template <typename T>
+class KVRing {
+ public:
+  KVRing(const Call<T>& c, const Geometry& g, MPI_Comm comm, Stats& st)
+      : g_(g), layout_{g}, comm_(comm), st_(st) {
+    const auto size = static_cast<std::size_t>(layout_.size(g.max_k_rows()));
+    blocks_[0].resize(size);
+    if (g.ranks > 1) blocks_[1].resize(size);
+    copy_view<T>(c.k, layout_.k(blocks_[0].data(), c.k.tokens));
+    copy_view<T>(c.v, layout_.v(blocks_[0].data(), c.k.tokens));
+  }
+  /// The rank whose block this rank holds at step s, and that block's keys and values.
+  int source(int s) const { return (g_.rank - s + g_.ranks) % g_.ranks; }
+  index_t rows(int s) const { return g_.k_rows[static_cast<std::size_t>(source(s))]; }
+  HeadsView<const T> k(int s) const {
+    return layout_.k(static_cast<const T*>(blocks_[s & 1].data()), rows(s));
+  }
+  HeadsView<const T> v(int s) const {
+    return layout_.v(static_cast<const T*>(blocks_[s & 1].data()), rows(s));
+  }
+  const KVLayout& layout() const { return layout_; }
+
+  void start(int s) {
+    if (s + 1 >= g_.ranks) return;  // the last block goes nowhere
+    const int P = g_.ranks, left = (g_.rank + P - 1) % P, right = (g_.rank + 1) % P;
+    const index_t send = layout_.size(rows(s)), receive = layout_.size(rows(s + 1));
+    irecv(blocks_[(s + 1) & 1].data(), receive, left, kTagKV, comm_, requests_);
+    isend(blocks_[s & 1].data(), send, right, kTagKV, comm_, requests_);
+    st_.bytes_sent += send * static_cast<index_t>(sizeof(T));
+    st_.bytes_received += receive * static_cast<index_t>(sizeof(T));
+    ++st_.messages;
+  }
+  void finish() { st_.wait_seconds += wait_all(requests_); }
+
+ private:
+  const Geometry& g_;
+  KVLayout layout_;
+  MPI_Comm comm_;
+  Stats& st_;
+  std::vector<T> blocks_[2];
+  std::vector<MPI_Request> requests_;
+};
+
 template <typename T>
 void forward(MPI_Comm comm, const Call<T>& c) {
-  const double start = MPI_Wtime();
-  OwnComm own(comm);
-  const Geometry g = agree(own.get(), c);
-  Stats st;
-  const int P = g.ranks, r = g.rank, left = (r + P - 1) % P, right = (r + 1) % P;
-  const index_t B = g.batch, H = g.heads, dv = g.d_v, tq = g.q_rows[static_cast<std::size_t>(r)];
-  const KVLayout kv{g};
-  std::vector<T> blocks[2];
-  blocks[0].resize(static_cast<std::size_t>(kv.size(g.max_k_rows())));
-  if (P > 1) blocks[1].resize(blocks[0].size());
-  copy_view<T>(c.k, kv.k(blocks[0].data(), c.k.tokens));
-  copy_view<T>(c.v, kv.v(blocks[0].data(), c.k.tokens));
+  Session<T> session(comm, c);
+  const Geometry& g = session.g;
+  Stats& st = session.st;
+  const MPI_Comm own = session.comm.get();
+  const int P = g.ranks;
+  const index_t B = g.batch, H = g.heads, dv = g.d_v, tq = g.q_rows[static_cast<std::size_t>(g.rank)];
+  KVRing<T> ring(c, g, own, st);
 
   // The accumulator starts as "no key seen": zeros, LSE -inf; merging a block into it copies it.
   std::vector<T> acc_out(static_cast<std::size_t>(B * H * tq * dv), T(0)),
@@ -107,21 +148,11 @@ void forward(MPI_Comm comm, const Call<T>& c) {
   Masks<T> masks;
   masks.alibi_slopes = c.masks.alibi_slopes;
 
-  std::vector<MPI_Request> requests;
   for (int s = 0; s < P; ++s) {
-    const int src = (r - s + P) % P, cur = s & 1;
-    const index_t rows = g.k_rows[static_cast<std::size_t>(src)];
-    if (s + 1 < P) {  // the next block comes in while this one is computed
-      const index_t next_rows = g.k_rows[static_cast<std::size_t>((src + P - 1) % P)];
-      irecv(blocks[1 - cur].data(), kv.size(next_rows), left, kTagKV, own.get(), requests);
-      isend(blocks[cur].data(), kv.size(rows), right, kTagKV, own.get(), requests);
-      st.bytes_sent += kv.size(rows) * static_cast<index_t>(sizeof(T));
-      st.bytes_received += kv.size(next_rows) * static_cast<index_t>(sizeof(T));
-      ++st.messages;
-    }
+    ring.start(s);  // the next block comes in while this one is computed
     const double compute_start = MPI_Wtime();
-    const HeadsView<const T> K = kv.k(blocks[cur].data(), rows), V = kv.v(blocks[cur].data(), rows);
-    for_each_block(c, g, src, st,
+    const HeadsView<const T> K = ring.k(s), V = ring.v(s);
+    for_each_block(c, g, ring.source(s), st,
                    [&](const Segment& qs, const Segment& ks, index_t b, index_t nb, const BlockMask& m) {
                      const auto out = HeadsView<T>::bhtd(part_out.data(), nb, H, qs.count, dv);
                      const auto lse = HeadsView<T>::bhtd(part_lse.data(), nb, H, qs.count, 1);
@@ -134,34 +165,28 @@ void forward(MPI_Comm comm, const Call<T>& c) {
                      merge_attention(a, al, out, lse, a, al);
                    });
     st.compute_seconds += MPI_Wtime() - compute_start;
-    st.wait_seconds += wait_all(requests);
+    ring.finish();
   }
   copy_view<T>(acc, c.out);
   if (!c.lse.empty()) copy_view<T>(acc_l, c.lse);
-  st.seconds = MPI_Wtime() - start;
-  if (c.config.stats != nullptr) *c.config.stats = st;
+  session.done(c.config);
 }
 
 template <typename T>
 void backward(MPI_Comm comm, const Call<T>& c) {
-  const double start = MPI_Wtime();
-  OwnComm own(comm);
-  const Geometry g = agree(own.get(), c);
-  Stats st;
+  Session<T> session(comm, c);
+  const Geometry& g = session.g;
+  Stats& st = session.st;
+  const MPI_Comm own = session.comm.get();
   const int P = g.ranks, r = g.rank, left = (r + P - 1) % P, right = (r + 1) % P;
   const index_t B = g.batch, H = g.heads, Hkv = g.kv_heads, dk = g.d_k, dv = g.d_v;
   const index_t tq = g.q_rows[static_cast<std::size_t>(r)], tk = g.k_rows[static_cast<std::size_t>(r)];
-  const KVLayout kv{g};
+  KVRing<T> ring(c, g, own, st);
+  const KVLayout& kv = ring.layout();
   const auto block_size = static_cast<std::size_t>(kv.size(g.max_k_rows()));
-  std::vector<T> blocks[2], grads[2], contribution(block_size), part(block_size), mine;
-  blocks[0].resize(block_size);
+  std::vector<T> grads[2], contribution(block_size), part(block_size), mine;
   grads[0].resize(block_size);
-  if (P > 1) {
-    blocks[1].resize(block_size);
-    grads[1].resize(block_size);
-  }
-  copy_view<T>(c.k, kv.k(blocks[0].data(), tk));
-  copy_view<T>(c.v, kv.v(blocks[0].data(), tk));
+  if (P > 1) grads[1].resize(block_size);
   std::vector<T> dq_acc(static_cast<std::size_t>(B * H * tq * dk), T(0)), dq_part(dq_acc.size()),
       part_lse(static_cast<std::size_t>(B * H * tq)), scaled_d_out(static_cast<std::size_t>(B * H * tq * dv));
   T no_output = 0;
@@ -169,29 +194,23 @@ void backward(MPI_Comm comm, const Call<T>& c) {
   Masks<T> masks;
   masks.alibi_slopes = c.masks.alibi_slopes;
 
-  std::vector<MPI_Request> kv_requests, grad_requests, pending;
+  std::vector<MPI_Request> grad_requests, pending;
   for (int s = 0; s < P; ++s) {
-    const int src = (r - s + P) % P, cur = s & 1;
-    const index_t rows = g.k_rows[static_cast<std::size_t>(src)], n = kv.size(rows);
-    if (s + 1 < P) {
-      const index_t next_rows = g.k_rows[static_cast<std::size_t>((src + P - 1) % P)];
-      irecv(blocks[1 - cur].data(), kv.size(next_rows), left, kTagKV, own.get(), kv_requests);
-      isend(blocks[cur].data(), n, right, kTagKV, own.get(), kv_requests);
-      st.bytes_sent += n * static_cast<index_t>(sizeof(T));
-      st.bytes_received += kv.size(next_rows) * static_cast<index_t>(sizeof(T));
-      ++st.messages;
-    }
+    const int cur = s & 1;
+    const index_t rows = ring.rows(s), n = kv.size(rows);
+    ring.start(s);
     // The dK/dV of this block so far (of ranks src ... r - 1) come in while ours are computed.
     if (s > 0) {
-      irecv(grads[cur].data(), n, left, kTagGrad, own.get(), grad_requests);
+      irecv(grads[cur].data(), n, left, kTagGrad, own, grad_requests);
       st.bytes_received += n * static_cast<index_t>(sizeof(T));
     }
     const double compute_start = MPI_Wtime();
     std::fill(contribution.begin(), contribution.begin() + n, T(0));
-    const HeadsView<const T> K = kv.k(blocks[cur].data(), rows), V = kv.v(blocks[cur].data(), rows);
+    const HeadsView<const T> K = ring.k(s), V = ring.v(s);
     const auto dK = kv.k(contribution.data(), rows), dV = kv.v(contribution.data(), rows);
     for_each_block(
-        c, g, src, st, [&](const Segment& qs, const Segment& ks, index_t b, index_t nb, const BlockMask& m) {
+        c, g, ring.source(s), st,
+        [&](const Segment& qs, const Segment& ks, index_t b, index_t nb, const BlockMask& m) {
           const auto dq_p = HeadsView<T>::bhtd(dq_part.data(), nb, H, qs.count, dk);
           const auto dk_p = HeadsView<T>::bhtd(part.data(), nb, Hkv, m.keys, dk);
           const auto dv_p = HeadsView<T>::bhtd(part.data() + nb * Hkv * m.keys * dk, nb, Hkv, m.keys, dv);
@@ -244,17 +263,17 @@ void backward(MPI_Comm comm, const Call<T>& c) {
     }
     st.wait_seconds += wait_all(pending);  // the previous step's send, before its buffer comes back
     if (P > 1) {  // on to the next rank; after the last step that is the block's owner
-      isend(grads[cur].data(), n, right, kTagGrad, own.get(), pending);
+      isend(grads[cur].data(), n, right, kTagGrad, own, pending);
       st.bytes_sent += n * static_cast<index_t>(sizeof(T));
       ++st.messages;
     }
-    st.wait_seconds += wait_all(kv_requests);
+    ring.finish();
   }
   const T* result = grads[0].data();
   if (P > 1) {  // our own block's dK/dV, complete, from the last rank that computed with it
     mine.resize(static_cast<std::size_t>(kv.size(tk)));
     std::vector<MPI_Request> last;
-    irecv(mine.data(), kv.size(tk), left, kTagGrad, own.get(), last);
+    irecv(mine.data(), kv.size(tk), left, kTagGrad, own, last);
     st.bytes_received += kv.size(tk) * static_cast<index_t>(sizeof(T));
     st.wait_seconds += wait_all(last);
     st.wait_seconds += wait_all(pending);
@@ -263,8 +282,7 @@ void backward(MPI_Comm comm, const Call<T>& c) {
   copy_view<T>(dq, c.dq);
   copy_view<T>(kv.k(result, tk), c.dk);
   copy_view<T>(kv.v(result, tk), c.dv);
-  st.seconds = MPI_Wtime() - start;
-  if (c.config.stats != nullptr) *c.config.stats = st;
+  session.done(c.config);
 }
 
 template <typename T>

@@ -113,10 +113,10 @@ index_t work(const Call<T>& c, const Geometry& g) {
 
 template <typename T>
 void run(MPI_Comm caller, const Call<T>& c) {
-  const double start = MPI_Wtime();
-  OwnComm comm(caller);
-  const Geometry g = agree(comm.get(), c);
-  Stats st;
+  Session<T> session(caller, c);
+  const Geometry& g = session.g;
+  Stats& st = session.st;
+  const OwnComm& comm = session.comm;
   const int P = g.ranks, r = g.rank;
   const index_t B = g.batch, hp = g.heads / P, dk = g.d_k, dv = g.d_v, Tq = g.q_tokens, Tk = g.k_tokens;
   const index_t tq = g.q_rows[static_cast<std::size_t>(r)], tk = g.k_rows[static_cast<std::size_t>(r)];
@@ -244,8 +244,7 @@ void run(MPI_Comm caller, const Call<T>& c) {
       if (!c.lse.empty()) copy_view<T>(l, heads_of(c.lse, d * hp, hp));
     }
   }
-  st.seconds = MPI_Wtime() - start;
-  if (c.config.stats != nullptr) *c.config.stats = st;
+  session.done(c.config);
 }
 
 }  // namespace
