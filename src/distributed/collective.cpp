@@ -382,6 +382,12 @@ double wait_all(std::vector<MPI_Request>& requests) {
   return MPI_Wtime() - start;
 }
 
+void test_all(std::vector<MPI_Request>& requests) {
+  if (requests.empty()) return;
+  int done = 0;
+  MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+}
+
 BlockMask block_mask(const Options& opt, index_t q_tokens, index_t key_length, const Segment& q,
                      const Segment& k) {
   const index_t aligned = opt.alignment == CausalAlignment::BottomRight ? key_length - q_tokens : 0;

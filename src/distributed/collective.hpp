@@ -95,6 +95,8 @@ template <typename T>
 void irecv(T* data, index_t n, int from, int tag, MPI_Comm comm, std::vector<MPI_Request>& requests);
 /// Waits for every request, and clears the list; returns the seconds spent waiting.
 double wait_all(std::vector<MPI_Request>& requests);
+/// Lets the requests progress without waiting (MPI_Testall; completed ones become null).
+void test_all(std::vector<MPI_Request>& requests);
 
 /// Rows [first, first + count) of every head of a view; batch entry b alone (batch 1).
 template <typename T>

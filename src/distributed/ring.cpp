@@ -51,12 +51,33 @@ HeadsView<T> batches_of(HeadsView<T> v, index_t first, index_t count) {
   return v;
 }
 
-/// Calls fn(q segment, k segment, first batch entry, batch entries, block mask) for every block of
-/// this rank's queries and the keys of rank `src` in which some pair is visible, and counts the
-/// work in st. Sequences with key lengths are blocks of their own (their alignment differs).
-template <typename T, class Fn>
-void for_each_block(const Call<T>& c, const Geometry& g, int src, Stats& st, Fn&& fn) {
+/// One call's worth of a block: query rows qs of this rank against key rows ks of the block, for
+/// batch entries [b, b + batches) and the query heads [first_head, first_head + heads) that read
+/// K/V head kv_head (one GQA group).
+struct Block {
+  Segment qs, ks;
+  BlockMask m;
+  index_t b, batches, first_head, heads, kv_head;
+  /// The block's rows of a query-side view ([B, H, T_q,r, ...]) and of a key-side one.
+  template <typename T>
+  HeadsView<T> q_rows(HeadsView<T> v) const {
+    return rows_of(heads_of(batches_of(v, b, batches), first_head, heads), qs.local_first, qs.count);
+  }
+  template <typename T>
+  HeadsView<T> k_rows(HeadsView<T> v) const {
+    return rows_of(heads_of(batches_of(v, b, batches), kv_head, 1), ks.local_first, m.keys);
+  }
+};
+
+/// Calls fn(Block) for every block of this rank's queries and the keys of rank `src` in which
+/// some pair is visible, one GQA group at a time, and progress() between calls (the messages in
+/// flight move on only when MPI is called: Open MPI's shared-memory transport, for one, moves a
+/// large message in the calls that test or wait for it). Counts the work in st. Sequences with
+/// key lengths are blocks of their own (their alignment differs).
+template <typename T, class Fn, class Progress>
+void for_each_block(const Call<T>& c, const Geometry& g, int src, Stats& st, Fn&& fn, Progress&& progress) {
   const bool per_sequence = c.masks.key_lengths != nullptr;
+  const index_t group = g.kv_heads == 0 ? 0 : g.heads / g.kv_heads;
   for (const Segment& qs : g.q_segments[static_cast<std::size_t>(g.rank)]) {
     for (const Segment& ks : g.k_segments[static_cast<std::size_t>(src)]) {
       for (index_t b = 0; b < (per_sequence ? g.batch : 1); ++b) {
@@ -70,7 +91,10 @@ void for_each_block(const Call<T>& c, const Geometry& g, int src, Stats& st, Fn&
         }
         ++st.blocks_computed;
         st.visible_pairs += pairs * count * g.heads;
-        fn(qs, ks, b, count, m);
+        for (index_t kv = 0; kv < g.kv_heads; ++kv) {
+          fn(Block{qs, ks, m, b, count, kv * group, group, kv});
+          progress();
+        }
       }
     }
   }
@@ -81,6 +105,15 @@ Options block_options(const Call<T>& c, const BlockMask& m) {
   Options opt = c.opt;
   opt.diagonal_offset = m.diagonal_offset;
   return opt;
+}
+
+/// The masks of a block's call: the ALiBi slopes of its query heads (key lengths are applied by
+/// cutting the block's keys, BlockMask::keys).
+template <typename T>
+Masks<T> masks_of(const Call<T>& c, const Block& blk) {
+  Masks<T> masks;
+  if (c.masks.alibi_slopes != nullptr) masks.alibi_slopes = c.masks.alibi_slopes + blk.first_head;
+  return masks;
 }
 
 /// The K/V blocks going around the ring, double-buffered: at step s this rank holds the block of
@@ -119,6 +152,8 @@ class KVRing {
     ++st_.messages;
   }
   void finish() { st_.wait_seconds += wait_all(requests_); }
+  /// Lets the messages in flight move on (for_each_block calls it between blocks).
+  void progress() { test_all(requests_); }
 
  private:
   const Geometry& g_;
@@ -145,25 +180,22 @@ void forward(MPI_Comm comm, const Call<T>& c) {
       part_out(acc_out.size()), part_lse(acc_lse.size());
   const auto acc = HeadsView<T>::bhtd(acc_out.data(), B, H, tq, dv);
   const auto acc_l = HeadsView<T>::bhtd(acc_lse.data(), B, H, tq, 1);
-  Masks<T> masks;
-  masks.alibi_slopes = c.masks.alibi_slopes;
 
   for (int s = 0; s < P; ++s) {
     ring.start(s);  // the next block comes in while this one is computed
     const double compute_start = MPI_Wtime();
     const HeadsView<const T> K = ring.k(s), V = ring.v(s);
-    for_each_block(c, g, ring.source(s), st,
-                   [&](const Segment& qs, const Segment& ks, index_t b, index_t nb, const BlockMask& m) {
-                     const auto out = HeadsView<T>::bhtd(part_out.data(), nb, H, qs.count, dv);
-                     const auto lse = HeadsView<T>::bhtd(part_lse.data(), nb, H, qs.count, 1);
-                     attention_heads(rows_of(batches_of(c.q, b, nb), qs.local_first, qs.count),
-                                     rows_of(batches_of(K, b, nb), ks.local_first, m.keys),
-                                     rows_of(batches_of(V, b, nb), ks.local_first, m.keys), out,
-                                     block_options(c, m), masks, lse);
-                     const auto a = rows_of(batches_of(acc, b, nb), qs.local_first, qs.count);
-                     const auto al = rows_of(batches_of(acc_l, b, nb), qs.local_first, qs.count);
-                     merge_attention(a, al, out, lse, a, al);
-                   });
+    for_each_block(
+        c, g, ring.source(s), st,
+        [&](const Block& blk) {
+          const auto out = HeadsView<T>::bhtd(part_out.data(), blk.batches, blk.heads, blk.qs.count, dv);
+          const auto lse = HeadsView<T>::bhtd(part_lse.data(), blk.batches, blk.heads, blk.qs.count, 1);
+          attention_heads(blk.q_rows(c.q), blk.k_rows(K), blk.k_rows(V), out, block_options(c, blk.m),
+                          masks_of(c, blk), lse);
+          const auto a = blk.q_rows(acc), al = blk.q_rows(acc_l);
+          merge_attention(a, al, out, lse, a, al);
+        },
+        [&] { ring.progress(); });
     st.compute_seconds += MPI_Wtime() - compute_start;
     ring.finish();
   }
@@ -179,7 +211,7 @@ void backward(MPI_Comm comm, const Call<T>& c) {
   Stats& st = session.st;
   const MPI_Comm own = session.comm.get();
   const int P = g.ranks, r = g.rank, left = (r + P - 1) % P, right = (r + 1) % P;
-  const index_t B = g.batch, H = g.heads, Hkv = g.kv_heads, dk = g.d_k, dv = g.d_v;
+  const index_t B = g.batch, H = g.heads, dk = g.d_k, dv = g.d_v;
   const index_t tq = g.q_rows[static_cast<std::size_t>(r)], tk = g.k_rows[static_cast<std::size_t>(r)];
   KVRing<T> ring(c, g, own, st);
   const KVLayout& kv = ring.layout();
@@ -191,8 +223,6 @@ void backward(MPI_Comm comm, const Call<T>& c) {
       part_lse(static_cast<std::size_t>(B * H * tq)), scaled_d_out(static_cast<std::size_t>(B * H * tq * dv));
   T no_output = 0;
   const auto dq = HeadsView<T>::bhtd(dq_acc.data(), B, H, tq, dk);
-  Masks<T> masks;
-  masks.alibi_slopes = c.masks.alibi_slopes;
 
   std::vector<MPI_Request> grad_requests, pending;
   for (int s = 0; s < P; ++s) {
@@ -210,29 +240,25 @@ void backward(MPI_Comm comm, const Call<T>& c) {
     const auto dK = kv.k(contribution.data(), rows), dV = kv.v(contribution.data(), rows);
     for_each_block(
         c, g, ring.source(s), st,
-        [&](const Segment& qs, const Segment& ks, index_t b, index_t nb, const BlockMask& m) {
-          const auto dq_p = HeadsView<T>::bhtd(dq_part.data(), nb, H, qs.count, dk);
-          const auto dk_p = HeadsView<T>::bhtd(part.data(), nb, Hkv, m.keys, dk);
-          const auto dv_p = HeadsView<T>::bhtd(part.data() + nb * Hkv * m.keys * dk, nb, Hkv, m.keys, dv);
-          const auto q_rows = [&](auto view) {
-            return rows_of(batches_of(view, b, nb), qs.local_first, qs.count);
-          };
-          const auto k_rows = [&](auto view) {
-            return rows_of(batches_of(view, b, nb), ks.local_first, m.keys);
-          };
+        [&](const Block& blk) {
+          const index_t nb = blk.batches, hq = blk.heads, nq = blk.qs.count, nk = blk.m.keys;
+          const auto dq_p = HeadsView<T>::bhtd(dq_part.data(), nb, hq, nq, dk);
+          const auto dk_p = HeadsView<T>::bhtd(part.data(), nb, 1, nk, dk);
+          const auto dv_p = HeadsView<T>::bhtd(part.data() + nb * nk * dk, nb, 1, nk, dv);
           // The block's own LSE (a forward pass with no value columns: Q K^T and the exps only), and
           // d_out scaled row by row by w = exp(lse_block - lse): see the top of the file.
-          const Options opt = block_options(c, m);
-          const auto lse_b = HeadsView<T>::bhtd(part_lse.data(), nb, H, qs.count, 1);
-          HeadsView<const T> no_values = k_rows(V);
+          const Options opt = block_options(c, blk.m);
+          const Masks<T> masks = masks_of(c, blk);
+          const auto lse_b = HeadsView<T>::bhtd(part_lse.data(), nb, hq, nq, 1);
+          HeadsView<const T> no_values = blk.k_rows(V);
           no_values.dim = 0;
-          attention_heads(q_rows(c.q), k_rows(K), no_values,
-                          HeadsView<T>::bhtd(&no_output, nb, H, qs.count, 0), opt, masks, lse_b);
-          const auto lse_g = q_rows(c.fwd_lse), d_out = q_rows(c.d_out);
-          const auto d_out_w = HeadsView<T>::bhtd(scaled_d_out.data(), nb, H, qs.count, dv);
+          attention_heads(blk.q_rows(c.q), blk.k_rows(K), no_values,
+                          HeadsView<T>::bhtd(&no_output, nb, hq, nq, 0), opt, masks, lse_b);
+          const auto lse_g = blk.q_rows(c.fwd_lse), d_out = blk.q_rows(c.d_out);
+          const auto d_out_w = HeadsView<T>::bhtd(scaled_d_out.data(), nb, hq, nq, dv);
           for (index_t bb = 0; bb < nb; ++bb)
-            for (index_t h = 0; h < H; ++h)
-              for (index_t t = 0; t < qs.count; ++t) {
+            for (index_t h = 0; h < hq; ++h)
+              for (index_t t = 0; t < nq; ++t) {
                 const T block =
                     lse_b.data[bb * lse_b.batch_stride + h * lse_b.head_stride + t * lse_b.token_stride];
                 const T whole =
@@ -240,17 +266,22 @@ void backward(MPI_Comm comm, const Call<T>& c) {
                 const bool none = block == -std::numeric_limits<T>::infinity() ||
                                   whole == -std::numeric_limits<T>::infinity();
                 const T w = none ? T(0) : std::exp(block - whole);
-                const T* g =
+                const T* from =
                     d_out.data + bb * d_out.batch_stride + h * d_out.head_stride + t * d_out.token_stride;
-                T* o = d_out_w.data + bb * d_out_w.batch_stride + h * d_out_w.head_stride +
-                       t * d_out_w.token_stride;
-                for (index_t col = 0; col < dv; ++col) o[col] = w * g[col * d_out.dim_stride];
+                T* to = d_out_w.data + bb * d_out_w.batch_stride + h * d_out_w.head_stride +
+                        t * d_out_w.token_stride;
+                for (index_t col = 0; col < dv; ++col) to[col] = w * from[col * d_out.dim_stride];
               }
-          attention_heads_backward(q_rows(c.q), k_rows(K), k_rows(V), q_rows(c.fwd_out), lse_b, d_out_w, dq_p,
-                                   dk_p, dv_p, opt, masks);
-          copy_view<T>(dq_p, q_rows(dq), true);
-          copy_view<T>(dk_p, k_rows(dK), true);
-          copy_view<T>(dv_p, k_rows(dV), true);
+          attention_heads_backward(blk.q_rows(c.q), blk.k_rows(K), blk.k_rows(V), blk.q_rows(c.fwd_out),
+                                   lse_b, d_out_w, dq_p, dk_p, dv_p, opt, masks);
+          copy_view<T>(dq_p, blk.q_rows(dq), true);
+          copy_view<T>(dk_p, blk.k_rows(dK), true);
+          copy_view<T>(dv_p, blk.k_rows(dV), true);
+        },
+        [&] {
+          ring.progress();
+          test_all(grad_requests);
+          test_all(pending);
         });
     st.compute_seconds += MPI_Wtime() - compute_start;
     st.wait_seconds += wait_all(grad_requests);
