@@ -45,7 +45,6 @@ namespace {
 
 using bench::parse_int;
 using bench::parse_ints;
-using bench::split;
 using bench::usage_error;
 
 Args parse_args(int argc, char** argv) {
@@ -80,15 +79,7 @@ Args parse_args(int argc, char** argv) {
       a.gemm_n = static_cast<Idx>(parse_int(args.value(), "gemm-n"));
       if (a.gemm_n < 1) usage_error("--gemm-n must be >= 1");
     } else if (arg == "--sections") {
-      a.rates = a.memory = false;
-      for (const std::string& s : split(args.value())) {
-        if (s == "rates")
-          a.rates = true;
-        else if (s == "memory")
-          a.memory = true;
-        else
-          usage_error("unknown section '" + s + "'");
-      }
+      bench::parse_sections(args.value(), {{"rates", &a.rates}, {"memory", &a.memory}});
     } else if (arg == "--memory") {
       a.rates = false;
       a.memory = true;

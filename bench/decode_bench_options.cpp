@@ -65,19 +65,10 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--quick") {
       a.quick = true;
     } else if (arg == "--sections") {
-      a.s_bandwidth = a.s_step = a.s_batch = a.s_append = false;
-      for (const std::string& s : split(args.value())) {
-        if (s == "bandwidth")
-          a.s_bandwidth = true;
-        else if (s == "step")
-          a.s_step = true;
-        else if (s == "batch")
-          a.s_batch = true;
-        else if (s == "append")
-          a.s_append = true;
-        else
-          usage_error("unknown section '" + s + "'");
-      }
+      bench::parse_sections(args.value(), {{"bandwidth", &a.s_bandwidth},
+                                           {"step", &a.s_step},
+                                           {"batch", &a.s_batch},
+                                           {"append", &a.s_append}});
     } else if (arg == "--t-k") {
       a.t_k = static_cast<Idx>(parse_int(args.value(), "T_k"));
       if (a.t_k < 1 || a.t_k > (Idx(1) << 24)) usage_error("--t-k out of range");

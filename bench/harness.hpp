@@ -12,10 +12,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #ifndef EA_BENCH_BUILD_TYPE
@@ -89,6 +91,20 @@ inline std::vector<std::string> split(const std::string& s, char sep = ',') {
   }
   if (out.empty()) usage_error("empty list '" + s + "'");
   return out;
+}
+
+// --sections LIST: each flag on when its name is in the comma list, off otherwise; a usage error
+// for an unknown name.
+inline void parse_sections(const std::string& list,
+                           std::initializer_list<std::pair<const char*, bool*>> sections) {
+  for (const auto& section : sections) *section.second = false;
+  for (const std::string& name : split(list)) {
+    bool known = false;
+    for (const auto& section : sections) {
+      if (name == section.first) *section.second = known = true;
+    }
+    if (!known) usage_error("unknown section '" + name + "'");
+  }
 }
 
 inline long long parse_int(const std::string& s, const char* what) {

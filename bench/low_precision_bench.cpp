@@ -53,7 +53,6 @@ namespace {
 
 using bench::parse_int;
 using bench::parse_ints;
-using bench::split;
 using bench::usage_error;
 
 Args parse_args(int argc, char** argv) {
@@ -94,15 +93,7 @@ Args parse_args(int argc, char** argv) {
       if (a.gemm_n < 1) usage_error("--gemm-n must be >= 1");
       gemm_given = true;
     } else if (arg == "--sections") {
-      a.units = a.rates = false;
-      for (const std::string& s : split(args.value())) {
-        if (s == "units")
-          a.units = true;
-        else if (s == "rates")
-          a.rates = true;
-        else
-          usage_error("unknown section '" + s + "'");
-      }
+      bench::parse_sections(args.value(), {{"units", &a.units}, {"rates", &a.rates}});
     } else if (arg == "--units") {
       a.units = true;
       a.rates = false;

@@ -55,17 +55,8 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--quick") {
       quick = true;
     } else if (arg == "--sections") {
-      a.s_heads = a.s_window = a.s_varlen = false;
-      for (const std::string& s : split(args.value())) {
-        if (s == "heads")
-          a.s_heads = true;
-        else if (s == "window")
-          a.s_window = true;
-        else if (s == "varlen")
-          a.s_varlen = true;
-        else
-          usage_error("unknown section '" + s + "'");
-      }
+      bench::parse_sections(args.value(),
+                            {{"heads", &a.s_heads}, {"window", &a.s_window}, {"varlen", &a.s_varlen}});
     } else if (arg == "--t") {
       a.ts = parse_ints<Idx>(args.value(), "T", 1, Idx(1) << 24);
       t_given = true;
