@@ -347,27 +347,34 @@ MPI_Datatype mpi_type<double>() {
 
 namespace {
 constexpr index_t kChunk = index_t(1) << 30;
+
+/// Calls post(first, count, tag) for each message of at most kChunk elements of n, tags tag,
+/// tag + 16, ...: one (empty) message for n = 0, so that the receiver's count always matches.
+template <class Post>
+void in_chunks(index_t n, int tag, Post&& post) {
+  index_t first = 0;
+  do {
+    post(first, static_cast<int>(std::min(kChunk, n - first)), tag);
+    first += kChunk;
+    tag += 16;
+  } while (first < n);
 }
+
+}  // namespace
 
 template <typename T>
 void isend(const T* data, index_t n, int to, int tag, MPI_Comm comm, std::vector<MPI_Request>& requests) {
-  for (index_t first = 0, chunk = 0; first < n || (n == 0 && chunk == 0); first += kChunk, ++chunk) {
-    const int count = static_cast<int>(std::min(kChunk, n - first));
+  in_chunks(n, tag, [&](index_t first, int count, int t) {
     requests.emplace_back();
-    MPI_Isend(data + first, count, mpi_type<T>(), to, tag + 16 * static_cast<int>(chunk), comm,
-              &requests.back());
-    if (n == 0) break;
-  }
+    MPI_Isend(data + first, count, mpi_type<T>(), to, t, comm, &requests.back());
+  });
 }
 template <typename T>
 void irecv(T* data, index_t n, int from, int tag, MPI_Comm comm, std::vector<MPI_Request>& requests) {
-  for (index_t first = 0, chunk = 0; first < n || (n == 0 && chunk == 0); first += kChunk, ++chunk) {
-    const int count = static_cast<int>(std::min(kChunk, n - first));
+  in_chunks(n, tag, [&](index_t first, int count, int t) {
     requests.emplace_back();
-    MPI_Irecv(data + first, count, mpi_type<T>(), from, tag + 16 * static_cast<int>(chunk), comm,
-              &requests.back());
-    if (n == 0) break;
-  }
+    MPI_Irecv(data + first, count, mpi_type<T>(), from, t, comm, &requests.back());
+  });
 }
 template void isend<float>(const float*, index_t, int, int, MPI_Comm, std::vector<MPI_Request>&);
 template void isend<double>(const double*, index_t, int, int, MPI_Comm, std::vector<MPI_Request>&);

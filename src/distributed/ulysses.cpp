@@ -209,24 +209,13 @@ void run(MPI_Comm caller, const Call<T>& c) {
   for (int d = 0; d < P; ++d) {
     const index_t n = static_cast<index_t>(kv_heads_of(g, d).size());
     const index_t size = c.backward ? B * (hp * tq * dk + n * tk * (dk + dv)) : B * hp * tq * (dv + 1);
-    recvs[static_cast<std::size_t>(d)].assign(static_cast<std::size_t>(size), T(0));
+    recvs[static_cast<std::size_t>(d)].resize(static_cast<std::size_t>(size));  // every element received
   }
   st.wait_seconds += exchange(comm, kTagOut, sends, recvs, st);
 
   // Into the caller's views: rank d's heads; dK/dV of a K/V head summed over the ranks that read
-  // it, in rank order.
-  if (c.backward) {
-    for (index_t b = 0; b < B; ++b) {  // dK and dV are sums: start from zero
-      for (index_t h = 0; h < g.kv_heads; ++h) {
-        for (const auto& view : {c.dk, c.dv}) {
-          for (index_t t = 0; t < view.tokens; ++t)
-            for (index_t col = 0; col < view.dim; ++col)
-              view.data[b * view.batch_stride + h * view.head_stride + t * view.token_stride +
-                        col * view.dim_stride] = T(0);
-        }
-      }
-    }
-  }
+  // it, in rank order (the first copied, the others added).
+  std::vector<bool> written(static_cast<std::size_t>(g.kv_heads), false);
   for (int d = 0; d < P; ++d) {
     Packed<T> in{recvs[static_cast<std::size_t>(d)]};
     if (c.backward) {
@@ -235,8 +224,11 @@ void run(MPI_Comm caller, const Call<T>& c) {
       copy_view<T>(in.part(B, hp, tq, dk), heads_of(c.dq, d * hp, hp));
       const auto gk = in.part(B, n, tk, dk), gv = in.part(B, n, tk, dv);
       for (index_t i = 0; i < n; ++i) {
-        copy_view<T>(heads_of(gk, i, 1), heads_of(c.dk, kv[static_cast<std::size_t>(i)], 1), true);
-        copy_view<T>(heads_of(gv, i, 1), heads_of(c.dv, kv[static_cast<std::size_t>(i)], 1), true);
+        const index_t h = kv[static_cast<std::size_t>(i)];
+        const bool add = written[static_cast<std::size_t>(h)];
+        copy_view<T>(heads_of(gk, i, 1), heads_of(c.dk, h, 1), add);
+        copy_view<T>(heads_of(gv, i, 1), heads_of(c.dv, h, 1), add);
+        written[static_cast<std::size_t>(h)] = true;
       }
     } else {
       copy_view<T>(in.part(B, hp, tq, dv), heads_of(c.out, d * hp, hp));
