@@ -136,7 +136,7 @@ std::string local_error(const Call<T>& c) {
              num(n.t) + ", " + num(n.d) + "] (Q is " + shape(c.q) + ", K " + shape(c.k) + ", V " +
              shape(c.v) + ")";
     }
-    if (v.data == nullptr && v.batch * v.heads * v.tokens * v.dim != 0)
+    if (v.data == nullptr && v.batch != 0 && v.heads != 0 && v.tokens != 0 && v.dim != 0)  // no product
       return std::string(n.name) + " is " + shape(v) + " but its data is null";
   }
   if ((Hkv == 0) != (H == 0) || (Hkv > 0 && H % Hkv != 0))
