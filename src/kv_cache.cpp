@@ -7,6 +7,12 @@
 // may read), so pages never move. Every member checks everything first and changes nothing
 // when it throws. A shared mutex lets decodes run together and makes the members that change
 // the pool wait for them.
+//
+// A SequenceId is a slot (the low kSlotBits bits: an index into `sequences`) and that slot's
+// generation when the id was handed out (the next kGenerationBits bits; the sign bit stays 0, so
+// that -1 names no sequence). release() advances the slot's generation, so an id kept after its
+// release, or after the slot went to another sequence, no longer matches and throws. Free slots
+// are reused oldest-released first.
 #include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/KVCache.hpp>
 
@@ -24,6 +30,7 @@
 #include <Eigen/Core>
 
 #include "decode_problem.hpp"
+#include "text.hpp"
 
 namespace EigenAttention {
 namespace compiled {
@@ -40,11 +47,15 @@ struct KVPool {
   std::vector<std::int32_t> free;  // free pages; the next one handed out is at the back
   struct Sequence {
     bool live = false;
+    bool wrapped = false;          // has the generation gone round (ids of any generation issued)?
+    std::uint32_t generation = 0;  // of the id the slot hands out next, or holds while live
     std::vector<std::int32_t> pages;
     index_t length = 0;
   };
-  std::vector<Sequence> sequences;
-  std::vector<std::int32_t> free_ids;  // released ids; the next one handed out is at the back
+  std::vector<Sequence> sequences;  // by slot
+  // Released slots, oldest first: the next one handed out is free_slots[free_head].
+  std::vector<std::int32_t> free_slots;
+  std::size_t free_head = 0;
   mutable std::shared_mutex mutex;
 
   ~KVPool() {
@@ -80,6 +91,7 @@ namespace {
 }
 
 std::string num(index_t n) { return std::to_string(n); }
+using internal::counted;
 
 const char* name_of(KVStorage s) {
   switch (s) {
@@ -95,16 +107,50 @@ const char* name_of(KVStorage s) {
   return "unknown";
 }
 
+constexpr int kSlotBits = 16, kGenerationBits = 15;
+static_assert(kSlotBits + kGenerationBits == 31, "an id is a non-negative int32");
+constexpr std::int32_t kSlots = std::int32_t(1) << kSlotBits;                // sequences at once
+constexpr std::uint32_t kGenerations = std::uint32_t(1) << kGenerationBits;  // before a slot's wrap
+
+std::int32_t slot_of(std::int32_t id) { return id & (kSlots - 1); }
+std::uint32_t generation_of(std::int32_t id) { return static_cast<std::uint32_t>(id) >> kSlotBits; }
+std::int32_t id_of(std::int32_t slot, std::uint32_t generation) {
+  return static_cast<std::int32_t>((generation << kSlotBits) | static_cast<std::uint32_t>(slot));
+}
+
 /// Is `id` a sequence of the pool now?
 bool holds(const KVPool& pool, std::int32_t id) {
-  return id >= 0 && id < static_cast<std::int32_t>(pool.sequences.size()) && pool.sequences[id].live;
+  if (id < 0 || slot_of(id) >= static_cast<std::int32_t>(pool.sequences.size())) return false;
+  const KVPool::Sequence& s = pool.sequences[static_cast<std::size_t>(slot_of(id))];
+  return s.live && s.generation == generation_of(id);
+}
+
+/// Why `id` (not held) names no sequence: "sequence 65536 is not in the cache: ...".
+std::string not_held(const KVPool& pool, std::int32_t id) {
+  const std::string head = "sequence " + std::to_string(id) + " is not in the cache";
+  if (id == -1) return head + " (SequenceId{} names no sequence)";
+  if (id < 0 || slot_of(id) >= static_cast<std::int32_t>(pool.sequences.size())) {
+    return head + " (never created)";
+  }
+  const std::int32_t slot = slot_of(id);
+  const KVPool::Sequence& s = pool.sequences[static_cast<std::size_t>(slot)];
+  if (!s.wrapped && generation_of(id) >= s.generation) return head + " (never created)";
+  return head + ": it was released" +
+         (s.live ? " (its slot " + std::to_string(slot) + " now holds sequence " +
+                       std::to_string(id_of(slot, s.generation)) + ")"
+                 : std::string());
+}
+
+std::int32_t slot_checked(const char* api, const KVPool& pool, std::int32_t id) {
+  if (!holds(pool, id)) fail(api, not_held(pool, id));
+  return slot_of(id);
 }
 
 KVPool::Sequence& live(const char* api, KVPool& pool, std::int32_t id) {
-  if (!holds(pool, id)) {
-    fail(api, "sequence " + std::to_string(id) + " is not in the cache (never created, or released)");
-  }
-  return pool.sequences[id];
+  return pool.sequences[static_cast<std::size_t>(slot_checked(api, pool, id))];
+}
+const KVPool::Sequence& live(const char* api, const KVPool& pool, std::int32_t id) {
+  return pool.sequences[static_cast<std::size_t>(slot_checked(api, pool, id))];
 }
 
 /// Rounds a float to the storage type, to nearest (ties to even): the bits of one element.
@@ -181,7 +227,7 @@ void check_tokens(const char* api, const KVPool& pool, const char* name, const R
   if (t.tokens < 0 || t.dim < 0 || t.heads < -1) fail(api, std::string(name) + " has a negative size");
   if (t.heads == -1 || t.heads != pool.kv_heads || t.dim != dim) {
     const index_t cols = t.heads == -1 ? t.dim : t.heads * t.dim;
-    fail(api, std::string(name) + " has " + num(t.tokens) + " rows of " + num(cols) +
+    fail(api, std::string(name) + " has " + counted(t.tokens, "row") + " of " + num(cols) +
                   " but must have rows of kv_heads x " + dim_name + " = " + num(pool.kv_heads) + " x " +
                   num(dim) + " = " + num(pool.kv_heads * dim) + " (heads side by side)");
   }
@@ -193,25 +239,39 @@ index_t pages_for(const KVPool& pool, index_t length) {
   return (length + pool.page_size - 1) / pool.page_size;
 }
 
-std::int32_t new_id(KVPool& pool) {
-  if (!pool.free_ids.empty()) return pool.free_ids.back();
-  if (pool.sequences.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
-    throw std::length_error("EigenAttention::PagedKVCache: too many sequences");
+/// Does an append to s copy its last page first (partly filled, and shared with another sequence)?
+bool copy_on_write(const KVPool& pool, const KVPool::Sequence& s) {
+  return s.length % pool.page_size != 0 && pool.refs[static_cast<std::size_t>(s.pages.back())] > 1;
+}
+
+/// The slot the next sequence takes: the oldest released one, or a new one.
+std::int32_t next_slot(const KVPool& pool) {
+  if (pool.free_head < pool.free_slots.size()) return pool.free_slots[pool.free_head];
+  if (pool.sequences.size() >= static_cast<std::size_t>(kSlots)) {
+    throw std::length_error("EigenAttention::PagedKVCache: " + std::to_string(kSlots) +
+                            " sequences at once is the most a cache holds; release one first");
   }
   return static_cast<std::int32_t>(pool.sequences.size());
 }
 
-/// Makes `id` (from new_id) a live sequence with these pages and length. Allocates first.
-void adopt(KVPool& pool, std::int32_t id, std::vector<std::int32_t> pages, index_t length) {
-  if (static_cast<std::size_t>(id) == pool.sequences.size()) {
+/// Makes `slot` (from next_slot) a live sequence with these pages and length; returns its id.
+/// Allocates first.
+std::int32_t adopt(KVPool& pool, std::int32_t slot, std::vector<std::int32_t> pages, index_t length) {
+  if (static_cast<std::size_t>(slot) == pool.sequences.size()) {
     pool.sequences.emplace_back();
   } else {
-    pool.free_ids.pop_back();
+    ++pool.free_head;
+    if (pool.free_head * 2 >= pool.free_slots.size()) {  // drop the used front (no allocation)
+      pool.free_slots.erase(pool.free_slots.begin(),
+                            pool.free_slots.begin() + static_cast<std::ptrdiff_t>(pool.free_head));
+      pool.free_head = 0;
+    }
   }
-  KVPool::Sequence& s = pool.sequences[id];
+  KVPool::Sequence& s = pool.sequences[static_cast<std::size_t>(slot)];
   s.live = true;
   s.pages = std::move(pages);
   s.length = length;
+  return id_of(slot, s.generation);
 }
 
 void drop_pages(KVPool& pool, KVPool::Sequence& s, index_t keep) {
@@ -283,9 +343,7 @@ RawPagedKV kv_pool_layout(const KVPool* pool) { return pool->layout(); }
 
 std::int32_t kv_pool_create_sequence(KVPool* pool) {
   std::unique_lock<std::shared_mutex> lock(pool->mutex);
-  const std::int32_t id = new_id(*pool);
-  adopt(*pool, id, {}, 0);
-  return id;
+  return adopt(*pool, next_slot(*pool), {}, 0);
 }
 
 void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k, const RawTokens& v) {
@@ -294,20 +352,29 @@ void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k, con
   KVPool::Sequence& s = live(api, *pool, sequence);
   check_tokens(api, *pool, "K", k, pool->d_k, "d_k");
   check_tokens(api, *pool, "V", v, pool->d_v, "d_v");
-  if (k.tokens != v.tokens) fail(api, "K has " + num(k.tokens) + " tokens but V has " + num(v.tokens));
+  if (k.tokens != v.tokens) {
+    fail(api, "K has " + counted(k.tokens, "token") + " but V has " + num(v.tokens));
+  }
   if (k.tokens == 0) return;
   const index_t length = s.length;
   if (k.tokens > std::numeric_limits<index_t>::max() - length) fail(api, "the sequence would be too long");
   const index_t have = static_cast<index_t>(s.pages.size()), need = pages_for(*pool, length + k.tokens);
   // A partly filled last page that another sequence shares is copied before it is written.
-  const bool copy_last = length % pool->page_size != 0 && pool->refs[s.pages.back()] > 1;
+  const bool copy_last = copy_on_write(*pool, s);
   const index_t take = need - have + (copy_last ? 1 : 0);
-  if (take > static_cast<index_t>(pool->free.size())) {
-    fail(api, "the cache is full: appending " + num(k.tokens) + " tokens to sequence " +
-                  std::to_string(sequence) + " (" + num(length) + " tokens) needs " + num(take) +
-                  " more pages of " + num(pool->page_size) + " tokens, and " +
-                  num(static_cast<index_t>(pool->free.size())) + " of the " + num(pool->num_pages) +
-                  " are free");
+  const index_t free = static_cast<index_t>(pool->free.size());
+  if (take > free) {
+    fail(api, "the cache is full: appending " + counted(k.tokens, "token") + " to sequence " +
+                  std::to_string(sequence) + " (" + counted(length, "token") + ") needs " +
+                  counted(take, "more page") + " of " + num(pool->page_size) + " tokens" +
+                  (!copy_last ? ""
+                   : take == 1
+                       ? " (a copy of its last page, partly filled and shared with a fork, that is copied "
+                         "before it is written: copy-on-write)"
+                       : " (one of them a copy of its last page, partly filled and shared with a fork, that "
+                         "is copied before it is written: copy-on-write)") +
+                  ", and " + num(free) + " of the " + num(pool->num_pages) + (free == 1 ? " is" : " are") +
+                  " free");
   }
   s.pages.reserve(static_cast<std::size_t>(need));  // may throw: nothing has changed yet
   if (copy_last) {
@@ -336,9 +403,9 @@ std::int32_t kv_pool_fork(KVPool* pool, std::int32_t sequence) {
   const KVPool::Sequence& s = live("fork", *pool, sequence);
   std::vector<std::int32_t> pages = s.pages;  // may throw: nothing has changed yet
   const index_t length = s.length;
-  const std::int32_t id = new_id(*pool);
-  adopt(*pool, id, std::move(pages), length);  // (s may have moved)
-  for (const std::int32_t page : pool->sequences[id].pages) ++pool->refs[page];
+  const std::int32_t slot = next_slot(*pool);
+  const std::int32_t id = adopt(*pool, slot, std::move(pages), length);  // (s may have moved)
+  for (const std::int32_t page : pool->sequences[static_cast<std::size_t>(slot)].pages) ++pool->refs[page];
   return id;
 }
 
@@ -356,16 +423,20 @@ void kv_pool_truncate(KVPool* pool, std::int32_t sequence, std::int64_t length) 
 void kv_pool_release(KVPool* pool, std::int32_t sequence) {
   std::unique_lock<std::shared_mutex> lock(pool->mutex);
   KVPool::Sequence& s = live("release", *pool, sequence);
-  pool->free_ids.reserve(pool->free_ids.size() + 1);  // may throw: nothing has changed yet
+  pool->free_slots.reserve(pool->free_slots.size() + 1);  // may throw: nothing has changed yet
   drop_pages(*pool, s, 0);
   s.live = false;
   s.length = 0;
-  pool->free_ids.push_back(sequence);
+  // The slot's next id: its generation advances, so that this id (and any copy of it) throws from
+  // now on. After kGenerations releases of one slot the generation goes round to 0.
+  s.generation = (s.generation + 1) % kGenerations;
+  if (s.generation == 0) s.wrapped = true;
+  pool->free_slots.push_back(slot_of(sequence));
 }
 
 std::int64_t kv_pool_length(const KVPool* pool, std::int32_t sequence) {
   std::shared_lock<std::shared_mutex> lock(pool->mutex);
-  return live("length", const_cast<KVPool&>(*pool), sequence).length;
+  return live("length", *pool, sequence).length;
 }
 
 index_t kv_pool_free_pages(const KVPool* pool) {
@@ -373,9 +444,23 @@ index_t kv_pool_free_pages(const KVPool* pool) {
   return static_cast<index_t>(pool->free.size());
 }
 
+index_t kv_pool_pages_needed(const KVPool* pool, std::int32_t sequence, std::int64_t tokens) {
+  const char* api = "pages_needed";
+  std::shared_lock<std::shared_mutex> lock(pool->mutex);
+  const KVPool::Sequence& s = live(api, *pool, sequence);
+  if (tokens < 0) fail(api, "the number of tokens is negative: " + std::to_string(tokens));
+  if (tokens == 0) return 0;
+  if (tokens > std::numeric_limits<index_t>::max() - s.length) {
+    fail(api,
+         counted(tokens, "token") + " more would make sequence " + std::to_string(sequence) + " too long");
+  }
+  return pages_for(*pool, s.length + tokens) - static_cast<index_t>(s.pages.size()) +
+         (copy_on_write(*pool, s) ? 1 : 0);
+}
+
 index_t kv_pool_pages(const KVPool* pool, std::int32_t sequence, std::int32_t* out, index_t capacity) {
   std::shared_lock<std::shared_mutex> lock(pool->mutex);
-  const KVPool::Sequence& s = live("pages", const_cast<KVPool&>(*pool), sequence);
+  const KVPool::Sequence& s = live("pages", *pool, sequence);
   const index_t n = static_cast<index_t>(s.pages.size());
   std::copy_n(s.pages.begin(), std::min(n, capacity), out);
   return n;
@@ -395,10 +480,10 @@ void decode_pool(const char* api, const KVPool* pool, const std::int32_t* ids, i
   for (index_t b = 0; b < batch; ++b) {
     const std::int32_t id = ids[b];
     if (!holds(*pool, id)) {
-      throw std::invalid_argument(std::string("EigenAttention::") + api + ": sequences[" + num(b) + "] = " +
-                                  std::to_string(id) + " is not in the cache (never created, or released)");
+      throw std::invalid_argument(std::string("EigenAttention::") + api + ": sequences[" + num(b) +
+                                  "]: " + not_held(*pool, id));
     }
-    const KVPool::Sequence& s = pool->sequences[id];
+    const KVPool::Sequence& s = pool->sequences[static_cast<std::size_t>(slot_of(id))];
     sequences[static_cast<std::size_t>(b)] = {s.pages.data(), s.length};
   }
   internal::decode(api, pool->layout(), sequences.data(), batch, args, opt);

@@ -29,6 +29,12 @@ inline std::string printable(const std::string& text, std::size_t max_chars = st
   return out;
 }
 
+/// A count and its noun, singular for exactly one: "1 token", "0 tokens", "3 tokens", "1 entry"
+/// (`plural` when the noun does not take an "s": counted(n, "entry", "entries")).
+inline std::string counted(long long n, const std::string& noun, const std::string& plural = {}) {
+  return std::to_string(n) + " " + (n == 1 ? noun : plural.empty() ? noun + "s" : plural);
+}
+
 /// A shape as NumPy writes it (the Python tuple of the .npy header): "(2, 8, 128, 64)", "(6,)",
 /// "()".
 inline std::string shape_string(const std::vector<std::int64_t>& shape) {

@@ -1,7 +1,8 @@
 // PagedKVCache's operations, each checked through decode results and through the cache's
 // bookkeeping (length, pages(), free_pages()) against a model of it (support/kv_cache_model.hpp):
 // fork (shared pages, copy-on-write of a partly filled last page) against independent copies,
-// truncate then append against fresh sequences, release and the reuse of ids, every form of
+// truncate then append against fresh sequences, release and stale ids (a released id never names
+// a later sequence), pages_needed against the model, every form of
 // append (storage type or float rounded to nearest, maps, blocks, column-major, expressions,
 // HeadsView), a full pool, bad input that changes nothing, random operations against the model,
 // and bfloat16/half storage against float storage of the same rounded values.
@@ -12,6 +13,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
+#include <limits>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "common.hpp"
@@ -284,7 +289,7 @@ TEST_CASE_TEMPLATE("decode cache: a truncated fork leaves the other sequence its
   check_decodes_as_fresh(rng, p, child, "its parent");
 }
 
-TEST_CASE("decode cache: release returns pages and retires the id until create() reuses it") {
+TEST_CASE("decode cache: a released id is stale for good, even when create() reuses its slot") {
   Rng rng(6103);
   Shape sh;
   Pair<float> p(sh, 10 * sh.page);
@@ -301,11 +306,14 @@ TEST_CASE("decode cache: release returns pages and retires the id until create()
   CHECK(p.cache.free_pages() == free0 + 3);
   CHECK_CACHE(p);
 
-  // Every use of a released (or never created) id throws and changes nothing.
+  // Every use of an id that names no sequence throws, names the id, says why and changes nothing:
+  // `a` released (its slot free), never created, the default id; then (below) `a` once more,
+  // after create() has put a new sequence into its slot.
   const auto k1 = p.keys(rng, 1), v1 = p.values(rng, 1);
   Rows<float> out = Rows<float>::Constant(1, sh.heads * sh.d_v, 7.f);
-  for (const ea::SequenceId dead : {a, ea::SequenceId{1000}, ea::SequenceId{-1}}) {
+  const auto every_use_throws = [&](ea::SequenceId dead, const std::string& why) {
     CAPTURE(dead.value);
+    CAPTURE(why);
     const ea::SequenceId batch[2] = {b, dead};
     const std::int64_t cu[3] = {0, 1, 1};
     const std::vector<std::function<void()>> uses = {
@@ -319,6 +327,7 @@ TEST_CASE("decode cache: release returns pages and retires the id until create()
         [&] { p.cache.release(dead); },
         [&] { (void)p.cache.length(dead); },
         [&] { (void)p.cache.pages(dead); },
+        [&] { (void)p.cache.pages_needed(dead, 1); },
         [&] { (void)ea::attention_decode(p.cache, dead, Q, opt); },
         [&] {
           (void)ea::attention_decode(p.cache, std::vector<ea::SequenceId>{b, dead}, Q, {0, 1, 1}, opt);
@@ -329,32 +338,51 @@ TEST_CASE("decode cache: release returns pages and retires the id until create()
       CAPTURE(u);
       const std::string msg = invalid_argument_message(uses[u]);
       CAPTURE(msg);
-      CHECK(msg.find("not in the cache") != std::string::npos);
-      CHECK(msg.find(std::to_string(dead.value)) != std::string::npos);
+      CHECK(msg.find("sequence " + std::to_string(dead.value) + " is not in the cache") != std::string::npos);
+      CHECK(msg.find(why) != std::string::npos);
       CHECK_CACHE(p);
     }
     CHECK((out.array() == 7.f).all());
-  }
+  };
+  every_use_throws(a, ": it was released");
+  every_use_throws(ea::SequenceId{1000}, "(never created)");
+  every_use_throws(ea::SequenceId{}, "(SequenceId{} names no sequence)");
   const auto b_after = decode_sequence(p.cache, b, Q, opt);
   CHECK(same_bits(b_after.out, b_before.out));
 
-  // create() hands the id out again: a new, empty sequence.
+  // create() reuses a's slot (the only free one) under another id: a names it no more.
   const auto c = p.create();
-  CHECK(c == a);
+  CHECK(c != a);
+  CHECK(c != b);
   CHECK(p.cache.length(c) == 0);
   CHECK(p.cache.pages(c).empty());
+  every_use_throws(a, ": it was released (its slot 0 now holds sequence " + std::to_string(c.value) + ")");
   p.append(c, p.keys(rng, 3), p.values(rng, 3));
   CHECK_CACHE(p);
-  check_decodes_as_fresh(rng, p, c, "the reused id");
+  check_decodes_as_fresh(rng, p, c, "the sequence in a reused slot");
+  CHECK_THROWS_AS(p.cache.append(a, k1, v1), std::invalid_argument);
+  CHECK(p.cache.length(c) == 3);
 
-  // Released while forked: the pages stay with the fork until it is released too.
+  // Released while forked: the pages stay with the fork until it is released too; the released
+  // parent cannot be forked, and the fork's own id outlives it.
   const auto d = p.fork(b);
+  CHECK(d != b);
   const Index free1 = p.cache.free_pages();
   p.release(b);
   CHECK(p.cache.free_pages() == free1);
   const auto d_now = decode_sequence(p.cache, d, Q, opt);
   CHECK(same_bits(d_now.out, b_before.out));
-  CHECK(kv_model::throws_invalid_argument([&] { (void)p.cache.fork(b); }));
+  CHECK_THROWS_WITH_AS(
+      (void)p.cache.fork(b),
+      doctest::Contains(
+          ("fork: sequence " + std::to_string(b.value) + " is not in the cache: it was released").c_str()),
+      std::invalid_argument);
+  // Nor after its slot went to a fork of d.
+  const auto e = p.fork(d);
+  CHECK(e != b);
+  CHECK_THROWS_WITH_AS((void)p.cache.fork(b), doctest::Contains("it was released (its slot"),
+                       std::invalid_argument);
+  p.release(e);
   CHECK(p.cache.free_pages() == free1);
   CHECK_CACHE(p);
   p.release(d);
@@ -362,6 +390,71 @@ TEST_CASE("decode cache: release returns pages and retires the id until create()
   p.release(c);
   CHECK(p.cache.free_pages() == p.cache.num_pages());
   CHECK_CACHE(p);
+}
+
+TEST_CASE("decode cache: many create/release cycles hand out new ids, up to a slot's wrap-around") {
+  ea::PagedKVCache<float> cache(1, 4, 4, 16, 64);
+  const Rows<float> k = Rows<float>::Ones(3, 4), v = Rows<float>::Ones(3, 4);
+  // One sequence live at a time: every create reuses slot 0 under the next of its 2^15 generations.
+  constexpr std::int32_t kGenerations = 1 << 15;
+  std::set<std::int32_t> seen;
+  const ea::SequenceId first = cache.create();
+  ea::SequenceId previous = first;
+  for (std::int32_t cycle = 1; cycle < kGenerations; ++cycle) {
+    cache.append(previous, k, v);
+    cache.release(previous);
+    const ea::SequenceId s = cache.create();
+    if (s.value < 0 || !seen.insert(s.value).second || s == first) {
+      CAPTURE(cycle);
+      CAPTURE(s.value);
+      FAIL("create() handed out a negative or an earlier id");
+    }
+    if (cycle % 4096 == 0) {  // a few old ids throw (not all: that would be quadratic)
+      CAPTURE(cycle);
+      CHECK_THROWS_WITH_AS((void)cache.length(previous), doctest::Contains("it was released"),
+                           std::invalid_argument);
+      CHECK_THROWS_AS((void)cache.length(first), std::invalid_argument);
+      CHECK_THROWS_AS(cache.append(first, k, v), std::invalid_argument);
+    }
+    previous = s;
+  }
+  CHECK(cache.length(previous) == 0);
+  CHECK(cache.free_pages() == cache.num_pages());
+  // The 2^15-th release of the slot wraps its generation: the documented limit (SequenceId), where
+  // the first id names the slot's sequence again.
+  cache.release(previous);
+  CHECK(cache.create() == first);
+
+  // Slots are reused oldest-released first: of two released slots, the one released earlier.
+  ea::PagedKVCache<float> two(1, 4, 4, 16, 64);
+  const auto x = two.create(), y = two.create(), z = two.create();
+  two.release(y);
+  two.release(x);
+  const auto y2 = two.create(), x2 = two.create();
+  CHECK(two.pages_needed(z, 1) == 1);
+  CHECK_THROWS_WITH_AS(
+      (void)two.length(y),
+      doctest::Contains(("its slot 1 now holds sequence " + std::to_string(y2.value)).c_str()),
+      std::invalid_argument);
+  CHECK_THROWS_WITH_AS(
+      (void)two.length(x),
+      doctest::Contains(("its slot 0 now holds sequence " + std::to_string(x2.value)).c_str()),
+      std::invalid_argument);
+}
+
+TEST_CASE("decode cache: at most 65536 sequences at once") {
+  ea::PagedKVCache<float> cache(1, 4, 4, 16, 0);
+  std::vector<ea::SequenceId> ids;
+  for (int i = 0; i < 65536; ++i) ids.push_back(cache.create());
+  CHECK_THROWS_WITH_AS((void)cache.create(), doctest::Contains("65536 sequences at once"), std::length_error);
+  CHECK_THROWS_AS((void)cache.fork(ids[7]), std::length_error);
+  CHECK(cache.length(ids[7]) == 0);
+  // Releasing one makes room, under a new id.
+  cache.release(ids[9]);
+  const auto s = cache.create();
+  CHECK(s != ids[9]);
+  CHECK(cache.length(s) == 0);
+  CHECK_THROWS_AS((void)cache.length(ids[9]), std::invalid_argument);
 }
 
 TEST_CASE_TEMPLATE("decode cache: every form of append stores the same tokens", S, float, double,
@@ -507,9 +600,14 @@ TEST_CASE("decode cache: a full pool refuses the next token and changes nothing"
   };
   const auto k = p.keys(rng, 1), v = p.values(rng, 1);
   CHECK_FALSE(p.model.append(s.value, k, v));
+  CHECK(p.cache.pages_needed(s, 1) == 1);
   check_bad_call(
       {"one token more than the pool holds", [&] { p.cache.append(s, k, v); }, {4 * P, 4}, {{"full"}}},
       unchanged);
+  // The message in full, singular where a count is one, and no copy-on-write (s shares nothing).
+  CHECK(invalid_argument_message([&] { p.cache.append(s, k, v); }) ==
+        "EigenAttention::PagedKVCache::append: the cache is full: appending 1 token to sequence " +
+            std::to_string(s.value) + " (64 tokens) needs 1 more page of 16 tokens, and 0 of the 4 are free");
   // Nor does a token fit into a fresh sequence or into a fork (which shares the full pages).
   const auto e = p.create();
   check_bad_call({"a token for a new sequence", [&] { p.cache.append(e, k, v); }, {}, {{"full"}}}, unchanged);
@@ -547,15 +645,33 @@ TEST_CASE("decode cache: the copy-on-write page counts toward capacity") {
   // pages for one free (without copy-on-write they would fit).
   const auto k13 = p.keys(rng, P - 3), v13 = p.values(rng, P - 3);
   CHECK(p.model.pages_taken(a.value, P - 3) == 2);
+  // What a scheduler asks first: 2 pages needed (the copy and a new one), 1 free. Both sequences
+  // share the page, so either would copy it; a token that fits the page needs the copy alone.
+  CHECK(p.cache.pages_needed(a, P - 3) == 2);
+  CHECK(p.cache.pages_needed(b, P - 3) == 2);
+  CHECK(p.cache.pages_needed(a, 1) == 1);
+  CHECK(p.cache.pages_needed(a, P - 4) == 1);
+  CHECK(p.cache.pages_needed(a, 0) == 0);
+  CHECK(p.cache.free_pages() == 1);
   check_bad_call({"append to a shared partly filled page, one page short",
                   [&] { p.cache.append(a, k13, v13); },
-                  {},
-                  {{"full"}}},
+                  {P - 3, P + 4, 2, 1, 3},
+                  {{"full"}, {"copy-on-write"}, {"shared"}}},
                  unchanged);
+  CHECK(
+      invalid_argument_message([&] { p.cache.append(a, k13, v13); }) ==
+      "EigenAttention::PagedKVCache::append: the cache is full: appending 13 tokens to sequence " +
+          std::to_string(a.value) +
+          " (20 tokens) needs 2 more pages of 16 tokens (one of them a copy of its last page, partly filled "
+          "and shared with a fork, that is copied before it is written: copy-on-write), and 1 of the 3 is "
+          "free");
   // One token fits: the copy takes the last free page.
   p.append(a, p.keys(rng, 1), p.values(rng, 1));
   CHECK(p.cache.free_pages() == 0);
   CHECK_CACHE(p);
+  // b now holds its last page alone: no copy, and no page until the boundary.
+  CHECK(p.cache.pages_needed(b, P - 4) == 0);
+  CHECK(p.cache.pages_needed(b, P - 3) == 1);
   // Now b owns its last page alone and writes into it without a new page, up to the boundary.
   p.append(b, p.keys(rng, P - 4), p.values(rng, P - 4));
   CHECK(p.cache.free_pages() == 0);
@@ -565,8 +681,19 @@ TEST_CASE("decode cache: the copy-on-write page counts toward capacity") {
   // With no free page, a shared partly filled last page cannot take even one token.
   const auto c = p.fork(a);
   const auto k1 = p.keys(rng, 1), v1 = p.values(rng, 1);
-  CHECK_THROWS_WITH_AS(p.cache.append(c, k1, v1), doctest::Contains("full"), std::invalid_argument);
+  CHECK(p.cache.pages_needed(c, 1) == 1);
+  CHECK(p.cache.pages_needed(a, 1) == 1);
+  CHECK(invalid_argument_message([&] { p.cache.append(c, k1, v1); }) ==
+        "EigenAttention::PagedKVCache::append: the cache is full: appending 1 token to sequence " +
+            std::to_string(c.value) +
+            " (21 tokens) needs 1 more page of 16 tokens (a copy of its last page, partly filled and shared "
+            "with a fork, that is copied before it is written: copy-on-write), and 0 of the 3 are free");
   CHECK_CACHE(p);
+  // Bad arguments: a negative count; a count that would overflow the length.
+  CHECK_THROWS_WITH_AS((void)p.cache.pages_needed(a, -1), doctest::Contains("negative: -1"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS((void)p.cache.pages_needed(a, std::numeric_limits<std::int64_t>::max()),
+                       doctest::Contains("too long"), std::invalid_argument);
 }
 
 TEST_CASE("decode cache: bad input throws and leaves the cache unchanged") {
@@ -696,11 +823,17 @@ TEST_CASE_TEMPLATE("decode cache: random operations against the model", S, float
       const Index length = p.model.sequence(s.value).length();
       const Index new_pages = pages_for(length + n, sh.page) - pages_for(length, sh.page);
       const Index taken = p.model.pages_taken(s.value, n);
+      // What a scheduler sees beforehand says whether the append fits.
+      const Index needed = p.cache.pages_needed(s, n);
+      CHECK(needed == taken);
+      const bool fits = needed <= p.cache.free_pages();
       if (p.model.append(s.value, k, v)) {
+        CHECK(fits);
         p.cache.append(s, k, v);
         cow += taken > new_pages;
       } else {
         ++fulls;
+        CHECK_FALSE(fits);
         CHECK_THROWS_WITH_AS(p.cache.append(s, k, v), doctest::Contains("full"), std::invalid_argument);
         CHECK(all_pages(p.cache, p.model) == pages);
       }

@@ -143,6 +143,9 @@ EIGEN_ATTENTION_EXPORT void kv_pool_release(KVPool* pool, std::int32_t sequence)
 EIGEN_ATTENTION_EXPORT std::int64_t kv_pool_length(const KVPool* pool, std::int32_t sequence);
 /// PagedKVCache::free_pages.
 EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_free_pages(const KVPool* pool);
+/// PagedKVCache::pages_needed.
+EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_pages_needed(const KVPool* pool, std::int32_t sequence,
+                                                           std::int64_t tokens);
 /// Writes up to `capacity` of the sequence's page indices to `out`; returns how many it has.
 EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_pages(const KVPool* pool, std::int32_t sequence,
                                                     std::int32_t* out, std::ptrdiff_t capacity);
@@ -268,8 +271,16 @@ struct PagedKVView {
   }
 };
 
-/// A sequence of a PagedKVCache. Ids are reused: a released id refers to nothing (and throws
-/// on use) until create() or fork() hands it out again.
+/// A sequence of a PagedKVCache: a handle that is valid from create() or fork() until release().
+/// An id is never valid again after its release: the cache reuses the sequence's slot for a later
+/// sequence, but with another id, so a stale copy throws std::invalid_argument ("... is not in the
+/// cache: it was released") in every member and decode instead of naming the new sequence.
+///
+/// The value is a non-negative 32-bit integer: the slot in its low 16 bits (at most 65,536
+/// sequences at once) and the slot's generation in the next 15, advanced by each release of the
+/// slot. Slots are reused oldest-released first. A generation wraps after 32,768 releases of one
+/// slot: an id kept across all of them would name the slot's sequence of that time again. The
+/// value is opaque otherwise (the first ids of a fresh cache happen to be 0, 1, 2, ...).
 struct SequenceId {
   std::int32_t value = -1;  ///< the id; -1 (the default) names no sequence
   /// Same id?
@@ -292,7 +303,8 @@ struct SequenceId {
 /// Thread safety: decoding (attention_decode) and the const members may run concurrently from
 /// any number of threads; append, create, fork, truncate and release lock the pool and wait for
 /// running decodes. Every member that fails throws and leaves the cache as it was: an unknown
-/// or released sequence, a wrong shape or type of tokens throw std::invalid_argument.
+/// or released sequence (see SequenceId), a wrong shape or type of tokens throw
+/// std::invalid_argument.
 ///
 /// \code
 /// EigenAttention::PagedKVCache<float> cache(8, 128, 128, 16, 65536);  // 8 KV heads, d = 128
@@ -316,7 +328,8 @@ class PagedKVCache {
                                        capacity_tokens)),
         layout_(compiled::kv_pool_layout(pool_.get())) {}
 
-  /// A new, empty sequence.
+  /// A new, empty sequence, with an id no earlier sequence had (see SequenceId).
+  /// \throws std::length_error when 65,536 sequences are live.
   SequenceId create() { return {compiled::kv_pool_create_sequence(pool_.get())}; }
 
   /// Appends T_new tokens to sequence s: k is T_new x (kv_heads d_k) and v T_new x (kv_heads
@@ -341,13 +354,15 @@ class PagedKVCache {
     compiled::kv_pool_append(pool_.get(), s.value, tokens_of(k), tokens_of(v));
   }
 
-  /// A new sequence that shares every page of s (no copy).
+  /// A new sequence that shares every page of s (no copy), with a new id.
+  /// \throws std::invalid_argument when s is not in the cache; std::length_error as create().
   SequenceId fork(SequenceId s) { return {compiled::kv_pool_fork(pool_.get(), s.value)}; }
   /// Keeps the first `length` tokens of s (0 <= length <= this->length(s)).
   void truncate(SequenceId s, std::int64_t length) {
     compiled::kv_pool_truncate(pool_.get(), s.value, length);
   }
-  /// Frees s and its pages that no other sequence shares.
+  /// Frees s and its pages that no other sequence shares. s (and every copy of it) is then stale:
+  /// every use throws std::invalid_argument, even after create() reuses its slot.
   void release(SequenceId s) { compiled::kv_pool_release(pool_.get(), s.value); }
   /// Tokens held by s.
   std::int64_t length(SequenceId s) const { return compiled::kv_pool_length(pool_.get(), s.value); }
@@ -358,8 +373,19 @@ class PagedKVCache {
     compiled::kv_pool_pages(pool_.get(), s.value, p.data(), static_cast<std::ptrdiff_t>(p.size()));
     return p;
   }
-  /// Pages not held by any sequence.
+  /// Pages not held by any sequence: what appends can still take.
   std::ptrdiff_t free_pages() const { return compiled::kv_pool_free_pages(pool_.get()); }
+  /// The free pages that appending n tokens to s would take: the new pages its tokens reach, plus
+  /// one when its last page is partly filled and shared with another sequence (after fork()):
+  /// that page is copied before it is written (copy-on-write). 0 for n = 0. The append succeeds
+  /// exactly when this is at most free_pages() (and no other call changes the cache in between).
+  /// \throws std::invalid_argument when s is not in the cache or n is negative.
+  /// \code
+  /// if (cache.pages_needed(s, 1) > cache.free_pages()) preempt_some_sequence();
+  /// \endcode
+  std::ptrdiff_t pages_needed(SequenceId s, std::int64_t n) const {
+    return compiled::kv_pool_pages_needed(pool_.get(), s.value, n);
+  }
 
   std::ptrdiff_t kv_heads() const { return layout_.kv_heads; }    ///< KV heads
   std::ptrdiff_t d_k() const { return layout_.d_k; }              ///< key dim

@@ -88,7 +88,9 @@ class CacheModel {
     for (const long p : copy.pages) ++refs_[p];
     adopt(id, copy);
   }
-  bool can_adopt(std::int32_t id) const { return id >= 0 && !live(id); }
+  /// May create() or fork() hand out id? Never an id handed out before: a released id stays
+  /// stale (SequenceId), though its slot is reused.
+  bool can_adopt(std::int32_t id) const { return id >= 0 && ids_.count(id) == 0; }
 
   /// Pages that appending n tokens to id takes from the pool: the new pages, and the copy of a
   /// partly filled last page that another sequence shares.
@@ -200,7 +202,8 @@ bool throws_invalid_argument(F&& f) {
 /// The cache's bookkeeping against the model's: free_pages; each live sequence's length and
 /// number of pages, every page in [0, num_pages), and pages shared exactly where the model shares
 /// them (one real page per abstract page and back); the pages in use are num_pages - free_pages;
-/// every id handed out and since released throws std::invalid_argument on length() and pages().
+/// every id handed out and since released throws std::invalid_argument on length() and pages();
+/// pages_needed(s, n) of each live sequence equals the pages the model's append of n would take.
 /// Then, with `contents`, each live sequence's tokens in the pages equal the model's bitwise.
 template <typename S>
 std::string check_cache(const ea::PagedKVCache<S>& cache, const CacheModel<S>& model, bool contents = true) {
@@ -219,6 +222,13 @@ std::string check_cache(const ea::PagedKVCache<S>& cache, const CacheModel<S>& m
     const std::vector<std::int32_t> pages = cache.pages(sid);
     if (pages.size() != s.pages.size())
       return which + num(pages.size()) + " pages, model " + num(s.pages.size());
+    const Index P = model.page_size();
+    for (const Index n : {Index(0), Index(1), P - 1, P, P + 1, 3 * P}) {
+      if (cache.pages_needed(sid, n) != model.pages_taken(id, n)) {
+        return which + "pages_needed(" + num(n) + ") = " + num(cache.pages_needed(sid, n)) + ", model " +
+               num(model.pages_taken(id, n));
+      }
+    }
     for (std::size_t n = 0; n < pages.size(); ++n) {
       const std::int32_t real = pages[n];
       const long abstract = s.pages[n];
