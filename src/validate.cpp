@@ -18,6 +18,7 @@
 
 #include "decode_problem.hpp"
 #include "kernels/kernels.hpp"
+#include "text.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -34,6 +35,9 @@ bool mul(index_t a, index_t b, index_t& r) { return !__builtin_mul_overflow(a, b
 bool add(index_t a, index_t b, index_t& r) { return !__builtin_add_overflow(a, b, &r); }
 
 std::string num(index_t n) { return std::to_string(n); }
+using internal::counted;
+// A size that may also be 1 (broadcast): "4 or 1", or "1" when it is 1.
+std::string either_or_1(index_t n) { return n == 1 ? num(n) : num(n) + " or 1"; }
 
 // ---------------------------------------------------------------------------------------------
 // Arrays as the validator sees them: up to four axes, sizes and byte strides, printed the way
@@ -59,7 +63,7 @@ struct Array {
       case Print::Matrix:
         return num(size[2]) + "x" + num(size[3]);
       case Print::Vector:
-        return num(size[3]) + " entries";
+        return counted(size[3], "entry", "entries");
       case Print::Heads:
         break;
     }
@@ -374,7 +378,7 @@ void check_offsets(const char* api, const char* name, const std::int64_t* cu, in
   }
   if (total >= 0 && cu[sequences] > total) {
     fail(api, std::string(name) + "[" + num(sequences) + "] = " + std::to_string(cu[sequences]) +
-                  " exceeds the " + num(total) + " packed tokens");
+                  " exceeds the " + counted(total, "packed token"));
   }
 }
 
@@ -408,9 +412,10 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   // (Messages in the caller's terms: columns and rows of matrices, d_k and T_k of views.)
   const bool matrix = c.form == Form::Matrix;
   if (c.q.dim != c.k.dim) {
-    fail(api, (matrix ? "K has " + num(c.k.dim) + " columns but Q has " + num(c.q.dim) + " (d_k must match)"
-                      : "K has d_k = " + num(c.k.dim) + " but Q has " + num(c.q.dim)) +
-                  "; Q is " + q.shape() + ", K is " + k.shape());
+    fail(api,
+         (matrix ? "K has " + counted(c.k.dim, "column") + " but Q has " + num(c.q.dim) + " (d_k must match)"
+                 : "K has d_k = " + num(c.k.dim) + " but Q has " + num(c.q.dim)) +
+             "; Q is " + q.shape() + ", K is " + k.shape());
   }
   if (c.has_v) {
     if (c.k.batch != c.q.batch || c.v.batch != c.q.batch) {
@@ -419,9 +424,10 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
     if (c.k.heads != c.v.heads)
       fail(api, "K and V have different head counts: K is " + k.shape() + ", V is " + v.shape());
     if (c.v.tokens != tk) {
-      fail(api, (matrix ? "V has " + num(c.v.tokens) + " rows but K has " + num(tk) + " (T_k must match)"
-                        : std::string("K and V have different token counts (T_k)")) +
-                    "; K is " + k.shape() + ", V is " + v.shape());
+      fail(api,
+           (matrix ? "V has " + counted(c.v.tokens, "row") + " but K has " + num(tk) + " (T_k must match)"
+                   : std::string("K and V have different token counts (T_k)")) +
+               "; K is " + k.shape() + ", V is " + v.shape());
     }
   } else if (c.k.batch != c.q.batch || c.k.heads != c.q.heads) {
     fail(api, "batch sizes or head counts differ: Q is " + q.shape() + ", K is " + k.shape());
@@ -543,8 +549,8 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
       const Array a = array_of(name, m, c.form);
       const bool batch_ok = m.batch == 1 || m.batch == B, heads_ok = m.heads == 1 || m.heads == H;
       if (!batch_ok || !heads_ok || m.rows != tq || m.cols != tk) {
-        fail(api, std::string(name) + " is " + a.shape() + " but must be [" + num(B) + " or 1, " + num(H) +
-                      " or 1, " + num(tq) + ", " + num(tk) + "]");
+        fail(api, std::string(name) + " is " + a.shape() + " but must be [" + either_or_1(B) + ", " +
+                      either_or_1(H) + ", " + num(tq) + ", " + num(tk) + "]");
       }
       check_countable(api, a);
       inputs.push_back(a);
@@ -631,8 +637,9 @@ std::vector<index_t> varlen_score_offsets(const char* api, const std::int64_t* c
     const index_t tq = cu_q[b + 1] - cu_q[b], tk = cu_k[b + 1] - cu_k[b];
     index_t block = 0, next = 0;
     if (!mul(tq, tk, block) || !mul(block, heads, block) || !add(offsets[b], block, next)) {
-      fail(api, "the packed weights of " + num(batch) + " sequences overflow Eigen::Index at sequence " +
-                    num(b) + " (T_q = " + num(tq) + ", T_k = " + num(tk) + ", heads = " + num(heads) + ")");
+      fail(api, "the packed weights of " + counted(batch, "sequence") +
+                    " overflow Eigen::Index at sequence " + num(b) + " (T_q = " + num(tq) +
+                    ", T_k = " + num(tk) + ", heads = " + num(heads) + ")");
     }
     offsets[b + 1] = next;
   }
@@ -643,8 +650,8 @@ template <typename T>
 void check_packed_scores(const char* api, const T* scores, std::size_t size, std::size_t required,
                          const Problem<T>& p) {
   if (size != required) {
-    fail(api, "scores holds " + std::to_string(size) + " elements but the packed weights need " +
-                  std::to_string(required) + " (varlen_scores_size)");
+    fail(api, "scores holds " + counted(static_cast<long long>(size), "element") +
+                  " but the packed weights need " + std::to_string(required) + " (varlen_scores_size)");
   }
   if (required > 0 && scores == nullptr) fail(api, "scores is null");
   const Form f = Form::Heads;
@@ -689,9 +696,9 @@ void paged_view_sequences(const char* api, const compiled::RawPagedKV& kv,
     index_t room = 0;
     if (n < 0) fail(api, "lengths[" + num(b) + "] = " + std::to_string(n) + " is negative");
     if (!mul(kv.block_table_stride, kv.page_size, room) || n > room) {
-      fail(api, "lengths[" + num(b) + "] = " + std::to_string(n) + " exceeds the " + num(room) +
-                    " tokens that block_table_stride = " + num(kv.block_table_stride) + " pages of " +
-                    num(kv.page_size) + " tokens hold");
+      fail(api, "lengths[" + num(b) + "] = " + std::to_string(n) + " exceeds the " + counted(room, "token") +
+                    " that block_table_stride = " + counted(kv.block_table_stride, "page") + " of " +
+                    counted(kv.page_size, "token") + " hold");
     }
     if (n > 0 && kv.block_tables == nullptr)
       fail(api, "block_tables is null but lengths[" + num(b) + "] > 0");
@@ -733,7 +740,7 @@ DecodeProblem<T> make_decode_problem(const char* api, const compiled::RawPagedKV
     for (index_t n = 0; n < pages; ++n) {
       if (s.pages[n] < 0 || s.pages[n] >= kv.num_pages) {
         fail(api, "page " + num(n) + " of sequence " + num(b) + " is " + std::to_string(s.pages[n]) +
-                      ", outside the pool's " + num(kv.num_pages) + " pages");
+                      ", outside the pool's " + counted(kv.num_pages, "page"));
       }
     }
   }
@@ -757,15 +764,21 @@ DecodeProblem<T> make_decode_problem(const char* api, const compiled::RawPagedKV
   }
   d.group = d.heads / kv.kv_heads;
   check_sequence_count(api, batch);
-  if (batch > 0 && a.cu_seqlens_q == nullptr) fail(api, "cu_seqlens_q is null");
+  if (batch > 0 && a.cu_seqlens_q == nullptr) {
+    fail(api, batch > 1
+                  ? "cu_seqlens_q is null: packed sequences need batch + 1 = " + num(batch + 1) +
+                        " offsets (sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] "
+                        "of Q; null is for one sequence only)"
+                  : std::string("cu_seqlens_q is null"));
+  }
   if (a.cu_seqlens_q != nullptr) {
     check_offsets(api, "cu_seqlens_q", a.cu_seqlens_q, batch, a.q.rows);
     if (a.cu_seqlens_q[batch] != a.q.rows) {
       fail(api, "cu_seqlens_q[" + num(batch) + "] = " + std::to_string(a.cu_seqlens_q[batch]) +
-                    " but Q has " + num(a.q.rows) + " rows (every row belongs to a sequence)");
+                    " but Q has " + counted(a.q.rows, "row") + " (every row belongs to a sequence)");
     }
   } else if (a.q.rows != 0) {
-    fail(api, "Q has " + num(a.q.rows) + " rows but there is no sequence");
+    fail(api, "Q has " + counted(a.q.rows, "row") + " but there is no sequence");
   }
   d.q = a.q;
   d.cu_q = a.cu_seqlens_q;

@@ -402,3 +402,70 @@ TEST_CASE("decode errors: PagedKVView of several sequences without cu_seqlens_q"
                   {{"cu_seqlens_q"}, {"null"}}},
                  [&] { return out.untouched(); });
 }
+
+TEST_CASE("decode errors: messages name the call made, the missing offsets, stale ids, and counts of one") {
+  Fixture f;
+  const auto p0 = f.cache.pages(f.s0), p1 = f.cache.pages(f.s1);
+  const std::vector<std::int32_t> tables = {p0[0], p0[1], p0[2], p1[0], p1[1], 0};
+  const std::vector<std::int64_t> lengths = {kLen0, kLen1};
+  const auto view = view_of_cache(f.cache, tables.data(), 3, lengths.data(), 2);
+  Sentinel out(kTq, kH * kDv);
+  const std::string need_offsets =
+      "cu_seqlens_q is null: packed sequences need batch + 1 = 3 offsets (sequence b's queries are rows "
+      "cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q; null is for one sequence only)";
+  // The call the user made is named: attention_decode over a view is not attention_decode_into.
+  CHECK(invalid_argument_message([&] { ea::attention_decode_into(view, f.Q, nullptr, out.map()); }) ==
+        "EigenAttention::attention_decode_into: " + need_offsets);
+  CHECK(invalid_argument_message([&] { (void)ea::attention_decode(view, f.Q); }) ==
+        "EigenAttention::attention_decode: " + need_offsets);
+  const ea::SequenceId two[2] = {f.s0, f.s1};
+  CHECK(invalid_argument_message([&] {
+          ea::attention_decode_into(f.cache, two, 2, f.Q, nullptr, out.map());
+        }) == "EigenAttention::attention_decode_into: " + need_offsets);
+  std::vector<std::int32_t> beyond = tables;
+  beyond[0] = static_cast<std::int32_t>(f.cache.num_pages());
+  const auto bad_view = view_of_cache(f.cache, beyond.data(), 3, lengths.data(), 2);
+  const std::int64_t cu2[3] = {0, 1, kTq};
+  CHECK(
+      invalid_argument_message([&] { (void)ea::attention_decode(bad_view, f.Q, cu2); })
+          .rfind("EigenAttention::attention_decode: page 0 of sequence 0 is 12, outside the pool's 12 pages",
+                 0) == 0);
+
+  // A released id, in a batch.
+  const ea::SequenceId released[2] = {f.s0, f.gone};
+  CHECK(invalid_argument_message([&] {
+          ea::attention_decode_into(f.cache, released, 2, f.Q, cu2, out.map());
+        }) == "EigenAttention::attention_decode_into: sequences[1]: sequence " +
+                  std::to_string(f.gone.value) + " is not in the cache: it was released");
+  CHECK(out.untouched());
+
+  // Counts of one, in the singular.
+  const RowMatrix<float> Q1 = f.Q.topRows(1);
+  Sentinel out1(1, kH * kDv);
+  const std::int64_t cu_none[3] = {0, 0, 0};
+  CHECK(invalid_argument_message(
+            [&] { ea::attention_decode_into(f.cache, two, 2, Q1, cu_none, out1.map()); }) ==
+        "EigenAttention::attention_decode_into: cu_seqlens_q[2] = 0 but Q has 1 row (every row belongs to a "
+        "sequence)");
+  CHECK(invalid_argument_message([&] {
+          ea::attention_decode_into(f.cache, two, 0, Q1, nullptr, out1.map());
+        }) == "EigenAttention::attention_decode_into: Q has 1 row but there is no sequence");
+  const std::int32_t table5[1] = {5};
+  const std::int64_t three[1] = {3}, two_tokens[1] = {2};
+  auto one_page = view_of_cache(f.cache, table5, 1, three, 1);
+  one_page.num_pages = 1;
+  CHECK(invalid_argument_message([&] { (void)ea::attention_decode(one_page, Q1); }) ==
+        "EigenAttention::attention_decode: page 0 of sequence 0 is 5, outside the pool's 1 page");
+  auto tiny_pages = view_of_cache(f.cache, table5, 1, two_tokens, 1);
+  tiny_pages.page_size = 1;
+  CHECK(invalid_argument_message([&] { (void)ea::attention_decode(tiny_pages, Q1); }) ==
+        "EigenAttention::attention_decode: lengths[0] = 2 exceeds the 1 token that block_table_stride = 1 "
+        "page of "
+        "1 token hold");
+  CHECK(out1.untouched());
+  // The vector form's offsets: one offset for one sequence.
+  CHECK(invalid_argument_message([&] {
+          (void)ea::attention_decode(f.cache, std::vector<ea::SequenceId>{f.s0}, Q1,
+                                     std::vector<std::int64_t>{0});
+        }) == "EigenAttention::attention_decode: cu_seqlens_q has 1 offset but must have 2 (sequences + 1)");
+}

@@ -356,3 +356,12 @@ TEST_CASE_TEMPLATE("errors: const Maps, Refs and blocks are writable outputs, as
   write(storage);
   CHECK(storage == expected);
 }
+
+TEST_CASE("errors: a count of one is written in the singular") {
+  const RowMatrix<float> Q = RowMatrix<float>::Ones(3, 2), K = RowMatrix<float>::Ones(2, 2);
+  const RowMatrix<float> K1 = RowMatrix<float>::Ones(2, 1), V1 = RowMatrix<float>::Ones(1, 2);
+  CHECK(invalid_argument_message([&] { (void)ea::attention(Q, K1, K); }) ==
+        "EigenAttention::attention: K has 1 column but Q has 2 (d_k must match); Q is 3x2, K is 2x1");
+  CHECK(invalid_argument_message([&] { (void)ea::attention(Q, K, V1); }) ==
+        "EigenAttention::attention: V has 1 row but K has 2 (T_k must match); K is 2x2, V is 1x2");
+}

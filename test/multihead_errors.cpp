@@ -454,3 +454,51 @@ TEST_CASE("multihead errors: merge_attention takes in-place merges but rejects p
                        std::invalid_argument);
   CHECK(a == a_before);
 }
+
+TEST_CASE("multihead errors: a broadcast size of 1 is printed once, and a count of one in the singular") {
+  namespace ea = EigenAttention;
+  const Eigen::Index T = 4, D = 2;
+  std::vector<float> data(2 * 3 * T * D, 0.5f), out_data(data.size(), 7.0f);
+  std::unique_ptr<bool[]> mask_data(new bool[2 * 3 * T * T]());
+  const auto message = [&](Eigen::Index B, Eigen::Index H, Eigen::Index mask_b, Eigen::Index mask_h) {
+    const auto Q = ea::HeadsView<const float>::bhtd(data.data(), B, H, T, D);
+    const auto O = ea::HeadsView<float>::bhtd(out_data.data(), B, H, T, D);
+    ea::Masks<float> masks;
+    masks.mask = ea::BroadcastView<bool>{mask_data.get(), mask_b, mask_h, T, T, mask_h * T * T, T * T, T, 1};
+    return invalid_argument_message([&] { ea::attention_heads(Q, Q, Q, O, {}, masks); });
+  };
+  // [B or 1, H or 1, T_q, T_k], with one size where B or H is 1.
+  CHECK(message(1, 3, 1, 2) ==
+        "EigenAttention::attention_heads: mask is [1, 2, 4, 4] but must be [1, 3 or 1, 4, 4]");
+  CHECK(message(2, 1, 3, 1) ==
+        "EigenAttention::attention_heads: mask is [3, 1, 4, 4] but must be [2 or 1, 1, 4, 4]");
+  CHECK(message(1, 1, 1, 2) ==
+        "EigenAttention::attention_heads: mask is [1, 2, 4, 4] but must be [1, 1, 4, 4]");
+  CHECK(message(2, 3, 1, 2) ==
+        "EigenAttention::attention_heads: mask is [1, 2, 4, 4] but must be [2 or 1, 3 or 1, 4, 4]");
+  for (const float x : out_data) CHECK(x == 7.0f);
+
+  // key_lengths of one sequence: "(1 entry)".
+  std::vector<std::int64_t> lengths_and_out(64, 3);
+  ea::Masks<double> lengths;
+  lengths.key_lengths = lengths_and_out.data();
+  std::vector<double> qd(3 * T * D, 0.5);
+  const auto Qd = ea::HeadsView<const double>::bhtd(qd.data(), 1, 3, T, D);
+  const auto Od = ea::HeadsView<double>::bhtd(reinterpret_cast<double*>(lengths_and_out.data()), 1, 3, T, D);
+  CHECK_THROWS_WITH_AS(ea::attention_heads(Qd, Qd, Qd, Od, {}, lengths),
+                       doctest::Contains("key_lengths (1 entry)"), std::invalid_argument);
+
+  // A packed batch of one token: "exceeds the 1 packed token"; packed scores of one element.
+  const auto Q1 = ea::HeadsView<const float>::bthd(data.data(), 1, 1, 2, D);
+  const auto O1 = ea::HeadsView<float>::bthd(out_data.data(), 1, 1, 2, D);
+  const std::int64_t cu_one[2] = {0, 1}, cu_two[2] = {0, 2};
+  CHECK(invalid_argument_message([&] { ea::attention_varlen(Q1, Q1, Q1, O1, cu_two, cu_one, 1); }) ==
+        "EigenAttention::attention_varlen: cu_seqlens_q[1] = 2 exceeds the 1 packed token");
+  float scores[4] = {7.0f, 7.0f, 7.0f, 7.0f};
+  CHECK(invalid_argument_message(
+            [&] { ea::attention_varlen_decomposed(Q1, Q1, Q1, scores, 1, O1, cu_one, cu_one, 1); }) ==
+        "EigenAttention::attention_varlen_decomposed: scores holds 1 element but the packed weights need 2 "
+        "(varlen_scores_size)");
+  for (const float x : scores) CHECK(x == 7.0f);
+  for (const float x : out_data) CHECK(x == 7.0f);
+}

@@ -924,3 +924,23 @@ TEST_CASE("npy: read_header() and prefix(): a file's header without its data, ch
                      [](char c, unsigned char b) { return static_cast<unsigned char>(c) == b; }));
   }
 }
+
+TEST_CASE("npy: a count of one byte is written in the singular") {
+  CHECK(parse_error(Bytes(1, 0x93)) == "hostile.npy: too short to be a .npy file (1 byte)");
+  CHECK(parse_error(make_file(header_of("<f8", "(1,)"), Bytes(1))) ==
+        "hostile.npy: truncated: the data has 1 byte but shape (1,) of float64 ('<f8') needs 8");
+  CHECK(parse_error(make_file(header_of("|b1", "(1,)"), Bytes(2))) ==
+        "hostile.npy: trailing garbage: 1 byte after the data that shape (1,) needs (NumPy ignores "
+        "them; this reader rejects them)");
+  npy::Array one = npy::zeros<double>({1, 1});
+  one.bytes.resize(1);
+  CHECK(error_of([&] {
+          npy::as_matrix<double>(one, "bad");
+        }).rfind("bad: holds 1 byte but shape (1, 1)", 0) == 0);
+  TempDir dir;
+  const std::string path = dir / "one.npy";
+  CHECK(error_of([&] {
+          npy::write(path, one);
+        }).find("cannot write: the array holds 1 byte but shape (1, 1)") != std::string::npos);
+  CHECK_FALSE(fs::exists(path));
+}

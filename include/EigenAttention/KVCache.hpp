@@ -625,7 +625,8 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache,
   (void)detail::DecodeQueryCheck<T, DQ>{};
   if (cu_seqlens_q.size() != sequences.size() + 1) {
     throw std::invalid_argument("EigenAttention::attention_decode: cu_seqlens_q has " +
-                                std::to_string(cu_seqlens_q.size()) + " offsets but must have " +
+                                std::to_string(cu_seqlens_q.size()) +
+                                (cu_seqlens_q.size() == 1 ? " offset" : " offsets") + " but must have " +
                                 std::to_string(sequences.size() + 1) + " (sequences + 1)");
   }
   return detail::decode_of_type<T>(Q, [&](const auto& q) {
@@ -682,8 +683,16 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVView<T>& kv, const 
                                                 const ComputeScalar<T>* alibi_slopes = nullptr) {
   (void)detail::DecodeQueryCheck<T, DQ>{};
   return detail::decode_of_type<T>(Q, [&](const auto& q) {
+    // As attention_decode_into, but its messages name this call.
     RowMatrix<ComputeScalar<T>> out;
-    attention_decode_into(kv, q, cu_seqlens_q, out, opt, alibi_slopes);
+    const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.rows())};
+    detail::ViewKeys<T> keys{kv};
+    RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
+    detail::decode_into("attention_decode", keys, q,
+                        cu_seqlens_q != nullptr ? cu_seqlens_q
+                        : kv.batch == 1         ? whole
+                                                : nullptr,
+                        out, no_lse, alibi_slopes, kv.d_k, kv.d_v, opt);
     return out;
   });
 }

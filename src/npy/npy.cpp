@@ -43,6 +43,7 @@ bool is_word_char(unsigned char c) {
   throw Error(name + ": " + problem);
 }
 
+using internal::counted;
 using internal::shape_string;
 
 /// Attacker-controlled text made safe to print: at most 40 characters.
@@ -425,8 +426,8 @@ void check_array(ArrayRef a, DType dtype, std::size_t ndim, const char* what, st
   }
   const std::size_t need = byte_count(shape, dtype, what);
   if (a.size != need) {
-    fail(what, "holds " + std::to_string(a.size) + " bytes but shape " + shape_string(shape) + " needs " +
-                   std::to_string(need));
+    fail(what, "holds " + counted(static_cast<long long>(a.size), "byte") + " but shape " +
+                   shape_string(shape) + " needs " + std::to_string(need));
   }
   // The strides of a view are products of dimensions; with a zero dimension the others may be
   // anything, so check the product of the non-zero ones.
@@ -465,14 +466,16 @@ Parsed parse_npy(const unsigned char* data, std::size_t size, const std::string&
   if (size > 0 && std::memcmp(data, kMagic, std::min(size, sizeof kMagic)) != 0) {
     fail(name, "not a .npy file (bad magic: it must start with \\x93NUMPY)");
   }
-  if (size < 10) fail(name, "too short to be a .npy file (" + std::to_string(size) + " bytes)");
+  if (size < 10)
+    fail(name, "too short to be a .npy file (" + counted(static_cast<long long>(size), "byte") + ")");
   const unsigned major = data[6], minor = data[7];
   if (major < 1 || major > 3 || minor != 0) {
     fail(name, "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
                    " (supported: 1.0, 2.0, 3.0)");
   }
   const std::size_t prefix = major == 1 ? 10 : 12;
-  if (size < prefix) fail(name, "too short to be a .npy file (" + std::to_string(size) + " bytes)");
+  if (size < prefix)
+    fail(name, "too short to be a .npy file (" + counted(static_cast<long long>(size), "byte") + ")");
   std::size_t header_len = std::size_t(data[8]) | std::size_t(data[9]) << 8;
   if (major > 1) header_len |= std::size_t(data[10]) << 16 | std::size_t(data[11]) << 24;
   if (header_len > file_size - prefix) {
@@ -544,12 +547,13 @@ Parsed parse_npy(const unsigned char* data, std::size_t size, const std::string&
   const std::size_t start = prefix + header_len;
   const std::size_t have = file_size - start;
   if (have < need) {
-    fail(name, "truncated: the data has " + std::to_string(have) + " bytes but shape " +
+    fail(name, "truncated: the data has " + counted(static_cast<long long>(have), "byte") + " but shape " +
                    shape_string(a.shape) + " of " + describe(a.dtype) + " needs " + std::to_string(need));
   }
   if (have > need) {
-    fail(name, "trailing garbage: " + std::to_string(have - need) + " bytes after the data that shape " +
-                   shape_string(a.shape) + " needs (NumPy ignores them; this reader rejects them)");
+    fail(name, "trailing garbage: " + counted(static_cast<long long>(have - need), "byte") +
+                   " after the data that shape " + shape_string(a.shape) +
+                   " needs (NumPy ignores them; this reader rejects them)");
   }
   a.offset = start;
   a.bytes = need;
@@ -688,8 +692,8 @@ std::string checked_prefix(const std::string& path, const Writing& array) {
   }
   const std::size_t need = detail::byte_count(array.shape, array.dtype, path.c_str());
   if (array.size != need) {
-    fail(path, "cannot write: the array holds " + std::to_string(array.size) + " bytes but shape " +
-                   shape_string(array.shape) + " of " + describe(array.dtype) + " needs " +
+    fail(path, "cannot write: the array holds " + counted(static_cast<long long>(array.size), "byte") +
+                   " but shape " + shape_string(array.shape) + " of " + describe(array.dtype) + " needs " +
                    std::to_string(need));
   }
   if (array.dtype == DType::Bool) {
