@@ -37,6 +37,7 @@ void finish_distributed();
 struct HeatmapArgs {
   std::string scores, png, tokens, batch, head;
   std::string layout = "bhtd";
+  std::string scale = "linear";  ///< linear or log
   bool quiet = false;
 };
 int heatmap_command(const HeatmapArgs& args);

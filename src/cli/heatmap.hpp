@@ -9,12 +9,16 @@
 namespace EigenAttention {
 namespace cli {
 
+// How a weight maps to a colour (see write_heatmap_png).
+enum class HeatmapScale { Linear, Log };
+
 struct HeatmapOptions {
-  std::vector<std::string> row_labels;  // query tokens (optional; empty = numbers)
-  std::vector<std::string> col_labels;  // key tokens (optional)
-  std::string title;                    // e.g. "batch 0, head 3" (optional)
-  int max_cells = 512;                  // rows/cols above this are pooled (mean over blocks) to fit
-  int cell_pixels = 0;                  // 0 = choose (about 4..24 px per cell, image <= ~1400 px)
+  std::vector<std::string> row_labels;        // query tokens (optional; empty = numbers)
+  std::vector<std::string> col_labels;        // key tokens (optional)
+  std::string title;                          // e.g. "batch 0, head 3" (optional)
+  int max_cells = 512;                        // rows/cols above this are pooled (mean over blocks) to fit
+  int cell_pixels = 0;                        // 0 = choose (about 4..24 px per cell, image <= ~1400 px)
+  HeatmapScale scale = HeatmapScale::Linear;  // linear in w, or in log10(w)
 };
 
 // Writes a PNG heatmap of a rows x cols matrix of weights in [0, 1] (element (i, j) at
@@ -36,6 +40,12 @@ struct HeatmapOptions {
 // - Colours run from dark purple (0) through blue and green to yellow (the largest finite weight
 //   shown, the top of the colour bar; 1 when there is none above 0). Exactly 0 (masked) is
 //   near-black, NaN magenta; each has a legend entry when it occurs.
+// - HeatmapScale::Log: the colour follows log10(w) from `low` (dark purple) to the largest finite
+//   weight shown, `high` (yellow), where low is the smallest positive weight shown but at least
+//   high * 10^-kLogDecades (a tenth of high when every positive weight equals it). Positive
+//   weights below low take low's colour (a legend entry "< low" says so when one occurs); exactly
+//   0 stays the masked colour and NaN magenta. The colour bar runs over [low, high] in log10,
+//   its labels are the weights at its ticks, and the legend says "log scale".
 // - Throws for rows or cols < 1, a null `weights`, row_stride < cols (when rows > 1), a label count
 //   that does not match, max_cells < 1, cell_pixels < 0 or an image above 16384 px a side.
 void write_heatmap_png(const std::string& path, const double* weights, long rows, long cols, long row_stride,
@@ -57,6 +67,21 @@ inline bool operator!=(Rgb a, Rgb b) { return !(a == b); }
 constexpr Rgb kMaskedColour{16, 16, 16};  // exactly 0
 constexpr Rgb kNanColour{255, 0, 255};    // NaN
 Rgb colour_map(double t);                 // t in [0, 1] (clamped; NaN gives kNanColour)
+
+// The most decades a log-scale heatmap shows below its largest weight.
+constexpr double kLogDecades = 6;
+// The mapping of weights to colour-map positions: linear over [0, high] or log10 over [low, high].
+struct ColourScale {
+  bool log = false;
+  double low = 0.0, high = 1.0;
+  // The colour-map position of weight v > 0, in [0, 1].
+  double position(double v) const;
+  // The weight at colour-map position t in [0, 1] (the colour bar's labels).
+  double weight_at(double t) const;
+};
+// The scale for these (pooled) cells: `high` their largest finite value (1 when none is above 0);
+// with `scale` Log, `low` their smallest positive one, within kLogDecades of high.
+ColourScale colour_scale(HeatmapScale scale, const std::vector<double>& cells);
 
 struct HeatmapGeometry {
   int width = 0, height = 0;                       // the whole image, in pixels

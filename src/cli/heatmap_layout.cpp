@@ -125,7 +125,10 @@ void lay_out(Plan& p, const std::string& full_title, int cell_w, int cell_h) {
   extend(g.bar_x + g.bar_w + 1 + kTick + kGap + kBarLabelChars * kCharW, g.bar_y + g.bar_h + 1 + kGlyphH / 2);
   p.legend_x = g.bar_x;
   p.legend_y = g.bar_y + g.bar_h + 1 + kGlyphH;
-  extend(p.legend_x + kSwatch + 8 + text_width("0 (masked)"), p.legend_y + 2 * kLegendPitch);
+  // Up to two entries ("0 (masked)", "NaN"); on a log scale a line "log scale" and one entry more
+  // ("< 1.23e-05", as wide as "0 (masked)").
+  const int legend_lines = p.scale == HeatmapScale::Log ? 4 : 2;
+  extend(p.legend_x + kSwatch + 8 + text_width("0 (masked)"), p.legend_y + legend_lines * kLegendPitch);
 
   // The title, from the left of the cells, is cut to the width the rest takes.
   if (!p.title.empty()) {
@@ -157,6 +160,7 @@ Plan make_plan(const std::string& path, long rows, long cols, const HeatmapOptio
   }
 
   Plan p;
+  p.scale = options.scale;
   HeatmapGeometry& g = p.g;
   make_axis(p.rows, rows, options.max_cells, options.row_labels);
   make_axis(p.cols, cols, options.max_cells, options.col_labels);

@@ -49,6 +49,7 @@ struct Axis {
 
 struct Plan {
   HeatmapGeometry g;
+  HeatmapScale scale = HeatmapScale::Linear;
   Axis rows, cols;
   bool col_labels_vertical = false;
   std::string title;

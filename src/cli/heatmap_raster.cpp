@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "heatmap_text.hpp"
@@ -49,6 +50,34 @@ std::vector<double> pool(const double* weights, long rows, long cols, long row_s
 }
 
 }  // namespace
+
+double ColourScale::position(double v) const {
+  if (!log) return v / high;
+  if (!(v > low)) return 0.0;  // below or at low (and v < 0, which is no weight)
+  return std::min(1.0, (std::log10(v) - std::log10(low)) / (std::log10(high) - std::log10(low)));
+}
+
+double ColourScale::weight_at(double t) const {
+  if (!log) return t * high;
+  return std::pow(10.0, std::log10(low) + t * (std::log10(high) - std::log10(low)));
+}
+
+ColourScale colour_scale(HeatmapScale scale, const std::vector<double>& cells) {
+  ColourScale s;
+  double high = 0.0, low = std::numeric_limits<double>::infinity();
+  for (const double v : cells) {
+    if (!std::isfinite(v)) continue;
+    high = std::max(high, v);
+    if (v > 0.0) low = std::min(low, v);
+  }
+  s.high = high > 0.0 ? high : 1.0;
+  if (scale == HeatmapScale::Log) {
+    s.log = true;
+    s.low = std::max(low, s.high * std::pow(10.0, -kLogDecades));
+    if (!(s.low < s.high)) s.low = s.high / 10;  // one positive value (or none): one decade
+  }
+  return s;
+}
 
 Rgb colour_map(double t) {
   if (std::isnan(t)) return kNanColour;
@@ -96,20 +125,19 @@ std::vector<unsigned char> render(const Plan& p, const double* weights, long row
                                   long row_stride) {
   const HeatmapGeometry& g = p.g;
   const std::vector<double> cells = pool(weights, rows, cols, row_stride, g);
-  double vmax = 0.0;
-  bool any_nan = false, any_zero = false;
+  const ColourScale scale = colour_scale(p.scale, cells);
+  bool any_nan = false, any_zero = false, any_below = false;
   for (const double v : cells) {
     if (std::isnan(v)) any_nan = true;
     if (v == 0.0) any_zero = true;
-    if (std::isfinite(v)) vmax = std::max(vmax, v);
+    if (scale.log && v > 0.0 && v < scale.low) any_below = true;
   }
-  if (!(vmax > 0.0)) vmax = 1.0;
 
   Canvas canvas(g.width, g.height);
-  const auto colour_of = [vmax](double v) {
+  const auto colour_of = [&scale](double v) {
     if (std::isnan(v)) return kNanColour;
     if (v == 0.0) return kMaskedColour;
-    return colour_map(v / vmax);
+    return colour_map(scale.position(v));
   };
   for (long i = 0; i < g.cell_rows; ++i) {
     for (long j = 0; j < g.cell_cols; ++j) {
@@ -147,7 +175,8 @@ std::vector<unsigned char> render(const Plan& p, const double* weights, long row
   draw_text(canvas, g.heat_x + heat_w / 2 - text_width("key") / 2, p.key_title_y, "key", kBlack);
   if (!p.pool_note.empty()) draw_text(canvas, kMargin, p.pool_note_y, p.pool_note, kBlack);
 
-  // The colour bar: top = vmax, bottom = 0; ticks at quarters (halves when short).
+  // The colour bar: top = the largest weight, bottom = 0 (log: low); ticks at quarters (halves
+  // when short), labelled with the weight there.
   for (int yy = 0; yy < g.bar_h; ++yy) {
     const double t = g.bar_h > 1 ? 1.0 - static_cast<double>(yy) / (g.bar_h - 1) : 1.0;
     canvas.fill(g.bar_x, g.bar_y + yy, g.bar_w, 1, colour_map(t));
@@ -158,8 +187,8 @@ std::vector<unsigned char> render(const Plan& p, const double* weights, long row
     const double f = static_cast<double>(q) / quarters;
     const int yy = g.bar_y + static_cast<int>(std::lround((1.0 - f) * (g.bar_h - 1)));
     canvas.fill(g.bar_x + g.bar_w + 1, yy, kTick, 1, kTickColour);
-    draw_text(canvas, g.bar_x + g.bar_w + 1 + kTick + kGap, yy - kGlyphH / 2, format_weight(f * vmax),
-              kBlack);
+    draw_text(canvas, g.bar_x + g.bar_w + 1 + kTick + kGap, yy - kGlyphH / 2,
+              format_weight(scale.weight_at(f)), kBlack);
   }
 
   // Legend: only what occurs.
@@ -170,8 +199,13 @@ std::vector<unsigned char> render(const Plan& p, const double* weights, long row
     draw_text(canvas, p.legend_x + kSwatch + 8, legend_y, label, kBlack);
     legend_y += kLegendPitch;
   };
+  if (scale.log) {
+    draw_text(canvas, p.legend_x, legend_y, "log scale", kBlack);
+    legend_y += kLegendPitch;
+  }
   if (any_zero) entry(kMaskedColour, "0 (masked)");
   if (any_nan) entry(kNanColour, "NaN");
+  if (any_below) entry(colour_map(0.0), "< " + format_weight(scale.low));
 
   return canvas.take();
 }

@@ -186,6 +186,12 @@ Options:
       --tokens FILE       one token per line, to label the axes: both when T_q = T_k, else
                           the keys; lines beyond those needed are ignored, positions without
                           a line are labelled by their index
+      --scale linear|log  how a weight w maps to a colour: linear in w from 0 to the largest
+                          weight (the default), or linear in log10(w) from the smallest
+                          positive weight (but at most 6 decades below the largest) to the
+                          largest, which shows diffuse weights that look uniformly dark on the
+                          linear scale; smaller weights take the bottom colour, exact zeros
+                          (masked) stay near-black, and the colour bar is labelled in weights
       --quiet             no progress indicator, no summary line
   -h, --help              show this help and exit
 )";

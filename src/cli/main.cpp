@@ -144,6 +144,7 @@ int run_main(int argc, char** argv) {
   heatmap->add_option("--batch", heatmap_args.batch);
   heatmap->add_option("--head", heatmap_args.head);
   heatmap->add_option("--layout", heatmap_args.layout);
+  heatmap->add_option("--scale", heatmap_args.scale);
   heatmap->add_flag("--quiet", heatmap_args.quiet);
 
   // bench

@@ -33,7 +33,8 @@ double widen(T x) {
 
 template <typename T>
 void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows, std::int64_t cols,
-                  std::int64_t row_stride, const std::vector<std::string>& tokens, const std::string& title) {
+                  std::int64_t row_stride, const std::vector<std::string>& tokens, const std::string& title,
+                  HeatmapScale scale) {
   if (rows < 1 || cols < 1) {
     throw Failure(file.path(), "the weights are " + std::to_string(rows) + " x " + std::to_string(cols) +
                                    "; there is nothing to draw");
@@ -46,6 +47,7 @@ void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows, std::in
 
   HeatmapOptions options;
   options.title = title;
+  options.scale = scale;
   if (!tokens.empty()) {
     options.col_labels = axis_labels(tokens, cols);
     if (rows == cols) options.row_labels = options.col_labels;
@@ -61,14 +63,15 @@ void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows, std::in
 }
 
 template void draw_weights<float>(AtomicFile&, const float*, std::int64_t, std::int64_t, std::int64_t,
-                                  const std::vector<std::string>&, const std::string&);
+                                  const std::vector<std::string>&, const std::string&, HeatmapScale);
 template void draw_weights<double>(AtomicFile&, const double*, std::int64_t, std::int64_t, std::int64_t,
-                                   const std::vector<std::string>&, const std::string&);
+                                   const std::vector<std::string>&, const std::string&, HeatmapScale);
 template void draw_weights<Eigen::half>(AtomicFile&, const Eigen::half*, std::int64_t, std::int64_t,
-                                        std::int64_t, const std::vector<std::string>&, const std::string&);
+                                        std::int64_t, const std::vector<std::string>&, const std::string&,
+                                        HeatmapScale);
 template void draw_weights<Eigen::bfloat16>(AtomicFile&, const Eigen::bfloat16*, std::int64_t, std::int64_t,
-                                            std::int64_t, const std::vector<std::string>&,
-                                            const std::string&);
+                                            std::int64_t, const std::vector<std::string>&, const std::string&,
+                                            HeatmapScale);
 
 // ---------------------------------------------------------------------------------------------
 // eigen-attention heatmap
@@ -78,8 +81,8 @@ namespace {
 template <typename T>
 void draw_from(const npy::Array& a, AtomicFile& file, std::int64_t offset, std::int64_t rows,
                std::int64_t cols, std::int64_t row_stride, const std::vector<std::string>& tokens,
-               const std::string& title) {
-  draw_weights<T>(file, a.data<T>() + offset, rows, cols, row_stride, tokens, title);
+               const std::string& title, HeatmapScale scale) {
+  draw_weights<T>(file, a.data<T>() + offset, rows, cols, row_stride, tokens, title, scale);
 }
 
 std::string range_text(std::int64_t n, const char* one, const char* many) {
@@ -97,6 +100,12 @@ int heatmap_command(const HeatmapArgs& a) {
     layout = Layout::BTHD;
   } else if (a.layout != "bhtd") {
     throw usage_error("--layout", "'" + a.layout + "' is neither bhtd nor bthd");
+  }
+  HeatmapScale scale = HeatmapScale::Linear;
+  if (a.scale == "log") {
+    scale = HeatmapScale::Log;
+  } else if (a.scale != "linear") {
+    throw usage_error("--scale", "'" + a.scale + "' is neither linear nor log");
   }
   std::int64_t batch = 0, head = 0;
   if (!a.batch.empty()) {
@@ -161,11 +170,11 @@ int heatmap_command(const HeatmapArgs& a) {
 
   progress.phase("drawing");
   if (s.dtype == npy::DType::Float32) {
-    draw_from<float>(s, png, offset, rows, cols, row_stride, tokens, title);
+    draw_from<float>(s, png, offset, rows, cols, row_stride, tokens, title, scale);
   } else if (s.dtype == npy::DType::Float16) {
-    draw_from<Eigen::half>(s, png, offset, rows, cols, row_stride, tokens, title);
+    draw_from<Eigen::half>(s, png, offset, rows, cols, row_stride, tokens, title, scale);
   } else {
-    draw_from<double>(s, png, offset, rows, cols, row_stride, tokens, title);
+    draw_from<double>(s, png, offset, rows, cols, row_stride, tokens, title, scale);
   }
   files.commit();
   progress.stop();

@@ -520,6 +520,8 @@ def heatmap_bad_input(ctx):
     expect_error(ctx, ["heatmap", "--scores", "S2.npy", "--png", "nodir/OUT.png"], "heatmap: PNG in a missing directory",
                  mentions=("OUT.png",))
     expect_error(ctx, ["heatmap", "--scores", "S2.npy"], "heatmap: no --png", mentions=("png",))
+    line = expect_error(ctx, hm + ["S2.npy", "--scale", "sqrt"], "heatmap: --scale sqrt", mentions=("--scale", "sqrt"))
+    check("neither linear nor log" in line, "heatmap --scale sqrt: %r" % line)
 
 
 if __name__ == "__main__":

@@ -169,6 +169,39 @@ def heatmap_tokens(ctx):
     check(t.rows != p.rows, "--tokens changed nothing in the image")
 
 
+@case
+def heatmap_log_scale(ctx):
+    # Diffuse weights (1e-4 .. 1e-2 with one weight near 1 per row): on the linear scale all but
+    # the peaks are at the dark end; --scale log spreads them over the colour map. --scale linear
+    # is the default, byte for byte; masked zeros keep their colour on both scales.
+    import numpy as np
+    rng = np.random.default_rng(11)
+    T = 24
+    w = 10.0 ** rng.uniform(-4, -2, (T, T))
+    w[np.arange(T), np.arange(T)] = 0.9
+    w[np.triu_indices(T, 1)] = 0.0
+    eacli.write_npy(ctx.path("S.npy"), w)
+    ctx.run_ok(["heatmap", "--scores", "S.npy", "--png", "default.png"])
+    ctx.run_ok(["heatmap", "--scores", "S.npy", "--scale", "linear", "--png", "linear.png"])
+    ctx.run_ok(["heatmap", "--scores", "S.npy", "--scale", "log", "--png", "log.png"])
+    with open(ctx.path("default.png"), "rb") as f, open(ctx.path("linear.png"), "rb") as g:
+        check(f.read() == g.read(), "heatmap --scale linear differs from the default")
+    lin = check_heatmap(ctx.path("linear.png"), T, T, "heatmap --scale linear")
+    log = check_heatmap(ctx.path("log.png"), T, T, "heatmap --scale log")
+    masked = (16, 16, 16)
+
+    def cells(img):
+        """Colours (and their count) of the pixels that are neither grey (text, frame, white) nor
+        on the colour bar: the cells, and the legend's swatches."""
+        return [p[:3] for p in img.pixels() if len(set(p[:3])) > 1]
+
+    # (The colour bar is the same gradient in both: the difference is the cells.)
+    dark = [p for p in cells(log) if luma(p) < 40]
+    dark_lin = [p for p in cells(lin) if luma(p) < 40]
+    check(2 * len(dark) < len(dark_lin), "--scale log: %d dark pixels, linear %d" % (len(dark), len(dark_lin)))
+    check(masked in set(p[:3] for p in log.pixels()), "--scale log: no masked (near-black) cell")
+
+
 # --- run --heatmap --------------------------------------------------------------------------------
 
 @case

@@ -30,8 +30,10 @@
 
 namespace fs = std::filesystem;
 using EigenAttention::cli::HeatmapOptions;
+using EigenAttention::cli::HeatmapScale;
 using EigenAttention::cli::write_heatmap_png;
 using EigenAttention::cli::detail::colour_map;
+using EigenAttention::cli::detail::colour_scale;
 using EigenAttention::cli::detail::heatmap_geometry;
 using EigenAttention::cli::detail::HeatmapGeometry;
 using EigenAttention::cli::detail::kMaskedColour;
@@ -329,6 +331,89 @@ void test_odd_labels(const fs::path& dir) {
   load_checked(path_tiny, gt);
 }
 
+// --scale log: colours by log10(w) from the smallest positive weight (at most 6 decades below the
+// largest) to the largest; smaller weights at the bottom colour with a legend entry, zeros masked.
+void test_log_scale(const fs::path& dir) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Row 0: the top, 1e-2, 1e-3 (the middle of 6 decades), 1e-6 (the bottom); row 1: 1e-9 (below
+  // the range: the bottom colour), 0 (masked), NaN, 10^-4.5.
+  const std::vector<double> w = {1.0, 1e-2, 1e-3, 1e-6, 1e-9, 0.0, nan, std::pow(10.0, -4.5)};
+  HeatmapOptions log_options;
+  log_options.scale = HeatmapScale::Log;
+  const fs::path path = dir / "log.png", linear_path = dir / "log_linear.png";
+  write_heatmap_png(path.string(), w.data(), 2, 4, 4, log_options);
+  write_heatmap_png(linear_path.string(), w.data(), 2, 4, 4, HeatmapOptions{});
+  const HeatmapGeometry g = heatmap_geometry(path.string(), 2, 4, log_options);
+  const HeatmapGeometry gl = heatmap_geometry(linear_path.string(), 2, 4, HeatmapOptions{});
+  const Image image = load_checked(path, g), linear = load_checked(linear_path, gl);
+  const auto expected = [](double v) { return colour_map((std::log10(v) + 6) / 6); };  // [1e-6, 1]
+  CHECK_COLOUR(cell_colour(image, g, 0, 0), kTop);
+  CHECK_COLOUR(cell_colour(image, g, 0, 1), expected(1e-2));
+  CHECK_COLOUR(cell_colour(image, g, 0, 2), colour_map(0.5));
+  CHECK_COLOUR(cell_colour(image, g, 0, 3), kBottom);
+  CHECK_COLOUR(cell_colour(image, g, 1, 0), kBottom);  // clamped
+  CHECK_COLOUR(cell_colour(image, g, 1, 1), kMaskedColour);
+  CHECK_COLOUR(cell_colour(image, g, 1, 2), kNanColour);
+  CHECK_COLOUR(cell_colour(image, g, 1, 3), colour_map(0.25));
+  // On the linear scale all but the top are at (or next to) the bottom: dark.
+  for (long j = 1; j < 4; ++j) CHECK(luminance(cell_colour(linear, gl, 0, j)) < 40);
+  CHECK(luminance(cell_colour(image, g, 0, 1)) > 100);
+  check_colour_bar(image, g);
+  // The colour bar's labels are weights at quarters of the log range: 1e-06, 3.16e-05, 0.001,
+  // 0.0316, 1 (they differ from the linear bar's 0, 0.25, ...).
+  const auto scale = colour_scale(HeatmapScale::Log, w);
+  CHECK(scale.log && scale.high == 1.0 && std::abs(scale.low - 1e-6) < 1e-20);
+  CHECK(std::abs(scale.weight_at(0.5) - 1e-3) < 1e-15);
+  CHECK(std::abs(scale.weight_at(0.25) - std::pow(10.0, -4.5)) < 1e-18);
+  const auto label_pixels = [](const Image& im, const HeatmapGeometry& gg) {
+    std::vector<Rgb> px;
+    for (int y = gg.bar_y - 8; y < gg.bar_y + gg.bar_h + 8; ++y)
+      for (int x = gg.bar_x + gg.bar_w + 2; x < gg.width; ++x) px.push_back(im.at(x, y));
+    return px;
+  };
+  CHECK(g.bar_y == gl.bar_y && g.bar_h == gl.bar_h);
+  const auto a = label_pixels(image, g), b = label_pixels(linear, gl);
+  CHECK(!std::equal(a.begin(), a.end(), b.begin(), b.end()));
+  // The legend: "log scale" (text under the bar), then swatches for 0, NaN and "< 1e-06" (the
+  // bottom colour): a 14 x 14 swatch of it besides the bar's bottom row.
+  const Rgb black{0, 0, 0};
+  const int legend_top = g.bar_y + g.bar_h + 2;
+  CHECK(count_in(image, g.bar_x, legend_top, g.width, legend_top + 14, black) > 20);
+  CHECK(count_in(linear, gl.bar_x, legend_top, gl.width, legend_top + 14, black) <
+        count_in(image, g.bar_x, legend_top, g.width, legend_top + 14, black));
+  CHECK(count_outside_heat(image, g, kBottom) >= g.bar_w + 14 * 14);
+  CHECK(count_outside_heat(linear, gl, kBottom) < gl.bar_w + 14 * 14);
+  CHECK(count_outside_heat(image, g, kMaskedColour) > 0);
+  CHECK(count_outside_heat(image, g, kNanColour) > 0);
+  CHECK(g.height >= gl.height);
+  // Without a weight below the range there is no "<" entry.
+  const std::vector<double> w2 = {1.0, 1e-2, 1e-3, 1e-6};
+  const fs::path path2 = dir / "log_full.png";
+  write_heatmap_png(path2.string(), w2.data(), 1, 4, 4, log_options);
+  const HeatmapGeometry g2 = heatmap_geometry(path2.string(), 1, 4, log_options);
+  const Image image2 = load_checked(path2, g2);
+  CHECK(count_outside_heat(image2, g2, kBottom) < g2.bar_w + 14 * 14);
+  CHECK_COLOUR(cell_colour(image2, g2, 0, 3), kBottom);
+  CHECK_COLOUR(cell_colour(image2, g2, 0, 2), colour_map(0.5));
+  // A narrower range: the smallest positive weight is the bottom (1e-2 .. 1e-1: 1 decade).
+  const std::vector<double> w3 = {0.1, 0.01, std::pow(10.0, -1.5), 0.0};
+  const fs::path path3 = dir / "log_narrow.png";
+  write_heatmap_png(path3.string(), w3.data(), 1, 4, 4, log_options);
+  const HeatmapGeometry g3 = heatmap_geometry(path3.string(), 1, 4, log_options);
+  const Image image3 = load_checked(path3, g3);
+  CHECK_COLOUR(cell_colour(image3, g3, 0, 0), kTop);
+  CHECK_COLOUR(cell_colour(image3, g3, 0, 1), kBottom);
+  CHECK_COLOUR(cell_colour(image3, g3, 0, 2), colour_map(0.5));
+  CHECK_COLOUR(cell_colour(image3, g3, 0, 3), kMaskedColour);
+  // One positive value: it is the top, the bar spans the decade below it; no positive value: 0.1 .. 1.
+  const auto one = colour_scale(HeatmapScale::Log, std::vector<double>{0.25, 0.0, 0.25});
+  CHECK(one.high == 0.25 && one.low == 0.025 && one.position(0.25) == 1.0);
+  const auto none = colour_scale(HeatmapScale::Log, std::vector<double>{0.0, nan});
+  CHECK(none.high == 1.0 && none.low == 0.1);
+  const auto lin = colour_scale(HeatmapScale::Linear, w);
+  CHECK(!lin.log && lin.high == 1.0 && lin.position(0.5) == 0.5);
+}
+
 void test_overwrite(const fs::path& dir) {
   const fs::path path = dir / "overwrite.png";
   const std::vector<double> a = causal(3), b = causal(9);
@@ -439,11 +524,13 @@ int main(int argc, char** argv) {
     test_pooled(out);
     test_nan(out);
     test_odd_labels(out);
+    test_log_scale(out);
     test_overwrite(out);
     test_failures(out);
     // Only the images asked for, no temporary files.
-    const std::set<std::string> expected = {"causal.png", "one.png",    "pooled.png", "pooled300.png",
-                                            "nan.png",    "labels.png", "tiny.png",   "overwrite.png"};
+    const std::set<std::string> expected = {"causal.png", "one.png",        "pooled.png",   "pooled300.png",
+                                            "nan.png",    "labels.png",     "tiny.png",     "overwrite.png",
+                                            "log.png",    "log_linear.png", "log_full.png", "log_narrow.png"};
     const std::set<std::string> found = listing(out);
     CHECK(found == expected);
     for (const auto& name : found) {
