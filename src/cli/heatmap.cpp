@@ -8,6 +8,7 @@
 
 #include <EigenAttention/AtomicFile.hpp>
 
+#include "../text.hpp"
 #include "heatmap_layout.hpp"
 #include "heatmap_png.hpp"
 #include "heatmap_raster.hpp"
@@ -29,7 +30,7 @@ Image draw(const std::string& path, const double* weights, long rows, long cols,
   if (weights == nullptr) throw detail::heatmap_failure(path, "no weights (null pointer)");
   if (rows > 1 && row_stride < cols) {
     throw detail::heatmap_failure(path, "row stride " + std::to_string(row_stride) + " is less than the " +
-                                            std::to_string(cols) + " columns");
+                                            EigenAttention::internal::counted(cols, "column"));
   }
   return Image{detail::render(plan, weights, rows, cols, row_stride), plan.g.width, plan.g.height};
 }

@@ -10,6 +10,7 @@ namespace EigenAttention {
 namespace cli {
 namespace detail {
 
+using internal::counted;
 using internal::printable;
 
 std::runtime_error heatmap_failure(const std::string& path, const std::string& problem) {
@@ -151,12 +152,12 @@ Plan make_plan(const std::string& path, long rows, long cols, const HeatmapOptio
   if (options.max_cells < 1) throw heatmap_failure(path, "max_cells must be at least 1");
   if (options.cell_pixels < 0) throw heatmap_failure(path, "cell_pixels must not be negative");
   if (!options.row_labels.empty() && static_cast<long>(options.row_labels.size()) != rows) {
-    throw heatmap_failure(path, std::to_string(options.row_labels.size()) + " row labels for " +
-                                    std::to_string(rows) + " rows");
+    throw heatmap_failure(path, counted(static_cast<long long>(options.row_labels.size()), "row label") +
+                                    " for " + counted(rows, "row"));
   }
   if (!options.col_labels.empty() && static_cast<long>(options.col_labels.size()) != cols) {
-    throw heatmap_failure(path, std::to_string(options.col_labels.size()) + " column labels for " +
-                                    std::to_string(cols) + " columns");
+    throw heatmap_failure(path, counted(static_cast<long long>(options.col_labels.size()), "column label") +
+                                    " for " + counted(cols, "column"));
   }
 
   Plan p;

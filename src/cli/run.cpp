@@ -230,8 +230,8 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
                               " has d_k = " + std::to_string(g.dk));
   }
   if (vt != g.Tk) {
-    throw Failure(v.path, "shape " + shape_string(v.shape()) + order + " has " + std::to_string(vt) +
-                              " tokens but " + k.path + " " + shape_string(k.shape()) + " has " +
+    throw Failure(v.path, "shape " + shape_string(v.shape()) + order + " has " + counted(vt, "token") +
+                              " but " + k.path + " " + shape_string(k.shape()) + " has " +
                               std::to_string(g.Tk));
   }
   if (g.rank == 4) {
@@ -243,14 +243,15 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
       }
     }
     if (vh != g.Hkv) {
-      throw Failure(v.path, std::to_string(vh) + " heads but " + k.path + " has " + std::to_string(g.Hkv) +
+      throw Failure(v.path, counted(vh, "head") + " but " + k.path + " has " + std::to_string(g.Hkv) +
                                 "; shapes " + shape_string(v.shape()) + " and " + shape_string(k.shape()) +
                                 order);
     }
     if (g.Hkv == 0 ? g.H != 0 : g.H % g.Hkv != 0) {
-      throw Failure(k.path, std::to_string(g.Hkv) + " heads, which do not divide the " + std::to_string(g.H) +
-                                " query heads of " + q.path + " (GQA needs a multiple); shapes " +
-                                shape_string(k.shape()) + " and " + shape_string(q.shape()) + order);
+      throw Failure(k.path, std::to_string(g.Hkv) + " heads, which do not divide the " +
+                                counted(g.H, "query head") + " of " + q.path +
+                                " (GQA needs a multiple); shapes " + shape_string(k.shape()) + " and " +
+                                shape_string(q.shape()) + order);
     }
   }
   return g;

@@ -43,6 +43,8 @@ inline Failure usage_error(const std::string& option, const std::string& problem
 void set_error_reporting(bool on);
 bool error_reporting();
 
+/// "1 token", "3 tokens": a count and its noun (the library's helper).
+using internal::counted;
 /// "(2, 8, 128, 64)": the shape as NumPy writes it (the library's helper).
 using internal::shape_string;
 /// "float32", "float64", "int32", "int64", "bool" (the library's npy::dtype_name).

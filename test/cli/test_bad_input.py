@@ -491,6 +491,22 @@ def unwritable_outputs(ctx):
             check(f.read() == b"precious " + name.encode(), "a failed run changed the existing %s" % name)
 
 
+@case
+def singular_counts(ctx):
+    # A count of one is written in the singular: "1 head", "1 token", "the 1 query head".
+    setup(ctx, four_d=True)  # Q [2, 4, 5, 4], K [2, 2, 6, 4], V [2, 2, 6, 3]
+    write(ctx, "v_h1.npy", (2, 1, 6, 3))
+    line = expect_error(ctx, base_args(v="v_h1.npy"), "V of 1 head", files_any=("K.npy", "v_h1.npy"), any_of=SHAPE)
+    check("1 head but K.npy has 2" in line, "V of 1 head: %r" % line)
+    write(ctx, "v_t1.npy", (2, 2, 1, 3))
+    line = expect_error(ctx, base_args(v="v_t1.npy"), "V of 1 token", files_any=("K.npy", "v_t1.npy"), any_of=SHAPE)
+    check("has 1 token but K.npy" in line, "V of 1 token: %r" % line)
+    write(ctx, "q_h1.npy", (2, 1, 5, 4))
+    line = expect_error(ctx, base_args(q="q_h1.npy"), "Q of 1 head for 2 K/V heads", files_any=("K.npy", "q_h1.npy"),
+                        any_of=SHAPE)
+    check("2 heads, which do not divide the 1 query head of q_h1.npy" in line, "Q of 1 head: %r" % line)
+
+
 # --- the heatmap subcommand ----------------------------------------------------------------------
 
 @case

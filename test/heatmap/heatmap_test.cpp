@@ -470,6 +470,33 @@ void test_failures(const fs::path& dir) {
   CHECK(listing(dir) == before);
 }
 
+// The argument errors' messages, a count of one in the singular.
+void test_messages(const fs::path& dir) {
+  const std::string path = (dir / "bad.png").string();
+  const std::vector<double> w(4, 0.25);
+  const auto message = [&](long rows, long cols, long stride, const HeatmapOptions& options) {
+    try {
+      write_heatmap_png(path, w.data(), rows, cols, stride, options);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  HeatmapOptions labels;
+  labels.row_labels = {"a"};
+  CHECK(message(2, 2, 2, labels) == path + ": 1 row label for 2 rows");
+  labels.row_labels = {"a", "b"};
+  CHECK(message(1, 2, 2, labels) == path + ": 2 row labels for 1 row");
+  labels.row_labels.clear();
+  labels.col_labels = {"a", "b"};
+  CHECK(message(2, 1, 1, labels) == path + ": 2 column labels for 1 column");
+  labels.col_labels = {"a"};
+  CHECK(message(1, 2, 2, labels) == path + ": 1 column label for 2 columns");
+  CHECK(message(2, 1, 0, HeatmapOptions{}) == path + ": row stride 0 is less than the 1 column");
+  CHECK(message(2, 2, 1, HeatmapOptions{}) == path + ": row stride 1 is less than the 2 columns");
+  CHECK(!fs::exists(path));
+}
+
 void write_sample(const std::string& path) {
   // A 12-token causal pattern: attention to the first token, to the previous one, and to itself.
   const std::vector<std::string> tokens = {"<s>",  "The", "quick", "brown", "fox", "jumps",
@@ -527,6 +554,7 @@ int main(int argc, char** argv) {
     test_log_scale(out);
     test_overwrite(out);
     test_failures(out);
+    test_messages(out);
     // Only the images asked for, no temporary files.
     const std::set<std::string> expected = {"causal.png", "one.png",        "pooled.png",   "pooled300.png",
                                             "nan.png",    "labels.png",     "tiny.png",     "overwrite.png",
