@@ -151,8 +151,9 @@ RowMatrix<Scalar> unshard(const std::vector<RowMatrix<Scalar>>& shards, Sharding
     if (static_cast<std::ptrdiff_t>(part.rows()) != zigzag_rows(tokens, ranks, r)) {
       throw std::invalid_argument(
           "unshard: shard " + std::to_string(r) + " has " + std::to_string(part.rows()) +
-          " rows but ZigZag gives rank " + std::to_string(r) + " of " + std::to_string(ranks) + " " +
-          std::to_string(zigzag_rows(tokens, ranks, r)) + " of " + std::to_string(tokens) + " tokens");
+          (part.rows() == 1 ? " row" : " rows") + " but ZigZag gives rank " + std::to_string(r) + " of " +
+          std::to_string(ranks) + " " + std::to_string(zigzag_rows(tokens, ranks, r)) + " of " +
+          std::to_string(tokens) + (tokens == 1 ? " token" : " tokens"));
     }
     for (const Segment& s : shard_segments(sharding, tokens, ranks, r))
       full.middleRows(s.global_first, s.count) = part.middleRows(s.local_first, s.count);

@@ -13,6 +13,8 @@
 
 #include <EigenAttention/Compiled.hpp>
 
+#include "text.hpp"
+
 namespace EigenAttention {
 namespace distributed {
 namespace internal {
@@ -300,9 +302,11 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
           std::tuple{"K", g.k_rows[static_cast<std::size_t>(r)], g.k_tokens}}) {
       const index_t want = zigzag_rows(total, g.ranks, r);
       if (rows != want) {
-        fail(c.api, "Sharding::ZigZag: rank " + std::to_string(r) + "'s " + name + " shard has " + num(rows) +
-                        " rows, but its two chunks of the " + num(total) + " tokens over " +
-                        std::to_string(g.ranks) + " ranks have " + num(want) + " (see zigzag_rows)");
+        fail(c.api, "Sharding::ZigZag: rank " + std::to_string(r) + "'s " + name + " shard has " +
+                        EigenAttention::internal::counted(rows, "row") + ", but its two chunks of the " +
+                        EigenAttention::internal::counted(total, "token") + " over " +
+                        EigenAttention::internal::counted(g.ranks, "rank") + " have " + num(want) +
+                        " (see zigzag_rows)");
       }
     }
     g.q_segments.push_back(shard_segments(Sharding::ZigZag, g.q_tokens, g.ranks, r));

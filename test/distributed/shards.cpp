@@ -130,6 +130,13 @@ EA_MPI_CASE(shards_errors, "shards: the helpers reject bad ranks and counts with
         std::vector<RowMatrix<double>>{RowMatrix<double>::Zero(6, 2), RowMatrix<double>::Zero(4, 2)},
         dist::Sharding::ZigZag);
   });
+  // A count of one in the singular: 4 tokens on 2 ranks under ZigZag are 2 rows each.
+  const std::string one_row = message_of([] {
+    dist::unshard(
+        std::vector<RowMatrix<double>>{RowMatrix<double>::Zero(1, 2), RowMatrix<double>::Zero(3, 2)},
+        dist::Sharding::ZigZag);
+  });
+  EA_MPI_CHECK(one_row == "unshard: shard 0 has 1 row but ZigZag gives rank 0 of 2 2 of 4 tokens", one_row);
   rejects("unshard, columns", [] {
     dist::unshard(
         std::vector<RowMatrix<double>>{RowMatrix<double>::Zero(5, 2), RowMatrix<double>::Zero(5, 3)},
