@@ -7,7 +7,7 @@
 //   2. step       one decode step (T_q = 1) of one sequence of T_k = 32768 keys, H = 32, H_kv = 8,
 //                 d = 128: a PagedKVCache with its pages in random order, per page size (16 .. 256),
 //                 storage (float, bf16, half) and threads, against the same keys in one contiguous
-//                 buffer (PagedKVView, block table 0, 1, 2, ...) and against attention_heads with
+//                 buffer (PagedKVView, block table 0, 1, 2, ...) and against attention_heads_into with
 //                 T_q = 1 (today's way without a cache);
 //   3. batch      8 sequences of mixed lengths (512 .. 8192) in one batched call, against one call
 //                 per sequence;
@@ -73,7 +73,8 @@ void print_summary(const Args& a, const Summary& sum) {
       const double paged = step("float", "paged", p, t);
       if (std::isfinite(peer) && std::isfinite(paged)) {
         std::printf(
-            "  float %d thread(s): paged decode (page %ld) takes %.2fx the time of attention_heads with T_q "
+            "  float %d thread(s): paged decode (page %ld) takes %.2fx the time of attention_heads_into with "
+            "T_q "
             "= 1\n",
             t, long(p), paged / peer);
       }

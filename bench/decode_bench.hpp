@@ -5,7 +5,7 @@
 //   decode_bench_options.cpp    the command line and the header (machine, shapes, formulas)
 //   decode_bench_bandwidth.cpp  section 1: streaming read bandwidth (the yardstick)
 //   decode_bench_step.cpp       section 2: one decode step of one long sequence, per storage,
-//                               page size and threads, beside contiguous views and attention_heads
+//                               page size and threads, beside contiguous views and attention_heads_into
 //   decode_bench_batch.cpp      sections 3 and 4: a batch of mixed lengths; append of one token
 //   decode_bench.cpp            the order of the sections, the summary, main
 #pragma once

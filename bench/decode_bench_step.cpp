@@ -2,7 +2,7 @@
 // storage type, page size and thread count: attention_decode_into on a PagedKVCache whose pages
 // lie in random order in the pool, beside the same keys in one contiguous buffer seen through a
 // PagedKVView (block table 0, 1, 2, ...; NHD and HND pages), and beside today's way
-// without the cache: attention_heads with T_q = 1 on [1, T_k, H_kv, d] (BTHD) keys and values.
+// without the cache: attention_heads_into with T_q = 1 on [1, T_k, H_kv, d] (BTHD) keys and values.
 #include "decode_bench.hpp"
 
 #include <EigenAttention/MultiHead.hpp>
@@ -202,7 +202,7 @@ void heads_rows(StepCtx& c) {
   for (const int threads : a.threads) {
     const ea::Options opt = options(c, threads);
     const auto call = [&] {
-      ea::attention_heads(Q, K, V, O, opt);
+      ea::attention_heads_into(Q, K, V, O, opt);
       g_sink = g_sink + double(out(0, 0));
     };
     call();
@@ -225,7 +225,7 @@ void step_section(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, Su
       "keys)\n"
       "   contig HND: the same over [pages, H_kv, page, d] (PagedKVView::hnd: each head's keys contiguous\n"
       "               within a page)\n"
-      "   heads BTHD: today's way: attention_heads(Q [1,1,H,d], K/V [1,T_k,H_kv,d] BTHD, out), GQA\n"
+      "   heads BTHD: today's way: attention_heads_into(Q [1,1,H,d], K/V [1,T_k,H_kv,d] BTHD, out), GQA\n"
       "   tok/s = 1 / time (one token of one sequence per step); GB/s = bytes/step / time;\n"
       "   frac = GB/s / the bandwidth of section 1 (same bytes, same threads); x float = float time /\n"
       "   this time (same keys, page and threads); x cont = contig %s time (the cache's layout) / this\n"

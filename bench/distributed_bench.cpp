@@ -6,7 +6,7 @@
 //
 // In one run, after a header that names the CPU, the MPI library and the ranks (and says when
 // they outnumber the hardware threads: then times are not speed-ups):
-//   baseline  attention_heads on rank 0 over the whole problem (T = 16384, H = H_kv = 8,
+//   baseline  attention_heads_into on rank 0 over the whole problem (T = 16384, H = H_kv = 8,
 //             d = 128, float, causal, 1 thread): GFLOP/s with 4 T^2 d H FLOPs, half causal;
 //   link      a ping-pong between ranks 0 and 1 of one K/V block (one message of
 //             2 T/N d H_kv floats) and of 8 bytes: the loopback bandwidth and latency;
@@ -184,7 +184,7 @@ double attention_flops(const Args& a) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The baseline: attention_heads on rank 0 over the whole problem.
+// The baseline: attention_heads_into on rank 0 over the whole problem.
 
 struct Baseline {
   double seconds = std::nan(""), gflops = std::nan("");
@@ -202,16 +202,17 @@ Baseline run_baseline(const Args& a) {
     opt.causal = a.causal;
     opt.threads = 1;
     const auto call = [&] {
-      ea::attention_heads(ea::HeadsView<const float>::bhtd(q.data(), 1, a.heads, a.t, a.d),
-                          ea::HeadsView<const float>::bhtd(k.data(), 1, a.kv_heads, a.t, a.d),
-                          ea::HeadsView<const float>::bhtd(v.data(), 1, a.kv_heads, a.t, a.d),
-                          ea::HeadsView<float>::bhtd(b.out.data(), 1, a.heads, a.t, a.d), opt);
+      ea::attention_heads_into(ea::HeadsView<const float>::bhtd(q.data(), 1, a.heads, a.t, a.d),
+                               ea::HeadsView<const float>::bhtd(k.data(), 1, a.kv_heads, a.t, a.d),
+                               ea::HeadsView<const float>::bhtd(v.data(), 1, a.kv_heads, a.t, a.d),
+                               ea::HeadsView<float>::bhtd(b.out.data(), 1, a.heads, a.t, a.d), opt);
     };
     const bench::Timing t = bench::measure(0.0, a.reps, call);
     b.seconds = t.median;
     b.gflops = attention_flops(a) / t.median / 1e9;
     std::printf(
-        "baseline: attention_heads, one process, 1 thread, whole problem: %.3f s, %.1f GFLOP/s (median of %d"
+        "baseline: attention_heads_into, one process, 1 thread, whole problem: %.3f s, %.1f GFLOP/s (median "
+        "of %d"
         " after 1 warm-up)\n\n",
         b.seconds, b.gflops, t.reps);
     std::fflush(stdout);

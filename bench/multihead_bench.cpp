@@ -2,13 +2,13 @@
 // against the single-head call measured in the same run. See bench/README.md.
 //
 // Three sections, each per (scalar type, threads):
-//   heads   attention_heads on [1, H, T, d] (BHTD) buffers, MHA and GQA (H:H_kv), causal and not,
+//   heads   attention_heads_into on [1, H, T, d] (BHTD) buffers, MHA and GQA (H:H_kv), causal and not,
 //           with its GFLOP/s and the ratio to the single-head rate of attention_into on one T x d
 //           head with the same options and threads (the target: >= 0.9). One BTHD row per
 //           (H, H_kv) at one T checks that the layout neither changes the result nor the speed.
 //   window  a sliding window (window_left = W, window_right = 0, causal) against the full causal
 //           call at the same shape: the time ratio against the ratio of computed pairs.
-//   varlen  attention_varlen on a packed batch of uneven causal sequences against attention_heads
+//   varlen  attention_varlen_into on a packed batch of uneven causal sequences against attention_heads_into
 //           on the same batch padded to the longest sequence, with Masks::key_lengths.
 // GFLOP/s = 4 * (computed pairs) * d / seconds, computed pairs = the (i, j) pairs no mask hides,
 // counted exactly (T^2 per head, T(T+1)/2 causal, ...). Times are medians (as attention_bench).
@@ -28,7 +28,8 @@ template <typename T>
 void run_type(const Args& a, const char* type, ea::Kernel kernel, Checks& checks) {
   if (a.s_heads) {
     std::printf(
-        "== heads: attention_heads, B = 1, [1, H, T, d] BHTD (and BTHD at T = %ld) against attention_into "
+        "== heads: attention_heads_into, B = 1, [1, H, T, d] BHTD (and BTHD at T = %ld) against "
+        "attention_into "
         "on one head\n   (ratio = GFLOP/s / 1-head GFLOP/s, same options and threads; '*' = below the "
         "0.9 target)\n",
         long(a.bthd_t));
@@ -53,8 +54,10 @@ void run_type(const Args& a, const char* type, ea::Kernel kernel, Checks& checks
       total += l;
     }
     std::printf(
-        "== varlen: causal, %ld sequences of lengths %s (total %ld, max %ld);\n   attention_varlen on the "
-        "packed batch against attention_heads on [%ld, H, %ld, d] with key_lengths\n   (GFLOP/s over the "
+        "== varlen: causal, %ld sequences of lengths %s (total %ld, max %ld);\n   attention_varlen_into on "
+        "the "
+        "packed batch against attention_heads_into on [%ld, H, %ld, d] with key_lengths\n   (GFLOP/s over "
+        "the "
         "useful pairs for all three; 'computed' = the pairs each call cannot skip; vs ref = against "
         "padded)\n",
         long(len.size()), lens.c_str(), long(total), long(*std::max_element(len.begin(), len.end())),

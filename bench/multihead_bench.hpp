@@ -2,7 +2,7 @@
 // measures): the options, timing, the deterministic inputs, the exact-softmax and library-vs-
 // library checks, and the entry points of the sections, one file each:
 //   multihead_bench_options.cpp  the command line and the machine's description
-//   multihead_bench_heads.cpp    section 1: attention_heads against the single-head call
+//   multihead_bench_heads.cpp    section 1: attention_heads_into against the single-head call
 //   multihead_bench_window.cpp   section 2: sliding window against full causal
 //   multihead_bench_varlen.cpp   section 3: varlen against padded
 //   multihead_bench.cpp          the order of the sections, the summary, main
@@ -266,13 +266,13 @@ inline std::string check_cell(double diff, double tol, Checks& checks) {
 
 inline volatile double g_sink = 0;
 
-// attention_heads(q, k, v, out, opt, masks), timed (its first output element kept alive).
+// attention_heads_into(q, k, v, out, opt, masks), timed (its first output element kept alive).
 template <typename T>
 Timing time_heads(const Args& a, const ea::HeadsView<const T>& q, const ea::HeadsView<const T>& k,
                   const ea::HeadsView<const T>& v, const ea::HeadsView<T>& out, const ea::Options& opt,
                   const ea::Masks<T>& masks = {}) {
   return measure(a.seconds, a.reps, [&] {
-    ea::attention_heads(q, k, v, out, opt, masks);
+    ea::attention_heads_into(q, k, v, out, opt, masks);
     g_sink = g_sink + double(out.data[0]);
   });
 }

@@ -1,11 +1,11 @@
-// eigen_attention_multihead_bench, section 1: attention_heads (MHA and GQA, BHTD and BTHD)
+// eigen_attention_multihead_bench, section 1: attention_heads_into (MHA and GQA, BHTD and BTHD)
 // against the single-head call.
 #include "multihead_bench.hpp"
 
 namespace ea_multihead_bench {
 
 // ---------------------------------------------------------------------------------------------
-// Section 1: attention_heads against the single-head call
+// Section 1: attention_heads_into against the single-head call
 
 struct HeadsCtx {
   const Args* a;

@@ -1,5 +1,5 @@
-// eigen_attention_multihead_bench, section 3: attention_varlen on a packed batch against
-// attention_heads on the padded batch with key lengths.
+// eigen_attention_multihead_bench, section 3: attention_varlen_into on a packed batch against
+// attention_heads_into on the padded batch with key lengths.
 #include "multihead_bench.hpp"
 
 namespace ea_multihead_bench {
@@ -77,11 +77,11 @@ void varlen_section(const Args& a, const char* type, ea::Kernel kernel, Checks& 
     ea::Options opt = base;
     opt.threads = threads;
     const Timing tv = measure(a.seconds, a.reps, [&] {
-      ea::attention_varlen(Qb, Kb, Vb, Ob, cu.data(), cu.data(), B, opt);
+      ea::attention_varlen_into(Qb, Kb, Vb, cu.data(), cu.data(), B, Ob, opt);
       g_sink = g_sink + double(ob[0]);
     });
     const Timing th = measure(a.seconds, a.reps, [&] {
-      ea::attention_varlen(Q, K, V, O, cu.data(), cu.data(), B, opt);
+      ea::attention_varlen_into(Q, K, V, cu.data(), cu.data(), B, O, opt);
       g_sink = g_sink + double(o[0]);
     });
     const Timing tp = time_heads<T>(a, Qp, Kp, Vp, Op, opt, masks);

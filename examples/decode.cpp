@@ -1,7 +1,7 @@
 // A toy generation loop on a paged KV cache: a tiny "model" (random projections) prefills two
 // prompts, forks the first one (a second sample sharing its prompt's pages), and generates
 // tokens one at a time for the three sequences with one batched decode per step. Then it
-// checks that the last step equals attention_heads over the same keys laid out contiguously,
+// checks that the last step equals attention_heads_into over the same keys laid out contiguously,
 // and that rejecting speculative tokens (truncate) and appending them again gives the same
 // output as before. Exits non-zero when a check fails (the test suite runs it).
 #include <EigenAttention/EigenAttention.hpp>
@@ -64,7 +64,7 @@ int main() {
   for (std::size_t b = 0; b < seqs.size(); ++b)
     std::printf("sequence %zu: %lld tokens\n", b, static_cast<long long>(cache.length(seqs[b])));
 
-  // Check 1: the last step of sequence 1 equals attention_heads over its keys, contiguous.
+  // Check 1: the last step of sequence 1 equals attention_heads_into over its keys, contiguous.
   const auto s1 = seqs[1];
   const std::int64_t t = cache.length(s1);
   Matrix keys(t, H_kv * d), values(t, H_kv * d);
@@ -90,12 +90,12 @@ int main() {
   ea::Options heads_opt = opt;
   heads_opt.alignment = ea::CausalAlignment::BottomRight;
   const Matrix qq = q1 * Wq;
-  ea::attention_heads(ea::HeadsView<const float>::bthd(qq.data(), 1, 1, H, d),
-                      ea::HeadsView<const float>::bthd(keys.data(), 1, t + 1, H_kv, d),
-                      ea::HeadsView<const float>::bthd(values.data(), 1, t + 1, H_kv, d),
-                      ea::HeadsView<float>::bthd(expected.data(), 1, 1, H, d), heads_opt);
+  ea::attention_heads_into(ea::HeadsView<const float>::bthd(qq.data(), 1, 1, H, d),
+                           ea::HeadsView<const float>::bthd(keys.data(), 1, t + 1, H_kv, d),
+                           ea::HeadsView<const float>::bthd(values.data(), 1, t + 1, H_kv, d),
+                           ea::HeadsView<float>::bthd(expected.data(), 1, 1, H, d), heads_opt);
   const float diff = (decoded - expected).cwiseAbs().maxCoeff();
-  std::printf("decode vs attention_heads on the same keys: max |difference| %.2e\n", diff);
+  std::printf("decode vs attention_heads_into on the same keys: max |difference| %.2e\n", diff);
 
   // Check 2: speculative decoding rejects 3 tokens: truncate, append them again, same output.
   const std::int64_t before = cache.length(s1);

@@ -32,7 +32,7 @@ int main() {
   const std::int64_t key_lengths[] = {64, 40};  // the second sequence is right-padded
   ea::Masks<float> masks;
   masks.key_lengths = key_lengths;
-  ea::attention_heads(Q, K, V, O, opt, masks, L);
+  ea::attention_heads_into(Q, K, V, O, L, opt, masks);
   std::cout << "ATTN[0, token 5, head 3, :4] = " << O.head(0, 3).row(5).head(4) << "\n";
 
   // Split-K: attend to keys [0, 32) and [32, 64) separately, then merge exactly.
@@ -43,16 +43,16 @@ int main() {
     Kp.data += first * K.token_stride;
     Vp.data += first * V.token_stride;
     Kp.tokens = Vp.tokens = n;
-    ea::attention_heads(Q, Kp, Vp, ea::HeadsView<float>::bthd(out.data(), B, T, H, D), plain, {},
-                        ea::HeadsView<float>::bhtd(l.data(), B, H, T, 1));
+    ea::attention_heads_into(Q, Kp, Vp, ea::HeadsView<float>::bthd(out.data(), B, T, H, D),
+                             ea::HeadsView<float>::bhtd(l.data(), B, H, T, 1), plain);
   };
   part(0, 32, o1, l1);
   part(32, 32, o2, l2);
-  ea::merge_attention(
+  ea::merge_attention_into(
       ea::HeadsView<float>::bthd(o1.data(), B, T, H, D), ea::HeadsView<float>::bhtd(l1.data(), B, H, T, 1),
       ea::HeadsView<float>::bthd(o2.data(), B, T, H, D), ea::HeadsView<float>::bhtd(l2.data(), B, H, T, 1),
       ea::HeadsView<float>::bthd(o1.data(), B, T, H, D), ea::HeadsView<float>::bhtd(l1.data(), B, H, T, 1));
-  ea::attention_heads(Q, K, V, O, plain);  // the whole, in one call
+  ea::attention_heads_into(Q, K, V, O, plain);  // the whole, in one call
   float worst = 0;
   for (std::size_t i = 0; i < o.size(); ++i) worst = std::max(worst, std::abs(o[i] - o1[i]));
   std::cout << "merged halves vs whole: max |diff| = " << worst << "\n";

@@ -48,7 +48,7 @@ import re
 import sys
 
 # The single-process rate measured by eigen_attention_distributed_bench on this repository's
-# 2-vCPU Xeon (AVX-512): attention_heads, T = 16384, H = 8, d = 128, float, causal, 1 thread
+# 2-vCPU Xeon (AVX-512): attention_heads_into, T = 16384, H = 8, d = 128, float, causal, 1 thread
 # (bench/results/issue15_distributed.txt, the N = 1 run's "baseline"; 65-86 over the five runs
 # there: the host is shared). One rank = one core at this rate.
 MEASURED_GFLOPS = 74.1

@@ -31,18 +31,20 @@ internal::Call<T> call_of(const char* api, MatrixView<const T> q, MatrixView<con
 
 template <typename T>
 void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> k,
-                    const MatrixView<const T>* v, const Options& opt) {
+                    const MatrixView<const T>* v, const Options& opt, const Masks<T>& masks) {
   internal::Call<T> c = call_of(api, q, k, v);
   c.inputs_only = true;
+  c.masks = masks;
   internal::make_problem(c, opt);
 }
 
 template <typename T>
 void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
                const MatrixView<T>* scores, const MatrixView<T>* attn,
-               const MatrixView<ComputeScalar<T>>* lse, const Options& opt,
-               const MatrixView<ComputeScalar<T>>* compute_scores = nullptr) {
+               const MatrixView<ComputeScalar<T>>* lse, const MatrixView<ComputeScalar<T>>* compute_scores,
+               const Options& opt, const Masks<T>& masks) {
   internal::Call<T> c = call_of(api, q, k, v);
+  c.masks = masks;
   const auto bind = [](const auto* m, auto& view, bool& wanted) {
     if (m != nullptr) view = internal::one_head(*m);
     wanted = m != nullptr;
@@ -57,52 +59,51 @@ void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, co
     bind(compute_scores, c.compute_scores, c.want_scores);
     c.scores_compute = true;
   }
-  c.out_name = c.want_scores ? "attn" : "out";
   internal::execute(internal::make_problem(c, opt), opt.threads);
 }
 
 }  // namespace
 
 void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k,
-              const MatrixView<const float>* v, const Options& opt) {
-  validate_views(api, q, k, v, opt);
+              const MatrixView<const float>* v, const Options& opt, const Masks<float>& masks) {
+  validate_views(api, q, k, v, opt, masks);
 }
 void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
-              const MatrixView<const double>* v, const Options& opt) {
-  validate_views(api, q, k, v, opt);
+              const MatrixView<const double>* v, const Options& opt, const Masks<double>& masks) {
+  validate_views(api, q, k, v, opt, masks);
 }
 
 void run(const char* api, MatrixView<const float> q, MatrixView<const float> k,
          const MatrixView<const float>* v, const MatrixView<float>* scores, const MatrixView<float>* attn,
-         const MatrixView<float>* lse, const Options& opt) {
-  run_views(api, q, k, v, scores, attn, lse, opt);
+         const MatrixView<float>* lse, const Options& opt, const Masks<float>& masks) {
+  run_views(api, q, k, v, scores, attn, lse, nullptr, opt, masks);
 }
 void run(const char* api, MatrixView<const double> q, MatrixView<const double> k,
          const MatrixView<const double>* v, const MatrixView<double>* scores, const MatrixView<double>* attn,
-         const MatrixView<double>* lse, const Options& opt) {
-  run_views(api, q, k, v, scores, attn, lse, opt);
+         const MatrixView<double>* lse, const Options& opt, const Masks<double>& masks) {
+  run_views(api, q, k, v, scores, attn, lse, nullptr, opt, masks);
 }
 
 void validate(const char* api, MatrixView<const BFloat16Bits> q, MatrixView<const BFloat16Bits> k,
-              const MatrixView<const BFloat16Bits>* v, const Options& opt) {
-  validate_views(api, q, k, v, opt);
+              const MatrixView<const BFloat16Bits>* v, const Options& opt, const Masks<BFloat16Bits>& masks) {
+  validate_views(api, q, k, v, opt, masks);
 }
 void validate(const char* api, MatrixView<const HalfBits> q, MatrixView<const HalfBits> k,
-              const MatrixView<const HalfBits>* v, const Options& opt) {
-  validate_views(api, q, k, v, opt);
+              const MatrixView<const HalfBits>* v, const Options& opt, const Masks<HalfBits>& masks) {
+  validate_views(api, q, k, v, opt, masks);
 }
 
 void run(const char* api, MatrixView<const BFloat16Bits> q, MatrixView<const BFloat16Bits> k,
          const MatrixView<const BFloat16Bits>* v, const MatrixView<BFloat16Bits>* scores,
-         const MatrixView<BFloat16Bits>* attn, const MatrixView<float>* lse, const Options& opt,
-         const MatrixView<float>* float_scores) {
-  run_views(api, q, k, v, scores, attn, lse, opt, float_scores);
+         const MatrixView<BFloat16Bits>* attn, const MatrixView<float>* lse,
+         const MatrixView<float>* float_scores, const Options& opt, const Masks<BFloat16Bits>& masks) {
+  run_views(api, q, k, v, scores, attn, lse, float_scores, opt, masks);
 }
 void run(const char* api, MatrixView<const HalfBits> q, MatrixView<const HalfBits> k,
          const MatrixView<const HalfBits>* v, const MatrixView<HalfBits>* scores,
-         const MatrixView<HalfBits>* attn, const MatrixView<float>* lse, const Options& opt,
-         const MatrixView<float>* float_scores) {
-  run_views(api, q, k, v, scores, attn, lse, opt, float_scores);
+         const MatrixView<HalfBits>* attn, const MatrixView<float>* lse,
+         const MatrixView<float>* float_scores, const Options& opt, const Masks<HalfBits>& masks) {
+  run_views(api, q, k, v, scores, attn, lse, float_scores, opt, masks);
 }
 
 }  // namespace compiled

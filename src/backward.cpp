@@ -24,22 +24,24 @@ internal::Call<T> call_of(const char* api, const BackwardInputs<T>& in) {
   c.d_out = internal::one_head(in.d_attn);
   c.want_d_scores = in.has_d_scores;
   if (in.has_d_scores) c.d_scores = internal::one_head(in.d_scores);
-  c.fwd_out_name = "attn";
-  c.d_out_name = "d_attn";
   return c;
 }
 
 template <typename T>
-void validate_inputs(const char* api, const BackwardInputs<T>& in, const Options& opt) {
+void validate_inputs(const char* api, const BackwardInputs<T>& in, const Options& opt,
+                     const Masks<T>& masks) {
   internal::Call<T> c = call_of(api, in);
+  c.masks = masks;
   c.inputs_only = true;
   internal::make_problem(c, opt);
 }
 
 template <typename T>
 void run_backward(const char* api, const BackwardInputs<T>& in, const MatrixView<T>& dq,
-                  const MatrixView<T>& dk, const MatrixView<T>& dv, const Options& opt) {
+                  const MatrixView<T>& dk, const MatrixView<T>& dv, const Options& opt,
+                  const Masks<T>& masks) {
   internal::Call<T> c = call_of(api, in);
+  c.masks = masks;
   c.dq = internal::one_head(dq);
   c.dk = internal::one_head(dk);
   c.dv = internal::one_head(dv);
@@ -48,36 +50,44 @@ void run_backward(const char* api, const BackwardInputs<T>& in, const MatrixView
 
 }  // namespace
 
-void validate_backward(const char* api, const BackwardInputs<float>& in, const Options& opt) {
-  validate_inputs(api, in, opt);
+void validate_backward(const char* api, const BackwardInputs<float>& in, const Options& opt,
+                       const Masks<float>& masks) {
+  validate_inputs(api, in, opt, masks);
 }
-void validate_backward(const char* api, const BackwardInputs<double>& in, const Options& opt) {
-  validate_inputs(api, in, opt);
+void validate_backward(const char* api, const BackwardInputs<double>& in, const Options& opt,
+                       const Masks<double>& masks) {
+  validate_inputs(api, in, opt, masks);
 }
 
 void backward(const char* api, const BackwardInputs<float>& in, const MatrixView<float>& dq,
-              const MatrixView<float>& dk, const MatrixView<float>& dv, const Options& opt) {
-  run_backward(api, in, dq, dk, dv, opt);
+              const MatrixView<float>& dk, const MatrixView<float>& dv, const Options& opt,
+              const Masks<float>& masks) {
+  run_backward(api, in, dq, dk, dv, opt, masks);
 }
 void backward(const char* api, const BackwardInputs<double>& in, const MatrixView<double>& dq,
-              const MatrixView<double>& dk, const MatrixView<double>& dv, const Options& opt) {
-  run_backward(api, in, dq, dk, dv, opt);
+              const MatrixView<double>& dk, const MatrixView<double>& dv, const Options& opt,
+              const Masks<double>& masks) {
+  run_backward(api, in, dq, dk, dv, opt, masks);
 }
 
-void validate_backward(const char* api, const BackwardInputs<BFloat16Bits>& in, const Options& opt) {
-  validate_inputs(api, in, opt);
+void validate_backward(const char* api, const BackwardInputs<BFloat16Bits>& in, const Options& opt,
+                       const Masks<BFloat16Bits>& masks) {
+  validate_inputs(api, in, opt, masks);
 }
-void validate_backward(const char* api, const BackwardInputs<HalfBits>& in, const Options& opt) {
-  validate_inputs(api, in, opt);
+void validate_backward(const char* api, const BackwardInputs<HalfBits>& in, const Options& opt,
+                       const Masks<HalfBits>& masks) {
+  validate_inputs(api, in, opt, masks);
 }
 
 void backward(const char* api, const BackwardInputs<BFloat16Bits>& in, const MatrixView<BFloat16Bits>& dq,
-              const MatrixView<BFloat16Bits>& dk, const MatrixView<BFloat16Bits>& dv, const Options& opt) {
-  run_backward(api, in, dq, dk, dv, opt);
+              const MatrixView<BFloat16Bits>& dk, const MatrixView<BFloat16Bits>& dv, const Options& opt,
+              const Masks<BFloat16Bits>& masks) {
+  run_backward(api, in, dq, dk, dv, opt, masks);
 }
 void backward(const char* api, const BackwardInputs<HalfBits>& in, const MatrixView<HalfBits>& dq,
-              const MatrixView<HalfBits>& dk, const MatrixView<HalfBits>& dv, const Options& opt) {
-  run_backward(api, in, dq, dk, dv, opt);
+              const MatrixView<HalfBits>& dk, const MatrixView<HalfBits>& dv, const Options& opt,
+              const Masks<HalfBits>& masks) {
+  run_backward(api, in, dq, dk, dv, opt, masks);
 }
 
 }  // namespace compiled

@@ -2,6 +2,8 @@
 // over threads (run_problems in kernel.hpp). The one way every public call computes. Internal.
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/backward.hpp"
 #include "kernels/kernels.hpp"
 #include "problem.hpp"
@@ -16,6 +18,23 @@ void execute(const Problem<T>& p, int threads) {
   const index_t rows = p.varlen() ? -1 : p.q.tokens;
   run_problems<T>(
       p.kernel, p.problems(), rows, [&](index_t which) { return p.problem(which); }, threads);
+  // Padded keys (beyond key_lengths) were cut from each head's problem: their weights are 0.
+  if (p.want_scores && p.masks.key_lengths != nullptr) {
+    const auto zero_padded = [&](const auto& scores) {
+      using E = std::remove_const_t<std::remove_pointer_t<decltype(scores.data)>>;
+      for (index_t b = 0; b < scores.batch; ++b)
+        for (index_t h = 0; h < scores.heads; ++h)
+          for (index_t i = 0; i < scores.tokens; ++i)
+            for (index_t j = p.masks.key_lengths[b]; j < scores.dim; ++j)
+              scores.data[b * scores.batch_stride + h * scores.head_stride + i * scores.token_stride +
+                          j * scores.dim_stride] = E{};
+    };
+    if (p.scores_compute) {
+      zero_padded(p.compute_scores);
+    } else {
+      zero_padded(p.scores);
+    }
+  }
 }
 
 /// Zeroes rows [first, first + count) of head (b, h) of a view.

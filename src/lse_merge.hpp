@@ -1,5 +1,5 @@
 // The exact merge of partial attention results over disjoint key sets by their log-sum-exp:
-// what merge_attention (merge.cpp) does for two parts and decode's split-K (decode.cpp) for a
+// what merge_attention_into (merge.cpp) does for two parts and decode's split-K (decode.cpp) for a
 // row's chunks. Internal to the library.
 #pragma once
 

@@ -1,4 +1,4 @@
-// merge_attention (MultiHead.hpp): combine two partial results over disjoint key sets.
+// merge_attention_into (MultiHead.hpp): combine two partial results over disjoint key sets.
 #include <EigenAttention/MultiHead.hpp>
 
 #include "lse_merge.hpp"
@@ -17,7 +17,7 @@ namespace {
 template <typename E, typename T = ComputeScalar<E>>
 void merge(HeadsView<const E> out_a, HeadsView<const T> lse_a, HeadsView<const E> out_b,
            HeadsView<const T> lse_b, HeadsView<E> out, HeadsView<T> lse) {
-  internal::check_merge<E>("merge_attention", out_a, lse_a, out_b, lse_b, out, lse);
+  internal::check_merge<E>("merge_attention_into", out_a, lse_a, out_b, lse_b, out, lse);
   // Row (b, h, i) of a view. An empty row (d_v = 0) takes no offset: its view's data may be null.
   const auto row = [](const auto& v, Eigen::Index b, Eigen::Index h, Eigen::Index i) {
     return v.dim == 0 ? v.data : v.data + b * v.batch_stride + h * v.head_stride + i * v.token_stride;
@@ -51,28 +51,28 @@ void merge(HeadsView<const E> out_a, HeadsView<const T> lse_a, HeadsView<const E
 
 }  // namespace
 
-void merge_attention(HeadsView<const float> out_a, HeadsView<const float> lse_a, HeadsView<const float> out_b,
-                     HeadsView<const float> lse_b, HeadsView<float> out, HeadsView<float> lse) {
-  merge(out_a, lse_a, out_b, lse_b, out, lse);
+namespace abi {
+
+void merge_attention_into(HeadsView<const float> attn_a, HeadsView<const float> lse_a,
+                          HeadsView<const float> attn_b, HeadsView<const float> lse_b, HeadsView<float> attn,
+                          HeadsView<float> lse) {
+  merge(attn_a, lse_a, attn_b, lse_b, attn, lse);
 }
-void merge_attention(HeadsView<const double> out_a, HeadsView<const double> lse_a,
-                     HeadsView<const double> out_b, HeadsView<const double> lse_b, HeadsView<double> out,
-                     HeadsView<double> lse) {
-  merge(out_a, lse_a, out_b, lse_b, out, lse);
+void merge_attention_into(HeadsView<const double> attn_a, HeadsView<const double> lse_a,
+                          HeadsView<const double> attn_b, HeadsView<const double> lse_b,
+                          HeadsView<double> attn, HeadsView<double> lse) {
+  merge(attn_a, lse_a, attn_b, lse_b, attn, lse);
+}
+void merge_attention_into(HeadsView<const BFloat16Bits> attn_a, HeadsView<const float> lse_a,
+                          HeadsView<const BFloat16Bits> attn_b, HeadsView<const float> lse_b,
+                          HeadsView<BFloat16Bits> attn, HeadsView<float> lse) {
+  merge(attn_a, lse_a, attn_b, lse_b, attn, lse);
+}
+void merge_attention_into(HeadsView<const HalfBits> attn_a, HeadsView<const float> lse_a,
+                          HeadsView<const HalfBits> attn_b, HeadsView<const float> lse_b,
+                          HeadsView<HalfBits> attn, HeadsView<float> lse) {
+  merge(attn_a, lse_a, attn_b, lse_b, attn, lse);
 }
 
-namespace compiled {
-
-void merge_attention(HeadsView<const BFloat16Bits> out_a, HeadsView<const float> lse_a,
-                     HeadsView<const BFloat16Bits> out_b, HeadsView<const float> lse_b,
-                     HeadsView<BFloat16Bits> out, HeadsView<float> lse) {
-  merge(out_a, lse_a, out_b, lse_b, out, lse);
-}
-void merge_attention(HeadsView<const HalfBits> out_a, HeadsView<const float> lse_a,
-                     HeadsView<const HalfBits> out_b, HeadsView<const float> lse_b, HeadsView<HalfBits> out,
-                     HeadsView<float> lse) {
-  merge(out_a, lse_a, out_b, lse_b, out, lse);
-}
-
-}  // namespace compiled
+}  // namespace abi
 }  // namespace EigenAttention

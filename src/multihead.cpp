@@ -41,7 +41,7 @@ internal::Call<T> call_of(const char* api, HeadsView<const T> q, HeadsView<const
 template <typename T, typename C = ComputeScalar<T>>
 void heads(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
            const Options& opt, const Masks<T>& masks, HeadsView<C> lse) {
-  internal::Call<T> c = call_of("attention_heads", q, k, v, out, lse, masks);
+  internal::Call<T> c = call_of("attention_heads_into", q, k, v, out, lse, masks);
   c.want_out = true;  // required: an empty view is reported by its shape
   internal::execute(internal::make_problem(c, opt), opt.threads);
 }
@@ -50,7 +50,7 @@ template <typename T, typename C = ComputeScalar<T>>
 void heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> scores,
                       HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<C> lse,
                       HeadsView<T> average) {
-  internal::Call<T> c = call_of("attention_heads_decomposed", q, k, v, out, lse, masks);
+  internal::Call<T> c = call_of("attention_heads_decomposed_into", q, k, v, out, lse, masks);
   c.scores = scores;
   c.want_scores = !scores.empty();
   c.average = average;
@@ -58,13 +58,6 @@ void heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<cons
   if (!c.want_scores) c.want_out = true;  // out is required unless scores are given
   internal::execute(internal::make_problem(c, opt), opt.threads);
   const index_t B = q.batch, H = q.heads, tq = q.tokens, tk = k.tokens;
-  // Padded keys (beyond key_lengths) were cut from each head's problem: their weights are 0.
-  if (masks.key_lengths != nullptr && !scores.empty()) {
-    for (index_t b = 0; b < B; ++b)
-      for (index_t h = 0; h < H; ++h)
-        for (index_t i = 0; i < tq; ++i)
-          for (index_t j = masks.key_lengths[b]; j < tk; ++j) at(scores, b, h, i, j) = T{0};
-  }
   // The mean over heads, summed in head order (the same result for every thread count).
   if (!average.empty()) {
     for (index_t b = 0; b < B; ++b) {
@@ -84,7 +77,7 @@ template <typename T, typename C = ComputeScalar<T>>
 void varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
             const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch, const Options& opt,
             const Masks<T>& masks, HeadsView<C> lse) {
-  internal::Call<T> c = call_of("attention_varlen", q, k, v, out, lse, masks);
+  internal::Call<T> c = call_of("attention_varlen_into", q, k, v, out, lse, masks);
   c.want_out = true;
   c.cu_q = cu_q;
   c.cu_k = cu_k;
@@ -98,7 +91,7 @@ void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<con
                        std::size_t scores_size, HeadsView<T> out, const std::int64_t* cu_q,
                        const std::int64_t* cu_k, Eigen::Index batch, const Options& opt,
                        const Masks<T>& masks, HeadsView<C> lse) {
-  const char* api = "attention_varlen_decomposed";
+  const char* api = "attention_varlen_decomposed_into";
   const std::vector<index_t> offsets = internal::varlen_score_offsets(api, cu_q, cu_k, batch, q.heads);
   internal::Call<T> c = call_of(api, q, k, v, out, lse, masks);
   c.want_out = true;
@@ -135,7 +128,7 @@ void heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const 
                     HeadsView<T> dv, const Options& opt, const Masks<T>& masks, HeadsView<const T> d_scores,
                     HeadsView<T> d_bias) {
   internal::Call<T> c =
-      backward_call("attention_heads_backward", q, k, v, out, lse, d_out, dq, dk, dv, masks);
+      backward_call("attention_heads_backward_into", q, k, v, out, lse, d_out, dq, dk, dv, masks);
   c.d_scores = d_scores;
   c.want_d_scores = !d_scores.empty();
   c.d_bias = d_bias;
@@ -148,7 +141,7 @@ void varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const
                      HeadsView<T> dv, const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch,
                      const Options& opt, const Masks<T>& masks) {
   internal::Call<T> c =
-      backward_call("attention_varlen_backward", q, k, v, out, lse, d_out, dq, dk, dv, masks);
+      backward_call("attention_varlen_backward_into", q, k, v, out, lse, d_out, dq, dk, dv, masks);
   c.cu_q = cu_q;
   c.cu_k = cu_k;
   c.sequences = batch;
@@ -157,183 +150,59 @@ void varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const
 
 }  // namespace
 
-void attention_heads_backward(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                              HeadsView<const float> out, HeadsView<const float> lse,
-                              HeadsView<const float> d_out, HeadsView<float> dq, HeadsView<float> dk,
-                              HeadsView<float> dv, const Options& opt, const Masks<float>& masks,
-                              HeadsView<const float> d_scores, HeadsView<float> d_bias) {
-  heads_backward(q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, d_scores, d_bias);
-}
-void attention_heads_backward(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
-                              HeadsView<const double> out, HeadsView<const double> lse,
-                              HeadsView<const double> d_out, HeadsView<double> dq, HeadsView<double> dk,
-                              HeadsView<double> dv, const Options& opt, const Masks<double>& masks,
-                              HeadsView<const double> d_scores, HeadsView<double> d_bias) {
-  heads_backward(q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, d_scores, d_bias);
-}
-
-void attention_varlen_backward(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                               HeadsView<const float> out, HeadsView<const float> lse,
-                               HeadsView<const float> d_out, HeadsView<float> dq, HeadsView<float> dk,
-                               HeadsView<float> dv, const std::int64_t* cu_seqlens_q,
-                               const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
-                               const Masks<float>& masks) {
-  varlen_backward(q, k, v, out, lse, d_out, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, opt, masks);
-}
-void attention_varlen_backward(HeadsView<const double> q, HeadsView<const double> k,
-                               HeadsView<const double> v, HeadsView<const double> out,
-                               HeadsView<const double> lse, HeadsView<const double> d_out,
-                               HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
-                               const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                               Eigen::Index batch, const Options& opt, const Masks<double>& masks) {
-  varlen_backward(q, k, v, out, lse, d_out, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, opt, masks);
-}
-
 std::size_t varlen_scores_size(const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
                                Eigen::Index batch, Eigen::Index heads) {
   return static_cast<std::size_t>(
       internal::varlen_score_offsets("varlen_scores_size", cu_seqlens_q, cu_seqlens_k, batch, heads).back());
 }
 
-void attention_varlen_decomposed(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                                 float* scores, std::size_t scores_size, HeadsView<float> out,
-                                 const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                                 Eigen::Index batch, const Options& opt, const Masks<float>& masks,
-                                 HeadsView<float> lse) {
-  varlen_decomposed(q, k, v, scores, scores_size, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
-}
-void attention_varlen_decomposed(HeadsView<const double> q, HeadsView<const double> k,
-                                 HeadsView<const double> v, double* scores, std::size_t scores_size,
-                                 HeadsView<double> out, const std::int64_t* cu_seqlens_q,
-                                 const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
-                                 const Masks<double>& masks, HeadsView<double> lse) {
-  varlen_decomposed(q, k, v, scores, scores_size, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
-}
+namespace abi {
 
-void attention_heads(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                     HeadsView<float> out, const Options& opt, const Masks<float>& masks,
-                     HeadsView<float> lse) {
-  heads(q, k, v, out, opt, masks, lse);
-}
-void attention_heads(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
-                     HeadsView<double> out, const Options& opt, const Masks<double>& masks,
-                     HeadsView<double> lse) {
-  heads(q, k, v, out, opt, masks, lse);
-}
+// The exported calls of detail/AbiMultiHead.hpp for views of T with log-sum-exps of L.
+#define EIGEN_ATTENTION_DEFINE_MULTIHEAD(T, L)                                                              \
+  void attention_heads_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,               \
+                            HeadsView<T> attn, HeadsView<L> lse, const Options& opt,                        \
+                            const Masks<T>& masks) {                                                        \
+    heads(q, k, v, attn, opt, masks, lse);                                                                  \
+  }                                                                                                         \
+  void attention_heads_decomposed_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,    \
+                                       HeadsView<T> scores, HeadsView<T> attn, HeadsView<L> lse,            \
+                                       HeadsView<T> average_scores, const Options& opt,                     \
+                                       const Masks<T>& masks) {                                             \
+    heads_decomposed(q, k, v, scores, attn, opt, masks, lse, average_scores);                               \
+  }                                                                                                         \
+  void attention_varlen_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,              \
+                             const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,            \
+                             std::ptrdiff_t batch, HeadsView<T> attn, HeadsView<L> lse, const Options& opt, \
+                             const Masks<T>& masks) {                                                       \
+    varlen(q, k, v, attn, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);                              \
+  }                                                                                                         \
+  void attention_varlen_decomposed_into(                                                                    \
+      HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const std::int64_t* cu_seqlens_q,   \
+      const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, T* scores, std::size_t scores_size,           \
+      HeadsView<T> attn, HeadsView<L> lse, const Options& opt, const Masks<T>& masks) {                     \
+    varlen_decomposed(q, k, v, scores, scores_size, attn, cu_seqlens_q, cu_seqlens_k, batch, opt, masks,    \
+                      lse);                                                                                 \
+  }                                                                                                         \
+  void attention_heads_backward_into(                                                                       \
+      HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,            \
+      HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<const T> d_scores, HeadsView<T> dq,      \
+      HeadsView<T> dk, HeadsView<T> dv, HeadsView<T> d_bias, const Options& opt, const Masks<T>& masks) {   \
+    heads_backward(q, k, v, attn, lse, d_attn, dq, dk, dv, opt, masks, d_scores, d_bias);                   \
+  }                                                                                                         \
+  void attention_varlen_backward_into(                                                                      \
+      HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,            \
+      HeadsView<const L> lse, HeadsView<const T> d_attn, const std::int64_t* cu_seqlens_q,                  \
+      const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, HeadsView<T> dq, HeadsView<T> dk,             \
+      HeadsView<T> dv, const Options& opt, const Masks<T>& masks) {                                         \
+    varlen_backward(q, k, v, attn, lse, d_attn, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, opt, masks); \
+  }
 
-void attention_heads_decomposed(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                                HeadsView<float> scores, HeadsView<float> out, const Options& opt,
-                                const Masks<float>& masks, HeadsView<float> lse,
-                                HeadsView<float> average_scores) {
-  heads_decomposed(q, k, v, scores, out, opt, masks, lse, average_scores);
-}
-void attention_heads_decomposed(HeadsView<const double> q, HeadsView<const double> k,
-                                HeadsView<const double> v, HeadsView<double> scores, HeadsView<double> out,
-                                const Options& opt, const Masks<double>& masks, HeadsView<double> lse,
-                                HeadsView<double> average_scores) {
-  heads_decomposed(q, k, v, scores, out, opt, masks, lse, average_scores);
-}
+EIGEN_ATTENTION_DEFINE_MULTIHEAD(float, float)
+EIGEN_ATTENTION_DEFINE_MULTIHEAD(double, double)
+EIGEN_ATTENTION_DEFINE_MULTIHEAD(BFloat16Bits, float)
+EIGEN_ATTENTION_DEFINE_MULTIHEAD(HalfBits, float)
+#undef EIGEN_ATTENTION_DEFINE_MULTIHEAD
 
-void attention_varlen(HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v,
-                      HeadsView<float> out, const std::int64_t* cu_seqlens_q,
-                      const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
-                      const Masks<float>& masks, HeadsView<float> lse) {
-  varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
-}
-void attention_varlen(HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
-                      HeadsView<double> out, const std::int64_t* cu_seqlens_q,
-                      const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
-                      const Masks<double>& masks, HeadsView<double> lse) {
-  varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
-}
-
-namespace compiled {
-
-void attention_heads(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
-                     HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> out, const Options& opt,
-                     const Masks<BFloat16Bits>& masks, HeadsView<float> lse) {
-  heads(q, k, v, out, opt, masks, lse);
-}
-void attention_heads_decomposed(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
-                                HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> scores,
-                                HeadsView<BFloat16Bits> out, const Options& opt,
-                                const Masks<BFloat16Bits>& masks, HeadsView<float> lse,
-                                HeadsView<BFloat16Bits> average_scores) {
-  heads_decomposed(q, k, v, scores, out, opt, masks, lse, average_scores);
-}
-void attention_varlen(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
-                      HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> out,
-                      const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, Eigen::Index batch,
-                      const Options& opt, const Masks<BFloat16Bits>& masks, HeadsView<float> lse) {
-  varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
-}
-void attention_varlen_decomposed(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
-                                 HeadsView<const BFloat16Bits> v, BFloat16Bits* scores,
-                                 std::size_t scores_size, HeadsView<BFloat16Bits> out,
-                                 const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                                 Eigen::Index batch, const Options& opt, const Masks<BFloat16Bits>& masks,
-                                 HeadsView<float> lse) {
-  varlen_decomposed(q, k, v, scores, scores_size, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
-}
-void attention_heads_backward(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
-                              HeadsView<const BFloat16Bits> v, HeadsView<const BFloat16Bits> out,
-                              HeadsView<const float> lse, HeadsView<const BFloat16Bits> d_out,
-                              HeadsView<BFloat16Bits> dq, HeadsView<BFloat16Bits> dk,
-                              HeadsView<BFloat16Bits> dv, const Options& opt,
-                              const Masks<BFloat16Bits>& masks, HeadsView<const BFloat16Bits> d_scores,
-                              HeadsView<BFloat16Bits> d_bias) {
-  heads_backward(q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, d_scores, d_bias);
-}
-void attention_varlen_backward(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
-                               HeadsView<const BFloat16Bits> v, HeadsView<const BFloat16Bits> out,
-                               HeadsView<const float> lse, HeadsView<const BFloat16Bits> d_out,
-                               HeadsView<BFloat16Bits> dq, HeadsView<BFloat16Bits> dk,
-                               HeadsView<BFloat16Bits> dv, const std::int64_t* cu_seqlens_q,
-                               const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
-                               const Masks<BFloat16Bits>& masks) {
-  varlen_backward(q, k, v, out, lse, d_out, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, opt, masks);
-}
-
-void attention_heads(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
-                     HeadsView<HalfBits> out, const Options& opt, const Masks<HalfBits>& masks,
-                     HeadsView<float> lse) {
-  heads(q, k, v, out, opt, masks, lse);
-}
-void attention_heads_decomposed(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
-                                HeadsView<const HalfBits> v, HeadsView<HalfBits> scores,
-                                HeadsView<HalfBits> out, const Options& opt, const Masks<HalfBits>& masks,
-                                HeadsView<float> lse, HeadsView<HalfBits> average_scores) {
-  heads_decomposed(q, k, v, scores, out, opt, masks, lse, average_scores);
-}
-void attention_varlen(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
-                      HeadsView<HalfBits> out, const std::int64_t* cu_seqlens_q,
-                      const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
-                      const Masks<HalfBits>& masks, HeadsView<float> lse) {
-  varlen(q, k, v, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
-}
-void attention_varlen_decomposed(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
-                                 HeadsView<const HalfBits> v, HalfBits* scores, std::size_t scores_size,
-                                 HeadsView<HalfBits> out, const std::int64_t* cu_seqlens_q,
-                                 const std::int64_t* cu_seqlens_k, Eigen::Index batch, const Options& opt,
-                                 const Masks<HalfBits>& masks, HeadsView<float> lse) {
-  varlen_decomposed(q, k, v, scores, scores_size, out, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);
-}
-void attention_heads_backward(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
-                              HeadsView<const HalfBits> v, HeadsView<const HalfBits> out,
-                              HeadsView<const float> lse, HeadsView<const HalfBits> d_out,
-                              HeadsView<HalfBits> dq, HeadsView<HalfBits> dk, HeadsView<HalfBits> dv,
-                              const Options& opt, const Masks<HalfBits>& masks,
-                              HeadsView<const HalfBits> d_scores, HeadsView<HalfBits> d_bias) {
-  heads_backward(q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, d_scores, d_bias);
-}
-void attention_varlen_backward(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
-                               HeadsView<const HalfBits> v, HeadsView<const HalfBits> out,
-                               HeadsView<const float> lse, HeadsView<const HalfBits> d_out,
-                               HeadsView<HalfBits> dq, HeadsView<HalfBits> dk, HeadsView<HalfBits> dv,
-                               const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                               Eigen::Index batch, const Options& opt, const Masks<HalfBits>& masks) {
-  varlen_backward(q, k, v, out, lse, d_out, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, opt, masks);
-}
-
-}  // namespace compiled
+}  // namespace abi
 }  // namespace EigenAttention

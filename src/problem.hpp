@@ -1,7 +1,7 @@
 // One validated attention problem: a batch of sequences with H query heads each, as the
 // kernels run it. Every public call becomes one Problem: the single-head calls are the batch = 1,
-// heads = 1 case (Form::Matrix only changes how messages print shapes), attention_heads* a
-// batch, attention_varlen* a packed batch. Internal to the library.
+// heads = 1 case (Form::Matrix only changes how messages print shapes), attention_heads_into* a
+// batch, attention_varlen_into* a packed batch. Internal to the library.
 #pragma once
 
 #include <cstdint>
@@ -46,12 +46,12 @@ struct Problem {
   index_t window_left = -1, window_right = -1;
   Compute softcap = 0;
   Kernel kernel = Kernel::Auto;  // resolved: never Auto once validated
-  // Packed variable-length batch (attention_varlen): sequence b owns query rows
+  // Packed variable-length batch (attention_varlen_into): sequence b owns query rows
   // [cu_q[b], cu_q[b+1]) and key rows [cu_k[b], cu_k[b+1]) of the single batch entry.
   const std::int64_t* cu_q = nullptr;
   const std::int64_t* cu_k = nullptr;
   index_t sequences = 0;  // B (the batch, or the number of varlen sequences)
-  // attention_varlen_decomposed: packed weights, sequence b's heads from packed_scores +
+  // attention_varlen_decomposed_into: packed weights, sequence b's heads from packed_scores +
   // score_offsets[b] (see MultiHead.hpp).
   T* packed_scores = nullptr;
   const index_t* score_offsets = nullptr;

@@ -393,6 +393,60 @@ void check_sequence_count(const char* api, index_t sequences) {
 
 }  // namespace
 
+// The masks (mask and bias of [B or 1, H or 1, T_q, T_k], key lengths in [0, T_k], ALiBi slopes)
+// or a packed batch's offsets, checked and added to `inputs` (for the overlap checks): inputs
+// too, checked before any output.
+template <typename T, std::size_t N>
+void check_masks(const Call<T>& c, index_t H, index_t tq, index_t tk, ArrayList<N>& inputs) {
+  const char* api = c.api;
+  const index_t B = c.q.batch;
+  if (c.cu_q != nullptr || c.cu_k != nullptr) {
+    if (c.cu_q == nullptr || c.cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
+    check_sequence_count(api, c.sequences);
+    if (c.q.batch != 1) {
+      fail(api,
+           "a packed batch has batch size 1 in its views, but Q is " + array_of("Q", c.q, c.form).shape());
+    }
+    if (!c.masks.mask.empty() || !c.masks.bias.empty() || c.masks.key_lengths != nullptr) {
+      fail(api,
+           "a packed variable-length batch takes no mask, bias or key_lengths (ALiBi, causal and window "
+           "apply)");
+    }
+    check_offsets(api, "cu_seqlens_q", c.cu_q, c.sequences, tq);
+    check_offsets(api, "cu_seqlens_k", c.cu_k, c.sequences, tk);
+    inputs.push_back(vector_of("cu_seqlens_q", c.cu_q, c.sequences + 1));
+    inputs.push_back(vector_of("cu_seqlens_k", c.cu_k, c.sequences + 1));
+  } else {
+    const auto broadcast = [&](const char* name, const auto& m) {
+      if (m.empty()) return;
+      const Array a = array_of(name, m, c.form);
+      const bool batch_ok = m.batch == 1 || m.batch == B, heads_ok = m.heads == 1 || m.heads == H;
+      if (!batch_ok || !heads_ok || m.rows != tq || m.cols != tk) {
+        fail(api, std::string(name) + " is " + a.shape() + " but must be " +
+                      (c.form == Form::Matrix ? num(tq) + "x" + num(tk) + " (T_q x T_k)"
+                                              : "[" + either_or_1(B) + ", " + either_or_1(H) + ", " +
+                                                    num(tq) + ", " + num(tk) + "]"));
+      }
+      check_countable(api, a);
+      inputs.push_back(a);
+    };
+    broadcast("mask", c.masks.mask);
+    broadcast("bias", c.masks.bias);
+    if (c.masks.key_lengths != nullptr) {
+      const Array lengths = vector_of("key_lengths", c.masks.key_lengths, B);
+      check_countable(api, lengths);
+      for (index_t b = 0; b < B; ++b) {
+        if (c.masks.key_lengths[b] < 0 || c.masks.key_lengths[b] > tk) {
+          fail(api, "key_lengths[" + num(b) + "] = " + std::to_string(c.masks.key_lengths[b]) +
+                        " is outside [0, T_k = " + num(tk) + "]");
+        }
+      }
+      inputs.push_back(lengths);
+    }
+  }
+  if (c.masks.alibi_slopes != nullptr) inputs.push_back(vector_of("alibi_slopes", c.masks.alibi_slopes, H));
+}
+
 template <typename T>
 Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   const char* api = c.api;
@@ -453,16 +507,22 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   };
   ArrayList<4> grad_inputs;  // out, lse, d_out, d_scores
   if (c.backward) {
-    grad_inputs.push_back(
-        shaped(c.fwd_out_name, c.fwd_out, B, H, tq, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]"));
+    grad_inputs.push_back(shaped("attn", c.fwd_out, B, H, tq, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]"));
     grad_inputs.push_back(shaped("lse", c.fwd_lse, B, H, tq, 1, matrix ? "T_q x 1" : "[B, H, T_q, 1]"));
-    grad_inputs.push_back(
-        shaped(c.d_out_name, c.d_out, B, H, tq, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]"));
+    grad_inputs.push_back(shaped("d_attn", c.d_out, B, H, tq, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]"));
     if (c.want_d_scores) {
       grad_inputs.push_back(
           shaped("d_scores", c.d_scores, B, H, tq, tk, matrix ? "T_q x T_k" : "[B, H, T_q, T_k]"));
     }
   }
+
+  ArrayList<13> inputs;  // Q, K, V, attn, lse, d_attn, d_scores, mask, bias, key_lengths or the two
+                         // offsets, ALiBi slopes
+  inputs.push_back(q);
+  inputs.push_back(k);
+  if (c.has_v) inputs.push_back(v);
+  for (const Array& a : grad_inputs) inputs.push_back(a);
+  check_masks(c, H, tq, tk, inputs);
 
   Problem<T> p;
   check_options(api, opt, p, q);
@@ -481,7 +541,7 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
                           const char* what) {
     if (wanted) outputs.push_back(shaped(name, view, B, heads, tq, cols, what));
   };
-  output(c.want_out, c.out_name, c.out, H, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]");
+  output(c.want_out, "attn", c.out, H, dv, matrix ? "T_q x d_v" : "[B, H, T_q, d_v]");
   output(c.want_lse, "lse", c.lse, H, 1, matrix ? "T_q x 1" : "[B, H, T_q, 1]");
   if (c.scores_compute) {
     output(c.want_scores, "scores", c.compute_scores, H, tk, matrix ? "T_q x T_k" : "[B, H, T_q, T_k]");
@@ -523,54 +583,6 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   p.want_lse = c.want_lse;
   p.want_scores = c.want_scores;
 
-  // The masks, or the packed batch's offsets: inputs too.
-  ArrayList<13> inputs;  // Q, K, V, out, lse, d_out, d_scores, mask, bias, key_lengths or the two offsets,
-                         // ALiBi slopes
-  inputs.push_back(q);
-  inputs.push_back(k);
-  if (c.has_v) inputs.push_back(v);
-  for (const Array& a : grad_inputs) inputs.push_back(a);
-  if (varlen) {
-    if (c.cu_q == nullptr || c.cu_k == nullptr) fail(api, "cu_seqlens_q and cu_seqlens_k must both be given");
-    check_sequence_count(api, c.sequences);
-    if (c.q.batch != 1) fail(api, "a packed batch has batch size 1 in its views, but Q is " + q.shape());
-    if (!c.masks.mask.empty() || !c.masks.bias.empty() || c.masks.key_lengths != nullptr) {
-      fail(api,
-           "a packed variable-length batch takes no mask, bias or key_lengths (ALiBi, causal and window "
-           "apply)");
-    }
-    check_offsets(api, "cu_seqlens_q", c.cu_q, c.sequences, tq);
-    check_offsets(api, "cu_seqlens_k", c.cu_k, c.sequences, tk);
-    inputs.push_back(vector_of("cu_seqlens_q", c.cu_q, c.sequences + 1));
-    inputs.push_back(vector_of("cu_seqlens_k", c.cu_k, c.sequences + 1));
-  } else {
-    const auto broadcast = [&](const char* name, const auto& m) {
-      if (m.empty()) return;
-      const Array a = array_of(name, m, c.form);
-      const bool batch_ok = m.batch == 1 || m.batch == B, heads_ok = m.heads == 1 || m.heads == H;
-      if (!batch_ok || !heads_ok || m.rows != tq || m.cols != tk) {
-        fail(api, std::string(name) + " is " + a.shape() + " but must be [" + either_or_1(B) + ", " +
-                      either_or_1(H) + ", " + num(tq) + ", " + num(tk) + "]");
-      }
-      check_countable(api, a);
-      inputs.push_back(a);
-    };
-    broadcast("mask", c.masks.mask);
-    broadcast("bias", c.masks.bias);
-    if (c.masks.key_lengths != nullptr) {
-      const Array lengths = vector_of("key_lengths", c.masks.key_lengths, B);
-      check_countable(api, lengths);
-      for (index_t b = 0; b < B; ++b) {
-        if (c.masks.key_lengths[b] < 0 || c.masks.key_lengths[b] > tk) {
-          fail(api, "key_lengths[" + num(b) + "] = " + std::to_string(c.masks.key_lengths[b]) +
-                        " is outside [0, T_k = " + num(tk) + "]");
-        }
-      }
-      inputs.push_back(lengths);
-    }
-  }
-  if (c.masks.alibi_slopes != nullptr) inputs.push_back(vector_of("alibi_slopes", c.masks.alibi_slopes, H));
-
   // Memory, last: no two elements of an output share memory, no output overlaps an input, and no
   // two outputs overlap (average_scores, checked last above, named first).
   for (const Array& out : outputs) check_distinct_elements(api, out);
@@ -585,13 +597,13 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
 }
 
 template <typename T>
-void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const ComputeScalar<T>> lse_a,
-                 HeadsView<const T> out_b, HeadsView<const ComputeScalar<T>> lse_b, HeadsView<T> out,
+void check_merge(const char* api, HeadsView<const T> attn_a, HeadsView<const ComputeScalar<T>> lse_a,
+                 HeadsView<const T> attn_b, HeadsView<const ComputeScalar<T>> lse_b, HeadsView<T> attn,
                  HeadsView<ComputeScalar<T>> lse) {
   const Form f = Form::Heads;
-  const Array oa = array_of("out_a", out_a, f), la = array_of("lse_a", lse_a, f),
-              ob = array_of("out_b", out_b, f), lb = array_of("lse_b", lse_b, f), o = array_of("out", out, f),
-              l = array_of("lse", lse, f);
+  const Array oa = array_of("attn_a", attn_a, f), la = array_of("lse_a", lse_a, f),
+              ob = array_of("attn_b", attn_b, f), lb = array_of("lse_b", lse_b, f),
+              o = array_of("attn", attn, f), l = array_of("lse", lse, f);
   const auto same_shape = [&](const Array& a, const Array& b) {
     check_sizes(api, a);
     if (!std::equal(a.size, a.size + 4, b.size)) {
@@ -603,7 +615,7 @@ void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const Comp
   same_shape(o, oa);
   check_sizes(api, la);
   Array must = la;
-  must.size[0] = out_a.batch, must.size[1] = out_a.heads, must.size[2] = out_a.tokens, must.size[3] = 1;
+  must.size[0] = attn_a.batch, must.size[1] = attn_a.heads, must.size[2] = attn_a.tokens, must.size[3] = 1;
   if (!std::equal(la.size, la.size + 4, must.size)) {
     fail(api, "lse_a is " + la.shape() + " but must be " + must.shape() + " ([B, H, T, 1])");
   }
@@ -659,7 +671,7 @@ void check_packed_scores(const char* api, const T* scores, std::size_t size, std
   std::vector<Array> others = {array_of("Q", p.q, f), array_of("K", p.k, f), array_of("V", p.v, f),
                                vector_of("cu_seqlens_q", p.cu_q, p.sequences + 1),
                                vector_of("cu_seqlens_k", p.cu_k, p.sequences + 1)};
-  if (p.want_out) others.push_back(array_of("out", p.out, f));
+  if (p.want_out) others.push_back(array_of("attn", p.out, f));
   if (p.want_lse) others.push_back(array_of("lse", p.lse, f));
   if (p.masks.alibi_slopes != nullptr)
     others.push_back(vector_of("alibi_slopes", p.masks.alibi_slopes, p.q.heads));

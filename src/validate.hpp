@@ -31,10 +31,9 @@ struct Call {
   HeadsView<ComputeScalar<T>> lse;             // the log-sum-exps are of the compute type
   HeadsView<ComputeScalar<T>> compute_scores;  // SCORES in the compute type, when scores_compute
   bool want_out = false, want_lse = false, want_scores = false, want_average = false;
-  bool scores_compute = false;   // 16-bit inputs: SCORES go to compute_scores (float)
-  const char* out_name = "out";  // the single-head decomposed calls call it "attn"
+  bool scores_compute = false;  // 16-bit inputs: SCORES go to compute_scores (float)
   Masks<T> masks;
-  // attention_varlen*: both offsets given, `sequences` of them (the views' batch is 1).
+  // attention_varlen_into*: both offsets given, `sequences` of them (the views' batch is 1).
   const std::int64_t* cu_q = nullptr;
   const std::int64_t* cu_k = nullptr;
   index_t sequences = 0;
@@ -46,8 +45,6 @@ struct Call {
   HeadsView<const T> fwd_out, d_out, d_scores;
   HeadsView<const ComputeScalar<T>> fwd_lse;
   HeadsView<T> dq, dk, dv, d_bias;
-  const char* fwd_out_name = "out";  // the single-head calls say "attn" and "d_attn"
-  const char* d_out_name = "d_out";
 };
 
 /// Checks everything about `call` and `opt`, in this order: the sizes of each input, the inputs
@@ -60,7 +57,7 @@ struct Call {
 template <typename T>
 Problem<T> make_problem(const Call<T>& call, const Options& opt);
 
-/// Offsets of each sequence's packed weights (attention_varlen_decomposed), batch + 1 of them,
+/// Offsets of each sequence's packed weights (attention_varlen_decomposed_into), batch + 1 of them,
 /// the last being the size `scores` must have. Checks the cu_seqlens offsets (non-decreasing
 /// from 0) first. Throws std::invalid_argument.
 std::vector<index_t> varlen_score_offsets(const char* api, const std::int64_t* cu_q, const std::int64_t* cu_k,
@@ -72,11 +69,11 @@ template <typename T>
 void check_packed_scores(const char* api, const T* scores, std::size_t size, std::size_t required,
                          const Problem<T>& p);
 
-/// merge_attention's checks: equal shapes, LSE [B, H, T, 1], and outputs that are either the
+/// merge_attention_into's checks: equal shapes, LSE [B, H, T, 1], and outputs that are either the
 /// very views of an input (merging in place) or apart from every input and each other.
 template <typename T>
-void check_merge(const char* api, HeadsView<const T> out_a, HeadsView<const ComputeScalar<T>> lse_a,
-                 HeadsView<const T> out_b, HeadsView<const ComputeScalar<T>> lse_b, HeadsView<T> out,
+void check_merge(const char* api, HeadsView<const T> attn_a, HeadsView<const ComputeScalar<T>> lse_a,
+                 HeadsView<const T> attn_b, HeadsView<const ComputeScalar<T>> lse_b, HeadsView<T> attn,
                  HeadsView<ComputeScalar<T>> lse);
 
 /// The longest row (d_k, d_v or T_k) the tiled kernels' per-thread scratch can count: fewer

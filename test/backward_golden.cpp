@@ -1,7 +1,7 @@
 // The backward golden cases of test/data/backward/ (PyTorch autograd, float64; see
 // make_backward_golden.py there): dQ, dK, dV and dBIAS from attention_backward (one head, the
-// Eigen front door), attention_heads_backward (both buffer layouts) and
-// attention_varlen_backward, for every kernel, threads 1 and 2, in float and double. The
+// Eigen front door), attention_heads_backward_into (both buffer layouts) and
+// attention_varlen_backward_into, for every kernel, threads 1 and 2, in float and double. The
 // forward's OUT and LSE are the golden ones rounded to the scalar type, as a user feeds the
 // forward's results. Bounds, element by element: the long-double reference of the gradients
 // and its first-order error model (support/reference_backward.hpp, through
@@ -257,10 +257,11 @@ TEST_CASE_TEMPLATE(
   });
 }
 
-TEST_CASE_TEMPLATE("backward golden: attention_heads_backward, both layouts, every kernel, threads 1 and 2",
-                   T, float, double) {
+TEST_CASE_TEMPLATE(
+    "backward golden: attention_heads_backward_into, both layouts, every kernel, threads 1 and 2", T, float,
+    double) {
   auto heads = [](const BackwardGolden& g) { return !g.varlen(); };  // single-head as [1, 1, T, d]
-  for_each_case<T>("attention_heads_backward", 26, heads, [](const BackwardGolden& g, Worst& worst) {
+  for_each_case<T>("attention_heads_backward_into", 26, heads, [](const BackwardGolden& g, Worst& worst) {
     const GoldenBounds bound = golden_bounds<T>(g);
     const MasksBuffer<T> masks(g.spec);
     std::optional<Array4> zeroed;
@@ -274,10 +275,10 @@ TEST_CASE_TEMPLATE("backward golden: attention_heads_backward, both layouts, eve
       }
       for_each_kernel_and_threads(g.spec, [&](const mh::Options& opt, int threads) {
         auto run = [&](GradientBuffers<T>& out, const std::optional<HeadsBuffer<T>>& d_scores) {
-          mh::attention_heads_backward(in.Q.cview(), in.K.cview(), in.V.cview(), in.O.cview(), in.L.cview(),
-                                       in.dO.cview(), out.dq.view(), out.dk.view(), out.dv.view(), opt,
-                                       masks.masks, d_scores ? d_scores->cview() : mh::HeadsView<const T>{},
-                                       out.d_bias_view());
+          mh::attention_heads_backward_into(
+              in.Q.cview(), in.K.cview(), in.V.cview(), in.O.cview(), in.L.cview(), in.dO.cview(),
+              d_scores ? d_scores->cview() : mh::HeadsView<const T>{}, out.dq.view(), out.dk.view(),
+              out.dv.view(), out.d_bias_view(), opt, masks.masks);
         };
         GradientBuffers<T> out(g, layout, g.d_bias.has_value());
         run(out, dS);
@@ -304,10 +305,11 @@ TEST_CASE_TEMPLATE("backward golden: attention_heads_backward, both layouts, eve
   });
 }
 
-TEST_CASE_TEMPLATE("backward golden: attention_varlen_backward, both layouts, every kernel, threads 1 and 2",
-                   T, float, double) {
+TEST_CASE_TEMPLATE(
+    "backward golden: attention_varlen_backward_into, both layouts, every kernel, threads 1 and 2", T, float,
+    double) {
   auto varlen = [](const BackwardGolden& g) { return g.varlen(); };
-  for_each_case<T>("attention_varlen_backward", 2, varlen, [](const BackwardGolden& g, Worst& worst) {
+  for_each_case<T>("attention_varlen_backward_into", 2, varlen, [](const BackwardGolden& g, Worst& worst) {
     // Packed arrays: reference_varlen_backward puts each sequence's bounds at its own rows.
     const GoldenBounds bound = golden_bounds<T>(g);
     const Eigen::Index batch = static_cast<Eigen::Index>(g.cu_q.size()) - 1;
@@ -316,9 +318,9 @@ TEST_CASE_TEMPLATE("backward golden: attention_varlen_backward, both layouts, ev
       const InputBuffers<T> in(g, layout);
       for_each_kernel_and_threads(g.spec, [&](const mh::Options& opt, int) {
         GradientBuffers<T> out(g, layout, false);
-        mh::attention_varlen_backward(in.Q.cview(), in.K.cview(), in.V.cview(), in.O.cview(), in.L.cview(),
-                                      in.dO.cview(), out.dq.view(), out.dk.view(), out.dv.view(),
-                                      g.cu_q.data(), g.cu_k.data(), batch, opt, masks.masks);
+        mh::attention_varlen_backward_into(in.Q.cview(), in.K.cview(), in.V.cview(), in.O.cview(),
+                                           in.L.cview(), in.dO.cview(), g.cu_q.data(), g.cu_k.data(), batch,
+                                           out.dq.view(), out.dk.view(), out.dv.view(), opt, masks.masks);
         out.check(g, bound, "", worst);
       });
     });

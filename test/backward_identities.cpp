@@ -100,7 +100,7 @@ TEST_CASE_TEMPLATE("backward identities: GQA's dK and dV are sums over the query
   check_pair(g.dv.view(), dv_sum.view(), ref.dv_tol, "dV");
 }
 
-TEST_CASE_TEMPLATE("backward identities: attention_heads_backward of one head is attention_backward", T,
+TEST_CASE_TEMPLATE("backward identities: attention_heads_backward_into of one head is attention_backward", T,
                    float, double) {
   Rng rng(7);
   Config c{"one head, window, soft-cap", 1, 1, 1, 131, 129, 10, 6};
@@ -126,8 +126,8 @@ TEST_CASE_TEMPLATE("backward identities: attention_heads_backward of one head is
   check_heads_equal(g.dv.view(), View::single(single.dv), "dV");
 }
 
-TEST_CASE_TEMPLATE("backward identities: attention_varlen_backward is its sequences one by one", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("backward identities: attention_varlen_backward_into is its sequences one by one", T,
+                   float, double) {
   Rng rng(8);
   const Eigen::Index H = 4, Hkv = 2, dk = 8, dv = 5;
   const std::vector<std::int64_t> cu_q = {0, 3, 3, 140, 141}, cu_k = {0, 5, 9, 200, 200};
@@ -148,20 +148,20 @@ TEST_CASE_TEMPLATE("backward identities: attention_varlen_backward is its sequen
       dkv(mh::Layout::BTHD, 1, Hkv, total_k, dk, sentinel),
       dvv(mh::Layout::BTHD, 1, Hkv, total_k, dv, sentinel);
   const auto batch = static_cast<std::ptrdiff_t>(cu_q.size()) - 1;
-  mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), cu_q.data(), cu_k.data(), batch, opt,
-                       masks.masks, lse.view());
-  mh::attention_varlen_backward(Q.cview(), K.cview(), V.cview(), out.cview(), lse.cview(), dO.cview(),
-                                dq.view(), dkv.view(), dvv.view(), cu_q.data(), cu_k.data(), batch, opt,
-                                masks.masks);
+  mh::attention_varlen_into(Q.cview(), K.cview(), V.cview(), cu_q.data(), cu_k.data(), batch, out.view(),
+                            lse.view(), opt, masks.masks);
+  mh::attention_varlen_backward_into(Q.cview(), K.cview(), V.cview(), out.cview(), lse.cview(), dO.cview(),
+                                     cu_q.data(), cu_k.data(), batch, dq.view(), dkv.view(), dvv.view(), opt,
+                                     masks.masks);
   for (std::ptrdiff_t b = 0; b < batch; ++b) {
     CAPTURE(b);
     const Eigen::Index q0 = cu_q[b], nq = cu_q[b + 1] - q0, k0 = cu_k[b], nk = cu_k[b + 1] - k0;
     HeadsBuffer<T> gq(mh::Layout::BHTD, 1, H, nq, dk, sentinel),
         gk(mh::Layout::BHTD, 1, Hkv, nk, dk, sentinel), gv(mh::Layout::BHTD, 1, Hkv, nk, dv, sentinel);
-    mh::attention_heads_backward(token_subview(Q.cview(), q0, nq), token_subview(K.cview(), k0, nk),
-                                 token_subview(V.cview(), k0, nk), token_subview(out.cview(), q0, nq),
-                                 token_subview(lse.cview(), q0, nq), token_subview(dO.cview(), q0, nq),
-                                 gq.view(), gk.view(), gv.view(), opt, masks.masks);
+    mh::attention_heads_backward_into(token_subview(Q.cview(), q0, nq), token_subview(K.cview(), k0, nk),
+                                      token_subview(V.cview(), k0, nk), token_subview(out.cview(), q0, nq),
+                                      token_subview(lse.cview(), q0, nq), token_subview(dO.cview(), q0, nq),
+                                      gq.view(), gk.view(), gv.view(), opt, masks.masks);
     check_heads_equal(token_subview(dq.view(), q0, nq), gq.view(), "dQ");
     check_heads_equal(token_subview(dkv.view(), k0, nk), gk.view(), "dK");
     check_heads_equal(token_subview(dvv.view(), k0, nk), gv.view(), "dV");

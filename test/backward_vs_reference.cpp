@@ -27,7 +27,7 @@ TEST_CASE_TEMPLATE("backward crosscheck: every option vs the long-double referen
           CAPTURE(threads);
           const mh::Layout layout = threads == 1 ? mh::Layout::BHTD : mh::Layout::BTHD;
           check_against(run_backward<T>(p, seeds, options_for(p.spec, kernel, threads), layout), ref,
-                        "attention_heads_backward vs reference");
+                        "attention_heads_backward_into vs reference");
         }
       }
     }
@@ -52,6 +52,6 @@ TEST_CASE_TEMPLATE("backward crosscheck: random configurations vs the long-doubl
     CAPTURE(kname);
     CAPTURE(threads);
     check_against(run_backward<T>(p, seeds, options_for(p.spec, kernel, threads)), ref,
-                  "attention_heads_backward vs reference");
+                  "attention_heads_backward_into vs reference");
   }
 }

@@ -1,5 +1,5 @@
 // Decode attention on a PagedKVCache against the long-double reference and against
-// attention_heads on the same keys laid out contiguously: every page size, sequence lengths 0,
+// attention_heads_into on the same keys laid out contiguously: every page size, sequence lengths 0,
 // 1 and a page boundary +- 1 and several split-K chunks, T_q = 1 and a few tokens, GQA groups of
 // 1, 2 and 4 and MQA, every option decode takes, every kernel.
 #include <doctest/doctest.h>
@@ -13,7 +13,7 @@ using namespace ea_test::decode;
 namespace {
 
 /// Decodes case c on a fresh cache of storage S with `kernel`, comparing with the reference
-/// (within the budget) and with attention_heads (within twice the budget: two results, each
+/// (within the budget) and with attention_heads_into (within twice the budget: two results, each
 /// within the budget of the exact one).
 template <typename S>
 void check_case(Rng& rng, const Case& c, ea::Kernel kernel) {
@@ -45,7 +45,7 @@ void check_case(Rng& rng, const Case& c, ea::Kernel kernel) {
   check_reference(r, ref, c, 1, "decode vs the long-double reference");
   if constexpr (std::is_same_v<S, T>) {
     const Result<T> h = heads_call(c, s, opt);
-    check_reference(h, ref, c, 1, "attention_heads vs the long-double reference");
+    check_reference(h, ref, c, 1, "attention_heads_into vs the long-double reference");
     for (Index head = 0; head < c.H; ++head) {
       const Budget b = multihead_budget<T>(ref, head).times(2);
       CAPTURE(head);

@@ -48,7 +48,7 @@ ea::Options options_of(const Variant& v, ea::Kernel kernel) {
   return opt;
 }
 
-/// out (and lse) of attention_heads on one head: Q rows [q0, q0 + nq), K/V rows [k0, k0 + nk).
+/// out (and lse) of attention_heads_into on one head: Q rows [q0, q0 + nq), K/V rows [k0, k0 + nk).
 template <class T>
 void block_call(const RowMatrix<T>& Q, const RowMatrix<T>& K, const RowMatrix<T>& V, Eigen::Index q0,
                 Eigen::Index nq, Eigen::Index k0, Eigen::Index nk, const ea::Options& opt, const T* slope,
@@ -57,10 +57,10 @@ void block_call(const RowMatrix<T>& Q, const RowMatrix<T>& K, const RowMatrix<T>
   lse.setZero(nq, 1);
   ea::Masks<T> masks;
   masks.alibi_slopes = slope;
-  ea::attention_heads(ea::HeadsView<const T>::single(Q.middleRows(q0, nq)),
-                      ea::HeadsView<const T>::single(K.middleRows(k0, nk)),
-                      ea::HeadsView<const T>::single(V.middleRows(k0, nk)), ea::HeadsView<T>::single(out),
-                      opt, masks, ea::HeadsView<T>::single(lse));
+  ea::attention_heads_into(ea::HeadsView<const T>::single(Q.middleRows(q0, nq)),
+                           ea::HeadsView<const T>::single(K.middleRows(k0, nk)),
+                           ea::HeadsView<const T>::single(V.middleRows(k0, nk)),
+                           ea::HeadsView<T>::single(out), ea::HeadsView<T>::single(lse), opt, masks);
 }
 
 }  // namespace
@@ -130,9 +130,9 @@ TEST_CASE_TEMPLATE("diagonal_offset: key blocks merged by their log-sum-exps are
         block.diagonal_offset = o - k1;  // keys [k1, tk): key k1 + j is local key j
         block_call<T>(Q, K, V, 0, tq, k1, tk - k1, block, v.alibi ? &slope : nullptr, out_b, lse_b);
         RowMatrix<T> out(tq, dv), lse(tq, 1);
-        ea::merge_attention(ea::HeadsView<const T>::single(out_a), ea::HeadsView<const T>::single(lse_a),
-                            ea::HeadsView<const T>::single(out_b), ea::HeadsView<const T>::single(lse_b),
-                            ea::HeadsView<T>::single(out), ea::HeadsView<T>::single(lse));
+        ea::merge_attention_into(ea::HeadsView<const T>::single(out_a), ea::HeadsView<const T>::single(lse_a),
+                                 ea::HeadsView<const T>::single(out_b), ea::HeadsView<const T>::single(lse_b),
+                                 ea::HeadsView<T>::single(out), ea::HeadsView<T>::single(lse));
         CHECK((out - out_all).cwiseAbs().maxCoeff() <= tol);
         for (Eigen::Index i = 0; i < tq; ++i) {
           if (std::isinf(lse_all(i, 0))) {

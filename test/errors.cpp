@@ -240,12 +240,12 @@ TEST_CASE_TEMPLATE("errors: outputs that overlap an input or each other", T, flo
   const WordGroups w = {{"overlap"}};
   std::vector<BadCall> bad = {
       // Columns 6..7 of QQ: column 6 is Q's last column.
-      {"out overlaps Q", [&] { ea::attention_into(Q, K, V, QQ.middleCols(kDk - 1, kDv)); }, {3, 2, 7}, w},
-      {"out overlaps K",
+      {"attn overlaps Q", [&] { ea::attention_into(Q, K, V, QQ.middleCols(kDk - 1, kDv)); }, {3, 2, 7}, w},
+      {"attn overlaps K",
        [&] { ea::attention_into(Q, Kmap, V, Eigen::Map<RowMatrix<T>>(kbuf.data() + 4, kTq, kDv)); },
        {3, 2, 5, 7},
        w},
-      {"out is V's storage",
+      {"attn is V's storage",
        [&] { ea::attention_into(Q, K, V, Eigen::Map<RowMatrix<T>>(V.data(), kTq, kDv)); },
        {3, 2, 5},
        w},
@@ -318,10 +318,10 @@ TEST_CASE_TEMPLATE("errors: a resizable output that is an input or another outpu
   throws_naming([&] { ea::attention_decomposed_into(Q, K, V, X, X); }, "scores is the same matrix as attn");
   throws_naming([&] { ea::attention_decomposed_into(Q, K, V, X, X, lse); },
                 "scores is the same matrix as attn");
-  throws_naming([&] { ea::attention_into(Q, K, V, K); }, "out is the same matrix as K");
-  throws_naming([&] { ea::attention_into(Q, K, V, K, lse); }, "out is the same matrix as K");
+  throws_naming([&] { ea::attention_into(Q, K, V, K); }, "attn is the same matrix as K");
+  throws_naming([&] { ea::attention_into(Q, K, V, K, lse); }, "attn is the same matrix as K");
   throws_naming([&] { ea::attention_scores_into(Q, K, K); }, "scores is the same matrix as K");
-  throws_naming([&] { ea::attention_into(K.topRows(40), K, V, K); }, "out overlaps Q");
+  throws_naming([&] { ea::attention_into(K.topRows(40), K, V, K); }, "attn overlaps Q");
   CHECK(X.size() == 0);
   CHECK(K == K_before);  // nothing resized, nothing written
 }

@@ -97,7 +97,7 @@ TEST_CASE_TEMPLATE("fuzz finding hidden-nan: a NaN logit leaves the keys a row d
     T scores[4], out[2];
     ea::Masks<T> m;
     m.mask = ea::BroadcastView<bool>::matrix(mask, 2, 2);
-    ea::attention_heads_decomposed(
+    ea::attention_heads_decomposed_into(
         ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 2, 1),
         ea::HeadsView<const T>::bhtd(v, 1, 1, 2, 1), ea::HeadsView<T>::bhtd(scores, 1, 1, 2, 2),
         ea::HeadsView<T>::bhtd(out, 1, 1, 2, 1), opt, m);
@@ -122,14 +122,14 @@ TEST_CASE_TEMPLATE("fuzz finding: an additive bias of -inf gives a weight of exa
     ea::Masks<T> m;
     m.bias = ea::BroadcastView<T>::matrix(bias, 2, 3);
     T scores[6], out[2];
-    ea::attention_heads_decomposed(
+    ea::attention_heads_decomposed_into(
         ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 3, 1),
         ea::HeadsView<const T>::bhtd(v, 1, 1, 3, 1), ea::HeadsView<T>::bhtd(scores, 1, 1, 2, 3),
         ea::HeadsView<T>::bhtd(out, 1, 1, 2, 1), opt, m);
     CHECK(scores[1] == 0);
     CHECK(scores[3] == 0);
     T fused[2];
-    ea::attention_heads(
+    ea::attention_heads_into(
         ea::HeadsView<const T>::bhtd(q, 1, 1, 2, 1), ea::HeadsView<const T>::bhtd(k, 1, 1, 3, 1),
         ea::HeadsView<const T>::bhtd(v, 1, 1, 3, 1), ea::HeadsView<T>::bhtd(fused, 1, 1, 2, 1), opt, m);
     // Row 1 sees keys 1 and 2 only, row 0 keys 0 and 2.
@@ -192,7 +192,7 @@ TEST_CASE_TEMPLATE(
   std::vector<T> out(B * H * tq * d, T(-7)), average(B * tq * tk, T(-7));
   const auto Out = ea::HeadsView<T>::bhtd(out.data(), B, H, tq, d);
   const auto Average = ea::HeadsView<T>::bhtd(average.data(), B, 1, tq, tk);
-  check_invalid_argument([&] { ea::attention_heads_decomposed(Q, K, V, {}, Out, {}, {}, {}, Average); },
+  check_invalid_argument([&] { ea::attention_heads_decomposed_into(Q, K, V, {}, Out, {}, Average); },
                          "average_scores");
   CHECK(out[0] == T(-7));  // nothing written
   CHECK(average[0] == T(-7));
@@ -200,9 +200,9 @@ TEST_CASE_TEMPLATE(
   const std::int64_t lengths[2] = {2, 4};
   ea::Masks<T> m;
   m.key_lengths = lengths;
-  ea::attention_heads_decomposed(Q, K, V, {}, Out, {}, m);
+  ea::attention_heads_decomposed_into(Q, K, V, {}, Out, {}, m);
   std::vector<T> expected(out.size());
-  ea::attention_heads(Q, K, V, ea::HeadsView<T>::bhtd(expected.data(), B, H, tq, d), {}, m);
+  ea::attention_heads_into(Q, K, V, ea::HeadsView<T>::bhtd(expected.data(), B, H, tq, d), {}, m);
   CHECK(out == expected);
 }
 
@@ -219,10 +219,10 @@ TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or A
   std::vector<T> scores(tq * tk), out(tq * d), shared(tq * tk, T(-7));
   check_invalid_argument(
       [&] {
-        ea::attention_heads_decomposed(Q, K, V, ea::HeadsView<T>::bhtd(scores.data(), 1, 1, tq, tk),
-                                       ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), {}, {},
-                                       ea::HeadsView<T>::bhtd(shared.data(), 1, 1, tq, 1),
-                                       ea::HeadsView<T>::bhtd(shared.data(), 1, 1, tq, tk));
+        ea::attention_heads_decomposed_into(Q, K, V, ea::HeadsView<T>::bhtd(scores.data(), 1, 1, tq, tk),
+                                            ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d),
+                                            ea::HeadsView<T>::bhtd(shared.data(), 1, 1, tq, 1),
+                                            ea::HeadsView<T>::bhtd(shared.data(), 1, 1, tq, tk));
       },
       "overlaps lse");
   CHECK(shared[0] == T(-7));
@@ -240,14 +240,14 @@ TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or A
   cu_in_weights[1] = 3;
   check_invalid_argument(
       [&] {
-        ea::attention_varlen_decomposed(
-            Q, K, V, weights, size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), cu_in_weights, cu, 1);
+        ea::attention_varlen_decomposed_into(Q, K, V, cu_in_weights, cu, 1, weights, size,
+                                             ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d));
       },
       "cu_seqlens_q");
   check_invalid_argument(
       [&] {
-        ea::attention_varlen_decomposed(
-            Q, K, V, weights, size, ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), cu, cu_in_weights, 1);
+        ea::attention_varlen_decomposed_into(Q, K, V, cu, cu_in_weights, 1, weights, size,
+                                             ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d));
       },
       "cu_seqlens_k");
   std::vector<T> packed(size + 1);
@@ -256,8 +256,8 @@ TEST_CASE_TEMPLATE("fuzz finding overlap-gaps: outputs over lse, cu_seqlens or A
   packed[4] = T(0.5);
   check_invalid_argument(
       [&] {
-        ea::attention_varlen_decomposed(Q, K, V, packed.data(), size,
-                                        ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), cu, cu, 1, {}, m);
+        ea::attention_varlen_decomposed_into(Q, K, V, cu, cu, 1, packed.data(), size,
+                                             ea::HeadsView<T>::bhtd(out.data(), 1, 1, tq, d), {}, m);
       },
       "alibi_slopes");
   CHECK(packed[4] == T(0.5));
@@ -270,7 +270,7 @@ TEST_CASE_TEMPLATE("fuzz finding merge-empty-side: a side whose LSE is -inf cont
   const T out_a[4] = {nan, nan, 1, 2}, lse_a[2] = {-inf, T(0.5)};
   const T out_b[4] = {3, 4, nan, inf}, lse_b[2] = {T(1.5), -inf};
   T out[4], lse[2];
-  ea::merge_attention(
+  ea::merge_attention_into(
       ea::HeadsView<const T>::bhtd(out_a, 1, 1, 2, 2), ea::HeadsView<const T>::bhtd(lse_a, 1, 1, 2, 1),
       ea::HeadsView<const T>::bhtd(out_b, 1, 1, 2, 2), ea::HeadsView<const T>::bhtd(lse_b, 1, 1, 2, 1),
       ea::HeadsView<T>::bhtd(out, 1, 1, 2, 2), ea::HeadsView<T>::bhtd(lse, 1, 1, 2, 1));
@@ -282,12 +282,12 @@ TEST_CASE_TEMPLATE("fuzz finding merge-empty-side: a side whose LSE is -inf cont
   CHECK(lse[1] == T(0.5));
   // d_v = 0 with null out views: only the LSE is merged.
   T lse0[2];
-  ea::merge_attention(ea::HeadsView<const T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1},
-                      ea::HeadsView<const T>::bhtd(lse_a, 1, 1, 2, 1),
-                      ea::HeadsView<const T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1},
-                      ea::HeadsView<const T>::bhtd(lse_b, 1, 1, 2, 1),
-                      ea::HeadsView<T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1},
-                      ea::HeadsView<T>::bhtd(lse0, 1, 1, 2, 1));
+  ea::merge_attention_into(ea::HeadsView<const T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1},
+                           ea::HeadsView<const T>::bhtd(lse_a, 1, 1, 2, 1),
+                           ea::HeadsView<const T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1},
+                           ea::HeadsView<const T>::bhtd(lse_b, 1, 1, 2, 1),
+                           ea::HeadsView<T>{nullptr, 1, 1, 2, 0, 0, 0, 0, 1},
+                           ea::HeadsView<T>::bhtd(lse0, 1, 1, 2, 1));
   CHECK(lse0[0] == T(1.5));
   CHECK(lse0[1] == T(0.5));
 }
@@ -316,13 +316,13 @@ TEST_CASE_TEMPLATE("fuzz finding backward-masked-nan-dv: a row's NaN reaches no 
     ea::Options opt;
     opt.kernel = kernel;
     T out[2], lse[2], dq[2], dk[3], dv[3];
-    ea::attention_heads(C::bhtd(q, 1, 1, 2, 1), C::bhtd(k, 1, 1, 3, 1), C::bhtd(v, 1, 1, 3, 1),
-                        W::bhtd(out, 1, 1, 2, 1), opt, m, W::bhtd(lse, 1, 1, 2, 1));
+    ea::attention_heads_into(C::bhtd(q, 1, 1, 2, 1), C::bhtd(k, 1, 1, 3, 1), C::bhtd(v, 1, 1, 3, 1),
+                             W::bhtd(out, 1, 1, 2, 1), W::bhtd(lse, 1, 1, 2, 1), opt, m);
     REQUIRE(std::isnan(lse[0]));
-    ea::attention_heads_backward(C::bhtd(q, 1, 1, 2, 1), C::bhtd(k, 1, 1, 3, 1), C::bhtd(v, 1, 1, 3, 1),
-                                 C::bhtd(out, 1, 1, 2, 1), C::bhtd(lse, 1, 1, 2, 1),
-                                 C::bhtd(d_out, 1, 1, 2, 1), W::bhtd(dq, 1, 1, 2, 1), W::bhtd(dk, 1, 1, 3, 1),
-                                 W::bhtd(dv, 1, 1, 3, 1), opt, m);
+    ea::attention_heads_backward_into(C::bhtd(q, 1, 1, 2, 1), C::bhtd(k, 1, 1, 3, 1), C::bhtd(v, 1, 1, 3, 1),
+                                      C::bhtd(out, 1, 1, 2, 1), C::bhtd(lse, 1, 1, 2, 1),
+                                      C::bhtd(d_out, 1, 1, 2, 1), W::bhtd(dq, 1, 1, 2, 1),
+                                      W::bhtd(dk, 1, 1, 3, 1), W::bhtd(dv, 1, 1, 3, 1), opt, m);
     CHECK(std::isnan(dv[0]));  // row 0 sees key 0
     CHECK(dv[1] == doctest::Approx(double(p11)));
     CHECK(dv[2] == 0);
@@ -345,11 +345,11 @@ TEST_CASE_TEMPLATE("fuzz finding backward-empty-d-bias: with no sequence or no h
     CAPTURE(B);
     CAPTURE(H);
     T d_bias[4] = {7, 7, 7, 7}, g[1] = {7};
-    ea::attention_heads_backward(C::bhtd(none, B, H, 2, 1), C::bhtd(none, B, H, 2, 1),
-                                 C::bhtd(none, B, H, 2, 1), C::bhtd(none, B, H, 2, 1),
-                                 C::bhtd(none, B, H, 2, 1), C::bhtd(none, B, H, 2, 1), W::bhtd(g, B, H, 2, 1),
-                                 W::bhtd(g, B, H, 2, 1), W::bhtd(g, B, H, 2, 1), {}, m, {},
-                                 W::bhtd(d_bias, 1, 1, 2, 2));
+    ea::attention_heads_backward_into(C::bhtd(none, B, H, 2, 1), C::bhtd(none, B, H, 2, 1),
+                                      C::bhtd(none, B, H, 2, 1), C::bhtd(none, B, H, 2, 1),
+                                      C::bhtd(none, B, H, 2, 1), C::bhtd(none, B, H, 2, 1), {},
+                                      W::bhtd(g, B, H, 2, 1), W::bhtd(g, B, H, 2, 1), W::bhtd(g, B, H, 2, 1),
+                                      W::bhtd(d_bias, 1, 1, 2, 2), {}, m);
     for (const T x : d_bias) CHECK(x == 0);
   }
 }

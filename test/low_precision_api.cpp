@@ -127,30 +127,30 @@ TEST_CASE_TEMPLATE("low precision api: multi-head, varlen and merge with every o
     std::vector<T16> out(B * H * tq * dv), scores(B * H * tq * tk), average(B * tq * tk);
     std::vector<float> outf(out.size()), scoresf(scores.size()), averagef(average.size()), lse(B * H * tq),
         lsef(lse.size());
-    ea::attention_heads(V16::bthd(q.data(), B, tq, H, d), V16::bthd(k.data(), B, tk, Hkv, d),
-                        V16::bthd(v.data(), B, tk, Hkv, dv),
-                        ea::HeadsView<T16>::bthd(out.data(), B, tq, H, dv), opt, masks,
-                        ea::HeadsView<float>::bhtd(lse.data(), B, H, tq, 1));
-    ea::attention_heads(VF::bthd(qf.data(), B, tq, H, d), VF::bthd(kf.data(), B, tk, Hkv, d),
-                        VF::bthd(vf.data(), B, tk, Hkv, dv),
-                        ea::HeadsView<float>::bthd(outf.data(), B, tq, H, dv), opt, masksf,
-                        ea::HeadsView<float>::bhtd(lsef.data(), B, H, tq, 1));
+    ea::attention_heads_into(V16::bthd(q.data(), B, tq, H, d), V16::bthd(k.data(), B, tk, Hkv, d),
+                             V16::bthd(v.data(), B, tk, Hkv, dv),
+                             ea::HeadsView<T16>::bthd(out.data(), B, tq, H, dv),
+                             ea::HeadsView<float>::bhtd(lse.data(), B, H, tq, 1), opt, masks);
+    ea::attention_heads_into(VF::bthd(qf.data(), B, tq, H, d), VF::bthd(kf.data(), B, tk, Hkv, d),
+                             VF::bthd(vf.data(), B, tk, Hkv, dv),
+                             ea::HeadsView<float>::bthd(outf.data(), B, tq, H, dv),
+                             ea::HeadsView<float>::bhtd(lsef.data(), B, H, tq, 1), opt, masksf);
     const auto as_matrix = [](auto& buf) {
       return Eigen::Map<RowMatrix<std::remove_reference_t<decltype(buf[0])>>>(buf.data(), 1, buf.size());
     };
     check_rounded(as_matrix(out), as_matrix(outf));
     EA_CHECK_EQUAL(as_matrix(lse), as_matrix(lsef));
 
-    ea::attention_heads_decomposed(V16::bhtd(q.data(), B, H, tq, d), V16::bhtd(k.data(), B, Hkv, tk, d),
-                                   V16::bhtd(v.data(), B, Hkv, tk, dv),
-                                   ea::HeadsView<T16>::bhtd(scores.data(), B, H, tq, tk),
-                                   ea::HeadsView<T16>::bhtd(out.data(), B, H, tq, dv), opt, masks, {},
-                                   ea::HeadsView<T16>::bhtd(average.data(), B, 1, tq, tk));
-    ea::attention_heads_decomposed(VF::bhtd(qf.data(), B, H, tq, d), VF::bhtd(kf.data(), B, Hkv, tk, d),
-                                   VF::bhtd(vf.data(), B, Hkv, tk, dv),
-                                   ea::HeadsView<float>::bhtd(scoresf.data(), B, H, tq, tk),
-                                   ea::HeadsView<float>::bhtd(outf.data(), B, H, tq, dv), opt, masksf, {},
-                                   ea::HeadsView<float>::bhtd(averagef.data(), B, 1, tq, tk));
+    ea::attention_heads_decomposed_into(V16::bhtd(q.data(), B, H, tq, d), V16::bhtd(k.data(), B, Hkv, tk, d),
+                                        V16::bhtd(v.data(), B, Hkv, tk, dv),
+                                        ea::HeadsView<T16>::bhtd(scores.data(), B, H, tq, tk),
+                                        ea::HeadsView<T16>::bhtd(out.data(), B, H, tq, dv), {},
+                                        ea::HeadsView<T16>::bhtd(average.data(), B, 1, tq, tk), opt, masks);
+    ea::attention_heads_decomposed_into(
+        VF::bhtd(qf.data(), B, H, tq, d), VF::bhtd(kf.data(), B, Hkv, tk, d),
+        VF::bhtd(vf.data(), B, Hkv, tk, dv), ea::HeadsView<float>::bhtd(scoresf.data(), B, H, tq, tk),
+        ea::HeadsView<float>::bhtd(outf.data(), B, H, tq, dv), {},
+        ea::HeadsView<float>::bhtd(averagef.data(), B, 1, tq, tk), opt, masksf);
     check_rounded(as_matrix(scores), as_matrix(scoresf));
     check_rounded(as_matrix(out), as_matrix(outf));
     // The average of the rounded weights, in float, rounded once: within one rounding of the
@@ -167,29 +167,28 @@ TEST_CASE_TEMPLATE("low precision api: multi-head, varlen and merge with every o
     alibi_onlyf.alibi_slopes = slopesf.data();
     std::vector<T16> vout(H * tq * dv, T16(9.0f));
     std::vector<float> voutf(vout.size(), 9.0f);
-    ea::attention_varlen(V16::bthd(q.data(), 1, tq, H, d), V16::bthd(k.data(), 1, tk, Hkv, d),
-                         V16::bthd(v.data(), 1, tk, Hkv, dv),
-                         ea::HeadsView<T16>::bthd(vout.data(), 1, tq, H, dv), cu_q, cu_k, 2, opt, alibi_only);
-    ea::attention_varlen(VF::bthd(qf.data(), 1, tq, H, d), VF::bthd(kf.data(), 1, tk, Hkv, d),
-                         VF::bthd(vf.data(), 1, tk, Hkv, dv),
-                         ea::HeadsView<float>::bthd(voutf.data(), 1, tq, H, dv), cu_q, cu_k, 2, opt,
-                         alibi_onlyf);
+    ea::attention_varlen_into(V16::bthd(q.data(), 1, tq, H, d), V16::bthd(k.data(), 1, tk, Hkv, d),
+                              V16::bthd(v.data(), 1, tk, Hkv, dv), cu_q, cu_k, 2,
+                              ea::HeadsView<T16>::bthd(vout.data(), 1, tq, H, dv), opt, alibi_only);
+    ea::attention_varlen_into(VF::bthd(qf.data(), 1, tq, H, d), VF::bthd(kf.data(), 1, tk, Hkv, d),
+                              VF::bthd(vf.data(), 1, tk, Hkv, dv), cu_q, cu_k, 2,
+                              ea::HeadsView<float>::bthd(voutf.data(), 1, tq, H, dv), opt, alibi_onlyf);
     check_rounded(as_matrix(vout), as_matrix(voutf));
     const std::size_t packed = ea::varlen_scores_size(cu_q, cu_k, 2, H);
     std::vector<T16> vscores(packed);
     std::vector<float> vscoresf(packed);
-    ea::attention_varlen_decomposed(V16::bthd(q.data(), 1, tq, H, d), V16::bthd(k.data(), 1, tk, Hkv, d),
-                                    V16::bthd(v.data(), 1, tk, Hkv, dv), vscores.data(), packed,
-                                    ea::HeadsView<T16>::bthd(vout.data(), 1, tq, H, dv), cu_q, cu_k, 2, opt,
-                                    alibi_only);
-    ea::attention_varlen_decomposed(VF::bthd(qf.data(), 1, tq, H, d), VF::bthd(kf.data(), 1, tk, Hkv, d),
-                                    VF::bthd(vf.data(), 1, tk, Hkv, dv), vscoresf.data(), packed,
-                                    ea::HeadsView<float>::bthd(voutf.data(), 1, tq, H, dv), cu_q, cu_k, 2,
-                                    opt, alibi_onlyf);
+    ea::attention_varlen_decomposed_into(V16::bthd(q.data(), 1, tq, H, d), V16::bthd(k.data(), 1, tk, Hkv, d),
+                                         V16::bthd(v.data(), 1, tk, Hkv, dv), cu_q, cu_k, 2, vscores.data(),
+                                         packed, ea::HeadsView<T16>::bthd(vout.data(), 1, tq, H, dv), opt,
+                                         alibi_only);
+    ea::attention_varlen_decomposed_into(VF::bthd(qf.data(), 1, tq, H, d), VF::bthd(kf.data(), 1, tk, Hkv, d),
+                                         VF::bthd(vf.data(), 1, tk, Hkv, dv), cu_q, cu_k, 2, vscoresf.data(),
+                                         packed, ea::HeadsView<float>::bthd(voutf.data(), 1, tq, H, dv), opt,
+                                         alibi_onlyf);
     check_rounded(as_matrix(vscores), as_matrix(vscoresf));
   }
 
-  // merge_attention: two halves of the keys merged in float, rounded once.
+  // merge_attention_into: two halves of the keys merged in float, rounded once.
   const ea::Options opt;
   const Eigen::Index half_k = tk / 2;
   std::vector<T16> oa(H * tq * dv), ob(oa.size()), merged(oa.size());
@@ -201,17 +200,17 @@ TEST_CASE_TEMPLATE("low precision api: multi-head, varlen and merge with every o
   second.tokens = vsecond.tokens = tk - half_k;
   second.data += half_k * d;
   vsecond.data += half_k * dv;
-  ea::attention_heads(q1, first, vfirst, ea::HeadsView<T16>::bhtd(oa.data(), 1, H, tq, dv), opt, {},
-                      ea::HeadsView<float>::bhtd(la.data(), 1, H, tq, 1));
-  ea::attention_heads(q1, second, vsecond, ea::HeadsView<T16>::bhtd(ob.data(), 1, H, tq, dv), opt, {},
-                      ea::HeadsView<float>::bhtd(lb.data(), 1, H, tq, 1));
-  ea::merge_attention(V16::bhtd(oa.data(), 1, H, tq, dv), VF::bhtd(la.data(), 1, H, tq, 1),
-                      V16::bhtd(ob.data(), 1, H, tq, dv), VF::bhtd(lb.data(), 1, H, tq, 1),
-                      ea::HeadsView<T16>::bhtd(merged.data(), 1, H, tq, dv),
-                      ea::HeadsView<float>::bhtd(lm.data(), 1, H, tq, 1));
+  ea::attention_heads_into(q1, first, vfirst, ea::HeadsView<T16>::bhtd(oa.data(), 1, H, tq, dv),
+                           ea::HeadsView<float>::bhtd(la.data(), 1, H, tq, 1), opt);
+  ea::attention_heads_into(q1, second, vsecond, ea::HeadsView<T16>::bhtd(ob.data(), 1, H, tq, dv),
+                           ea::HeadsView<float>::bhtd(lb.data(), 1, H, tq, 1), opt);
+  ea::merge_attention_into(V16::bhtd(oa.data(), 1, H, tq, dv), VF::bhtd(la.data(), 1, H, tq, 1),
+                           V16::bhtd(ob.data(), 1, H, tq, dv), VF::bhtd(lb.data(), 1, H, tq, 1),
+                           ea::HeadsView<T16>::bhtd(merged.data(), 1, H, tq, dv),
+                           ea::HeadsView<float>::bhtd(lm.data(), 1, H, tq, 1));
   std::vector<T16> direct(oa.size());
-  ea::attention_heads(q1, k1, v1, ea::HeadsView<T16>::bhtd(direct.data(), 1, H, tq, dv), opt, {},
-                      ea::HeadsView<float>::bhtd(lw.data(), 1, H, tq, 1));
+  ea::attention_heads_into(q1, k1, v1, ea::HeadsView<T16>::bhtd(direct.data(), 1, H, tq, dv),
+                           ea::HeadsView<float>::bhtd(lw.data(), 1, H, tq, 1), opt);
   // Each half was rounded (u |o_a|, u |o_b|), the merge rounds once more (u |merged|) and the
   // direct result once (u |direct|): with eps = 2u, eps (max(|o_a|, |o_b|) + |direct|) bounds it.
   const float eps = epsilon16<T16>();
@@ -260,26 +259,26 @@ TEST_CASE_TEMPLATE("low precision api: the backward passes are the float passes 
   using W16 = ea::HeadsView<T16>;
   ea::Masks<T16> masks;
   masks.bias = ea::BroadcastView<T16>::matrix(bias.data(), tq, tk);
-  ea::attention_heads(V16::bhtd(q.data(), 1, H, tq, d), V16::bhtd(k.data(), 1, 1, tk, d),
-                      V16::bhtd(v.data(), 1, 1, tk, d), W16::bhtd(o.data(), 1, H, tq, d), opt, masks,
-                      ea::HeadsView<float>::bhtd(l.data(), 1, H, tq, 1));
-  ea::attention_heads_backward(V16::bhtd(q.data(), 1, H, tq, d), V16::bhtd(k.data(), 1, 1, tk, d),
-                               V16::bhtd(v.data(), 1, 1, tk, d), V16::bhtd(o.data(), 1, H, tq, d),
-                               ea::HeadsView<const float>::bhtd(l.data(), 1, H, tq, 1),
-                               V16::bhtd(d_out.data(), 1, H, tq, d), W16::bhtd(gq.data(), 1, H, tq, d),
-                               W16::bhtd(gk.data(), 1, 1, tk, d), W16::bhtd(gv.data(), 1, 1, tk, d), opt,
-                               masks, {}, W16::bhtd(gbias.data(), 1, 1, tq, tk));
+  ea::attention_heads_into(V16::bhtd(q.data(), 1, H, tq, d), V16::bhtd(k.data(), 1, 1, tk, d),
+                           V16::bhtd(v.data(), 1, 1, tk, d), W16::bhtd(o.data(), 1, H, tq, d),
+                           ea::HeadsView<float>::bhtd(l.data(), 1, H, tq, 1), opt, masks);
+  ea::attention_heads_backward_into(
+      V16::bhtd(q.data(), 1, H, tq, d), V16::bhtd(k.data(), 1, 1, tk, d), V16::bhtd(v.data(), 1, 1, tk, d),
+      V16::bhtd(o.data(), 1, H, tq, d), ea::HeadsView<const float>::bhtd(l.data(), 1, H, tq, 1),
+      V16::bhtd(d_out.data(), 1, H, tq, d), {}, W16::bhtd(gq.data(), 1, H, tq, d),
+      W16::bhtd(gk.data(), 1, 1, tk, d), W16::bhtd(gv.data(), 1, 1, tk, d),
+      W16::bhtd(gbias.data(), 1, 1, tq, tk), opt, masks);
   std::vector<float> qf = widened(q), kf = widened(k), vf = widened(v), of = widened(o), dof = widened(d_out),
                      biasf = widened(bias), fq(q.size()), fk(k.size()), fv(v.size()), fbias(bias.size());
   using VF = ea::HeadsView<const float>;
   using WF = ea::HeadsView<float>;
   ea::Masks<float> masksf;
   masksf.bias = ea::BroadcastView<float>::matrix(biasf.data(), tq, tk);
-  ea::attention_heads_backward(
+  ea::attention_heads_backward_into(
       VF::bhtd(qf.data(), 1, H, tq, d), VF::bhtd(kf.data(), 1, 1, tk, d), VF::bhtd(vf.data(), 1, 1, tk, d),
       VF::bhtd(of.data(), 1, H, tq, d), VF::bhtd(l.data(), 1, H, tq, 1), VF::bhtd(dof.data(), 1, H, tq, d),
-      WF::bhtd(fq.data(), 1, H, tq, d), WF::bhtd(fk.data(), 1, 1, tk, d), WF::bhtd(fv.data(), 1, 1, tk, d),
-      opt, masksf, {}, WF::bhtd(fbias.data(), 1, 1, tq, tk));
+      {}, WF::bhtd(fq.data(), 1, H, tq, d), WF::bhtd(fk.data(), 1, 1, tk, d),
+      WF::bhtd(fv.data(), 1, 1, tk, d), WF::bhtd(fbias.data(), 1, 1, tq, tk), opt, masksf);
   const auto as_matrix = [](auto& buf) {
     return Eigen::Map<RowMatrix<std::remove_reference_t<decltype(buf[0])>>>(buf.data(), 1, buf.size());
   };
@@ -291,11 +290,11 @@ TEST_CASE_TEMPLATE("low precision api: the backward passes are the float passes 
   // varlen backward: the rows after the last sequence stay untouched.
   const std::int64_t cu_q[2] = {0, 4}, cu_k[2] = {0, 7};
   std::vector<T16> vq(q.size(), T16(3.0f));
-  ea::attention_varlen_backward(
+  ea::attention_varlen_backward_into(
       V16::bthd(q.data(), 1, tq, H, d), V16::bthd(k.data(), 1, tk, 1, d), V16::bthd(v.data(), 1, tk, 1, d),
       V16::bthd(o.data(), 1, tq, H, d), ea::HeadsView<const float>::bhtd(l.data(), 1, H, tq, 1),
-      V16::bthd(d_out.data(), 1, tq, H, d), W16::bthd(vq.data(), 1, tq, H, d),
-      W16::bthd(gk.data(), 1, tk, 1, d), W16::bthd(gv.data(), 1, tk, 1, d), cu_q, cu_k, 1, opt);
+      V16::bthd(d_out.data(), 1, tq, H, d), cu_q, cu_k, 1, W16::bthd(vq.data(), 1, tq, H, d),
+      W16::bthd(gk.data(), 1, tk, 1, d), W16::bthd(gv.data(), 1, tk, 1, d), opt);
   for (std::size_t i = 4 * H * d; i < vq.size(); ++i) CHECK(static_cast<float>(vq[i]) == 3.0f);
 }
 

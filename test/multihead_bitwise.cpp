@@ -39,18 +39,18 @@ TEST_CASE_TEMPLATE("multihead crosscheck: threads 1, 2 and 0 give bitwise the sa
         Run<T> r;
         r.out = HeadsBuffer<T>(layout, 1, 4, 150, 16, kSentinel<T>);
         r.lse = HeadsBuffer<T>(layout, 1, 4, 150, 1, kSentinel<T>);
-        mh::attention_varlen(Q.cview(), K.cview(), V.cview(), r.out.view(), cu_q.data(), cu_k.data(), 3,
-                             options_for(pv.spec, kernel, threads), vmasks.masks, r.lse.view());
+        mh::attention_varlen_into(Q.cview(), K.cview(), V.cview(), cu_q.data(), cu_k.data(), 3, r.out.view(),
+                                  r.lse.view(), options_for(pv.spec, kernel, threads), vmasks.masks);
         return r;
       };
       const Run<T> v1 = varlen(1);
       for (const int threads : {2, 0}) {
         CAPTURE(threads);
         check_runs_equal(run_heads<T>(p, options_for(p.spec, kernel, threads), layout, false), f1,
-                         "attention_heads");
+                         "attention_heads_into");
         check_runs_equal(run_heads<T>(p, options_for(p.spec, kernel, threads), layout, true), d1,
-                         "attention_heads_decomposed");
-        check_runs_equal(varlen(threads), v1, "attention_varlen");
+                         "attention_heads_decomposed_into");
+        check_runs_equal(varlen(threads), v1, "attention_varlen_into");
       }
     }
   }

@@ -33,8 +33,9 @@ const std::vector<std::string> kLengthWord = {"length"};
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad shapes, masks and options",
-                   T, float, double) {
+TEST_CASE_TEMPLATE(
+    "multihead errors: attention_heads_into and _decomposed reject bad shapes, masks and options", T, float,
+    double) {
   Rng rng(3);
   const auto L = mh::Layout::BHTD;
   auto random_buffer = [&](Eigen::Index b, Eigen::Index h, Eigen::Index t, Eigen::Index d) {
@@ -107,23 +108,23 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
     {
       HeadsBuffer<T> o = sentinel(kB, kH, kTq, kDv), l = sentinel(kB, kH, kTq, 1),
                      s = sentinel(kB, kH, kTq, kTk), a = sentinel(kB, 1, kTq, kTk);
-      CHECK_NOTHROW(mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, {}, l.view()));
-      CHECK_NOTHROW(mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), s.view(), o.view(), opt,
-                                                   {}, l.view(), a.view()));
+      CHECK_NOTHROW(mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), o.view(), l.view(), opt));
+      CHECK_NOTHROW(mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), s.view(), o.view(),
+                                                        l.view(), a.view(), opt));
       for (const Eigen::Index b : {Eigen::Index(1), kB})
         for (const Eigen::Index h : {Eigen::Index(1), kH}) {
-          CHECK_NOTHROW(
-              mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, with_mask(b, h, kTq, kTk)));
-          CHECK_NOTHROW(
-              mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), opt, with_bias(b, h, kTq, kTk)));
+          CHECK_NOTHROW(mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), o.view(), opt,
+                                                 with_mask(b, h, kTq, kTk)));
+          CHECK_NOTHROW(mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), o.view(), opt,
+                                                 with_bias(b, h, kTq, kTk)));
         }
       mh::Options edge = opt;
       edge.window_left = 0;
       edge.window_right = 0;
       edge.softcap = 1e-3;
       const std::vector<std::int64_t> lengths_edge = {0, kTk};
-      CHECK_NOTHROW(
-          mh::attention_heads(Q.cview(), K.cview(), V.cview(), o.view(), edge, with_lengths(lengths_edge)));
+      CHECK_NOTHROW(mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), o.view(), edge,
+                                             with_lengths(lengths_edge)));
     }
 
     auto heads = [&](const HeadsBuffer<T>& k, const HeadsBuffer<T>& v, HeadsBuffer<T>& o,
@@ -132,7 +133,7 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
       o2.kernel = kernel;
       const auto kv = k.cview(), vv = v.cview();
       const auto ov = o.view(), lv = lse.view(), qv = Q.cview();
-      return [=] { mh::attention_heads(qv, kv, vv, ov, o2, m, lv); };
+      return [=] { mh::attention_heads_into(qv, kv, vv, ov, lv, o2, m); };
     };
     auto opt_with = [&](auto set) {
       mh::Options o = opt;
@@ -155,41 +156,41 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
         {"out with 15 tokens", heads(K, V, out_t15), {15}, {}},
         {"out with dim 16", heads(K, V, out_d16), {16}, {}},
         {"lse with 17 tokens",
-         [&] { mh::attention_heads(Q.cview(), K.cview(), V.cview(), out.view(), opt, {}, lse_t17.view()); },
+         [&] { mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), out.view(), lse_t17.view(), opt); },
          {17},
          {}},
         {"scores with 18 keys",
          [&] {
-           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores_d18.view(), out.view(), opt,
-                                          {}, lse.view(), avg.view());
+           mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), scores_d18.view(), out.view(),
+                                               lse.view(), avg.view(), opt);
          },
          {18},
          {}},
         {"average scores with 19 tokens",
          [&] {
-           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), opt, {},
-                                          lse.view(), avg_t19.view());
+           mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(),
+                                               lse.view(), avg_t19.view(), opt);
          },
          {19},
          {}},
         {"average scores with 12 heads (must be 1)",
          [&] {
-           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), opt, {},
-                                          lse.view(), avg_h12.view());
+           mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(),
+                                               lse.view(), avg_h12.view(), opt);
          },
          {12},
          {}},
         {"decomposed, K with d_k 10",
          [&] {
-           mh::attention_heads_decomposed(Q.cview(), K_dk10.cview(), V.cview(), scores.view(), out.view(),
-                                          opt, {}, lse.view(), avg.view());
+           mh::attention_heads_decomposed_into(Q.cview(), K_dk10.cview(), V.cview(), scores.view(),
+                                               out.view(), lse.view(), avg.view(), opt);
          },
          {9, 10},
          {}},
         {"decomposed, H = 12 not a multiple of H_kv = 5",
          [&] {
-           mh::attention_heads_decomposed(Q.cview(), K_h5.cview(), V_h5.cview(), scores.view(), out.view(),
-                                          opt, {}, lse.view(), avg.view());
+           mh::attention_heads_decomposed_into(Q.cview(), K_h5.cview(), V_h5.cview(), scores.view(),
+                                               out.view(), lse.view(), avg.view(), opt);
          },
          {12, 5},
          {}},
@@ -208,8 +209,8 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
         {"bias with 27 heads", heads(K, V, out, opt, with_bias(kB, 27, kTq, kTk)), {27}, {kBiasWord}},
         {"decomposed, bias with 25 key columns",
          [&] {
-           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), opt,
-                                          with_bias(1, 1, kTq, 25), lse.view(), avg.view());
+           mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(),
+                                               lse.view(), avg.view(), opt, with_bias(1, 1, kTq, 25));
          },
          {25},
          {kBiasWord}},
@@ -238,8 +239,8 @@ TEST_CASE_TEMPLATE("multihead errors: attention_heads and _decomposed reject bad
          [&] {
            mh::Options o = opt;
            o.window_left = -17;
-           mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(), o, {},
-                                          lse.view(), avg.view());
+           mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), scores.view(), out.view(),
+                                               lse.view(), avg.view(), o);
          },
          {17},
          {kWindowWord}},
@@ -277,13 +278,13 @@ TEST_CASE_TEMPLATE("multihead errors: outputs that overlap an input or each othe
   const auto lse_over_out = mh::HeadsView<T>::bhtd(out.data.data() + 4, kB, kH, kTq, 1);
   const std::vector<std::string> word = {"overlap", "alias"};
   const std::vector<BadCall> bad = {
-      {"out over Q", [&] { mh::attention_heads(Q, K, V, out_over_q); }, {}, {word}},
-      {"lse over V", [&] { mh::attention_heads(Q, K, V, out.view(), {}, {}, out_over_v); }, {}, {word}},
-      {"lse over out", [&] { mh::attention_heads(Q, K, V, out.view(), {}, {}, lse_over_out); }, {}, {word}},
+      {"out over Q", [&] { mh::attention_heads_into(Q, K, V, out_over_q); }, {}, {word}},
+      {"lse over V", [&] { mh::attention_heads_into(Q, K, V, out.view(), out_over_v); }, {}, {word}},
+      {"lse over out", [&] { mh::attention_heads_into(Q, K, V, out.view(), lse_over_out); }, {}, {word}},
       {"decomposed, scores over K",
        [&] {
-         mh::attention_heads_decomposed(Q, K, V, mh::HeadsView<T>::bhtd(inputs.data() + nq, kB, kH, kTq, kTk),
-                                        out.view());
+         mh::attention_heads_decomposed_into(
+             Q, K, V, mh::HeadsView<T>::bhtd(inputs.data() + nq, kB, kH, kTq, kTk), out.view());
        },
        {},
        {word}},
@@ -291,8 +292,8 @@ TEST_CASE_TEMPLATE("multihead errors: outputs that overlap an input or each othe
   for (const auto& b : bad) check_bad_call(b, untouched);
 }
 
-TEST_CASE_TEMPLATE("multihead errors: attention_varlen rejects bad offsets and per-sequence masks", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("multihead errors: attention_varlen_into rejects bad offsets and per-sequence masks", T,
+                   float, double) {
   Rng rng(4);
   const auto L = mh::Layout::BTHD;
   constexpr Eigen::Index total_q = 29, total_k = 31;
@@ -319,13 +320,13 @@ TEST_CASE_TEMPLATE("multihead errors: attention_varlen rejects bad offsets and p
     opt.causal = true;
     {
       HeadsBuffer<T> o(L, 1, kH, total_q, kDv, kSentinel<T>), l(L, 1, kH, total_q, 1, kSentinel<T>);
-      CHECK_NOTHROW(mh::attention_varlen(Q.cview(), K.cview(), V.cview(), o.view(), cu_q.data(), cu_k.data(),
-                                         2, opt, {}, l.view()));
+      CHECK_NOTHROW(mh::attention_varlen_into(Q.cview(), K.cview(), V.cview(), cu_q.data(), cu_k.data(), 2,
+                                              o.view(), l.view(), opt));
     }
     auto varlen = [&](std::vector<std::int64_t> q, std::vector<std::int64_t> k, mh::Masks<T> m = {}) {
       return [&, q, k, m] {
-        mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), q.data(), k.data(),
-                             static_cast<Eigen::Index>(q.size()) - 1, opt, m, lse.view());
+        mh::attention_varlen_into(Q.cview(), K.cview(), V.cview(), q.data(), k.data(),
+                                  static_cast<Eigen::Index>(q.size()) - 1, out.view(), lse.view(), opt, m);
       };
     };
     mh::Masks<T> with_mask, with_bias, with_lengths;
@@ -347,8 +348,8 @@ TEST_CASE_TEMPLATE("multihead errors: attention_varlen rejects bad offsets and p
          [&] {
            mh::Options o = opt;
            o.window_right = -23;
-           mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), cu_q.data(), cu_k.data(), 2, o,
-                                {}, lse.view());
+           mh::attention_varlen_into(Q.cview(), K.cview(), V.cview(), cu_q.data(), cu_k.data(), 2, out.view(),
+                                     lse.view(), o);
          },
          {23},
          {kWindowWord}},
@@ -357,7 +358,7 @@ TEST_CASE_TEMPLATE("multihead errors: attention_varlen rejects bad offsets and p
   }
 }
 
-TEST_CASE_TEMPLATE("multihead errors: merge_attention rejects mismatched shapes", T, float, double) {
+TEST_CASE_TEMPLATE("multihead errors: merge_attention_into rejects mismatched shapes", T, float, double) {
   const auto L = mh::Layout::BHTD;
   const HeadsBuffer<T> oa(L, kB, kH, kTq, kDv, T(1)), la(L, kB, kH, kTq, 1, T(0));
   const HeadsBuffer<T> ob(L, kB, kH, kTq, kDv, T(2)), lb(L, kB, kH, kTq, 1, T(0));
@@ -371,7 +372,8 @@ TEST_CASE_TEMPLATE("multihead errors: merge_attention rejects mismatched shapes"
   };
   {
     HeadsBuffer<T> o(L, kB, kH, kTq, kDv, kSentinel<T>), l(L, kB, kH, kTq, 1, kSentinel<T>);
-    REQUIRE_NOTHROW(mh::merge_attention(oa.cview(), la.cview(), ob.cview(), lb.cview(), o.view(), l.view()));
+    REQUIRE_NOTHROW(
+        mh::merge_attention_into(oa.cview(), la.cview(), ob.cview(), lb.cview(), o.view(), l.view()));
     CHECK(o.all_equal_to(T(1.5)));  // equal LSEs: the mean
     // equal LSEs 0: log 2, within a few ulps
     for (const T x : l.data)
@@ -380,19 +382,20 @@ TEST_CASE_TEMPLATE("multihead errors: merge_attention rejects mismatched shapes"
   const std::vector<BadCall> bad = {
       {"out_b and lse_b with 6 tokens",
        [&] {
-         mh::merge_attention(oa.cview(), la.cview(), ob_t6.cview(), lb_t6.cview(), out.view(), lse.view());
+         mh::merge_attention_into(oa.cview(), la.cview(), ob_t6.cview(), lb_t6.cview(), out.view(),
+                                  lse.view());
        },
        {6},
        {}},
       {"out_b with dim 10",
        [&] {
-         mh::merge_attention(oa.cview(), la.cview(), ob_d10.cview(), lb.cview(), out.view(), lse.view());
+         mh::merge_attention_into(oa.cview(), la.cview(), ob_d10.cview(), lb.cview(), out.view(), lse.view());
        },
        {10},
        {}},
       {"out with 8 heads",
        [&] {
-         mh::merge_attention(oa.cview(), la.cview(), ob.cview(), lb.cview(), out_h8.view(), lse.view());
+         mh::merge_attention_into(oa.cview(), la.cview(), ob.cview(), lb.cview(), out_h8.view(), lse.view());
        },
        {8},
        {}},
@@ -412,7 +415,7 @@ TEST_CASE("multihead errors: an output over the bias, mask or key lengths is rej
   ea::Masks<float> masks;
   masks.bias = ea::BroadcastView<float>::matrix(shared.data(), T, T);
   const auto O = ea::HeadsView<float>::bhtd(shared.data() + 8, B, H, T, D);
-  CHECK_THROWS_WITH_AS(ea::attention_heads(Q, K, V, O, {}, masks), doctest::Contains("bias"),
+  CHECK_THROWS_WITH_AS(ea::attention_heads_into(Q, K, V, O, {}, masks), doctest::Contains("bias"),
                        std::invalid_argument);
   for (float x : shared) CHECK(x == 7.0f);
 
@@ -422,11 +425,11 @@ TEST_CASE("multihead errors: an output over the bias, mask or key lengths is rej
   std::vector<double> qd(B * H * T * D, 0.5);
   const auto Qd = ea::HeadsView<const double>::bhtd(qd.data(), B, H, T, D);
   const auto Od = ea::HeadsView<double>::bhtd(reinterpret_cast<double*>(lengths_and_out.data()), B, H, T, D);
-  CHECK_THROWS_WITH_AS(ea::attention_heads(Qd, Qd, Qd, Od, {}, lengths), doctest::Contains("key_lengths"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ea::attention_heads_into(Qd, Qd, Qd, Od, {}, lengths),
+                       doctest::Contains("key_lengths"), std::invalid_argument);
 }
 
-TEST_CASE("multihead errors: merge_attention takes in-place merges but rejects partial overlaps") {
+TEST_CASE("multihead errors: merge_attention_into takes in-place merges but rejects partial overlaps") {
   namespace ea = EigenAttention;
   const Eigen::Index B = 1, H = 1, T = 4, D = 2;
   std::vector<float> a(T * D, 1.0f), b(T * D, 3.0f), la(T, 0.0f), lb(T, 0.0f), buffer(T * D + 2, 9.0f);
@@ -435,14 +438,14 @@ TEST_CASE("multihead errors: merge_attention takes in-place merges but rejects p
   const auto LA = ea::HeadsView<float>::bhtd(la.data(), B, H, T, 1);
   const auto LB = ea::HeadsView<float>::bhtd(lb.data(), B, H, T, 1);
   // In place: out is out_a. Equal LSEs: the mean of the two outputs.
-  ea::merge_attention(A, LA, Bv, LB, A, LA);
+  ea::merge_attention_into(A, LA, Bv, LB, A, LA);
   for (float x : a) CHECK(x == doctest::Approx(2.0f));
   // out shifted by one element into out_b: rejected before anything is written.
   std::copy(b.begin(), b.end(), buffer.begin());
   const auto Shifted = ea::HeadsView<float>::bhtd(buffer.data() + 1, B, H, T, D);
   const auto Bbuf = ea::HeadsView<float>::bhtd(buffer.data(), B, H, T, D);
   std::vector<float> before = buffer;
-  CHECK_THROWS_WITH_AS(ea::merge_attention(A, LA, Bbuf, LB, Shifted, LA), doctest::Contains("overlaps"),
+  CHECK_THROWS_WITH_AS(ea::merge_attention_into(A, LA, Bbuf, LB, Shifted, LA), doctest::Contains("overlaps"),
                        std::invalid_argument);
   CHECK(buffer == before);
   // lse_a laid over out_a's first column, with out_a's very strides: out merged in place over out_a
@@ -450,8 +453,8 @@ TEST_CASE("multihead errors: merge_attention takes in-place merges but rejects p
   const std::vector<float> a_before = a;
   const ea::HeadsView<float> first_column{a.data(),       B, H, T, 1, A.batch_stride, A.head_stride,
                                           A.token_stride, 1};
-  CHECK_THROWS_WITH_AS(ea::merge_attention(A, first_column, Bv, LB, A, LA), doctest::Contains("overlaps"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ea::merge_attention_into(A, first_column, Bv, LB, A, LA),
+                       doctest::Contains("overlaps"), std::invalid_argument);
   CHECK(a == a_before);
 }
 
@@ -465,17 +468,17 @@ TEST_CASE("multihead errors: a broadcast size of 1 is printed once, and a count 
     const auto O = ea::HeadsView<float>::bhtd(out_data.data(), B, H, T, D);
     ea::Masks<float> masks;
     masks.mask = ea::BroadcastView<bool>{mask_data.get(), mask_b, mask_h, T, T, mask_h * T * T, T * T, T, 1};
-    return invalid_argument_message([&] { ea::attention_heads(Q, Q, Q, O, {}, masks); });
+    return invalid_argument_message([&] { ea::attention_heads_into(Q, Q, Q, O, {}, masks); });
   };
   // [B or 1, H or 1, T_q, T_k], with one size where B or H is 1.
   CHECK(message(1, 3, 1, 2) ==
-        "EigenAttention::attention_heads: mask is [1, 2, 4, 4] but must be [1, 3 or 1, 4, 4]");
+        "EigenAttention::attention_heads_into: mask is [1, 2, 4, 4] but must be [1, 3 or 1, 4, 4]");
   CHECK(message(2, 1, 3, 1) ==
-        "EigenAttention::attention_heads: mask is [3, 1, 4, 4] but must be [2 or 1, 1, 4, 4]");
+        "EigenAttention::attention_heads_into: mask is [3, 1, 4, 4] but must be [2 or 1, 1, 4, 4]");
   CHECK(message(1, 1, 1, 2) ==
-        "EigenAttention::attention_heads: mask is [1, 2, 4, 4] but must be [1, 1, 4, 4]");
+        "EigenAttention::attention_heads_into: mask is [1, 2, 4, 4] but must be [1, 1, 4, 4]");
   CHECK(message(2, 3, 1, 2) ==
-        "EigenAttention::attention_heads: mask is [1, 2, 4, 4] but must be [2 or 1, 3 or 1, 4, 4]");
+        "EigenAttention::attention_heads_into: mask is [1, 2, 4, 4] but must be [2 or 1, 3 or 1, 4, 4]");
   for (const float x : out_data) CHECK(x == 7.0f);
 
   // key_lengths of one sequence: "(1 entry)".
@@ -485,19 +488,20 @@ TEST_CASE("multihead errors: a broadcast size of 1 is printed once, and a count 
   std::vector<double> qd(3 * T * D, 0.5);
   const auto Qd = ea::HeadsView<const double>::bhtd(qd.data(), 1, 3, T, D);
   const auto Od = ea::HeadsView<double>::bhtd(reinterpret_cast<double*>(lengths_and_out.data()), 1, 3, T, D);
-  CHECK_THROWS_WITH_AS(ea::attention_heads(Qd, Qd, Qd, Od, {}, lengths),
+  CHECK_THROWS_WITH_AS(ea::attention_heads_into(Qd, Qd, Qd, Od, {}, lengths),
                        doctest::Contains("key_lengths (1 entry)"), std::invalid_argument);
 
   // A packed batch of one token: "exceeds the 1 packed token"; packed scores of one element.
   const auto Q1 = ea::HeadsView<const float>::bthd(data.data(), 1, 1, 2, D);
   const auto O1 = ea::HeadsView<float>::bthd(out_data.data(), 1, 1, 2, D);
   const std::int64_t cu_one[2] = {0, 1}, cu_two[2] = {0, 2};
-  CHECK(invalid_argument_message([&] { ea::attention_varlen(Q1, Q1, Q1, O1, cu_two, cu_one, 1); }) ==
-        "EigenAttention::attention_varlen: cu_seqlens_q[1] = 2 exceeds the 1 packed token");
+  CHECK(invalid_argument_message([&] { ea::attention_varlen_into(Q1, Q1, Q1, cu_two, cu_one, 1, O1); }) ==
+        "EigenAttention::attention_varlen_into: cu_seqlens_q[1] = 2 exceeds the 1 packed token");
   float scores[4] = {7.0f, 7.0f, 7.0f, 7.0f};
   CHECK(invalid_argument_message(
-            [&] { ea::attention_varlen_decomposed(Q1, Q1, Q1, scores, 1, O1, cu_one, cu_one, 1); }) ==
-        "EigenAttention::attention_varlen_decomposed: scores holds 1 element but the packed weights need 2 "
+            [&] { ea::attention_varlen_decomposed_into(Q1, Q1, Q1, cu_one, cu_one, 1, scores, 1, O1); }) ==
+        "EigenAttention::attention_varlen_decomposed_into: scores holds 1 element but the packed weights "
+        "need 2 "
         "(varlen_scores_size)");
   for (const float x : scores) CHECK(x == 7.0f);
   for (const float x : out_data) CHECK(x == 7.0f);

@@ -1,6 +1,6 @@
 // The multi-head golden cases of test/data/multihead/ (PyTorch, float64; see
 // make_multihead_golden.py there): OUT, LSE, SCORES and the head-averaged SCORES from
-// attention_heads, attention_heads_decomposed and attention_varlen, for every kernel, both
+// attention_heads_into, attention_heads_decomposed_into and attention_varlen_into, for every kernel, both
 // buffer layouts (the files hold BHTD; the tests also lay them out as BTHD), threads 1 and 2,
 // in float and double. Tolerances: the error model of tolerance.hpp, extended for soft-cap,
 // ALiBi and biases in support/reference.hpp (multihead_budget).
@@ -94,7 +94,7 @@ TEST_CASE("multihead golden: every case parses and the long-double reference agr
 }
 
 TEST_CASE_TEMPLATE(
-    "multihead golden: attention_heads and _decomposed, every kernel, both layouts, threads 1 and 2", T,
+    "multihead golden: attention_heads_into and _decomposed, every kernel, both layouts, threads 1 and 2", T,
     float, double) {
   for_each_case(false, 36, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
     const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], tk = g.K.n[2], dv = g.V.n[3];
@@ -102,20 +102,20 @@ TEST_CASE_TEMPLATE(
     for_each_layout([&](mh::Layout layout) {
       const HeadsBuffer<T> Q(g.Q, layout), K(g.K, layout), V(g.V, layout);
       for_each_kernel_and_threads(g.spec, [&](const mh::Options& opt, int threads) {
-        // attention_heads, with and without LSE
+        // attention_heads_into, with and without LSE
         HeadsBuffer<T> out(layout, B, H, tq, dv, kSentinel<T>), lse(layout, B, H, tq, 1, kSentinel<T>);
-        mh::attention_heads(Q.cview(), K.cview(), V.cview(), out.view(), opt, masks.masks, lse.view());
-        check_heads_near(out.view(), g.out, attn_budget<T>(ref), "attention_heads OUT");
-        check_heads_near(lse.view(), g.lse, lse_budget<T>(ref), "attention_heads LSE");
+        mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), out.view(), lse.view(), opt, masks.masks);
+        check_heads_near(out.view(), g.out, attn_budget<T>(ref), "attention_heads_into OUT");
+        check_heads_near(lse.view(), g.lse, lse_budget<T>(ref), "attention_heads_into LSE");
         HeadsBuffer<T> out_only(layout, B, H, tq, dv, kSentinel<T>);
-        mh::attention_heads(Q.cview(), K.cview(), V.cview(), out_only.view(), opt, masks.masks);
-        check_heads_near(out_only.view(), g.out, attn_budget<T>(ref), "attention_heads OUT (no LSE)");
+        mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), out_only.view(), opt, masks.masks);
+        check_heads_near(out_only.view(), g.out, attn_budget<T>(ref), "attention_heads_into OUT (no LSE)");
 
-        // attention_heads_decomposed: per-head SCORES, OUT, LSE and the head average
+        // attention_heads_decomposed_into: per-head SCORES, OUT, LSE and the head average
         HeadsBuffer<T> scores(layout, B, H, tq, tk, kSentinel<T>), avg(layout, B, 1, tq, tk, kSentinel<T>);
         HeadsBuffer<T> out2(layout, B, H, tq, dv, kSentinel<T>), lse2(layout, B, H, tq, 1, kSentinel<T>);
-        mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores.view(), out2.view(), opt,
-                                       masks.masks, lse2.view(), avg.view());
+        mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), scores.view(), out2.view(),
+                                            lse2.view(), avg.view(), opt, masks.masks);
         check_heads_near(scores.view(), g.scores, scores_budget<T>(ref), "decomposed SCORES");
         check_heads_near(out2.view(), g.out, attn_budget<T>(ref), "decomposed OUT");
         check_heads_near(lse2.view(), g.lse, lse_budget<T>(ref), "decomposed LSE");
@@ -124,8 +124,8 @@ TEST_CASE_TEMPLATE(
         if (threads == 1) {
           // SCORES alone (out, lse and the average not wanted)
           HeadsBuffer<T> scores_only(layout, B, H, tq, tk, kSentinel<T>);
-          mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), scores_only.view(), {}, opt,
-                                         masks.masks);
+          mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), scores_only.view(), {}, opt,
+                                              masks.masks);
           check_heads_near(scores_only.view(), g.scores, scores_budget<T>(ref), "decomposed SCORES alone");
         }
       });
@@ -133,7 +133,7 @@ TEST_CASE_TEMPLATE(
   });
 }
 
-TEST_CASE_TEMPLATE("multihead golden: attention_varlen, every kernel, both layouts, threads 1 and 2", T,
+TEST_CASE_TEMPLATE("multihead golden: attention_varlen_into, every kernel, both layouts, threads 1 and 2", T,
                    float, double) {
   for_each_case(true, 3, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
     const Eigen::Index H = g.Q.n[1], tq = g.Q.n[2], dv = g.V.n[3];
@@ -143,14 +143,15 @@ TEST_CASE_TEMPLATE("multihead golden: attention_varlen, every kernel, both layou
       const HeadsBuffer<T> Q(g.Q, layout), K(g.K, layout), V(g.V, layout);
       for_each_kernel_and_threads(g.spec, [&](const mh::Options& opt, int) {
         HeadsBuffer<T> out(layout, 1, H, tq, dv, kSentinel<T>), lse(layout, 1, H, tq, 1, kSentinel<T>);
-        mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), g.cu_q.data(), g.cu_k.data(), batch,
-                             opt, masks.masks, lse.view());
-        check_varlen_near<T>(out.view(), g.out, g.cu_q, ref, false, "attention_varlen OUT");
-        check_varlen_near<T>(lse.view(), g.lse, g.cu_q, ref, true, "attention_varlen LSE");
+        mh::attention_varlen_into(Q.cview(), K.cview(), V.cview(), g.cu_q.data(), g.cu_k.data(), batch,
+                                  out.view(), lse.view(), opt, masks.masks);
+        check_varlen_near<T>(out.view(), g.out, g.cu_q, ref, false, "attention_varlen_into OUT");
+        check_varlen_near<T>(lse.view(), g.lse, g.cu_q, ref, true, "attention_varlen_into LSE");
         HeadsBuffer<T> out_only(layout, 1, H, tq, dv, kSentinel<T>);
-        mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out_only.view(), g.cu_q.data(), g.cu_k.data(),
-                             batch, opt, masks.masks);
-        check_varlen_near<T>(out_only.view(), g.out, g.cu_q, ref, false, "attention_varlen OUT (no LSE)");
+        mh::attention_varlen_into(Q.cview(), K.cview(), V.cview(), g.cu_q.data(), g.cu_k.data(), batch,
+                                  out_only.view(), opt, masks.masks);
+        check_varlen_near<T>(out_only.view(), g.out, g.cu_q, ref, false,
+                             "attention_varlen_into OUT (no LSE)");
       });
     });
   });

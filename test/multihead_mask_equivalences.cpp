@@ -49,10 +49,10 @@ TEST_CASE_TEMPLATE("multihead crosscheck: causal == a boolean lower-triangular m
           if (decomposed) {
             b.scores = HeadsBuffer<T>(mh::Layout::BHTD, B, H, s.tq, s.tk, kSentinel<T>);
             b.avg = HeadsBuffer<T>(mh::Layout::BHTD, B, 1, s.tq, s.tk, kSentinel<T>);
-            mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), b.scores.view(), b.out.view(),
-                                           opt, masks, b.lse.view(), b.avg.view());
+            mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), b.scores.view(),
+                                                b.out.view(), b.lse.view(), b.avg.view(), opt, masks);
           } else {
-            mh::attention_heads(Q.cview(), K.cview(), V.cview(), b.out.view(), opt, masks, b.lse.view());
+            mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), b.out.view(), b.lse.view(), opt, masks);
           }
           check_runs_near(b, a, ref, "mask vs causal");
           check_against(b, ref, 1, "mask vs reference");

@@ -1,4 +1,4 @@
-// merge_attention of the results over a split of the keys == attention over all keys.
+// merge_attention_into of the results over a split of the keys == attention over all keys.
 #include <doctest/doctest.h>
 
 #include "multihead_crosscheck.hpp"
@@ -64,8 +64,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: merge of a split of the keys == attent
 
       HeadsBuffer<T> out(mh::Layout::BHTD, c.B, c.H, c.Tq, c.dv, kSentinel<T>);
       HeadsBuffer<T> lse(mh::Layout::BHTD, c.B, c.H, c.Tq, 1, kSentinel<T>);
-      mh::merge_attention(ra.out.cview(), ra.lse.cview(), rb.out.cview(), rb.lse.cview(), out.view(),
-                          lse.view());
+      mh::merge_attention_into(ra.out.cview(), ra.lse.cview(), rb.out.cview(), rb.lse.cview(), out.view(),
+                               lse.view());
       check_heads_near(
           out.view(), whole.out.to_array(), [&](Eigen::Index, Eigen::Index) { return merged_attn_tol; },
           "merged OUT vs whole");
@@ -100,8 +100,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: merge of a split of the keys == attent
 
       // In place: out/lse aliasing out_a/lse_a give the same bits.
       Run<T> inplace = ra;
-      mh::merge_attention(inplace.out.cview(), inplace.lse.cview(), rb.out.cview(), rb.lse.cview(),
-                          inplace.out.view(), inplace.lse.view());
+      mh::merge_attention_into(inplace.out.cview(), inplace.lse.cview(), rb.out.cview(), rb.lse.cview(),
+                               inplace.out.view(), inplace.lse.view());
       check_heads_equal(inplace.out.view(), out.view(), "in-place merged OUT");
       check_heads_equal(inplace.lse.view(), lse.view(), "in-place merged LSE");
     }

@@ -1,4 +1,4 @@
-// A packed variable-length batch (attention_varlen) == separate attention_heads calls per
+// A packed variable-length batch (attention_varlen_into) == separate attention_heads_into calls per
 // sequence.
 #include <doctest/doctest.h>
 
@@ -7,8 +7,8 @@
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
-TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads calls per sequence", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads_into calls per sequence", T,
+                   float, double) {
   Rng rng(15);
   struct VarlenConfig {
     const char* name;
@@ -56,25 +56,25 @@ TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads cal
         CAPTURE(lname);
         const HeadsBuffer<T> Q(p.Q, layout), K(p.K, layout), V(p.V, layout);
         HeadsBuffer<T> out(layout, 1, vc.H, tq, dv, kSentinel<T>), lse(layout, 1, vc.H, tq, 1, kSentinel<T>);
-        mh::attention_varlen(Q.cview(), K.cview(), V.cview(), out.view(), cu_q.data(), cu_k.data(), n, opt,
-                             masks.masks, lse.view());
+        mh::attention_varlen_into(Q.cview(), K.cview(), V.cview(), cu_q.data(), cu_k.data(), n, out.view(),
+                                  lse.view(), opt, masks.masks);
         // The decomposed form: the same ATTN, and packed weights equal to each sequence's own.
         const std::size_t packed_size = mh::varlen_scores_size(cu_q.data(), cu_k.data(), n, vc.H);
         std::vector<T> packed(packed_size, kSentinel<T>);
         HeadsBuffer<T> out_d(layout, 1, vc.H, tq, dv, kSentinel<T>);
-        mh::attention_varlen_decomposed(Q.cview(), K.cview(), V.cview(), packed.data(), packed.size(),
-                                        out_d.view(), cu_q.data(), cu_k.data(), n, opt, masks.masks);
-        CHECK_THROWS_AS(
-            mh::attention_varlen_decomposed(Q.cview(), K.cview(), V.cview(), packed.data(), packed.size() + 1,
-                                            out_d.view(), cu_q.data(), cu_k.data(), n, opt, masks.masks),
-            std::invalid_argument);
+        mh::attention_varlen_decomposed_into(Q.cview(), K.cview(), V.cview(), cu_q.data(), cu_k.data(), n,
+                                             packed.data(), packed.size(), out_d.view(), opt, masks.masks);
+        CHECK_THROWS_AS(mh::attention_varlen_decomposed_into(Q.cview(), K.cview(), V.cview(), cu_q.data(),
+                                                             cu_k.data(), n, packed.data(), packed.size() + 1,
+                                                             out_d.view(), opt, masks.masks),
+                        std::invalid_argument);
         std::size_t packed_offset = 0;
         for (Eigen::Index s = 0; s < n; ++s) {
           CAPTURE(s);
           const Eigen::Index q0 = cu_q[s], lq = cu_q[s + 1] - q0, k0 = cu_k[s], lk = cu_k[s + 1] - k0;
           HeadsBuffer<T> o(layout, 1, vc.H, lq, dv, kSentinel<T>), l(layout, 1, vc.H, lq, 1, kSentinel<T>);
-          mh::attention_heads(token_subview(Q.cview(), q0, lq), token_subview(K.cview(), k0, lk),
-                              token_subview(V.cview(), k0, lk), o.view(), opt, masks.masks, l.view());
+          mh::attention_heads_into(token_subview(Q.cview(), q0, lq), token_subview(K.cview(), k0, lk),
+                                   token_subview(V.cview(), k0, lk), o.view(), l.view(), opt, masks.masks);
           for (Eigen::Index h = 0; h < vc.H; ++h) {
             CAPTURE(h);
             const Budget bud = multihead_budget<T>(ref, s * vc.H + h);
@@ -89,9 +89,9 @@ TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads cal
           }
           HeadsBuffer<T> sc(mh::Layout::BHTD, 1, vc.H, lq, lk, kSentinel<T>);
           HeadsBuffer<T> o2(layout, 1, vc.H, lq, dv, kSentinel<T>);
-          mh::attention_heads_decomposed(token_subview(Q.cview(), q0, lq), token_subview(K.cview(), k0, lk),
-                                         token_subview(V.cview(), k0, lk), sc.view(), o2.view(), opt,
-                                         masks.masks);
+          mh::attention_heads_decomposed_into(
+              token_subview(Q.cview(), q0, lq), token_subview(K.cview(), k0, lk),
+              token_subview(V.cview(), k0, lk), sc.view(), o2.view(), opt, masks.masks);
           for (Eigen::Index h = 0; h < vc.H; ++h) {
             CAPTURE(h);
             const Budget bud = multihead_budget<T>(ref, s * vc.H + h);

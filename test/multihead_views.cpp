@@ -44,7 +44,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: views into one fused, padded QKV buffe
     std::vector<T> out_buf(static_cast<size_t>(c.B * T_ * c.H * (D + 5)), kSentinel<T>);
     const mh::HeadsView<T> O{out_buf.data(), c.B, c.H, T_, D, T_ * c.H * (D + 5), D + 5, c.H * (D + 5), 1};
     HeadsBuffer<T> lse(mh::Layout::BHTD, c.B, c.H, T_, 1, kSentinel<T>);
-    mh::attention_heads(Qv, Kv, Vv, O, opt, masks.masks, lse.view());
+    mh::attention_heads_into(Qv, Kv, Vv, O, lse.view(), opt, masks.masks);
     check_heads_near(O, ref.out, budget_fn<T>(ref, 1, &Budget::attn), "strided OUT vs reference");
     check_heads_near(lse.view(), ref.lse, budget_fn<T>(ref, 1, &Budget::lse), "strided LSE vs reference");
     const Run<T> contiguous = run_heads<T>(p, opt, mh::Layout::BTHD, false);
@@ -91,10 +91,10 @@ void tensor_roundtrip(const Problem& p, const MultiHeadReference& ref, mh::Layou
   CHECK(Q.heads == H);
   CHECK(Q.tokens == tq);
   CHECK(Q.dim == p.Q.n[3]);
-  mh::attention_heads(Q, mh::HeadsView<const T>::from_tensor(km, layout),
-                      mh::HeadsView<const T>::from_tensor(vm, layout),
-                      mh::HeadsView<T>::from_tensor(om, layout), options_for(p.spec, kernel), masks.masks,
-                      mh::HeadsView<T>::from_tensor(lm, layout));
+  mh::attention_heads_into(
+      Q, mh::HeadsView<const T>::from_tensor(km, layout), mh::HeadsView<const T>::from_tensor(vm, layout),
+      mh::HeadsView<T>::from_tensor(om, layout), mh::HeadsView<T>::from_tensor(lm, layout),
+      options_for(p.spec, kernel), masks.masks);
   // Read the results back through the tensors' own indexing.
   Array4 out(B, H, tq, dv), lse(B, H, tq, 1);
   for (Eigen::Index b = 0; b < B; ++b)

@@ -1,6 +1,6 @@
 // The multi-head calls against the long-double reference (support/reference.hpp): the
 // configurations that together use every feature, and random configurations, through
-// attention_heads and attention_heads_decomposed (which must also agree with each other).
+// attention_heads_into and attention_heads_decomposed_into (which must also agree with each other).
 #include <doctest/doctest.h>
 
 #include "multihead_crosscheck.hpp"
@@ -8,8 +8,8 @@
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
-TEST_CASE_TEMPLATE("multihead crosscheck: the long-double reference vs attention_heads and _decomposed", T,
-                   float, double) {
+TEST_CASE_TEMPLATE("multihead crosscheck: the long-double reference vs attention_heads_into and _decomposed",
+                   T, float, double) {
   Rng rng(9001);
   for (const Config& c : feature_configs()) {
     const std::string config = c.name;
@@ -24,10 +24,10 @@ TEST_CASE_TEMPLATE("multihead crosscheck: the long-double reference vs attention
         const mh::Options opt = options_for(p.spec, kernel, threads);
         const Run<T> fused = run_heads<T>(p, opt, mh::Layout::BHTD, false);
         const Run<T> dec = run_heads<T>(p, opt, mh::Layout::BHTD, true);
-        check_against(fused, ref, 1, "attention_heads vs reference");
-        check_against(dec, ref, 1, "attention_heads_decomposed vs reference");
+        check_against(fused, ref, 1, "attention_heads_into vs reference");
+        check_against(dec, ref, 1, "attention_heads_decomposed_into vs reference");
         // the fused OUT/LSE vs the decomposed ones: two computations of one function
-        check_runs_near(fused, dec, ref, "attention_heads vs attention_heads_decomposed");
+        check_runs_near(fused, dec, ref, "attention_heads_into vs attention_heads_decomposed_into");
       }
     }
   }
@@ -70,7 +70,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: random configurations vs the long-doub
     const auto ref = reference_heads(p.Q, p.K, p.V, p.spec);
     const mh::Options opt = options_for(p.spec, kernel, threads);
     const mh::Layout layout = rng.integer(0, 1) == 0 ? mh::Layout::BHTD : mh::Layout::BTHD;
-    check_against(run_heads<T>(p, opt, layout, false), ref, 1, "attention_heads vs reference");
-    check_against(run_heads<T>(p, opt, layout, true), ref, 1, "attention_heads_decomposed vs reference");
+    check_against(run_heads<T>(p, opt, layout, false), ref, 1, "attention_heads_into vs reference");
+    check_against(run_heads<T>(p, opt, layout, true), ref, 1, "attention_heads_decomposed_into vs reference");
   }
 }

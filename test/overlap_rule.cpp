@@ -103,7 +103,7 @@ TEST_CASE_TEMPLATE("overlap rule: blocks of one parent are judged exactly, singl
                                std::to_string(strides[3]) + " q@" + std::to_string(q.data - parent.data()) +
                                " out@" + std::to_string(out.data - parent.data());
     CAPTURE(layout);
-    CHECK(throws_overlap([&] { ea::attention_heads(q, K, V, out); }) == shared);
+    CHECK(throws_overlap([&] { ea::attention_heads_into(q, K, V, out); }) == shared);
     if (B == 1 && H == 1) {  // the same blocks as matrices, through the single-head calls
       using Strides = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
       const Eigen::Map<const RowMatrix<T>, 0, Strides> Qm(q.data, tq, dk,
@@ -136,7 +136,7 @@ TEST_CASE_TEMPLATE("overlap rule: views with different strides are apart when th
     const Index q_last = q_at + (tq - 1) * q_rows + d - 1, o_last = o_at + tq * d - 1;
     const bool bytes_apart = q_last < o_at || o_last < q_at;
     const bool shared = share_an_element(ea::HeadsView<const T>(out), q);
-    const bool threw = throws_overlap([&] { ea::attention_heads(q, K, K, out); });
+    const bool threw = throws_overlap([&] { ea::attention_heads_into(q, K, K, out); });
     CAPTURE(bytes_apart);
     CAPTURE(shared);
     if (shared) CHECK(threw);             // never missed

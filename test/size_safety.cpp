@@ -265,8 +265,8 @@ TEST_CASE_TEMPLATE("size safety: d_k past the kernels' scratch limit is rejected
     // The same through the multi-head calls: a [1, 1, 1, dk] view with stride 0.
     const ea::HeadsView<const T> hq{one, 1, 1, 1, dk, 0, 0, 0, 0};
     T o[1] = {T(0)};
-    CHECK_REJECTS(ea::attention_heads(hq, hq, ea::HeadsView<const T>{one, 1, 1, 1, 1, 0, 0, 1, 1},
-                                      ea::HeadsView<T>{o, 1, 1, 1, 1, 0, 0, 1, 1}),
+    CHECK_REJECTS(ea::attention_heads_into(hq, hq, ea::HeadsView<const T>{one, 1, 1, 1, 1, 0, 0, 1, 1},
+                                           ea::HeadsView<T>{o, 1, 1, 1, 1, 0, 0, 1, 1}),
                   dk);
   }
   // T_k past the limit (K with stride 0), with a by-value fused call.
@@ -385,8 +385,8 @@ TEST_CASE("size safety: the fused calls never form T_q x T_k (T = 2^21 with a sl
   // The multi-head call, on the same kernels.
   RowMatrix<T> heads_out(t, 1);
   opt.kernel = ea::Kernel::Auto;
-  ea::attention_heads(ea::HeadsView<const T>::single(Q), ea::HeadsView<const T>::single(K),
-                      ea::HeadsView<const T>::single(V), ea::HeadsView<T>::single(heads_out), opt);
+  ea::attention_heads_into(ea::HeadsView<const T>::single(Q), ea::HeadsView<const T>::single(K),
+                           ea::HeadsView<const T>::single(V), ea::HeadsView<T>::single(heads_out), opt);
   for (const Index i : {Index{0}, t / 2 + 1, t - 1}) {
     CAPTURE(i);
     CHECK(near(heads_out(i, 0), expected(i), attention_budget<T>(1, 1, 1, 9).attn));
@@ -402,57 +402,61 @@ TEST_CASE_TEMPLATE("size safety: HeadsView shapes and strides past Eigen::Index 
   const auto q_huge = huge_heads<C>(n, n, n, n, 0, 0, 0, 0);
   const auto small = huge_heads<C>(1, 1, 4, 4, 16, 16, 4);
   auto out_small = huge_heads<T>(1, 1, 4, 4, 16, 16, 4);
-  CHECK_REJECTS(ea::attention_heads(q_huge, q_huge, q_huge, huge_heads<T>(n, n, n, n, 0, 0, 0, 0)), n);
+  CHECK_REJECTS(ea::attention_heads_into(q_huge, q_huge, q_huge, huge_heads<T>(n, n, n, n, 0, 0, 0, 0)), n);
   // dim = 0 does not make the rest countable: B x H x T = 2^60 x 2^20 query rows.
   const auto q_rows = huge_heads<C>(kTwo60, n, 1, 0, 0, 0, 0, 0);
-  CHECK_REJECTS(ea::attention_heads(q_rows, q_rows, q_rows, huge_heads<T>(kTwo60, n, 1, 0, 0, 0, 0, 0),
-                                    [] {
-                                      ea::Options o;
-                                      o.scale = 1.0;
-                                      return o;
-                                    }()),
+  CHECK_REJECTS(ea::attention_heads_into(q_rows, q_rows, q_rows, huge_heads<T>(kTwo60, n, 1, 0, 0, 0, 0, 0),
+                                         [] {
+                                           ea::Options o;
+                                           o.scale = 1.0;
+                                           return o;
+                                         }()),
                 kTwo60);
   // Countable shapes, strides spanning more than Eigen::Index: Q, K, V, out, lse, scores.
   const auto q_far = huge_heads<C>(1, 2, 4, 4, 0, kTwo60, 4);
-  CHECK_REJECTS(ea::attention_heads(q_far, huge_heads<C>(1, 2, 4, 4, 0, 16, 4),
-                                    huge_heads<C>(1, 2, 4, 4, 0, 16, 4), huge_heads<T>(1, 2, 4, 4, 0, 16, 4)),
+  CHECK_REJECTS(
+      ea::attention_heads_into(q_far, huge_heads<C>(1, 2, 4, 4, 0, 16, 4),
+                               huge_heads<C>(1, 2, 4, 4, 0, 16, 4), huge_heads<T>(1, 2, 4, 4, 0, 16, 4)),
+      kTwo60);
+  CHECK_REJECTS(ea::attention_heads_into(small, small, small, huge_heads<T>(1, 1, 4, 4, 0, 0, kTwo60)),
                 kTwo60);
-  CHECK_REJECTS(ea::attention_heads(small, small, small, huge_heads<T>(1, 1, 4, 4, 0, 0, kTwo60)), kTwo60);
-  CHECK_REJECTS(ea::attention_heads(small, small, small, out_small, ea::Options{}, ea::Masks<T>{},
-                                    huge_heads<T>(1, 1, 4, 1, 0, 0, -kTwo60)),
-                kTwo60);
-  CHECK_REJECTS(ea::attention_heads_decomposed(small, small, small,
-                                               huge_heads<T>(1, 1, 4, 4, 0, 0, 4, kTwo60), out_small),
+  CHECK_REJECTS(
+      ea::attention_heads_into(small, small, small, out_small, huge_heads<T>(1, 1, 4, 1, 0, 0, -kTwo60),
+                               ea::Options{}, ea::Masks<T>{}),
+      kTwo60);
+  CHECK_REJECTS(ea::attention_heads_decomposed_into(small, small, small,
+                                                    huge_heads<T>(1, 1, 4, 4, 0, 0, 4, kTwo60), out_small),
                 kTwo60);
   // SCORES [1, 1, 2^32, 2^32] with countable Q and K of 2^32 tokens (stride 0 over the guard).
   const auto q_long = huge_heads<C>(1, 1, kTwo32, 8, 0, 0, 0);
   CHECK_REJECTS(
-      ea::attention_heads_decomposed(q_long, q_long, q_long, huge_heads<T>(1, 1, kTwo32, kTwo32, 0, 0, 0, 0),
-                                     ea::HeadsView<T>{}),
+      ea::attention_heads_decomposed_into(
+          q_long, q_long, q_long, huge_heads<T>(1, 1, kTwo32, kTwo32, 0, 0, 0, 0), ea::HeadsView<T>{}),
       kTwo32);
   // A mask or bias of the right shape with strides past Eigen::Index.
   ea::Masks<T> masks;
   masks.bias = {guard<T>(), 1, 1, 4, 4, 0, 0, kTwo60, 1};
-  CHECK_REJECTS(ea::attention_heads(small, small, small, out_small, ea::Options{}, masks), kTwo60);
+  CHECK_REJECTS(ea::attention_heads_into(small, small, small, out_small, ea::Options{}, masks), kTwo60);
   masks = {};
   masks.mask = {guard<bool>(), 1, 1, 4, 4, 0, 0, 4, -kTwo60 * 4};
-  CHECK_REJECTS(ea::attention_heads(small, small, small, out_small, ea::Options{}, masks), kTwo60 * 4);
+  CHECK_REJECTS(ea::attention_heads_into(small, small, small, out_small, ea::Options{}, masks), kTwo60 * 4);
   // key_lengths for 2^61 sequences (Q, K, V [2^61, 1, 1, 1] of batch stride 0): 2^64 bytes,
   // rejected before any length is read.
   const Index many = Index{1} << 61;
   masks = {};
   masks.key_lengths = guard<std::int64_t>();
   const auto q_many = huge_heads<C>(many, 1, 1, 1, 0, 0, 1);
-  CHECK_REJECTS(ea::attention_heads(q_many, q_many, q_many, huge_heads<T>(many, 1, 1, 1, 0, 0, 1),
-                                    ea::Options{}, masks),
+  CHECK_REJECTS(ea::attention_heads_into(q_many, q_many, q_many, huge_heads<T>(many, 1, 1, 1, 0, 0, 1),
+                                         ea::Options{}, masks),
                 many);
-  // merge_attention: the same checks.
-  CHECK_REJECTS(ea::merge_attention(q_huge, q_huge, q_huge, q_huge, huge_heads<T>(n, n, n, n, 0, 0, 0, 0),
-                                    huge_heads<T>(n, n, n, 1, 0, 0, 0, 0)),
-                n);
-  CHECK_REJECTS(ea::merge_attention(q_far, huge_heads<C>(1, 2, 4, 1, 0, 4, 1), q_far,
-                                    huge_heads<C>(1, 2, 4, 1, 0, 4, 1), huge_heads<T>(1, 2, 4, 4, 0, 16, 4),
-                                    huge_heads<T>(1, 2, 4, 1, 0, 4, 1)),
+  // merge_attention_into: the same checks.
+  CHECK_REJECTS(
+      ea::merge_attention_into(q_huge, q_huge, q_huge, q_huge, huge_heads<T>(n, n, n, n, 0, 0, 0, 0),
+                               huge_heads<T>(n, n, n, 1, 0, 0, 0, 0)),
+      n);
+  CHECK_REJECTS(ea::merge_attention_into(
+                    q_far, huge_heads<C>(1, 2, 4, 1, 0, 4, 1), q_far, huge_heads<C>(1, 2, 4, 1, 0, 4, 1),
+                    huge_heads<T>(1, 2, 4, 4, 0, 16, 4), huge_heads<T>(1, 2, 4, 1, 0, 4, 1)),
                 kTwo60);
 }
 
@@ -466,14 +470,14 @@ TEST_CASE_TEMPLATE("size safety: packed varlen weights past Eigen::Index are rej
   const std::int64_t cu2[3] = {0, std::int64_t{1} << 30, std::int64_t{1} << 31};
   CHECK_REJECTS(ea::varlen_scores_size(cu2, cu2, 2, 4), Index{1} << 30);
   const auto q = huge_heads<C>(1, 4, Index{1} << 31, 8, 0, 0, 0);
-  CHECK_REJECTS(ea::attention_varlen_decomposed(q, q, q, guard<T>(), 0,
-                                                huge_heads<T>(1, 4, Index{1} << 31, 8, 0, 0, 0), cu2, cu2, 2),
+  CHECK_REJECTS(ea::attention_varlen_decomposed_into(q, q, q, cu2, cu2, 2, guard<T>(), 0,
+                                                     huge_heads<T>(1, 4, Index{1} << 31, 8, 0, 0, 0)),
                 Index{1} << 30);
   // A batch whose batch + 1 offsets could not be counted: rejected before the offsets are
   // allocated or read (they are the guard page).
   const Index batch = std::numeric_limits<Index>::max();
   CHECK_REJECTS(ea::varlen_scores_size(guard<std::int64_t>(), guard<std::int64_t>(), batch, 1), batch);
-  CHECK_REJECTS(ea::attention_varlen(q, q, q, huge_heads<T>(1, 4, Index{1} << 31, 8, 0, 0, 0),
-                                     guard<std::int64_t>(), guard<std::int64_t>(), batch),
+  CHECK_REJECTS(ea::attention_varlen_into(q, q, q, guard<std::int64_t>(), guard<std::int64_t>(), batch,
+                                          huge_heads<T>(1, 4, Index{1} << 31, 8, 0, 0, 0)),
                 batch);
 }

@@ -27,6 +27,7 @@
 #include <Eigen/Core>
 
 #include <EigenAttention/Compiled.hpp>
+#include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/detail/FrontDoor.hpp>
@@ -39,6 +40,9 @@ namespace EigenAttention {
 /// \param V T_k x d_v values.
 /// \param opt causal mask and its alignment, scale, window, soft-cap, kernel, threads
 /// (default: Options{}).
+/// \param masks optional boolean mask and additive bias of T_q x T_k (BroadcastView::of(matrix)),
+/// key length and ALiBi slope (one entry each), as the multi-head calls take them (default: none).
+/// Every call of this header takes them after `opt`.
 /// \returns T_q x d_v, row-major.
 /// \throws std::invalid_argument on mismatched shapes or a bad scale (message names them).
 /// \code
@@ -50,23 +54,25 @@ namespace EigenAttention {
 /// \endcode
 template <class DQ, class DK, class DV>
 RowMatrix<typename DQ::Scalar> attention(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                                         const Eigen::MatrixBase<DV>& V, const Options& opt = {}) {
+                                         const Eigen::MatrixBase<DV>& V, const Options& opt = {},
+                                         const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
-  return compiled::attention<Scalar>(q.map(), k.map(), v.map(), opt);
+  return compiled::attention<Scalar>(q.map(), k.map(), v.map(), opt, masks);
 }
 
-/// attention() into caller storage: `out` receives ATTN (T_q x d_v).
-/// `out` may be an Eigen::Matrix (resized if needed; no allocation when it already fits), or a
+/// attention() into caller storage: `attn` receives ATTN (T_q x d_v).
+/// `attn` may be an Eigen::Matrix (resized if needed; no allocation when it already fits), or a
 /// Map, Ref or block of the right shape, but not a const object (that does not compile). It must
 /// not overlap Q, K or V.
-/// \throws std::invalid_argument as attention(), or when `out` has the wrong shape or overlaps.
+/// \throws std::invalid_argument as attention(), or when `attn` has the wrong shape or overlaps.
 template <class DQ, class DK, class DV, class DO, detail::EnableIfMatrix<DO> = 0>
 void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                    const Eigen::MatrixBase<DV>& V, DO&& out, const Options& opt = {}) {
+                    const Eigen::MatrixBase<DV>& V, DO&& attn, const Options& opt = {},
+                    const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
   (void)detail::OutputCheck<DO>{};
@@ -74,16 +80,16 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
   // Inputs are validated before an output is resized (then again by the call itself).
-  if (detail::will_resize(out, Q.rows(), V.cols())) {
-    compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
+  if (detail::will_resize(attn, Q.rows(), V.cols())) {
+    compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt, masks);
     detail::check_resizable_apart(
         "attention_into",
         {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
          detail::input_extent("V", V, v.map())},
-        {detail::output_extent("out", out)});
+        {detail::output_extent("attn", attn)}, detail::mask_extents(masks));
   }
-  const auto o = detail::output_view(out, Q.rows(), V.cols());
-  compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, nullptr, opt);
+  const auto o = detail::output_view(attn, Q.rows(), V.cols());
+  compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, nullptr, opt, masks);
 }
 
 /// attention_into() that also writes each query row's log-sum-exp into `lse` (T_q entries;
@@ -91,7 +97,8 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
 /// over their union can be merged exactly.
 template <class DQ, class DK, class DV, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
 void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                    const Eigen::MatrixBase<DV>& V, DO&& out, DL&& lse, const Options& opt = {}) {
+                    const Eigen::MatrixBase<DV>& V, DO&& attn, DL&& lse, const Options& opt = {},
+                    const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
   (void)detail::LseCheck<Scalar, detail::ScalarOf<DL>>{};
@@ -101,17 +108,18 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
   // Inputs are validated before an output is resized (then again by the call itself).
-  if (detail::will_resize(out, Q.rows(), V.cols()) || detail::will_resize(lse, Q.rows(), 1)) {
-    compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt);
+  if (detail::will_resize(attn, Q.rows(), V.cols()) || detail::will_resize(lse, Q.rows(), 1)) {
+    compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt, masks);
     detail::check_resizable_apart(
         "attention_into",
         {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
          detail::input_extent("V", V, v.map())},
-        {detail::output_extent("out", out), detail::output_extent("lse", lse)});
+        {detail::output_extent("attn", attn), detail::output_extent("lse", lse)},
+        detail::mask_extents(masks));
   }
-  const auto o = detail::output_view(out, Q.rows(), V.cols());
+  const auto o = detail::output_view(attn, Q.rows(), V.cols());
   const auto l = detail::output_view(lse, Q.rows(), 1);
-  compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, &l, opt);
+  compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, &l, opt, masks);
 }
 
 /// SCORES (T_q x T_k softmax weights), ATTN (T_q x d_v) and LSE (T_q), computed in one pass.
@@ -125,13 +133,14 @@ template <class DQ, class DK, class DV>
 DecomposedResult<typename DQ::Scalar> attention_decomposed(const Eigen::MatrixBase<DQ>& Q,
                                                            const Eigen::MatrixBase<DK>& K,
                                                            const Eigen::MatrixBase<DV>& V,
-                                                           const Options& opt = {}) {
+                                                           const Options& opt = {},
+                                                           const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
   detail::InputView<DV> v(V.derived());
-  return compiled::attention_decomposed<Scalar>(q.map(), k.map(), v.map(), opt);
+  return compiled::attention_decomposed<Scalar>(q.map(), k.map(), v.map(), opt, masks);
 }
 
 /// attention_decomposed() into caller storage: `scores` (T_q x T_k) and `attn` (T_q x d_v).
@@ -139,7 +148,7 @@ DecomposedResult<typename DQ::Scalar> attention_decomposed(const Eigen::MatrixBa
 template <class DQ, class DK, class DV, class DS, class DO, detail::EnableIfMatrix<DS, DO> = 0>
 void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                                const Eigen::MatrixBase<DV>& V, DS&& scores, DO&& attn,
-                               const Options& opt = {}) {
+                               const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
   (void)detail::ScoresCheck<Scalar, detail::ScalarOf<DS>>{};
@@ -150,23 +159,24 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   detail::InputView<DV> v(V.derived());
   // Inputs are validated before an output is resized (then again by the call itself).
   if (detail::will_resize(scores, Q.rows(), K.rows()) || detail::will_resize(attn, Q.rows(), V.cols())) {
-    compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
+    compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt, masks);
     detail::check_resizable_apart(
         "attention_decomposed_into",
         {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
          detail::input_extent("V", V, v.map())},
-        {detail::output_extent("scores", scores), detail::output_extent("attn", attn)});
+        {detail::output_extent("scores", scores), detail::output_extent("attn", attn)},
+        detail::mask_extents(masks));
   }
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   const auto o = detail::output_view(attn, Q.rows(), V.cols());
-  compiled::attention_decomposed_into<Scalar>(q.map(), k.map(), v.map(), s, o, nullptr, opt);
+  compiled::attention_decomposed_into<Scalar>(q.map(), k.map(), v.map(), s, o, nullptr, opt, masks);
 }
 
 /// attention_decomposed_into() that also writes the log-sum-exps into `lse` (T_q entries).
 template <class DQ, class DK, class DV, class DS, class DO, class DL, detail::EnableIfMatrix<DS, DO, DL> = 0>
 void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                                const Eigen::MatrixBase<DV>& V, DS&& scores, DO&& attn, DL&& lse,
-                               const Options& opt = {}) {
+                               const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
   (void)detail::ScoresCheck<Scalar, detail::ScalarOf<DS>>{};
@@ -180,36 +190,38 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   // Inputs are validated before an output is resized (then again by the call itself).
   if (detail::will_resize(scores, Q.rows(), K.rows()) || detail::will_resize(attn, Q.rows(), V.cols()) ||
       detail::will_resize(lse, Q.rows(), 1)) {
-    compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt);
+    compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt, masks);
     detail::check_resizable_apart(
         "attention_decomposed_into",
         {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
          detail::input_extent("V", V, v.map())},
         {detail::output_extent("scores", scores), detail::output_extent("attn", attn),
-         detail::output_extent("lse", lse)});
+         detail::output_extent("lse", lse)},
+        detail::mask_extents(masks));
   }
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
   const auto o = detail::output_view(attn, Q.rows(), V.cols());
   const auto l = detail::output_view(lse, Q.rows(), 1);
-  compiled::attention_decomposed_into<Scalar>(q.map(), k.map(), v.map(), s, o, &l, opt);
+  compiled::attention_decomposed_into<Scalar>(q.map(), k.map(), v.map(), s, o, &l, opt, masks);
 }
 
 /// SCORES alone: the T_q x T_k softmax weights. Needs no V.
 /// \throws std::invalid_argument on mismatched shapes or a bad scale.
 template <class DQ, class DK>
 RowMatrix<typename DQ::Scalar> attention_scores(const Eigen::MatrixBase<DQ>& Q,
-                                                const Eigen::MatrixBase<DK>& K, const Options& opt = {}) {
+                                                const Eigen::MatrixBase<DK>& K, const Options& opt = {},
+                                                const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar>{};
   detail::InputView<DQ> q(Q.derived());
   detail::InputView<DK> k(K.derived());
-  return compiled::attention_scores<Scalar>(q.map(), k.map(), opt);
+  return compiled::attention_scores<Scalar>(q.map(), k.map(), opt, masks);
 }
 
 /// attention_scores() into caller storage (`scores`, T_q x T_k).
 template <class DQ, class DK, class DS, detail::EnableIfMatrix<DS> = 0>
 void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, DS&& scores,
-                           const Options& opt = {}) {
+                           const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar>{};
   (void)detail::ScoresCheck<Scalar, detail::ScalarOf<DS>>{};
@@ -218,14 +230,14 @@ void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBa
   detail::InputView<DK> k(K.derived());
   // Inputs are validated before an output is resized (then again by the call itself).
   if (detail::will_resize(scores, Q.rows(), K.rows())) {
-    compiled::validate<Scalar>("attention_scores_into", q.map(), k.map(), nullptr, opt);
+    compiled::validate<Scalar>("attention_scores_into", q.map(), k.map(), nullptr, opt, masks);
     detail::check_resizable_apart(
         "attention_scores_into",
         {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map())},
-        {detail::output_extent("scores", scores)});
+        {detail::output_extent("scores", scores)}, detail::mask_extents(masks));
   }
   const auto s = detail::output_view(scores, Q.rows(), K.rows());
-  compiled::attention_scores_into<Scalar>(q.map(), k.map(), s, nullptr, opt);
+  compiled::attention_scores_into<Scalar>(q.map(), k.map(), s, nullptr, opt, masks);
 }
 
 }  // namespace EigenAttention

@@ -25,6 +25,7 @@
 #include <Eigen/Core>
 
 #include <EigenAttention/Compiled.hpp>
+#include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/detail/FrontDoor.hpp>
@@ -37,6 +38,7 @@ namespace EigenAttention {
 /// \param lse the forward's log-sum-exps (T_q x 1).
 /// \param d_attn dL/dATTN (T_q x d_v).
 /// \param opt the forward's Options.
+/// \param masks the forward's masks (default: none).
 /// \returns Gradients: dq (T_q x d_k), dk (T_k x d_k), dv (T_k x d_v), row-major.
 /// \throws std::invalid_argument on mismatched shapes or bad options (message names them).
 /// \code
@@ -50,7 +52,7 @@ template <class DQ, class DK, class DV, class DA, class DL, class DG>
 Gradients<typename DQ::Scalar> attention_backward(
     const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V,
     const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
-    const Options& opt = {}) {
+    const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
                             typename DG::Scalar>{};
@@ -62,7 +64,8 @@ Gradients<typename DQ::Scalar> attention_backward(
   detail::InputView<DL> l(lse.derived());
   detail::InputView<DG> g(d_attn.derived());
   return compiled::attention_backward<Scalar>(
-      compiled::backward_inputs<Scalar>(q.map(), k.map(), v.map(), a.map(), l.map(), g.map(), nullptr), opt);
+      compiled::backward_inputs<Scalar>(q.map(), k.map(), v.map(), a.map(), l.map(), g.map(), nullptr), opt,
+      masks);
 }
 
 /// attention_backward() through the weights too: `d_scores` = dL/dSCORES (T_q x T_k) adds the
@@ -72,7 +75,8 @@ template <class DQ, class DK, class DV, class DA, class DL, class DG, class DS>
 Gradients<typename DQ::Scalar> attention_backward(
     const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V,
     const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
-    const Eigen::MatrixBase<DS>& d_scores, const Options& opt = {}) {
+    const Eigen::MatrixBase<DS>& d_scores, const Options& opt = {},
+    const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
                             typename DG::Scalar, typename DS::Scalar>{};
@@ -85,7 +89,8 @@ Gradients<typename DQ::Scalar> attention_backward(
   detail::InputView<DG> g(d_attn.derived());
   detail::InputView<DS> s(d_scores.derived());
   return compiled::attention_backward<Scalar>(
-      compiled::backward_inputs<Scalar>(q.map(), k.map(), v.map(), a.map(), l.map(), g.map(), &s.map()), opt);
+      compiled::backward_inputs<Scalar>(q.map(), k.map(), v.map(), a.map(), l.map(), g.map(), &s.map()), opt,
+      masks);
 }
 
 namespace detail {
@@ -94,19 +99,22 @@ namespace detail {
 /// Extents `inputs` lists, for the resize checks.
 template <typename Scalar, class DGQ, class DGK, class DGV>
 void backward_into(const compiled::BackwardInputs<AbiScalar<Scalar>>& in,
-                   std::initializer_list<Extent> inputs, DGQ&& dq, DGK&& dk, DGV&& dv, const Options& opt) {
+                   std::initializer_list<Extent> inputs, DGQ&& dq, DGK&& dk, DGV&& dv, const Options& opt,
+                   const Masks<Scalar>& masks) {
   const char* api = "attention_backward_into";
+  const Masks<AbiScalar<Scalar>> m = bits(masks);
   if (will_resize(dq, in.q.rows, in.q.cols) || will_resize(dk, in.k.rows, in.k.cols) ||
       will_resize(dv, in.v.rows, in.v.cols)) {
-    compiled::validate_backward(api, in, opt);
+    compiled::validate_backward(api, in, opt, m);
     check_resizable_apart(api, inputs,
-                          {output_extent("dq", dq), output_extent("dk", dk), output_extent("dv", dv)});
+                          {output_extent("dq", dq), output_extent("dk", dk), output_extent("dv", dv)},
+                          mask_extents(masks));
   }
   const auto gq = output_view(dq, in.q.rows, in.q.cols);
   const auto gk = output_view(dk, in.k.rows, in.k.cols);
   const auto gv = output_view(dv, in.v.rows, in.v.cols);
   compiled::backward(api, in, compiled::abi(compiled::view(gq)), compiled::abi(compiled::view(gk)),
-                     compiled::abi(compiled::view(gv)), opt);
+                     compiled::abi(compiled::view(gv)), opt, m);
 }
 
 }  // namespace detail
@@ -121,7 +129,8 @@ template <class DQ, class DK, class DV, class DA, class DL, class DG, class DGQ,
 void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                              const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn,
                              const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn, DGQ&& dq,
-                             DGK&& dk, DGV&& dv, const Options& opt = {}) {
+                             DGK&& dk, DGV&& dv, const Options& opt = {},
+                             const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
                             typename DG::Scalar, detail::ScalarOf<DGQ>, detail::ScalarOf<DGK>,
@@ -141,7 +150,7 @@ void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
       {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
        detail::input_extent("V", V, v.map()), detail::input_extent("attn", attn, a.map()),
        detail::input_extent("lse", lse, l.map()), detail::input_extent("d_attn", d_attn, g.map())},
-      std::forward<DGQ>(dq), std::forward<DGK>(dk), std::forward<DGV>(dv), opt);
+      std::forward<DGQ>(dq), std::forward<DGK>(dk), std::forward<DGV>(dv), opt, masks);
 }
 
 /// attention_backward_into() through the weights too (`d_scores` = dL/dSCORES, T_q x T_k).
@@ -151,7 +160,7 @@ void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
                              const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn,
                              const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
                              const Eigen::MatrixBase<DS>& d_scores, DGQ&& dq, DGK&& dk, DGV&& dv,
-                             const Options& opt = {}) {
+                             const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
   (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
                             typename DG::Scalar, typename DS::Scalar, detail::ScalarOf<DGQ>,
@@ -173,7 +182,7 @@ void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
        detail::input_extent("V", V, v.map()), detail::input_extent("attn", attn, a.map()),
        detail::input_extent("lse", lse, l.map()), detail::input_extent("d_attn", d_attn, g.map()),
        detail::input_extent("d_scores", d_scores, s.map())},
-      std::forward<DGQ>(dq), std::forward<DGK>(dk), std::forward<DGV>(dv), opt);
+      std::forward<DGQ>(dq), std::forward<DGK>(dk), std::forward<DGV>(dv), opt, masks);
 }
 
 }  // namespace EigenAttention

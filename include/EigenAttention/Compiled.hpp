@@ -22,8 +22,10 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
+#include <EigenAttention/detail/AbiMultiHead.hpp>
 #include <EigenAttention/export.hpp>
 
 namespace EigenAttention {
@@ -39,22 +41,25 @@ namespace compiled {
 /// threads, kernel). The front doors call it before resizing any output.
 /// \throws std::invalid_argument naming the shapes or the value at fault.
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k,
-                                     const MatrixView<const float>* v, const Options& opt);
+                                     const MatrixView<const float>* v, const Options& opt,
+                                     const Masks<float>& masks);
 /// \overload
 /// The same check for double.
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
-                                     const MatrixView<const double>* v, const Options& opt);
+                                     const MatrixView<const double>* v, const Options& opt,
+                                     const Masks<double>& masks);
 
 /// \overload
 /// The same check for bfloat16 inputs.
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const BFloat16Bits> q,
                                      MatrixView<const BFloat16Bits> k,
-                                     const MatrixView<const BFloat16Bits>* v, const Options& opt);
+                                     const MatrixView<const BFloat16Bits>* v, const Options& opt,
+                                     const Masks<BFloat16Bits>& masks);
 /// \overload
 /// The same check for half inputs.
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const HalfBits> q,
                                      MatrixView<const HalfBits> k, const MatrixView<const HalfBits>* v,
-                                     const Options& opt);
+                                     const Options& opt, const Masks<HalfBits>& masks);
 
 /// Computes what is asked for into caller storage: SCORES (T_q x T_k) into `*scores`, ATTN
 /// (T_q x d_v) into `*attn` and the log-sum-exps (T_q x 1) into `*lse`, each when not null
@@ -65,27 +70,28 @@ EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const HalfBits>
 EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const float> q, MatrixView<const float> k,
                                 const MatrixView<const float>* v, const MatrixView<float>* scores,
                                 const MatrixView<float>* attn, const MatrixView<float>* lse,
-                                const Options& opt);
+                                const Options& opt, const Masks<float>& masks);
 /// \overload
 /// The same computation for double.
 EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const double> q, MatrixView<const double> k,
                                 const MatrixView<const double>* v, const MatrixView<double>* scores,
                                 const MatrixView<double>* attn, const MatrixView<double>* lse,
-                                const Options& opt);
+                                const Options& opt, const Masks<double>& masks);
 /// \overload
 /// The same computation for bfloat16 inputs, in float: ATTN rounded to bfloat16, the LSE in
 /// float, SCORES into `*scores` (rounded) or `*float_scores` (float), at most one of them.
 EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const BFloat16Bits> q,
                                 MatrixView<const BFloat16Bits> k, const MatrixView<const BFloat16Bits>* v,
                                 const MatrixView<BFloat16Bits>* scores, const MatrixView<BFloat16Bits>* attn,
-                                const MatrixView<float>* lse, const Options& opt,
-                                const MatrixView<float>* float_scores);
+                                const MatrixView<float>* lse, const MatrixView<float>* float_scores,
+                                const Options& opt, const Masks<BFloat16Bits>& masks);
 /// \overload
 /// The same computation for half inputs, in float.
 EIGEN_ATTENTION_EXPORT void run(const char* api, MatrixView<const HalfBits> q, MatrixView<const HalfBits> k,
                                 const MatrixView<const HalfBits>* v, const MatrixView<HalfBits>* scores,
                                 const MatrixView<HalfBits>* attn, const MatrixView<float>* lse,
-                                const Options& opt, const MatrixView<float>* float_scores);
+                                const MatrixView<float>* float_scores, const Options& opt,
+                                const Masks<HalfBits>& masks);
 
 /// The inputs of a backward call (Backward.hpp), as views: the forward's Q (T_q x d_k),
 /// K (T_k x d_k), V (T_k x d_v), its ATTN (T_q x d_v) and LSE (T_q x 1), d_attn = dL/dATTN
@@ -106,19 +112,19 @@ struct BackwardInputs {
 /// the forward. The front doors call it before resizing any output.
 /// \throws std::invalid_argument naming the shapes or the value at fault.
 EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<float>& in,
-                                              const Options& opt);
+                                              const Options& opt, const Masks<float>& masks);
 /// \overload
 /// The same check for double.
 EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<double>& in,
-                                              const Options& opt);
+                                              const Options& opt, const Masks<double>& masks);
 /// \overload
 /// The same check for bfloat16.
 EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<BFloat16Bits>& in,
-                                              const Options& opt);
+                                              const Options& opt, const Masks<BFloat16Bits>& masks);
 /// \overload
 /// The same check for half.
 EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<HalfBits>& in,
-                                              const Options& opt);
+                                              const Options& opt, const Masks<HalfBits>& masks);
 
 /// Writes the gradients dL/dQ (T_q x d_k) into `dq`, dL/dK (T_k x d_k) into `dk` and dL/dV
 /// (T_k x d_v) into `dv`. Allocates nothing once the workspaces have grown (Kernel::Reference
@@ -126,23 +132,27 @@ EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInp
 /// or outputs that overlap an input or each other; nothing is written then.
 EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<float>& in,
                                      const MatrixView<float>& dq, const MatrixView<float>& dk,
-                                     const MatrixView<float>& dv, const Options& opt);
+                                     const MatrixView<float>& dv, const Options& opt,
+                                     const Masks<float>& masks);
 /// \overload
 /// The same computation for double.
 EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<double>& in,
                                      const MatrixView<double>& dq, const MatrixView<double>& dk,
-                                     const MatrixView<double>& dv, const Options& opt);
+                                     const MatrixView<double>& dv, const Options& opt,
+                                     const Masks<double>& masks);
 /// \overload
 /// The same computation for bfloat16, in float (see docs/low_precision.md); the gradients
 /// are rounded to bfloat16.
 EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<BFloat16Bits>& in,
                                      const MatrixView<BFloat16Bits>& dq, const MatrixView<BFloat16Bits>& dk,
-                                     const MatrixView<BFloat16Bits>& dv, const Options& opt);
+                                     const MatrixView<BFloat16Bits>& dv, const Options& opt,
+                                     const Masks<BFloat16Bits>& masks);
 /// \overload
 /// The same computation for half, in float.
 EIGEN_ATTENTION_EXPORT void backward(const char* api, const BackwardInputs<HalfBits>& in,
                                      const MatrixView<HalfBits>& dq, const MatrixView<HalfBits>& dk,
-                                     const MatrixView<HalfBits>& dv, const Options& opt);
+                                     const MatrixView<HalfBits>& dv, const Options& opt,
+                                     const Masks<HalfBits>& masks);
 
 /// Throws std::invalid_argument (naming `api`, the result `name` and its shape `what`, e.g.
 /// "T_q x T_k") unless a rows x cols result of `element_bytes`-byte elements can be counted:
@@ -188,18 +198,21 @@ namespace detail {
 template <typename Scalar>
 void run_any(const char* api, MatrixView<const Scalar> q, MatrixView<const Scalar> k,
              const MatrixView<const Scalar>* v, const MatrixView<Scalar>* scores,
-             const MatrixView<Scalar>* attn, const MatrixView<ComputeScalar<Scalar>>* lse, const Options& opt,
-             const MatrixView<ComputeScalar<Scalar>>* float_scores = nullptr) {
+             const MatrixView<Scalar>* attn, const MatrixView<ComputeScalar<Scalar>>* lse,
+             const MatrixView<ComputeScalar<Scalar>>* float_scores, const Options& opt,
+             const Masks<Scalar>& masks) {
   using Abi = AbiScalar<Scalar>;
   const MatrixView<const Abi> va = v != nullptr ? abi(*v) : MatrixView<const Abi>{};
   const MatrixView<Abi> sa = scores != nullptr ? abi(*scores) : MatrixView<Abi>{};
   const MatrixView<Abi> aa = attn != nullptr ? abi(*attn) : MatrixView<Abi>{};
   if constexpr (kIsLowPrecision<Scalar>) {
     compiled::run(api, abi(q), abi(k), v != nullptr ? &va : nullptr, scores != nullptr ? &sa : nullptr,
-                  attn != nullptr ? &aa : nullptr, lse, opt, float_scores);
+                  attn != nullptr ? &aa : nullptr, lse, float_scores, opt,
+                  EigenAttention::detail::bits(masks));
   } else {
     const MatrixView<Abi>* s = scores != nullptr ? &sa : float_scores;
-    compiled::run(api, q, k, v != nullptr ? &va : nullptr, s, attn != nullptr ? &aa : nullptr, lse, opt);
+    compiled::run(api, q, k, v != nullptr ? &va : nullptr, s, attn != nullptr ? &aa : nullptr, lse, opt,
+                  masks);
   }
 }
 
@@ -227,23 +240,25 @@ RowMatrix<Scalar> result(std::ptrdiff_t rows, std::ptrdiff_t cols) {
 /// Checks the inputs as validate() above (V is optional).
 template <typename Scalar>
 void validate(const char* api, const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
-              const ConstStridedMap<Scalar>* v, const Options& opt) {
+              const ConstStridedMap<Scalar>* v, const Options& opt, const Masks<Scalar>& masks = {}) {
   using Abi = AbiScalar<const Scalar>;
   const MatrixView<Abi> vv = v != nullptr ? abi(view(*v)) : MatrixView<Abi>{};
-  compiled::validate(api, abi(view(q)), abi(view(k)), v != nullptr ? &vv : nullptr, opt);
+  compiled::validate(api, abi(view(q)), abi(view(k)), v != nullptr ? &vv : nullptr, opt,
+                     EigenAttention::detail::bits(masks));
 }
 
 /// ATTN (T_q x d_v), never forming T_q x T_k (unless opt.kernel is Kernel::Reference).
 template <typename Scalar>
 RowMatrix<Scalar> attention(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
-                            const ConstStridedMap<Scalar>& v, const Options& opt) {
+                            const ConstStridedMap<Scalar>& v, const Options& opt,
+                            const Masks<Scalar>& masks = {}) {
   const char* api = "attention";
   const MatrixView<const Scalar> qv = view(q), kv = view(k), vv = view(v);
-  validate<Scalar>(api, q, k, &v, opt);
+  validate<Scalar>(api, q, k, &v, opt, masks);
   detail::check_result<Scalar>(api, "ATTN", "T_q x d_v", qv.rows, vv.cols);
   RowMatrix<Scalar> attn = detail::result<Scalar>(qv.rows, vv.cols);
   const MatrixView<Scalar> a = view(attn);
-  detail::run_any<Scalar>(api, qv, kv, &vv, nullptr, &a, nullptr, opt);
+  detail::run_any<Scalar>(api, qv, kv, &vv, nullptr, &a, nullptr, nullptr, opt, masks);
   return attn;
 }
 
@@ -252,13 +267,14 @@ RowMatrix<Scalar> attention(const ConstStridedMap<Scalar>& q, const ConstStrided
 template <typename Scalar>
 void attention_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
                     const ConstStridedMap<Scalar>& v, const StridedMap<Scalar>& out,
-                    const StridedMap<ComputeScalar<Scalar>>* lse, const Options& opt) {
+                    const StridedMap<ComputeScalar<Scalar>>* lse, const Options& opt,
+                    const Masks<Scalar>& masks = {}) {
   const MatrixView<const Scalar> vv = view(v);
   const MatrixView<Scalar> o = view(out);
   const MatrixView<ComputeScalar<Scalar>> l =
       lse != nullptr ? view(*lse) : MatrixView<ComputeScalar<Scalar>>{};
   detail::run_any<Scalar>("attention_into", view(q), view(k), &vv, nullptr, &o, lse != nullptr ? &l : nullptr,
-                          opt);
+                          nullptr, opt, masks);
 }
 
 /// SCORES, ATTN and LSE, freshly allocated (SCORES in float into scores_float instead, for
@@ -266,11 +282,12 @@ void attention_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scal
 template <typename Scalar>
 DecomposedResult<Scalar> attention_decomposed(const ConstStridedMap<Scalar>& q,
                                               const ConstStridedMap<Scalar>& k,
-                                              const ConstStridedMap<Scalar>& v, const Options& opt) {
+                                              const ConstStridedMap<Scalar>& v, const Options& opt,
+                                              const Masks<Scalar>& masks = {}) {
   using Compute = ComputeScalar<Scalar>;
   const char* api = "attention_decomposed";
   const MatrixView<const Scalar> qv = view(q), kv = view(k), vv = view(v);
-  validate<Scalar>(api, q, k, &v, opt);
+  validate<Scalar>(api, q, k, &v, opt, masks);
   const bool in_float = kIsLowPrecision<Scalar> && opt.float_scores;
   if (in_float) {
     detail::check_result<Compute>(api, "SCORES", "T_q x T_k", qv.rows, kv.rows);
@@ -292,7 +309,8 @@ DecomposedResult<Scalar> attention_decomposed(const ConstStridedMap<Scalar>& q,
   r.lse = Vector<Compute>(static_cast<Eigen::Index>(qv.rows));
   const MatrixView<Scalar> s = view(r.scores), a = view(r.attn);
   const MatrixView<Compute> l = view(r.lse), sf = view(r.scores_float);
-  detail::run_any<Scalar>(api, qv, kv, &vv, in_float ? nullptr : &s, &a, &l, opt, in_float ? &sf : nullptr);
+  detail::run_any<Scalar>(api, qv, kv, &vv, in_float ? nullptr : &s, &a, &l, in_float ? &sf : nullptr, opt,
+                          masks);
   return r;
 }
 
@@ -302,7 +320,7 @@ template <typename Scalar, typename ScoresScalar>
 void attention_decomposed_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
                                const ConstStridedMap<Scalar>& v, const StridedMap<ScoresScalar>& scores,
                                const StridedMap<Scalar>& attn, const StridedMap<ComputeScalar<Scalar>>* lse,
-                               const Options& opt) {
+                               const Options& opt, const Masks<Scalar>& masks = {}) {
   using Compute = ComputeScalar<Scalar>;
   const MatrixView<const Scalar> vv = view(v);
   const MatrixView<Scalar> a = view(attn);
@@ -310,25 +328,25 @@ void attention_decomposed_into(const ConstStridedMap<Scalar>& q, const ConstStri
   const MatrixView<ScoresScalar> s = view(scores);
   if constexpr (std::is_same_v<ScoresScalar, Scalar>) {
     detail::run_any<Scalar>("attention_decomposed_into", view(q), view(k), &vv, &s, &a,
-                            lse != nullptr ? &l : nullptr, opt);
+                            lse != nullptr ? &l : nullptr, nullptr, opt, masks);
   } else {
     detail::run_any<Scalar>("attention_decomposed_into", view(q), view(k), &vv, nullptr, &a,
-                            lse != nullptr ? &l : nullptr, opt, &s);
+                            lse != nullptr ? &l : nullptr, &s, opt, masks);
   }
 }
 
 /// SCORES alone (T_q x T_k), freshly allocated.
 template <typename Scalar>
 RowMatrix<Scalar> attention_scores(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
-                                   const Options& opt) {
+                                   const Options& opt, const Masks<Scalar>& masks = {}) {
   const char* api = "attention_scores";
   const MatrixView<const Scalar> qv = view(q), kv = view(k);
-  validate<Scalar>(api, q, k, nullptr, opt);
+  validate<Scalar>(api, q, k, nullptr, opt, masks);
   detail::check_result<Scalar>(api, "SCORES", "T_q x T_k", qv.rows, kv.rows);
   RowMatrix<Scalar> scores = detail::result<Scalar>(qv.rows, kv.rows);
   prefer_huge_pages(scores.data(), static_cast<std::size_t>(scores.size()) * sizeof(Scalar));
   const MatrixView<Scalar> s = view(scores);
-  detail::run_any<Scalar>(api, qv, kv, nullptr, &s, nullptr, nullptr, opt);
+  detail::run_any<Scalar>(api, qv, kv, nullptr, &s, nullptr, nullptr, nullptr, opt, masks);
   return scores;
 }
 
@@ -337,16 +355,17 @@ RowMatrix<Scalar> attention_scores(const ConstStridedMap<Scalar>& q, const Const
 template <typename Scalar, typename ScoresScalar>
 void attention_scores_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
                            const StridedMap<ScoresScalar>& scores,
-                           const StridedMap<ComputeScalar<Scalar>>* lse, const Options& opt) {
+                           const StridedMap<ComputeScalar<Scalar>>* lse, const Options& opt,
+                           const Masks<Scalar>& masks = {}) {
   using Compute = ComputeScalar<Scalar>;
   const MatrixView<ScoresScalar> s = view(scores);
   const MatrixView<Compute> l = lse != nullptr ? view(*lse) : MatrixView<Compute>{};
   if constexpr (std::is_same_v<ScoresScalar, Scalar>) {
     detail::run_any<Scalar>("attention_scores_into", view(q), view(k), nullptr, &s, nullptr,
-                            lse != nullptr ? &l : nullptr, opt);
+                            lse != nullptr ? &l : nullptr, nullptr, opt, masks);
   } else {
     detail::run_any<Scalar>("attention_scores_into", view(q), view(k), nullptr, nullptr, nullptr,
-                            lse != nullptr ? &l : nullptr, opt, &s);
+                            lse != nullptr ? &l : nullptr, &s, opt, masks);
   }
 }
 
@@ -367,9 +386,11 @@ BackwardInputs<AbiScalar<Scalar>> backward_inputs(
 
 /// The gradients dL/dQ, dL/dK and dL/dV, freshly allocated.
 template <typename Scalar>
-Gradients<Scalar> attention_backward(const BackwardInputs<AbiScalar<Scalar>>& in, const Options& opt) {
+Gradients<Scalar> attention_backward(const BackwardInputs<AbiScalar<Scalar>>& in, const Options& opt,
+                                     const Masks<Scalar>& masks = {}) {
   const char* api = "attention_backward";
-  validate_backward(api, in, opt);
+  const Masks<AbiScalar<Scalar>> m = EigenAttention::detail::bits(masks);
+  validate_backward(api, in, opt, m);
   detail::check_result<Scalar>(api, "dQ", "T_q x d_k", in.q.rows, in.q.cols);
   detail::check_result<Scalar>(api, "dK", "T_k x d_k", in.k.rows, in.k.cols);
   detail::check_result<Scalar>(api, "dV", "T_k x d_v", in.v.rows, in.v.cols);
@@ -377,7 +398,7 @@ Gradients<Scalar> attention_backward(const BackwardInputs<AbiScalar<Scalar>>& in
                       detail::result<Scalar>(in.k.rows, in.k.cols),
                       detail::result<Scalar>(in.v.rows, in.v.cols)};
   MatrixView<Scalar> dq = view(g.dq), dk = view(g.dk), dv = view(g.dv);
-  backward(api, in, abi(dq), abi(dk), abi(dv), opt);
+  backward(api, in, abi(dq), abi(dk), abi(dv), opt, m);
   return g;
 }
 ///@}

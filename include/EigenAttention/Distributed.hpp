@@ -162,7 +162,7 @@ RowMatrix<Scalar> unshard(const std::vector<RowMatrix<Scalar>>& shards, Sharding
 }
 
 ///@{
-/// Ring attention on this rank's shard, every sequence and query head (as attention_heads):
+/// Ring attention on this rank's shard, every sequence and query head (as attention_heads_into):
 /// q [B, H, T_q,r, d_k], k [B, H_kv, T_k,r, d_k], v [B, H_kv, T_k,r, d_v], out [B, H, T_q,r, d_v]
 /// and, when not empty, lse [B, H, T_q,r, 1], each the rank's shard of the tokens; the whole
 /// sequence has T_q = sum of T_q,r query and T_k = sum of T_k,r key tokens (the alignment and

@@ -25,6 +25,11 @@
 /// masks.alibi_slopes are of the input type ([Low precision](docs/low_precision.md)).
 #pragma once
 
+// Lets the detail/ headers in (see HeadsView.hpp).
+#ifndef EIGEN_ATTENTION_PUBLIC_HEADER
+#define EIGEN_ATTENTION_PUBLIC_HEADER
+#endif
+
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -35,19 +40,27 @@
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
+#include <EigenAttention/detail/AbiMultiHead.hpp>
 #include <EigenAttention/export.hpp>
 
 namespace EigenAttention {
 
+/// \name The multi-head calls
+/// Each is a template over the scalar type of its first view (float, double, Eigen::bfloat16 or
+/// Eigen::half, const or not); every other view converts to the type the call names (a
+/// non-const view to a const one, `{}` to an empty view). Optional outputs come after the
+/// required ones, before `opt` and `masks`, in overloads that leave them out. The log-sum-exps
+/// (`lse`) are of the compute type: float for the 16-bit types (detail::LseOf).
 ///@{
+
 /// ATTN for every sequence and query head, never forming T_q x T_k.
 /// \param q queries [B, H, T_q, d_k].
 /// \param k keys [B, H_kv, T_k, d_k].
 /// \param v values [B, H_kv, T_k, d_v].
-/// \param out [B, H, T_q, d_v]: receives ATTN.
+/// \param attn [B, H, T_q, d_v]: receives ATTN.
+/// \param lse optional [B, H, T_q, 1]: receives the log-sum-exp of each row.
 /// \param opt causal mask and its alignment, scale, window, soft-cap, kernel, threads.
 /// \param masks optional boolean mask, bias, key lengths and ALiBi slopes (default: none).
-/// \param lse optional [B, H, T_q, 1]: the log-sum-exp per row (default: empty, not written).
 /// \code
 /// auto Q = EigenAttention::HeadsView<const float>::bhtd(q.data(), B, H, T, D);
 /// auto K = EigenAttention::HeadsView<const float>::bhtd(k.data(), B, H_kv, T, D);
@@ -55,362 +68,187 @@ namespace EigenAttention {
 /// auto O = EigenAttention::HeadsView<float>::bhtd(o.data(), B, H, T, D);
 /// EigenAttention::Options opt;
 /// opt.causal = true;
-/// EigenAttention::attention_heads(Q, K, V, O, opt);
+/// EigenAttention::attention_heads_into(Q, K, V, O, opt);
 /// \endcode
-EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const float> q, HeadsView<const float> k,
-                                            HeadsView<const float> v, HeadsView<float> out,
-                                            const Options& opt = {}, const Masks<float>& masks = {},
-                                            HeadsView<float> lse = {});
-EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const double> q, HeadsView<const double> k,
-                                            HeadsView<const double> v, HeadsView<double> out,
-                                            const Options& opt = {}, const Masks<double>& masks = {},
-                                            HeadsView<double> lse = {});
-///@}
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_heads_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v, detail::Out<T> attn,
+                          detail::Out<detail::LseOf<T>> lse, const Options& opt = {},
+                          const detail::NoDeduce<Masks<T>>& masks = {}) {
+  abi::attention_heads_into(detail::bits<const T>(q), detail::bits(k), detail::bits(v), detail::bits(attn),
+                            lse, opt, detail::bits(masks));
+}
+/// attention_heads_into() without the log-sum-exps.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_heads_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v, detail::Out<T> attn,
+                          const Options& opt = {}, const detail::NoDeduce<Masks<T>>& masks = {}) {
+  attention_heads_into(q, k, v, attn, detail::Out<detail::LseOf<T>>{}, opt, masks);
+}
 
-///@{
-/// attention_heads() that also writes the weights of every head into `scores` [B, H, T_q, T_k]
-/// (a HeadsView whose `tokens` is T_q and `dim` is T_k) and, when `average_scores` is not empty,
-/// their mean over the heads into it ([B, 1, T_q, T_k], as nn.MultiheadAttention's
-/// average_attn_weights=True). `out` may be empty when only the weights are wanted; `scores`
-/// may be empty when only `out` is (then it is attention_heads()), but not with
-/// `average_scores`, which is computed from it (std::invalid_argument).
-EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(HeadsView<const float> q, HeadsView<const float> k,
-                                                       HeadsView<const float> v, HeadsView<float> scores,
-                                                       HeadsView<float> out, const Options& opt = {},
-                                                       const Masks<float>& masks = {},
-                                                       HeadsView<float> lse = {},
-                                                       HeadsView<float> average_scores = {});
-EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(HeadsView<const double> q, HeadsView<const double> k,
-                                                       HeadsView<const double> v, HeadsView<double> scores,
-                                                       HeadsView<double> out, const Options& opt = {},
-                                                       const Masks<double>& masks = {},
-                                                       HeadsView<double> lse = {},
-                                                       HeadsView<double> average_scores = {});
-///@}
+/// attention_heads_into() that also writes the weights of every head into `scores`
+/// [B, H, T_q, T_k] (a HeadsView whose `tokens` is T_q and `dim` is T_k) and, when
+/// `average_scores` is not empty, their mean over the heads into it ([B, 1, T_q, T_k], as
+/// nn.MultiheadAttention's average_attn_weights=True). `attn` may be empty when only the weights
+/// are wanted; `scores` may be empty when only `attn` is (then it is attention_heads_into()), but
+/// not with `average_scores`, which is computed from it (std::invalid_argument).
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_heads_decomposed_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
+                                     detail::Out<T> scores, detail::Out<T> attn,
+                                     detail::Out<detail::LseOf<T>> lse, detail::Out<T> average_scores,
+                                     const Options& opt = {}, const detail::NoDeduce<Masks<T>>& masks = {}) {
+  abi::attention_heads_decomposed_into(detail::bits<const T>(q), detail::bits(k), detail::bits(v),
+                                       detail::bits(scores), detail::bits(attn), lse,
+                                       detail::bits(average_scores), opt, detail::bits(masks));
+}
+/// attention_heads_decomposed_into() without the mean over heads.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_heads_decomposed_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
+                                     detail::Out<T> scores, detail::Out<T> attn,
+                                     detail::Out<detail::LseOf<T>> lse, const Options& opt = {},
+                                     const detail::NoDeduce<Masks<T>>& masks = {}) {
+  attention_heads_decomposed_into(q, k, v, scores, attn, lse, detail::Out<T>{}, opt, masks);
+}
+/// attention_heads_decomposed_into() without the log-sum-exps and the mean over heads.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_heads_decomposed_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
+                                     detail::Out<T> scores, detail::Out<T> attn, const Options& opt = {},
+                                     const detail::NoDeduce<Masks<T>>& masks = {}) {
+  attention_heads_decomposed_into(q, k, v, scores, attn, detail::Out<detail::LseOf<T>>{}, detail::Out<T>{},
+                                  opt, masks);
+}
 
-///@{
 /// Packed variable-length batch without padding (FlashAttention's varlen interface). Q is
 /// [1, H, total_q, d_k] (e.g. HeadsView::bthd(q, 1, total_q, H, d_k)), K and V
-/// [1, H_kv, total_k, d], out [1, H, total_q, d_v]; sequence b owns query rows
+/// [1, H_kv, total_k, d], attn [1, H, total_q, d_v]; sequence b owns query rows
 /// [cu_seqlens_q[b], cu_seqlens_q[b+1]) and key rows [cu_seqlens_k[b], cu_seqlens_k[b+1]), each
-/// array holding batch + 1 non-decreasing offsets from 0. Each sequence is attended on its own
-/// (its own T_q, T_k and alignment offset). Masks may use ALiBi only; mask, bias and
-/// key_lengths must be empty (their shapes would differ per sequence). Packed rows after
-/// cu_seqlens_q[batch] belong to no sequence and are left untouched.
-EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const float> q, HeadsView<const float> k,
-                                             HeadsView<const float> v, HeadsView<float> out,
-                                             const std::int64_t* cu_seqlens_q,
-                                             const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
-                                             const Options& opt = {}, const Masks<float>& masks = {},
-                                             HeadsView<float> lse = {});
-EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const double> q, HeadsView<const double> k,
-                                             HeadsView<const double> v, HeadsView<double> out,
-                                             const std::int64_t* cu_seqlens_q,
-                                             const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
-                                             const Options& opt = {}, const Masks<double>& masks = {},
-                                             HeadsView<double> lse = {});
-///@}
+/// array holding batch + 1 non-decreasing offsets from 0 (required when batch > 1). Each
+/// sequence is attended on its own (its own T_q, T_k and alignment offset). Masks may use ALiBi
+/// only; mask, bias and key_lengths must be empty (their shapes would differ per sequence).
+/// Packed rows after cu_seqlens_q[batch] belong to no sequence and are left untouched.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_varlen_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
+                           const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                           std::ptrdiff_t batch, detail::Out<T> attn, detail::Out<detail::LseOf<T>> lse,
+                           const Options& opt = {}, const detail::NoDeduce<Masks<T>>& masks = {}) {
+  abi::attention_varlen_into(detail::bits<const T>(q), detail::bits(k), detail::bits(v), cu_seqlens_q,
+                             cu_seqlens_k, batch, detail::bits(attn), lse, opt, detail::bits(masks));
+}
+/// attention_varlen_into() without the log-sum-exps.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_varlen_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
+                           const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                           std::ptrdiff_t batch, detail::Out<T> attn, const Options& opt = {},
+                           const detail::NoDeduce<Masks<T>>& masks = {}) {
+  attention_varlen_into(q, k, v, cu_seqlens_q, cu_seqlens_k, batch, attn, detail::Out<detail::LseOf<T>>{},
+                        opt, masks);
+}
 
-/// The number of elements attention_varlen_decomposed() writes to `scores`: heads times the sum
-/// over sequences of T_q,b * T_k,b. Throws std::invalid_argument for bad offsets.
+/// The number of elements attention_varlen_decomposed_into() writes to `scores`: heads times the
+/// sum over sequences of T_q,b * T_k,b. Throws std::invalid_argument for bad offsets.
 EIGEN_ATTENTION_EXPORT std::size_t varlen_scores_size(const std::int64_t* cu_seqlens_q,
                                                       const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
                                                       std::ptrdiff_t heads);
 
-///@{
-/// attention_varlen() that also writes every sequence's per-head weights, packed: sequence b's
-/// head h is a row-major T_q,b x T_k,b matrix starting at element
+/// attention_varlen_into() that also writes every sequence's per-head weights, packed: sequence
+/// b's head h is a row-major T_q,b x T_k,b matrix starting at element
 /// H * sum_{b' < b} T_q,b' T_k,b' + h * T_q,b T_k,b of `scores`, which must hold exactly
 /// varlen_scores_size(...) elements.
-EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
-    HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v, float* scores,
-    std::size_t scores_size, HeadsView<float> out, const std::int64_t* cu_seqlens_q,
-    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt = {},
-    const Masks<float>& masks = {}, HeadsView<float> lse = {});
-EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
-    HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v, double* scores,
-    std::size_t scores_size, HeadsView<double> out, const std::int64_t* cu_seqlens_q,
-    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt = {},
-    const Masks<double>& masks = {}, HeadsView<double> lse = {});
-///@}
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_varlen_decomposed_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
+                                      const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                                      std::ptrdiff_t batch, detail::NoDeduce<T*> scores,
+                                      std::size_t scores_size, detail::Out<T> attn,
+                                      detail::Out<detail::LseOf<T>> lse, const Options& opt = {},
+                                      const detail::NoDeduce<Masks<T>>& masks = {}) {
+  abi::attention_varlen_decomposed_into(detail::bits<const T>(q), detail::bits(k), detail::bits(v),
+                                        cu_seqlens_q, cu_seqlens_k, batch,
+                                        reinterpret_cast<AbiScalar<T>*>(scores), scores_size,
+                                        detail::bits(attn), lse, opt, detail::bits(masks));
+}
+/// attention_varlen_decomposed_into() without the log-sum-exps.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_varlen_decomposed_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
+                                      const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
+                                      std::ptrdiff_t batch, detail::NoDeduce<T*> scores,
+                                      std::size_t scores_size, detail::Out<T> attn, const Options& opt = {},
+                                      const detail::NoDeduce<Masks<T>>& masks = {}) {
+  attention_varlen_decomposed_into(q, k, v, cu_seqlens_q, cu_seqlens_k, batch, scores, scores_size, attn,
+                                   detail::Out<detail::LseOf<T>>{}, opt, masks);
+}
 
-///@{
-/// The backward pass of attention_heads(): the gradients of a scalar loss L given
-/// d_out = dL/dATTN [B, H, T_q, d_v], from the forward's `out` and `lse` ([B, H, T_q, 1]),
+/// The backward pass of attention_heads_into(): the gradients of a scalar loss L given
+/// d_attn = dL/dATTN [B, H, T_q, d_v], from the forward's `attn` and `lse` ([B, H, T_q, 1]),
 /// written into dq [B, H, T_q, d_k], dk [B, H_kv, T_k, d_k] and dv [B, H_kv, T_k, d_v]. `opt`
 /// and `masks` must be the forward's. With GQA/MQA, dk and dv of a shared K/V head are the
-/// sums over its query heads; padded keys (beyond key_lengths) get zero gradients.
+/// sums over its query heads; padded keys (beyond key_lengths) get zero gradients. The 16-bit
+/// types are computed in float on copies of the inputs, the gradients rounded once.
 /// \param q, k, v the forward's inputs.
-/// \param out the forward's ATTN [B, H, T_q, d_v].
+/// \param attn the forward's ATTN [B, H, T_q, d_v].
 /// \param lse the forward's log-sum-exps [B, H, T_q, 1].
-/// \param d_out dL/dATTN [B, H, T_q, d_v].
+/// \param d_attn dL/dATTN [B, H, T_q, d_v].
+/// \param d_scores dL/dSCORES [B, H, T_q, T_k] (a loss on the weights themselves; entries at
+/// masked positions have no effect), or empty.
 /// \param dq receives dL/dQ [B, H, T_q, d_k].
 /// \param dk receives dL/dK [B, H_kv, T_k, d_k].
 /// \param dv receives dL/dV [B, H_kv, T_k, d_v].
+/// \param d_bias receives dL/dbias, of the bias's own broadcast shape [b, h, T_q, T_k] (b is 1
+/// or B, h is 1 or H as in masks.bias, which must be given), summed over the axes it
+/// broadcasts; or empty.
 /// \param opt the forward's Options.
 /// \param masks the forward's masks.
-/// \param d_scores optional dL/dSCORES [B, H, T_q, T_k] (a loss on the weights themselves;
-/// entries at masked positions have no effect).
-/// \param d_bias optional dL/dbias, of the bias's own broadcast shape [b, h, T_q, T_k] (b is 1
-/// or B, h is 1 or H as in masks.bias, which must be given): summed over the axes it broadcasts.
-/// Bitwise identical for every Options::threads. Errors as attention_heads(), naming the
+/// Bitwise identical for every Options::threads. Errors as attention_heads_into(), naming the
 /// gradient views too; nothing is written then.
-EIGEN_ATTENTION_EXPORT void attention_heads_backward(
-    HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v, HeadsView<const float> out,
-    HeadsView<const float> lse, HeadsView<const float> d_out, HeadsView<float> dq, HeadsView<float> dk,
-    HeadsView<float> dv, const Options& opt = {}, const Masks<float>& masks = {},
-    HeadsView<const float> d_scores = {}, HeadsView<float> d_bias = {});
-EIGEN_ATTENTION_EXPORT void attention_heads_backward(
-    HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
-    HeadsView<const double> out, HeadsView<const double> lse, HeadsView<const double> d_out,
-    HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv, const Options& opt = {},
-    const Masks<double>& masks = {}, HeadsView<const double> d_scores = {}, HeadsView<double> d_bias = {});
-///@}
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_heads_backward_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
+                                   detail::In<T> attn, detail::In<detail::LseOf<T>> lse, detail::In<T> d_attn,
+                                   detail::In<T> d_scores, detail::Out<T> dq, detail::Out<T> dk,
+                                   detail::Out<T> dv, detail::Out<T> d_bias, const Options& opt = {},
+                                   const detail::NoDeduce<Masks<T>>& masks = {}) {
+  abi::attention_heads_backward_into(detail::bits<const T>(q), detail::bits(k), detail::bits(v),
+                                     detail::bits(attn), lse, detail::bits(d_attn), detail::bits(d_scores),
+                                     detail::bits(dq), detail::bits(dk), detail::bits(dv),
+                                     detail::bits(d_bias), opt, detail::bits(masks));
+}
+/// attention_heads_backward_into() without dL/dSCORES and dL/dbias.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_heads_backward_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
+                                   detail::In<T> attn, detail::In<detail::LseOf<T>> lse, detail::In<T> d_attn,
+                                   detail::Out<T> dq, detail::Out<T> dk, detail::Out<T> dv,
+                                   const Options& opt = {}, const detail::NoDeduce<Masks<T>>& masks = {}) {
+  attention_heads_backward_into(q, k, v, attn, lse, d_attn, detail::In<T>{}, dq, dk, dv, detail::Out<T>{},
+                                opt, masks);
+}
 
-///@{
-/// The backward pass of attention_varlen() (packed sequences, views as there): dq, dk and dv
-/// of every sequence's rows; packed rows after the last sequence are left untouched.
-EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
-    HeadsView<const float> q, HeadsView<const float> k, HeadsView<const float> v, HeadsView<const float> out,
-    HeadsView<const float> lse, HeadsView<const float> d_out, HeadsView<float> dq, HeadsView<float> dk,
-    HeadsView<float> dv, const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-    std::ptrdiff_t batch, const Options& opt = {}, const Masks<float>& masks = {});
-EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
-    HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
-    HeadsView<const double> out, HeadsView<const double> lse, HeadsView<const double> d_out,
-    HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv, const std::int64_t* cu_seqlens_q,
-    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt = {},
-    const Masks<double>& masks = {});
-///@}
+/// The backward pass of attention_varlen_into() (packed sequences, views as there): dq, dk and
+/// dv of every sequence's rows; packed rows after the last sequence are left untouched.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
+void attention_varlen_backward_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
+                                    detail::In<T> attn, detail::In<detail::LseOf<T>> lse,
+                                    detail::In<T> d_attn, const std::int64_t* cu_seqlens_q,
+                                    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, detail::Out<T> dq,
+                                    detail::Out<T> dk, detail::Out<T> dv, const Options& opt = {},
+                                    const detail::NoDeduce<Masks<T>>& masks = {}) {
+  abi::attention_varlen_backward_into(detail::bits<const T>(q), detail::bits(k), detail::bits(v),
+                                      detail::bits(attn), lse, detail::bits(d_attn), cu_seqlens_q,
+                                      cu_seqlens_k, batch, detail::bits(dq), detail::bits(dk),
+                                      detail::bits(dv), opt, detail::bits(masks));
+}
 
-///@{
 /// Merges two partial results over disjoint key sets into the exact result over their union:
 /// with m = max(lse_a, lse_b), w_a = exp(lse_a - m), w_b = exp(lse_b - m),
-/// out = (w_a out_a + w_b out_b) / (w_a + w_b) and lse = m + log(w_a + w_b), row by row. A row
-/// with lse = -inf on one side takes the other side; on both, zeros and -inf. This is what
-/// chunked prefill, split-K decoding and sequence-parallel attention need. out/lse may be the
-/// very views out_a/lse_a or out_b/lse_b (merging in place); any other overlap throws.
-/// Shapes: out_* [B, H, T, d_v], lse_* [B, H, T, 1].
-EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const float> out_a, HeadsView<const float> lse_a,
-                                            HeadsView<const float> out_b, HeadsView<const float> lse_b,
-                                            HeadsView<float> out, HeadsView<float> lse);
-EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const double> out_a, HeadsView<const double> lse_a,
-                                            HeadsView<const double> out_b, HeadsView<const double> lse_b,
-                                            HeadsView<double> out, HeadsView<double> lse);
-///@}
-
-/// \name bfloat16 and half
-/// The calls above for Eigen::bfloat16 and Eigen::half views, computed in float (tiles widened
-/// as they are loaded, results rounded once; the backward passes on float copies); `lse` is a
-/// float view. They forward to the compiled forms in namespace compiled, which take the views
-/// of the 16-bit types as their bits.
-///@{
-
-namespace compiled {
-
-/// \name Compiled 16-bit forms
-/// The multi-head calls on BFloat16Bits and HalfBits views (the 16 bits of Eigen::bfloat16 and
-/// Eigen::half), as the front doors below pass them. Semantics as the float calls.
-///@{
-/// attention_heads() on 16-bit views (see the front door below).
-EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
-                                            HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> out,
-                                            const Options& opt, const Masks<BFloat16Bits>& masks,
-                                            HeadsView<float> lse);
-/// attention_heads() on 16-bit views (see the front door below).
-EIGEN_ATTENTION_EXPORT void attention_heads(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
-                                            HeadsView<const HalfBits> v, HeadsView<HalfBits> out,
-                                            const Options& opt, const Masks<HalfBits>& masks,
-                                            HeadsView<float> lse);
-/// attention_heads_decomposed() on 16-bit views.
-EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(
-    HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
-    HeadsView<BFloat16Bits> scores, HeadsView<BFloat16Bits> out, const Options& opt,
-    const Masks<BFloat16Bits>& masks, HeadsView<float> lse, HeadsView<BFloat16Bits> average_scores);
-/// attention_heads_decomposed() on 16-bit views.
-EIGEN_ATTENTION_EXPORT void attention_heads_decomposed(
-    HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
-    HeadsView<HalfBits> scores, HeadsView<HalfBits> out, const Options& opt, const Masks<HalfBits>& masks,
-    HeadsView<float> lse, HeadsView<HalfBits> average_scores);
-/// attention_varlen() on 16-bit views.
-EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k,
-                                             HeadsView<const BFloat16Bits> v, HeadsView<BFloat16Bits> out,
-                                             const std::int64_t* cu_seqlens_q,
-                                             const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
-                                             const Options& opt, const Masks<BFloat16Bits>& masks,
-                                             HeadsView<float> lse);
-/// attention_varlen() on 16-bit views.
-EIGEN_ATTENTION_EXPORT void attention_varlen(HeadsView<const HalfBits> q, HeadsView<const HalfBits> k,
-                                             HeadsView<const HalfBits> v, HeadsView<HalfBits> out,
-                                             const std::int64_t* cu_seqlens_q,
-                                             const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
-                                             const Options& opt, const Masks<HalfBits>& masks,
-                                             HeadsView<float> lse);
-/// attention_varlen_decomposed() on 16-bit views.
-EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
-    HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
-    BFloat16Bits* scores, std::size_t scores_size, HeadsView<BFloat16Bits> out,
-    const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
-    const Options& opt, const Masks<BFloat16Bits>& masks, HeadsView<float> lse);
-/// attention_varlen_decomposed() on 16-bit views.
-EIGEN_ATTENTION_EXPORT void attention_varlen_decomposed(
-    HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v, HalfBits* scores,
-    std::size_t scores_size, HeadsView<HalfBits> out, const std::int64_t* cu_seqlens_q,
-    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt, const Masks<HalfBits>& masks,
-    HeadsView<float> lse);
-/// attention_heads_backward() on 16-bit views.
-EIGEN_ATTENTION_EXPORT void attention_heads_backward(
-    HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
-    HeadsView<const BFloat16Bits> out, HeadsView<const float> lse, HeadsView<const BFloat16Bits> d_out,
-    HeadsView<BFloat16Bits> dq, HeadsView<BFloat16Bits> dk, HeadsView<BFloat16Bits> dv, const Options& opt,
-    const Masks<BFloat16Bits>& masks, HeadsView<const BFloat16Bits> d_scores, HeadsView<BFloat16Bits> d_bias);
-/// attention_heads_backward() on 16-bit views.
-EIGEN_ATTENTION_EXPORT void attention_heads_backward(
-    HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
-    HeadsView<const HalfBits> out, HeadsView<const float> lse, HeadsView<const HalfBits> d_out,
-    HeadsView<HalfBits> dq, HeadsView<HalfBits> dk, HeadsView<HalfBits> dv, const Options& opt,
-    const Masks<HalfBits>& masks, HeadsView<const HalfBits> d_scores, HeadsView<HalfBits> d_bias);
-/// attention_varlen_backward() on 16-bit views.
-EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
-    HeadsView<const BFloat16Bits> q, HeadsView<const BFloat16Bits> k, HeadsView<const BFloat16Bits> v,
-    HeadsView<const BFloat16Bits> out, HeadsView<const float> lse, HeadsView<const BFloat16Bits> d_out,
-    HeadsView<BFloat16Bits> dq, HeadsView<BFloat16Bits> dk, HeadsView<BFloat16Bits> dv,
-    const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
-    const Options& opt, const Masks<BFloat16Bits>& masks);
-/// attention_varlen_backward() on 16-bit views.
-EIGEN_ATTENTION_EXPORT void attention_varlen_backward(
-    HeadsView<const HalfBits> q, HeadsView<const HalfBits> k, HeadsView<const HalfBits> v,
-    HeadsView<const HalfBits> out, HeadsView<const float> lse, HeadsView<const HalfBits> d_out,
-    HeadsView<HalfBits> dq, HeadsView<HalfBits> dk, HeadsView<HalfBits> dv, const std::int64_t* cu_seqlens_q,
-    const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, const Options& opt, const Masks<HalfBits>& masks);
-/// merge_attention() of 16-bit partial results.
-EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const BFloat16Bits> out_a, HeadsView<const float> lse_a,
-                                            HeadsView<const BFloat16Bits> out_b, HeadsView<const float> lse_b,
-                                            HeadsView<BFloat16Bits> out, HeadsView<float> lse);
-/// merge_attention() of 16-bit partial results.
-EIGEN_ATTENTION_EXPORT void merge_attention(HeadsView<const HalfBits> out_a, HeadsView<const float> lse_a,
-                                            HeadsView<const HalfBits> out_b, HeadsView<const float> lse_b,
-                                            HeadsView<HalfBits> out, HeadsView<float> lse);
-///@}
-
-}  // namespace compiled
-
-namespace detail {
-
-/// Enables the front doors of Eigen::bfloat16 and Eigen::half.
-template <typename T>
-using EnableIfEigen16 = std::enable_if_t<kIsLowPrecision<T> && !std::is_same_v<T, AbiScalar<T>>, int>;
-
-/// A view of Eigen::bfloat16 or Eigen::half as one of its bits.
-template <typename T>
-HeadsView<AbiScalar<T>> bits(const HeadsView<T>& v) {
-  return {reinterpret_cast<AbiScalar<T>*>(v.data),
-          v.batch,
-          v.heads,
-          v.tokens,
-          v.dim,
-          v.batch_stride,
-          v.head_stride,
-          v.token_stride,
-          v.dim_stride};
-}
-
-/// The masks of Eigen::bfloat16 or Eigen::half calls as their bits.
-template <typename T>
-Masks<AbiScalar<T>> bits(const Masks<T>& m) {
-  Masks<AbiScalar<T>> b;
-  b.mask = m.mask;
-  b.bias = {reinterpret_cast<const AbiScalar<T>*>(m.bias.data),
-            m.bias.batch,
-            m.bias.heads,
-            m.bias.rows,
-            m.bias.cols,
-            m.bias.batch_stride,
-            m.bias.head_stride,
-            m.bias.row_stride,
-            m.bias.col_stride};
-  b.key_lengths = m.key_lengths;
-  b.alibi_slopes = reinterpret_cast<const AbiScalar<T>*>(m.alibi_slopes);
-  return b;
-}
-
-}  // namespace detail
-
-/// attention_heads() on bfloat16 or half views (lse in float).
-template <typename T, detail::EnableIfEigen16<T> = 0>
-void attention_heads(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
-                     const Options& opt = {}, const Masks<T>& masks = {}, HeadsView<float> lse = {}) {
-  compiled::attention_heads(detail::bits(q), detail::bits(k), detail::bits(v), detail::bits(out), opt,
-                            detail::bits(masks), lse);
-}
-
-/// attention_heads_decomposed() on bfloat16 or half views (scores and average_scores in the input
-/// type, lse in float).
-template <typename T, detail::EnableIfEigen16<T> = 0>
-void attention_heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                                HeadsView<T> scores, HeadsView<T> out, const Options& opt = {},
-                                const Masks<T>& masks = {}, HeadsView<float> lse = {},
-                                HeadsView<T> average_scores = {}) {
-  compiled::attention_heads_decomposed(detail::bits(q), detail::bits(k), detail::bits(v),
-                                       detail::bits(scores), detail::bits(out), opt, detail::bits(masks), lse,
-                                       detail::bits(average_scores));
-}
-
-/// attention_varlen() on bfloat16 or half views (lse in float).
-template <typename T, detail::EnableIfEigen16<T> = 0>
-void attention_varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
-                      const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                      std::ptrdiff_t batch, const Options& opt = {}, const Masks<T>& masks = {},
-                      HeadsView<float> lse = {}) {
-  compiled::attention_varlen(detail::bits(q), detail::bits(k), detail::bits(v), detail::bits(out),
-                             cu_seqlens_q, cu_seqlens_k, batch, opt, detail::bits(masks), lse);
-}
-
-/// attention_varlen_decomposed() on bfloat16 or half views (packed scores in the input type).
-template <typename T, detail::EnableIfEigen16<T> = 0>
-void attention_varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, T* scores,
-                                 std::size_t scores_size, HeadsView<T> out, const std::int64_t* cu_seqlens_q,
-                                 const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch,
-                                 const Options& opt = {}, const Masks<T>& masks = {},
-                                 HeadsView<float> lse = {}) {
-  compiled::attention_varlen_decomposed(
-      detail::bits(q), detail::bits(k), detail::bits(v), reinterpret_cast<AbiScalar<T>*>(scores), scores_size,
-      detail::bits(out), cu_seqlens_q, cu_seqlens_k, batch, opt, detail::bits(masks), lse);
-}
-
-/// attention_heads_backward() on bfloat16 or half views (lse in float): computed in float on
-/// copies of the inputs, gradients rounded to the input type.
-template <typename T, detail::EnableIfEigen16<T> = 0>
-void attention_heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                              HeadsView<const T> out, HeadsView<const float> lse, HeadsView<const T> d_out,
-                              HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const Options& opt = {},
-                              const Masks<T>& masks = {}, HeadsView<const T> d_scores = {},
-                              HeadsView<T> d_bias = {}) {
-  compiled::attention_heads_backward(detail::bits(q), detail::bits(k), detail::bits(v), detail::bits(out),
-                                     lse, detail::bits(d_out), detail::bits(dq), detail::bits(dk),
-                                     detail::bits(dv), opt, detail::bits(masks), detail::bits(d_scores),
-                                     detail::bits(d_bias));
-}
-
-/// attention_varlen_backward() on bfloat16 or half views (lse in float).
-template <typename T, detail::EnableIfEigen16<T> = 0>
-void attention_varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                               HeadsView<const T> out, HeadsView<const float> lse, HeadsView<const T> d_out,
-                               HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,
-                               const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                               std::ptrdiff_t batch, const Options& opt = {}, const Masks<T>& masks = {}) {
-  compiled::attention_varlen_backward(detail::bits(q), detail::bits(k), detail::bits(v), detail::bits(out),
-                                      lse, detail::bits(d_out), detail::bits(dq), detail::bits(dk),
-                                      detail::bits(dv), cu_seqlens_q, cu_seqlens_k, batch, opt,
-                                      detail::bits(masks));
-}
-
-/// merge_attention() of bfloat16 or half partial results (lse in float), merged in float.
-template <typename T, detail::EnableIfEigen16<T> = 0>
-void merge_attention(HeadsView<const T> out_a, HeadsView<const float> lse_a, HeadsView<const T> out_b,
-                     HeadsView<const float> lse_b, HeadsView<T> out, HeadsView<float> lse) {
-  compiled::merge_attention(detail::bits(out_a), lse_a, detail::bits(out_b), lse_b, detail::bits(out), lse);
+/// attn = (w_a attn_a + w_b attn_b) / (w_a + w_b) and lse = m + log(w_a + w_b), row by row. A
+/// row with lse = -inf on one side takes the other side; on both, zeros and -inf. This is what
+/// chunked prefill, split-K decoding and sequence-parallel attention need. attn/lse may be the
+/// very views attn_a/lse_a or attn_b/lse_b (merging in place); any other overlap throws.
+/// Shapes: attn_* [B, H, T, d_v], lse_* [B, H, T, 1]; the 16-bit types merge in float.
+template <typename A, typename T = std::remove_const_t<A>, detail::EnableIfHeadsScalar<A> = 0>
+void merge_attention_into(const HeadsView<A>& attn_a, detail::In<detail::LseOf<T>> lse_a,
+                          detail::In<T> attn_b, detail::In<detail::LseOf<T>> lse_b, detail::Out<T> attn,
+                          detail::Out<detail::LseOf<T>> lse) {
+  abi::merge_attention_into(detail::bits<const T>(attn_a), lse_a, detail::bits(attn_b), lse_b,
+                            detail::bits(attn), lse);
 }
 ///@}
 
 }  // namespace EigenAttention
+
+#include <EigenAttention/Deprecated.hpp>

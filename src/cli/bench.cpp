@@ -75,9 +75,9 @@ int bench_command(const BenchArgs& args) {
         opt.threads = threads;
         const double seconds = median_seconds(budget, [&] {
           if (decomposed) {
-            attention_heads_decomposed(Q, K, V, S, O, opt);
+            attention_heads_decomposed_into(Q, K, V, S, O, opt);
           } else {
-            attention_heads(Q, K, V, O, opt);
+            attention_heads_into(Q, K, V, O, opt);
           }
         });
         const double flops = 4.0 * double(T) * double(T) * double(d);
@@ -89,7 +89,8 @@ int bench_command(const BenchArgs& args) {
   }
   std::printf(
       "GFLOP/s = 4 T^2 d / time (Q K^T and SCORES V); time: the median of the calls made in %.2f s.\n"
-      "fused: attention_heads() (ATTN only, never forms T x T); decomposed: attention_heads_decomposed()\n"
+      "fused: attention_heads_into() (ATTN only, never forms T x T); decomposed: "
+      "attention_heads_decomposed_into()\n"
       "(also writes the T x T weights).\n",
       budget);
   return 0;

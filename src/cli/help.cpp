@@ -199,7 +199,7 @@ Options:
 const char* const kBenchHelp = R"(Usage: eigen-attention bench [--quick]
 
 Prints a short throughput table for this machine (a few seconds): the fused call
-(attention_heads, ATTN only) and the decomposed one (attention_heads_decomposed, also the
+(attention_heads_into, ATTN only) and the decomposed one (attention_heads_decomposed_into, also the
 T x T weights), one head, T = 1024 and 2048, d = 64, float, on one thread and on every
 hardware thread. GFLOP/s = 4 T^2 d / time.
 

@@ -1,5 +1,5 @@
-// eigen-attention run: attention of Q, K, V read from .npy files, on attention_heads() /
-// attention_heads_decomposed() (a 2-D input is a batch = heads = 1 view), in float, double,
+// eigen-attention run: attention of Q, K, V read from .npy files, on attention_heads_into() /
+// attention_heads_decomposed_into() (a 2-D input is a batch = heads = 1 view), in float, double,
 // bfloat16 or half (--compute; by default the inputs' own type). A 16-bit --compute that rounds
 // the inputs also computes in their own type, and in float on the rounded inputs, and reports
 // the differences.
@@ -529,9 +529,9 @@ Result<T> compute(const Job& j, bool average) {
     }
   }
   if (!S.empty()) {
-    attention_heads_decomposed(Q, K, V, S, O, j.s.opt, masks, L, A);
+    attention_heads_decomposed_into(Q, K, V, S, O, L, A, j.s.opt, masks);
   } else {
-    attention_heads(Q, K, V, O, j.s.opt, masks, L);
+    attention_heads_into(Q, K, V, O, L, j.s.opt, masks);
   }
   return r;
 }

@@ -190,10 +190,10 @@ void forward(MPI_Comm comm, const Call<T>& c) {
         [&](const Block& blk) {
           const auto out = HeadsView<T>::bhtd(part_out.data(), blk.batches, blk.heads, blk.qs.count, dv);
           const auto lse = HeadsView<T>::bhtd(part_lse.data(), blk.batches, blk.heads, blk.qs.count, 1);
-          attention_heads(blk.q_rows(c.q), blk.k_rows(K), blk.k_rows(V), out, block_options(c, blk.m),
-                          masks_of(c, blk), lse);
+          attention_heads_into(blk.q_rows(c.q), blk.k_rows(K), blk.k_rows(V), out, lse,
+                               block_options(c, blk.m), masks_of(c, blk));
           const auto a = blk.q_rows(acc), al = blk.q_rows(acc_l);
-          merge_attention(a, al, out, lse, a, al);
+          merge_attention_into(a, al, out, lse, a, al);
         },
         [&] { ring.progress(); });
     st.compute_seconds += MPI_Wtime() - compute_start;
@@ -252,8 +252,8 @@ void backward(MPI_Comm comm, const Call<T>& c) {
           const auto lse_b = HeadsView<T>::bhtd(part_lse.data(), nb, hq, nq, 1);
           HeadsView<const T> no_values = blk.k_rows(V);
           no_values.dim = 0;
-          attention_heads(blk.q_rows(c.q), blk.k_rows(K), no_values,
-                          HeadsView<T>::bhtd(&no_output, nb, hq, nq, 0), opt, masks, lse_b);
+          attention_heads_into(blk.q_rows(c.q), blk.k_rows(K), no_values,
+                               HeadsView<T>::bhtd(&no_output, nb, hq, nq, 0), lse_b, opt, masks);
           const auto lse_g = blk.q_rows(c.fwd_lse), d_out = blk.q_rows(c.d_out);
           const auto d_out_w = HeadsView<T>::bhtd(scaled_d_out.data(), nb, hq, nq, dv);
           for (index_t bb = 0; bb < nb; ++bb)
@@ -272,8 +272,8 @@ void backward(MPI_Comm comm, const Call<T>& c) {
                         t * d_out_w.token_stride;
                 for (index_t col = 0; col < dv; ++col) to[col] = w * from[col * d_out.dim_stride];
               }
-          attention_heads_backward(blk.q_rows(c.q), blk.k_rows(K), blk.k_rows(V), blk.q_rows(c.fwd_out),
-                                   lse_b, d_out_w, dq_p, dk_p, dv_p, opt, masks);
+          attention_heads_backward_into(blk.q_rows(c.q), blk.k_rows(K), blk.k_rows(V), blk.q_rows(c.fwd_out),
+                                        lse_b, d_out_w, dq_p, dk_p, dv_p, opt, masks);
           copy_view<T>(dq_p, blk.q_rows(dq), true);
           copy_view<T>(dk_p, blk.k_rows(dK), true);
           copy_view<T>(dv_p, blk.k_rows(dV), true);

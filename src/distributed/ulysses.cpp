@@ -181,9 +181,9 @@ void run(MPI_Comm caller, const Call<T>& c) {
   const double compute_start = MPI_Wtime();
   if (hp > 0) {
     if (c.backward) {
-      attention_heads_backward(Qw, Kw, Vw, Ow, Lw, dOw, dQw, dKw, dVw, c.opt, masks);
+      attention_heads_backward_into(Qw, Kw, Vw, Ow, Lw, dOw, dQw, dKw, dVw, c.opt, masks);
     } else {
-      attention_heads(Qw, Kw, Vw, Ow, c.opt, masks, Lw);
+      attention_heads_into(Qw, Kw, Vw, Ow, Lw, c.opt, masks);
     }
   }
   st.compute_seconds += MPI_Wtime() - compute_start;

@@ -1,7 +1,7 @@
 // The single-head Eigen front doors (ring_attention, ring_attention_into, ring_attention_backward)
 // on any dense expression of a rank's rows: blocks of a column-major matrix (strided) for uneven
-// contiguous shards, shard()'s row-major copies otherwise; results against attention_heads and
-// attention_heads_backward on the whole sequence as one head.
+// contiguous shards, shard()'s row-major copies otherwise; results against attention_heads_into and
+// attention_heads_backward_into on the whole sequence as one head.
 #include "problem.hpp"
 
 namespace ea_mpi {

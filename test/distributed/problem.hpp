@@ -1,7 +1,7 @@
 /// \file problem.hpp
 /// A whole multi-head problem generated identically on every rank (same seed), this rank's
-/// shard of it, the single-process results on the whole sequence (attention_heads and
-/// attention_heads_backward) with the long-double reference's error bounds, and the comparison
+/// shard of it, the single-process results on the whole sequence (attention_heads_into and
+/// attention_heads_backward_into) with the long-double reference's error bounds, and the comparison
 /// of this rank's rows with those results.
 ///
 /// Tolerances. Every bound is the test suite's error model (test/support): multihead_budget()
@@ -297,14 +297,14 @@ Whole<T> whole_results(const Problem<T>& p, bool with_backward) {
   w.out = Heads<T>(s.B, s.H, s.Tq, s.dv);
   w.lse = Heads<T>(s.B, s.H, s.Tq, 1);
   const auto masks = p.masks();
-  ea::attention_heads(p.q.cview(), p.k.cview(), p.v.cview(), w.out.view(), p.opt, masks, w.lse.view());
+  ea::attention_heads_into(p.q.cview(), p.k.cview(), p.v.cview(), w.out.view(), w.lse.view(), p.opt, masks);
   w.with_backward = with_backward;
   if (with_backward) {
     w.dq = Heads<T>(s.B, s.H, s.Tq, s.dk);
     w.dk = Heads<T>(s.B, s.Hkv, s.Tk, s.dk);
     w.dv = Heads<T>(s.B, s.Hkv, s.Tk, s.dv);
-    ea::attention_heads_backward(p.q.cview(), p.k.cview(), p.v.cview(), w.out.cview(), w.lse.cview(),
-                                 p.d_out.cview(), w.dq.view(), w.dk.view(), w.dv.view(), p.opt, masks);
+    ea::attention_heads_backward_into(p.q.cview(), p.k.cview(), p.v.cview(), w.out.cview(), w.lse.cview(),
+                                      p.d_out.cview(), w.dq.view(), w.dk.view(), w.dv.view(), p.opt, masks);
     w.exact = ea_test::reference_heads_backward<T>(p.q.to_array4(), p.k.to_array4(), p.v.to_array4(),
                                                    p.spec(), p.d_out.to_array4());
   } else {

@@ -6,10 +6,10 @@
 //       the kernels' tiles and may use several threads)
 //   [1] the call: attention, attention_into (+lse), attention_decomposed, attention_decomposed_into
 //       (+lse), attention_scores, attention_scores_into (+lse, through Compiled.hpp),
-//       attention_heads, attention_heads_decomposed, attention_varlen,
-//       attention_varlen_decomposed, merge_attention; the backward: attention_backward and
-//       attention_backward_into (with or without d_scores), attention_heads_backward (with or
-//       without d_scores and d_bias), attention_varlen_backward
+//       attention_heads_into, attention_heads_decomposed_into, attention_varlen_into,
+//       attention_varlen_decomposed_into, merge_attention_into; the backward: attention_backward and
+//       attention_backward_into (with or without d_scores), attention_heads_backward_into (with or
+//       without d_scores and d_bias), attention_varlen_backward_into
 //   [2..] Options (causal, alignment incl. an invalid value, scale, windows, softcap, threads,
 //       kernel incl. invalid values), then the shapes, layouts (row/col-major, padded,
 //       reversed, zero strides), masks, bias, key lengths, ALiBi slopes, packed offsets,
@@ -33,7 +33,7 @@
 //   the ALiBi slope) are finite with magnitude <= 1e3 has no NaN, weights summing to 1 (1e-3),
 //   a finite LSE and an ATTN inside the range of the V rows it sees; when its logits are also
 //   small (<= 50) it matches a long-double reference;
-// - merge_attention's rows follow its formula;
+// - merge_attention_into's rows follow its formula;
 // - the backward (whatever ATTN and LSE hold): a row that sees no key has a zero dQ row, a key
 //   that no row of its K/V head sees (padded keys included) zero dK and dV rows, and a dbias entry
 //   that no (sequence, head) it sums over sees is 0 (an empty sum too); with the forward's ATTN
@@ -61,7 +61,7 @@ namespace {
 template <class T>
 void run(Call call, Reader& r, bool big) {
   if (call == Call::Merge) {
-    note(format("merge_attention<%s>", type_name<T>()));
+    note(format("merge_attention_into<%s>", type_name<T>()));
     merge<T>(r);
     return;
   }

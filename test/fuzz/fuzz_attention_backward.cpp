@@ -1,7 +1,7 @@
 // fuzz_attention, the backward calls: attention_backward and attention_backward_into (single head,
 // with or without d_scores, on inputs given as strided Maps, column-major copies or expressions and
-// outputs as Maps or resizable matrices), attention_heads_backward (masks, bias, key lengths, ALiBi,
-// d_scores, d_bias) and attention_varlen_backward (fuzz_attention.cpp: the input format and the
+// outputs as Maps or resizable matrices), attention_heads_backward_into (masks, bias, key lengths, ALiBi,
+// d_scores, d_bias) and attention_varlen_backward_into (fuzz_attention.cpp: the input format and the
 // contract). The forward's ATTN and LSE come from the library's forward on the same inputs, or
 // (robustness) from the input's values; the gradients are held to the long-double reference of
 // test/support/reference_backward.hpp.
@@ -356,7 +356,7 @@ inline const char* source_name(bool arbitrary, bool forward_ok) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// attention_heads_backward and attention_varlen_backward.
+// attention_heads_backward_into and attention_varlen_backward_into.
 
 /// Which tensor a fault, a claim or an overlap concerns.
 enum Slot { kQ, kK, kV, kOut, kLse, kDOut, kDScores, kDQ, kDK, kDV, kDBias, kMask, kBias, kSlots };
@@ -595,9 +595,9 @@ struct HeadsBackwardCall {
       const auto O = ea::HeadsView<T>::bhtd(out.data(), B, H, tq, dv);
       const auto L = ea::HeadsView<T>::bhtd(lse.data(), B, H, tq, 1);
       if (varlen) {
-        ea::attention_varlen(Qv, Kv, Vv, O, sh.cu_q.data(), sh.cu_k.data(), sequences, one, masks, L);
+        ea::attention_varlen_into(Qv, Kv, Vv, sh.cu_q.data(), sh.cu_k.data(), sequences, O, L, one, masks);
       } else {
-        ea::attention_heads(Qv, Kv, Vv, O, one, masks, L);
+        ea::attention_heads_into(Qv, Kv, Vv, O, L, one, masks);
       }
     } catch (const std::invalid_argument&) {
       note("  (the forward threw: ATTN and LSE keep the decoded values)");
@@ -664,10 +664,10 @@ struct HeadsBackwardCall {
 
   void invoke(const ea::Options& o) {
     if (varlen) {
-      ea::attention_varlen_backward(Qv, Kv, Vv, Ov, Lv, DOv, DQv, DKv, DVv, cuq.data(), cuk.data(), sequences,
-                                    o, masks);
+      ea::attention_varlen_backward_into(Qv, Kv, Vv, Ov, Lv, DOv, cuq.data(), cuk.data(), sequences, DQv, DKv,
+                                         DVv, o, masks);
     } else {
-      ea::attention_heads_backward(Qv, Kv, Vv, Ov, Lv, DOv, DQv, DKv, DVv, o, masks, DSv, DBv);
+      ea::attention_heads_backward_into(Qv, Kv, Vv, Ov, Lv, DOv, DSv, DQv, DKv, DVv, DBv, o, masks);
     }
   }
 

@@ -1,5 +1,5 @@
-// fuzz_attention, the multi-head calls: attention_heads, attention_heads_decomposed,
-// attention_varlen, attention_varlen_decomposed, with masks, biases, key lengths, ALiBi slopes and
+// fuzz_attention, the multi-head calls: attention_heads_into, attention_heads_decomposed_into,
+// attention_varlen_into, attention_varlen_decomposed_into, with masks, biases, key lengths, ALiBi slopes and
 // packed offsets (fuzz_attention.cpp: the input format and the contract).
 #include "fuzz_attention_model.hpp"
 #include "fuzz_overlap.hpp"
@@ -356,17 +356,17 @@ struct HeadsCall {
   void invoke(const ea::Options& o) {
     switch (call) {
       case Call::Heads:
-        ea::attention_heads(Qv, Kv, Vv, Ov, o, masks, Lv);
+        ea::attention_heads_into(Qv, Kv, Vv, Ov, Lv, o, masks);
         break;
       case Call::HeadsDecomposed:
-        ea::attention_heads_decomposed(Qv, Kv, Vv, Sv, Ov, o, masks, Lv, Av);
+        ea::attention_heads_decomposed_into(Qv, Kv, Vv, Sv, Ov, Lv, Av, o, masks);
         break;
       case Call::Varlen:
-        ea::attention_varlen(Qv, Kv, Vv, Ov, cuq.data(), cuk.data(), sequences, o, masks, Lv);
+        ea::attention_varlen_into(Qv, Kv, Vv, cuq.data(), cuk.data(), sequences, Ov, Lv, o, masks);
         break;
       default:
-        ea::attention_varlen_decomposed(Qv, Kv, Vv, packed.data(), packed_claim, Ov, cuq.data(), cuk.data(),
-                                        sequences, o, masks, Lv);
+        ea::attention_varlen_decomposed_into(Qv, Kv, Vv, cuq.data(), cuk.data(), sequences, packed.data(),
+                                             packed_claim, Ov, Lv, o, masks);
     }
   }
 

@@ -1,4 +1,4 @@
-// fuzz_attention, merge_attention: its rows against its formula (fuzz_attention.cpp: the input
+// fuzz_attention, merge_attention_into: its rows against its formula (fuzz_attention.cpp: the input
 // format and the contract).
 #include "fuzz_attention_model.hpp"
 #include "fuzz_overlap.hpp"
@@ -152,16 +152,17 @@ void merge(Reader& r) {
   }
   note(format("expect: %s", e.invalid ? ("throw: " + e.why).c_str() : "success"));
   arena.snapshot();
-  if (!outcome("merge_attention", e, [&] {
-        ea::merge_attention(ea::HeadsView<const T>(v[kOa]), ea::HeadsView<const T>(v[kLa]),
-                            ea::HeadsView<const T>(v[kOb]), ea::HeadsView<const T>(v[kLb]), v[kO], v[kL]);
+  if (!outcome("merge_attention_into", e, [&] {
+        ea::merge_attention_into(ea::HeadsView<const T>(v[kOa]), ea::HeadsView<const T>(v[kLa]),
+                                 ea::HeadsView<const T>(v[kOb]), ea::HeadsView<const T>(v[kLb]), v[kO],
+                                 v[kL]);
       })) {
-    arena.expect_unchanged("merge_attention");
+    arena.expect_unchanged("merge_attention_into");
     return;
   }
   mark_written(t[kO]);
   mark_written(t[kL]);
-  arena.expect_only_outputs_changed("merge_attention");
+  arena.expect_only_outputs_changed("merge_attention_into");
   constexpr bool is_float = std::is_same_v<T, float>;
   const long double rel = is_float ? 1e-5 : 1e-13;
   const T minus_inf = -std::numeric_limits<T>::infinity();

@@ -11,10 +11,10 @@
 /// The call families, one file each, all decoding from the same Reader in the same order:
 ///   fuzz_attention_single.cpp    single<T>: attention, attention_into, attention_decomposed(_into),
 ///                                attention_scores(_into)
-///   fuzz_attention_heads.cpp     heads<T>: attention_heads(_decomposed), attention_varlen(_decomposed)
-///   fuzz_attention_merge.cpp     merge<T>: merge_attention
-///   fuzz_attention_backward.cpp  backward<T>: attention_backward(_into), attention_heads_backward,
-///                                attention_varlen_backward
+///   fuzz_attention_heads.cpp     heads<T>: attention_heads_into(_decomposed),
+///   attention_varlen_into(_decomposed) fuzz_attention_merge.cpp     merge<T>: merge_attention_into
+///   fuzz_attention_backward.cpp  backward<T>: attention_backward(_into), attention_heads_backward_into,
+///                                attention_varlen_backward_into
 #pragma once
 
 #include <EigenAttention/EigenAttention.hpp>
@@ -143,7 +143,7 @@ inline const char* lay_name(Lay l) {
   return names[int(l)];
 }
 
-/// The layouts of multi-head inputs and outputs (attention_heads, attention_varlen, merge).
+/// The layouts of multi-head inputs and outputs (attention_heads_into, attention_varlen_into, merge).
 inline Lay heads_input_lay(std::uint8_t b) {
   static const Lay lays[] = {Lay::BHTD,     Lay::BTHD,     Lay::BHTD,       Lay::BTHD,      Lay::Padded,
                              Lay::ColMajor, Lay::Reversed, Lay::DimStride2, Lay::ZeroBatch, Lay::ZeroRow};
@@ -1038,14 +1038,14 @@ inline const char* call_name(Call c) {
                                 "attention_scores",
                                 "attention_scores_into",
                                 "compiled::attention_scores_into(+lse)",
-                                "attention_heads",
-                                "attention_heads_decomposed",
-                                "attention_varlen",
-                                "attention_varlen_decomposed",
-                                "merge_attention",
+                                "attention_heads_into",
+                                "attention_heads_decomposed_into",
+                                "attention_varlen_into",
+                                "attention_varlen_decomposed_into",
+                                "merge_attention_into",
                                 "attention_backward",
-                                "attention_heads_backward",
-                                "attention_varlen_backward"};
+                                "attention_heads_backward_into",
+                                "attention_varlen_backward_into"};
   return names[int(c)];
 }
 

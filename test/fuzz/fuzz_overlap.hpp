@@ -10,7 +10,7 @@
 ///     be; Either otherwise: the rule is exact for blocks of one parent array and conservative for
 ///     anything else, so either outcome passes (test/overlap_rule.cpp holds the exact half to the
 ///     address sets);
-///   - merge_attention also accepts an output that is exactly an input (in place: the same data,
+///   - merge_attention_into also accepts an output that is exactly an input (in place: the same data,
 ///     sizes and strides).
 /// Applied in run_single (fuzz_attention_single.cpp), HeadsCall::expect (fuzz_attention_heads.cpp),
 /// merge (fuzz_attention_merge.cpp) and the backward calls (fuzz_attention_backward.cpp); an output

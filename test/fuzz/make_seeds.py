@@ -115,7 +115,7 @@ def heads_backward(call="heads_backward", dtype="f", d_scores=False, d_bias=0, a
                    group=2, tq=4, tk=5, dk=3, dv=2, seqs=(), extra=(0, 0), varlen_fault=0, mpres=0,
                    mask_shape=(0, 0), bias_shape=(0, 0), fault=(), h_fault=0, claim=(), lays=(0,) * 13, alias=(),
                    opts=None, tail=b""):
-    """attention_heads_backward / attention_varlen_backward. d_bias: 0 none, 2 with a bias (forced), 3 as
+    """attention_heads_backward_into / attention_varlen_backward_into. d_bias: 0 none, 2 with a bias (forced), 3 as
     the masks say; mpres as heads(); fault (kind, slot | axis << 4) with slots Q K V out lse d_out d_scores dq
     dk dv d_bias mask bias; alias: (byte, host, shift). Then the fills: Q, K, V; `tail` holds the mask,
     bias, key lengths and ALiBi fills (as the masks say) and then out, lse (read always), d_out, d_scores."""

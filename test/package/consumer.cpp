@@ -251,7 +251,7 @@ void check_multi_head(double tol) {
   const auto L = ea::HeadsView<T>::bhtd(l.data(), B, H, Tq, 1);
   ea::Options opt;
   opt.causal = true;
-  ea::attention_heads(Q, K, V, O, opt, {}, L);
+  ea::attention_heads_into(Q, K, V, O, L, opt);
   double worst = 0;
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < H; ++h) {
@@ -259,24 +259,25 @@ void check_multi_head(double tol) {
       worst = std::max(worst, (O.head(b, h).template cast<double>() - ref.attn).cwiseAbs().maxCoeff());
       worst = std::max(worst, (L.head(b, h).template cast<double>() - ref.lse).cwiseAbs().maxCoeff());
     }
-  expect(worst <= tol, tag + "attention_heads (GQA) against the reference");
+  expect(worst <= tol, tag + "attention_heads_into (GQA) against the reference");
 
   const auto S = ea::HeadsView<T>::bhtd(s.data(), B, H, Tq, Tk);
   const auto A = ea::HeadsView<T>::bhtd(avg.data(), B, 1, Tq, Tk);
-  ea::attention_heads_decomposed(Q, K, V, S, O, opt, {}, {}, A);
+  ea::attention_heads_decomposed_into(Q, K, V, S, O, {}, A, opt);
   double avg_err = 0;
   for (int b = 0; b < B; ++b) {
     Eigen::MatrixXd mean = Eigen::MatrixXd::Zero(Tq, Tk);
     for (int h = 0; h < H; ++h) mean += S.head(b, h).template cast<double>() / H;
     avg_err = std::max(avg_err, (A.head(b, 0).template cast<double>() - mean).cwiseAbs().maxCoeff());
   }
-  expect(avg_err <= tol, tag + "attention_heads_decomposed averaged weights");
+  expect(avg_err <= tol, tag + "attention_heads_decomposed_into averaged weights");
 
   // HeadsView::single of a temporary block: rows 2..5 of one matrix as queries.
   using Row = ea::RowMatrix<T>;
   Row q1 = Row::Random(8, D), k1 = Row::Random(11, D), v1 = Row::Random(11, D), o1(4, D);
-  ea::attention_heads(ea::HeadsView<const T>::single(q1.middleRows(2, 4)), ea::HeadsView<const T>::single(k1),
-                      ea::HeadsView<const T>::single(v1), ea::HeadsView<T>::single(o1));
+  ea::attention_heads_into(ea::HeadsView<const T>::single(q1.middleRows(2, 4)),
+                           ea::HeadsView<const T>::single(k1), ea::HeadsView<const T>::single(v1),
+                           ea::HeadsView<T>::single(o1));
   expect_close((tag + "HeadsView::single of a block").c_str(), o1,
                reference(q1.middleRows(2, 4), k1, v1, false).attn, tol);
 
@@ -284,40 +285,40 @@ void check_multi_head(double tol) {
   const std::int64_t cu[3] = {0, 5, 14};
   Row qp = Row::Random(14, D), kp = Row::Random(14, D), vp = Row::Random(14, D), op(14, D);
   std::vector<T> packed(ea::varlen_scores_size(cu, cu, 2, 1));
-  ea::attention_varlen_decomposed(ea::HeadsView<const T>::bthd(qp.data(), 1, 14, 1, D),
-                                  ea::HeadsView<const T>::bthd(kp.data(), 1, 14, 1, D),
-                                  ea::HeadsView<const T>::bthd(vp.data(), 1, 14, 1, D), packed.data(),
-                                  packed.size(), ea::HeadsView<T>::bthd(op.data(), 1, 14, 1, D), cu, cu, 2,
-                                  opt);
+  ea::attention_varlen_decomposed_into(ea::HeadsView<const T>::bthd(qp.data(), 1, 14, 1, D),
+                                       ea::HeadsView<const T>::bthd(kp.data(), 1, 14, 1, D),
+                                       ea::HeadsView<const T>::bthd(vp.data(), 1, 14, 1, D), cu, cu, 2,
+                                       packed.data(), packed.size(),
+                                       ea::HeadsView<T>::bthd(op.data(), 1, 14, 1, D), opt);
   const Reference r0 = reference(qp.topRows(5), kp.topRows(5), vp.topRows(5), true);
   const Reference r1 = reference(qp.bottomRows(9), kp.bottomRows(9), vp.bottomRows(9), true);
-  expect_close((tag + "attention_varlen_decomposed seq 0").c_str(), op.topRows(5), r0.attn, tol);
-  expect_close((tag + "attention_varlen_decomposed seq 1").c_str(), op.bottomRows(9), r1.attn, tol);
-  expect_close((tag + "attention_varlen_decomposed weights").c_str(),
+  expect_close((tag + "attention_varlen_decomposed_into seq 0").c_str(), op.topRows(5), r0.attn, tol);
+  expect_close((tag + "attention_varlen_decomposed_into seq 1").c_str(), op.bottomRows(9), r1.attn, tol);
+  expect_close((tag + "attention_varlen_decomposed_into weights").c_str(),
                Eigen::Map<const Row>(packed.data() + 25, 9, 9), r1.scores, tol);
   Row op2(14, D);
-  ea::attention_varlen(ea::HeadsView<const T>::bthd(qp.data(), 1, 14, 1, D),
-                       ea::HeadsView<const T>::bthd(kp.data(), 1, 14, 1, D),
-                       ea::HeadsView<const T>::bthd(vp.data(), 1, 14, 1, D),
-                       ea::HeadsView<T>::bthd(op2.data(), 1, 14, 1, D), cu, cu, 2, opt);
-  expect_close((tag + "attention_varlen seq 1").c_str(), op2.bottomRows(9), r1.attn, tol);
+  ea::attention_varlen_into(ea::HeadsView<const T>::bthd(qp.data(), 1, 14, 1, D),
+                            ea::HeadsView<const T>::bthd(kp.data(), 1, 14, 1, D),
+                            ea::HeadsView<const T>::bthd(vp.data(), 1, 14, 1, D), cu, cu, 2,
+                            ea::HeadsView<T>::bthd(op2.data(), 1, 14, 1, D), opt);
+  expect_close((tag + "attention_varlen_into seq 1").c_str(), op2.bottomRows(9), r1.attn, tol);
 
   // Merge: keys split in two halves, merged by LSE = all keys at once.
   Row ka = k1.topRows(5), kb = k1.bottomRows(6), va = v1.topRows(5), vb = v1.bottomRows(6);
   Row oa(8, D), ob(8, D), om(8, D);
   Eigen::Matrix<T, Eigen::Dynamic, 1> la(8), lb(8), lm(8);
-  ea::attention_heads(ea::HeadsView<const T>::single(q1), ea::HeadsView<const T>::single(ka),
-                      ea::HeadsView<const T>::single(va), ea::HeadsView<T>::single(oa), {}, {},
-                      ea::HeadsView<T>::single(la));
-  ea::attention_heads(ea::HeadsView<const T>::single(q1), ea::HeadsView<const T>::single(kb),
-                      ea::HeadsView<const T>::single(vb), ea::HeadsView<T>::single(ob), {}, {},
-                      ea::HeadsView<T>::single(lb));
-  ea::merge_attention(ea::HeadsView<const T>::single(oa), ea::HeadsView<const T>::single(la),
-                      ea::HeadsView<const T>::single(ob), ea::HeadsView<const T>::single(lb),
-                      ea::HeadsView<T>::single(om), ea::HeadsView<T>::single(lm));
+  ea::attention_heads_into(ea::HeadsView<const T>::single(q1), ea::HeadsView<const T>::single(ka),
+                           ea::HeadsView<const T>::single(va), ea::HeadsView<T>::single(oa),
+                           ea::HeadsView<T>::single(la));
+  ea::attention_heads_into(ea::HeadsView<const T>::single(q1), ea::HeadsView<const T>::single(kb),
+                           ea::HeadsView<const T>::single(vb), ea::HeadsView<T>::single(ob),
+                           ea::HeadsView<T>::single(lb));
+  ea::merge_attention_into(ea::HeadsView<const T>::single(oa), ea::HeadsView<const T>::single(la),
+                           ea::HeadsView<const T>::single(ob), ea::HeadsView<const T>::single(lb),
+                           ea::HeadsView<T>::single(om), ea::HeadsView<T>::single(lm));
   const Reference whole = reference(q1, k1, v1, false);
-  expect_close((tag + "merge_attention").c_str(), om, whole.attn, tol);
-  expect_close((tag + "merge_attention lse").c_str(), lm, whole.lse, tol);
+  expect_close((tag + "merge_attention_into").c_str(), om, whole.attn, tol);
+  expect_close((tag + "merge_attention_into lse").c_str(), lm, whole.lse, tol);
 }
 
 // .npy: write and read back through the library's compiled reader/writer, with this TU's

@@ -41,7 +41,7 @@ Seeds make_seeds(const Problem& p, Rng& rng, bool with_d_scores) {
   return s;
 }
 
-/// The library's forward (attention_heads, for OUT and LSE), then attention_heads_backward.
+/// The library's forward (attention_heads_into, for OUT and LSE), then attention_heads_backward_into.
 template <class T>
 Gradients<T> run_backward(const Problem& p, const Seeds& seeds, const mh::Options& opt,
                           mh::Layout layout = mh::Layout::BHTD, bool want_d_bias = true) {
@@ -52,7 +52,7 @@ Gradients<T> run_backward(const Problem& p, const Seeds& seeds, const mh::Option
   Gradients<T> g;
   g.out = HeadsBuffer<T>(layout, B, H, tq, dv, T(0));
   g.lse = HeadsBuffer<T>(layout, B, H, tq, 1, T(0));
-  mh::attention_heads(Q.cview(), K.cview(), V.cview(), g.out.view(), opt, masks.masks, g.lse.view());
+  mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), g.out.view(), g.lse.view(), opt, masks.masks);
   const T sentinel = crosscheck::kSentinel<T>;
   g.dq = HeadsBuffer<T>(layout, B, H, tq, dk, sentinel);
   g.dk = HeadsBuffer<T>(layout, B, Hkv, tk, dk, sentinel);
@@ -65,9 +65,9 @@ Gradients<T> run_backward(const Problem& p, const Seeds& seeds, const mh::Option
     g.d_bias = HeadsBuffer<T>(mh::Layout::BHTD, b.n[0], b.n[1], tq, tk, sentinel);
     d_bias = g.d_bias.view();
   }
-  mh::attention_heads_backward(Q.cview(), K.cview(), V.cview(), g.out.cview(), g.lse.cview(), dO.cview(),
-                               g.dq.view(), g.dk.view(), g.dv.view(), opt, masks.masks,
-                               dS ? dS->cview() : mh::HeadsView<const T>{}, d_bias);
+  mh::attention_heads_backward_into(Q.cview(), K.cview(), V.cview(), g.out.cview(), g.lse.cview(), dO.cview(),
+                                    dS ? dS->cview() : mh::HeadsView<const T>{}, g.dq.view(), g.dk.view(),
+                                    g.dv.view(), d_bias, opt, masks.masks);
   return g;
 }
 

@@ -1,7 +1,7 @@
 /// \file decode.hpp
 /// Helpers of the decode tests: a sequence's keys, values and new queries as plain matrices
 /// (heads side by side, one row per token), a PagedKVCache filled with them in random pieces,
-/// and the two yardsticks: the library's attention_heads on the same keys laid out contiguously
+/// and the two yardsticks: the library's attention_heads_into on the same keys laid out contiguously
 /// (bottom-right alignment), and the long-double reference (reference.hpp).
 #pragma once
 
@@ -104,7 +104,7 @@ struct Result {
   Rows<T> out, lse;
 };
 
-/// attention_heads on the same keys laid out contiguously: the multi-head call a user would
+/// attention_heads_into on the same keys laid out contiguously: the multi-head call a user would
 /// make today ([1, T, H, d] views of the matrices), bottom-right alignment.
 template <typename S>
 Result<Compute<S>> heads_call(const Case& c, const Sequence<S>& s, const ea::Options& opt_in) {
@@ -122,7 +122,7 @@ Result<Compute<S>> heads_call(const Case& c, const Sequence<S>& s, const ea::Opt
   ea::HeadsView<T> l{r.lse.data(), 1, c.H, c.Tq, 1, 0, 1, c.H, 1};
   ea::Masks<T> masks;
   if (c.alibi) masks.alibi_slopes = s.slopes.data();
-  ea::attention_heads(q, k, v, o, opt, masks, l);
+  ea::attention_heads_into(q, k, v, o, l, opt, masks);
   return r;
 }
 

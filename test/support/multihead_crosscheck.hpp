@@ -1,7 +1,7 @@
 /// \file multihead_crosscheck.hpp
 /// What the multi-head cross-checks (test/multihead_*.cpp, one file per relation) share: random
-/// problems for the long-double reference (support/reference.hpp), one attention_heads or
-/// attention_heads_decomposed call on them, and the comparisons. Equalities the API documents
+/// problems for the long-double reference (support/reference.hpp), one attention_heads_into or
+/// attention_heads_decomposed_into call on them, and the comparisons. Equalities the API documents
 /// (thread counts) or that only change how the same buffers are addressed (BHTD vs BTHD) are
 /// checked bitwise; equalities between different computations of the same function are checked
 /// within twice the error budget of one computation (each result is within one budget of the
@@ -92,7 +92,7 @@ Problem make_problem(const Config& c, Rng& rng) {
   return p;
 }
 
-/// One attention_heads or attention_heads_decomposed call on `p`, its outputs in `layout`.
+/// One attention_heads_into or attention_heads_decomposed_into call on `p`, its outputs in `layout`.
 template <class T>
 struct Run {
   HeadsBuffer<T> out, lse, scores, avg;
@@ -109,10 +109,10 @@ Run<T> run_heads(const Problem& p, const mh::Options& opt, mh::Layout layout, bo
   if (decomposed) {
     r.scores = HeadsBuffer<T>(layout, B, H, tq, tk, kSentinel<T>);
     r.avg = HeadsBuffer<T>(layout, B, 1, tq, tk, kSentinel<T>);
-    mh::attention_heads_decomposed(Q.cview(), K.cview(), V.cview(), r.scores.view(), r.out.view(), opt,
-                                   masks.masks, r.lse.view(), r.avg.view());
+    mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), r.scores.view(), r.out.view(),
+                                        r.lse.view(), r.avg.view(), opt, masks.masks);
   } else {
-    mh::attention_heads(Q.cview(), K.cview(), V.cview(), r.out.view(), opt, masks.masks, r.lse.view());
+    mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), r.out.view(), r.lse.view(), opt, masks.masks);
   }
   return r;
 }

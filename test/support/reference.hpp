@@ -4,7 +4,7 @@
 /// One implementation of the attention math, reference_heads (batches, GQA/MQA, boolean masks,
 /// additive biases, key lengths, sliding windows, ALiBi, soft-capping); packed variable-length
 /// batches (reference_varlen) and the single-head reference (reference_attention) are calls of
-/// it, the latter the one-sequence, one-head case; reference_merge states merge_attention.
+/// it, the latter the one-sequence, one-head case; reference_merge states merge_attention_into.
 ///
 /// Q [B, H, T_q, d_k], K [B, H_kv, T_k, d_k], V [B, H_kv, T_k, d_v]; query head h reads K/V
 /// head h / (H / H_kv). For sequence b: Tk_b = key_lengths ? key_lengths[b] : T_k, and
@@ -270,7 +270,7 @@ inline Logit reference_logit(const Array4& Q, const Array4& K, const MultiHeadSp
   return l;
 }
 
-/// The reference for attention_heads / attention_heads_decomposed.
+/// The reference for attention_heads_into / attention_heads_decomposed_into.
 inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, const Array4& V,
                                           const MultiHeadSpec& spec) {
   using mh_detail::require;
@@ -370,7 +370,7 @@ ReferenceResult reference_attention(const Eigen::MatrixBase<DQ>& Q_in, const Eig
   return r;
 }
 
-/// The reference for attention_varlen: Q [1, H, total_q, d_k], K/V [1, H_kv, total_k, d];
+/// The reference for attention_varlen_into: Q [1, H, total_q, d_k], K/V [1, H_kv, total_k, d];
 /// sequence s is rows [cu_q[s], cu_q[s+1]) and [cu_k[s], cu_k[s+1]), attended on its own with
 /// `spec` (which may use ALiBi, causal, window, soft-cap and scale only). Groups are
 /// (sequence, head): g = s * H + h. scores/avg_scores stay empty.
@@ -413,7 +413,7 @@ inline MultiHeadReference reference_varlen(const Array4& Q, const Array4& K, con
   return r;
 }
 
-/// merge_attention's specification, row by row, in long double.
+/// merge_attention_into's specification, row by row, in long double.
 inline void reference_merge(const Array4& out_a, const Array4& lse_a, const Array4& out_b,
                             const Array4& lse_b, Array4& out, Array4& lse) {
   const long double inf = std::numeric_limits<long double>::infinity();

@@ -46,7 +46,7 @@ struct BackwardReference {
   MultiHeadReference forward;  ///< OUT, LSE, SCORES
 };
 
-/// The reference gradients of attention_heads(Q, K, V, spec) for dOUT [B, H, T_q, d_v] and,
+/// The reference gradients of attention_heads_into(Q, K, V, spec) for dOUT [B, H, T_q, d_v] and,
 /// optionally, dSCORES [B, H, T_q, T_k], with error bounds in T.
 template <class T>
 BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, const Array4& V,
@@ -137,7 +137,7 @@ inline void put_tokens(Array4& dst, const Array4& src, Eigen::Index first) {
 
 }  // namespace bw_ref_detail
 
-/// The reference gradients of attention_varlen(Q, K, V) (reference.hpp's reference_varlen:
+/// The reference gradients of attention_varlen_into(Q, K, V) (reference.hpp's reference_varlen:
 /// Q [1, H, total_q, d_k], K/V [1, H_kv, total_k, d]; sequence s is query rows
 /// [cu_q[s], cu_q[s+1]) and key rows [cu_k[s], cu_k[s+1]), attended on its own with `spec`)
 /// for dOUT [1, H, total_q, d_v], with error bounds in T. Each sequence is

@@ -8,6 +8,7 @@
     "EigenAttention: <EigenAttention/detail/FrontDoor.hpp> is internal, include <EigenAttention/EigenAttention.hpp> (or another public header) instead"
 #endif
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -18,6 +19,7 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/detail/CheckedArithmetic.hpp>
 
@@ -172,13 +174,27 @@ Extent output_extent(const char* name, const Out& out) {
                    kIsResizable<OutputOf<Out>>);
 }
 
+/// The Extents of what the masks of a single-head call point to (its one [T_q, T_k] mask and
+/// bias, its one key length and ALiBi slope): inputs too, that a resized output must not free.
+template <typename Scalar>
+std::array<Extent, 4> mask_extents(const Masks<Scalar>& m) {
+  return {extent_of("masks.mask", nullptr, m.mask.data, m.mask.rows, m.mask.cols, m.mask.row_stride,
+                    m.mask.col_stride, false),
+          extent_of("masks.bias", nullptr, m.bias.data, m.bias.rows, m.bias.cols, m.bias.row_stride,
+                    m.bias.col_stride, false),
+          extent_of("masks.key_lengths", nullptr, m.key_lengths, 1, 1, 1, 1, false),
+          extent_of("masks.alibi_slopes", nullptr, m.alibi_slopes, 1, 1, 1, 1, false)};
+}
+
 /// Throws std::invalid_argument before anything is resized when an output that may be resized
-/// (an Eigen::Matrix) is the same object as, or shares memory with, an input or another output:
-/// resizing it would free memory that the other's view still points to.
+/// (an Eigen::Matrix) is the same object as, or shares memory with, an input (the matrices, and
+/// what `masks` points to) or another output: resizing it would free memory that the other's
+/// view still points to.
 inline void check_resizable_apart(const char* api, std::initializer_list<Extent> inputs,
-                                  std::initializer_list<Extent> outputs) {
+                                  std::initializer_list<Extent> outputs,
+                                  const std::array<Extent, 4>& masks = {}) {
   const auto apart = [&](const Extent& out, const Extent& other) {
-    if (out.object == other.object) {
+    if (out.object != nullptr && out.object == other.object) {
       throw std::invalid_argument(std::string("EigenAttention::") + api + ": " + out.name +
                                   " is the same matrix as " + other.name +
                                   "; an output must not be an input or another output");
@@ -192,6 +208,7 @@ inline void check_resizable_apart(const char* api, std::initializer_list<Extent>
   for (const Extent& out : outputs) {
     if (!out.resizable) continue;
     for (const Extent& in : inputs) apart(out, in);
+    for (const Extent& in : masks) apart(out, in);
     for (const Extent& other : outputs) {
       if (&other != &out) apart(out, other);
     }
