@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""The one grammar of the public calls (docs/api.md), checked on the headers themselves.
+
+Every function declared in include/EigenAttention/ (but Deprecated.hpp, the 0.2 forms kept as
+they were for one minor version; detail/ included: what crosses into the
+compiled library follows it too) that takes `const Options&` must take after it nothing but
+`const Masks<...>&` and, for the MPI calls, the distributed configuration (`const Config&`).
+Calls not yet moved to the grammar are listed in PENDING, by header and name, each with the
+argument that breaks it; the check fails on any other violation, and on a PENDING entry that no
+longer breaks it (so that the list only shrinks).
+
+    python3 test/grammar.py <repository root>
+"""
+import os
+import re
+import sys
+
+# (header, function): the parameter after Options that is still there. Decode takes its ALiBi
+# slopes after Options (they move into Masks); the MPI calls take their optional LSE after it.
+PENDING = {
+    ("KVCache.hpp", "attention_decode_into"): "alibi_slopes",
+    ("KVCache.hpp", "attention_decode"): "alibi_slopes",
+    ("Distributed.hpp", "ring_attention_heads"): "lse",
+    ("Distributed.hpp", "ulysses_attention"): "lse",
+}
+
+ALLOWED_AFTER = re.compile(r"^const\s+(?:\w+::)*(?:Masks<[^>]*>|Config|NoDeduce<Masks<[^>]*>>)\s*&")
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+
+
+def split_params(text, start):
+    """Parameters of the list whose '(' is at text[start - 1]; None if unbalanced."""
+    depth, angle, cur, params = 0, 0, start, []
+    for i in range(start, len(text)):
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0:
+                params.append(text[cur:i].strip())
+                return params
+            depth -= 1
+        elif c == "<":
+            angle += 1
+        elif c == ">" and angle > 0:
+            angle -= 1
+        elif c == "," and depth == 0 and angle == 0:
+            params.append(text[cur:i].strip())
+            cur = i + 1
+    return None
+
+
+def macro_free(text):
+    """Declarations written through a macro (detail/AbiMultiHead.hpp): the macro body, once."""
+    return text.replace("\\\n", "\n")
+
+
+def check(root):
+    include = os.path.join(root, "include", "EigenAttention")
+    violations = {}
+    declared = 0
+    for folder, _, files in os.walk(include):
+        for name in sorted(files):
+            if not name.endswith(".hpp") or name == "Deprecated.hpp":  # the 0.2 forms, kept as they were
+                continue
+            text = strip_comments(macro_free(open(os.path.join(folder, name)).read()))
+            for m in re.finditer(r"\b([A-Za-z_]\w*)\s*\(", text):
+                fn = m.group(1)
+                if fn in ("if", "for", "while", "switch", "return", "sizeof", "decltype", "static_assert",
+                          "alignof", "noexcept", "throw"):
+                    continue
+                params = split_params(text, m.end())
+                if not params or not any(re.match(r"^const\s+Options\s*&", p) for p in params):
+                    continue
+                # A declaration or definition: the parameters have types (a call's arguments do not).
+                if not all(re.search(r"[\w>&*]\s+[&*]*\w+(\s*=.*)?$|^const\s+Options\s*&$", p) for p in params):
+                    continue
+                declared += 1
+                at = next(i for i, p in enumerate(params) if re.match(r"^const\s+Options\s*&", p))
+                for p in params[at + 1:]:
+                    if not ALLOWED_AFTER.match(p):
+                        arg = re.sub(r"\s*=.*$", "", p).split()[-1].lstrip("&*")
+                        violations.setdefault((os.path.relpath(os.path.join(folder, name), include), fn), set()).add(arg)
+    failures = []
+    for key, args in sorted(violations.items()):
+        header = os.path.basename(key[0])
+        if PENDING.get((header, key[1])) in args and len(args) == 1:
+            continue
+        failures.append("%s: %s takes %s after Options (only Masks, and the MPI configuration, may follow it)"
+                        % (key[0], key[1], ", ".join(sorted(args))))
+    seen = {(os.path.basename(h), f) for h, f in violations}
+    for key in sorted(PENDING):
+        if key not in seen:
+            failures.append("%s: %s keeps the grammar now: remove it from PENDING in test/grammar.py" % key)
+    print("%d declarations taking Options checked; %d pending (%s)"
+          % (declared, len(PENDING), ", ".join(sorted({f for _, f in PENDING}))))
+    for f in failures:
+        print("error: " + f)
+    return 1 if failures or declared == 0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(check(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..")))
