@@ -219,7 +219,7 @@ void check_single_head(double tol) {
       const ea::MatrixView<T> o{out.data(), kRows, kValueDim, kValueDim, 1};
       const ea::MatrixView<const T> qv = ea::compiled::view(q), kv = ea::compiled::view(k),
                                     vv = ea::compiled::view(v);
-      ea::compiled::run("consumer", qv, kv, &vv, nullptr, &o, nullptr, opt);
+      ea::compiled::run("consumer", qv, kv, &vv, nullptr, &o, nullptr, opt, ea::Masks<T>{});
       expect_close((tag + "compiled::run").c_str(), out, ref.attn, tol);
     }
   }
