@@ -10,7 +10,7 @@
 //             d = 128, float, causal, 1 thread): GFLOP/s with 4 T^2 d H FLOPs, half causal;
 //   link      a ping-pong between ranks 0 and 1 of one K/V block (one message of
 //             2 T/N d H_kv floats) and of 8 bytes: the loopback bandwidth and latency;
-//   methods   ring_attention_heads with Sharding::Contiguous and with Sharding::ZigZag, and
+//   methods   ring_attention_heads_into with Sharding::Contiguous and with Sharding::ZigZag, and
 //             ulysses_attention, 1 thread a rank: per rank the medians over --reps runs of
 //             Stats::seconds, compute_seconds, wait_seconds, bytes sent and received, messages
 //             and visible_pairs; the imbalance (max / min over ranks of visible_pairs and of
@@ -307,7 +307,7 @@ enum Field {
 };
 
 // The same ring of K/V blocks as the ring methods, alone: P - 1 steps, each sending the block
-// held (K and V in one message, as ring_attention_heads sends them: Stats::messages = P - 1) to
+// held (K and V in one message, as ring_attention_heads_into sends them: Stats::messages = P - 1) to
 // rank + 1 and receiving rank - 1's, MPI_Isend/MPI_Irecv then MPI_Waitall, no compute.
 double comm_alone(const std::vector<float>& k, const std::vector<float>& v, const std::vector<Idx>& rows_of,
                   Idx kv_heads, Idx d, int reps) {
@@ -375,9 +375,9 @@ MethodResult run_method(const Args& a, const std::string& method, const Baseline
     const auto vv = ea::HeadsView<const float>::bhtd(v.data(), 1, a.kv_heads, rows, a.d);
     const auto ov = ea::HeadsView<float>::bhtd(out.data(), 1, a.heads, rows, a.d);
     if (ring)
-      ead::ring_attention_heads(MPI_COMM_WORLD, qv, kv, vv, ov, opt, {}, {}, config);
+      ead::ring_attention_heads_into(MPI_COMM_WORLD, qv, kv, vv, ov, opt, {}, config);
     else
-      ead::ulysses_attention(MPI_COMM_WORLD, qv, kv, vv, ov, opt, {}, {}, config);
+      ead::ulysses_attention_heads_into(MPI_COMM_WORLD, qv, kv, vv, ov, opt, {}, config);
   };
 
   std::vector<std::array<double, kFields>> runs;
@@ -493,8 +493,8 @@ struct Summary {
 Summary print_method(const Args& a, const std::string& method, const MethodResult& r) {
   const bool ring = method.rfind("ring", 0) == 0;
   std::printf("%s (%s), medians of %d runs after 1 warm-up, 1 thread a rank\n", method.c_str(),
-              method == "ring-zigzag" ? "ring_attention_heads, Sharding::ZigZag"
-                                      : (ring ? "ring_attention_heads, Sharding::Contiguous"
+              method == "ring-zigzag" ? "ring_attention_heads_into, Sharding::ZigZag"
+                                      : (ring ? "ring_attention_heads_into, Sharding::Contiguous"
                                               : "ulysses_attention, Sharding::Contiguous"),
               a.reps);
   std::printf("  %4s %6s %9s %9s %9s %9s %9s %5s %14s %8s %6s %10s %7s %8s\n", "rank", "rows", "seconds",

@@ -35,9 +35,9 @@ int main(int argc, char** argv) {
 
   ea::RowMatrix<float> out;
   Eigen::VectorXf lse;
-  dist::ring_attention_into(MPI_COMM_WORLD, q, k, v, out, lse, opt, config);
+  dist::ring_attention_into(MPI_COMM_WORLD, q, k, v, out, lse, opt, {}, config);
   const dist::Stats forward = stats;
-  const auto grads = dist::ring_attention_backward(MPI_COMM_WORLD, q, k, v, out, lse, d_out, opt, config);
+  const auto grads = dist::ring_attention_backward(MPI_COMM_WORLD, q, k, v, out, lse, d_out, opt, {}, config);
 
   // The single-process call on the whole sequence, sharded the same way.
   ea::RowMatrix<float> whole_out;

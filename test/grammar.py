@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The one grammar of the public calls (docs/api.md), checked on the headers themselves.
 
-Every function declared in include/EigenAttention/ (but Deprecated.hpp, the 0.2 forms kept as
-they were for one minor version; detail/ included: what crosses into the
+Every function declared in include/EigenAttention/ (but the 0.2 forms kept as they were for one
+minor version: Deprecated.hpp and the [[deprecated]] forwarders; detail/ included: what crosses into the
 compiled library follows it too) that takes `const Options&` must take after it nothing but
 `const Masks<...>&` and, for the MPI calls, the distributed configuration (`const Config&`).
 Calls not yet moved to the grammar are listed in PENDING, by header and name, each with the
@@ -16,12 +16,10 @@ import re
 import sys
 
 # (header, function): the parameter after Options that is still there. Decode takes its ALiBi
-# slopes after Options (they move into Masks); the MPI calls take their optional LSE after it.
+# slopes after Options (they move into Masks).
 PENDING = {
     ("KVCache.hpp", "attention_decode_into"): "alibi_slopes",
     ("KVCache.hpp", "attention_decode"): "alibi_slopes",
-    ("Distributed.hpp", "ring_attention_heads"): "lse",
-    ("Distributed.hpp", "ulysses_attention"): "lse",
 }
 
 ALLOWED_AFTER = re.compile(r"^const\s+(?:\w+::)*(?:Masks<[^>]*>|Config|NoDeduce<Masks<[^>]*>>)\s*&")
@@ -79,6 +77,10 @@ def check(root):
                     continue
                 # A declaration or definition: the parameters have types (a call's arguments do not).
                 if not all(re.search(r"[\w>&*]\s+[&*]*\w+(\s*=.*)?$|^const\s+Options\s*&$", p) for p in params):
+                    continue
+                # The 0.2 forms kept for one minor version ([[deprecated]] forwarders) keep 0.2's order.
+                head = text[max(text.rfind(";", 0, m.start()), text.rfind("}", 0, m.start())) + 1:m.start()]
+                if "[[deprecated" in head:
                     continue
                 declared += 1
                 at = next(i for i, p in enumerate(params) if re.match(r"^const\s+Options\s*&", p))

@@ -49,10 +49,12 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
+#include <EigenAttention/detail/AbiMultiHead.hpp>
 #include <EigenAttention/detail/FrontDoor.hpp>
 
 namespace EigenAttention {
@@ -163,67 +165,71 @@ RowMatrix<Scalar> unshard(const std::vector<RowMatrix<Scalar>>& shards, Sharding
 
 ///@{
 /// Ring attention on this rank's shard, every sequence and query head (as attention_heads_into):
-/// q [B, H, T_q,r, d_k], k [B, H_kv, T_k,r, d_k], v [B, H_kv, T_k,r, d_v], out [B, H, T_q,r, d_v]
+/// q [B, H, T_q,r, d_k], k [B, H_kv, T_k,r, d_k], v [B, H_kv, T_k,r, d_v], attn [B, H, T_q,r, d_v]
 /// and, when not empty, lse [B, H, T_q,r, 1], each the rank's shard of the tokens; the whole
 /// sequence has T_q = sum of T_q,r query and T_k = sum of T_k,r key tokens (the alignment and
 /// key lengths refer to those). `masks` may hold key_lengths (global, the same on every rank)
 /// and alibi_slopes (the same on every rank); mask and bias must be empty. Collective.
 /// \throws std::invalid_argument (on every rank) for inconsistent shapes, options or masks.
-void ring_attention_heads(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                          HeadsView<const float> v, HeadsView<float> out, const Options& opt = {},
-                          const Masks<float>& masks = {}, HeadsView<float> lse = {},
-                          const Config& config = {});
-void ring_attention_heads(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                          HeadsView<const double> v, HeadsView<double> out, const Options& opt = {},
-                          const Masks<double>& masks = {}, HeadsView<double> lse = {},
-                          const Config& config = {});
+void ring_attention_heads_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                               HeadsView<const float> v, HeadsView<float> attn, HeadsView<float> lse,
+                               const Options& opt = {}, const Masks<float>& masks = {},
+                               const Config& config = {});
+void ring_attention_heads_into(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
+                               HeadsView<const double> v, HeadsView<double> attn, HeadsView<double> lse,
+                               const Options& opt = {}, const Masks<double>& masks = {},
+                               const Config& config = {});
 ///@}
 
 ///@{
-/// The backward pass of ring_attention_heads(): from the forward's out and lse (this rank's
-/// shard) and d_out = dL/dATTN, the gradients of this rank's shard: dq [B, H, T_q,r, d_k],
+/// The backward pass of ring_attention_heads_into(): from the forward's attn and lse (this
+/// rank's shard) and d_attn = dL/dATTN, the gradients of this rank's shard: dq [B, H, T_q,r, d_k],
 /// dk [B, H_kv, T_k,r, d_k], dv [B, H_kv, T_k,r, d_v]. The dK/dV of each block travel with it
 /// around the ring back to its owner. `opt`, `masks` and `config.sharding` must be the forward's.
-void ring_attention_heads_backward(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                                   HeadsView<const float> v, HeadsView<const float> out,
-                                   HeadsView<const float> lse, HeadsView<const float> d_out,
-                                   HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
-                                   const Options& opt = {}, const Masks<float>& masks = {},
-                                   const Config& config = {});
-void ring_attention_heads_backward(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                                   HeadsView<const double> v, HeadsView<const double> out,
-                                   HeadsView<const double> lse, HeadsView<const double> d_out,
-                                   HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
-                                   const Options& opt = {}, const Masks<double>& masks = {},
-                                   const Config& config = {});
+void ring_attention_heads_backward_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                                        HeadsView<const float> v, HeadsView<const float> attn,
+                                        HeadsView<const float> lse, HeadsView<const float> d_attn,
+                                        HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
+                                        const Options& opt = {}, const Masks<float>& masks = {},
+                                        const Config& config = {});
+void ring_attention_heads_backward_into(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
+                                        HeadsView<const double> v, HeadsView<const double> attn,
+                                        HeadsView<const double> lse, HeadsView<const double> d_attn,
+                                        HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
+                                        const Options& opt = {}, const Masks<double>& masks = {},
+                                        const Config& config = {});
 ///@}
 
 ///@{
-/// Ulysses attention: as ring_attention_heads() (same views, masks and result), computed by
+/// Ulysses attention: as ring_attention_heads_into() (same views, masks and result), computed by
 /// re-sharding from tokens to heads with one all-to-all each way. Needs H (the query heads)
 /// divisible by the number of ranks. Collective.
-void ulysses_attention(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                       HeadsView<const float> v, HeadsView<float> out, const Options& opt = {},
-                       const Masks<float>& masks = {}, HeadsView<float> lse = {}, const Config& config = {});
-void ulysses_attention(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                       HeadsView<const double> v, HeadsView<double> out, const Options& opt = {},
-                       const Masks<double>& masks = {}, HeadsView<double> lse = {},
-                       const Config& config = {});
+void ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                                  HeadsView<const float> v, HeadsView<float> attn, HeadsView<float> lse,
+                                  const Options& opt = {}, const Masks<float>& masks = {},
+                                  const Config& config = {});
+void ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
+                                  HeadsView<const double> v, HeadsView<double> attn, HeadsView<double> lse,
+                                  const Options& opt = {}, const Masks<double>& masks = {},
+                                  const Config& config = {});
 ///@}
 
 ///@{
-/// The backward pass of ulysses_attention() (views as ring_attention_heads_backward()).
-void ulysses_attention_backward(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                                HeadsView<const float> v, HeadsView<const float> out,
-                                HeadsView<const float> lse, HeadsView<const float> d_out, HeadsView<float> dq,
-                                HeadsView<float> dk, HeadsView<float> dv, const Options& opt = {},
-                                const Masks<float>& masks = {}, const Config& config = {});
-void ulysses_attention_backward(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                                HeadsView<const double> v, HeadsView<const double> out,
-                                HeadsView<const double> lse, HeadsView<const double> d_out,
-                                HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
-                                const Options& opt = {}, const Masks<double>& masks = {},
-                                const Config& config = {});
+/// The backward pass of ulysses_attention_heads_into() (views as
+/// ring_attention_heads_backward_into()).
+void ulysses_attention_heads_backward_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                                           HeadsView<const float> v, HeadsView<const float> attn,
+                                           HeadsView<const float> lse, HeadsView<const float> d_attn,
+                                           HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
+                                           const Options& opt = {}, const Masks<float>& masks = {},
+                                           const Config& config = {});
+void ulysses_attention_heads_backward_into(MPI_Comm comm, HeadsView<const double> q,
+                                           HeadsView<const double> k, HeadsView<const double> v,
+                                           HeadsView<const double> attn, HeadsView<const double> lse,
+                                           HeadsView<const double> d_attn, HeadsView<double> dq,
+                                           HeadsView<double> dk, HeadsView<double> dv,
+                                           const Options& opt = {}, const Masks<double>& masks = {},
+                                           const Config& config = {});
 ///@}
 
 namespace detail {
@@ -239,6 +245,11 @@ HeadsView<const typename Derived::Scalar> single(const ConstStridedMap<typename 
           static_cast<std::ptrdiff_t>(m.rowStride()),
           static_cast<std::ptrdiff_t>(m.colStride())};
 }
+/// Enables a multi-head distributed front door for views of float or double (const or not).
+template <typename Q>
+using EnableIfFloatOrDouble = std::enable_if_t<
+    std::is_same_v<std::remove_const_t<Q>, float> || std::is_same_v<std::remove_const_t<Q>, double>, int>;
+
 template <typename Scalar>
 struct DistributedScalarCheck {
   static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>,
@@ -246,79 +257,309 @@ struct DistributedScalarCheck {
 };
 }  // namespace detail
 
+/// ring_attention_heads_into() without the log-sum-exps.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfFloatOrDouble<Q> = 0>
+void ring_attention_heads_into(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
+                               EigenAttention::detail::In<T> v, EigenAttention::detail::Out<T> attn,
+                               const Options& opt = {},
+                               const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
+                               const Config& config = {}) {
+  ring_attention_heads_into(comm, HeadsView<const T>(q), k, v, attn, HeadsView<T>{}, opt, masks, config);
+}
+/// ulysses_attention_heads_into() without the log-sum-exps.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfFloatOrDouble<Q> = 0>
+void ulysses_attention_heads_into(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
+                                  EigenAttention::detail::In<T> v, EigenAttention::detail::Out<T> attn,
+                                  const Options& opt = {},
+                                  const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
+                                  const Config& config = {}) {
+  ulysses_attention_heads_into(comm, HeadsView<const T>(q), k, v, attn, HeadsView<T>{}, opt, masks, config);
+}
+
+namespace detail {
+
+/// Which algorithm a one-head front door runs.
+enum class Method { Ring, Ulysses };
+
+/// The multi-head forward of `method` (lse may be empty).
+template <typename Scalar>
+void forward_heads(Method method, MPI_Comm comm, HeadsView<const Scalar> q, HeadsView<const Scalar> k,
+                   HeadsView<const Scalar> v, HeadsView<Scalar> attn, HeadsView<Scalar> lse,
+                   const Options& opt, const Masks<Scalar>& masks, const Config& config) {
+  if (method == Method::Ring) {
+    ring_attention_heads_into(comm, q, k, v, attn, lse, opt, masks, config);
+  } else {
+    ulysses_attention_heads_into(comm, q, k, v, attn, lse, opt, masks, config);
+  }
+}
+
+/// The one-head forward into caller storage: `attn` (T_q,r x d_v) and, when `lse` is not null,
+/// `*lse` (T_q,r entries; DL is its pointer type, or std::nullptr_t), each an Eigen matrix (resized when
+/// needed, after this rank's own arguments are checked), a Map, Ref or block.
+template <class DQ, class DK, class DV, class DO, class DL>
+void forward_one_into(Method method, const char* api, MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q,
+                      const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V, DO&& attn, DL lse,
+                      const Options& opt, const Masks<typename DQ::Scalar>& masks, const Config& config) {
+  using Scalar = typename DQ::Scalar;
+  (void)EigenAttention::detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar,
+                                            EigenAttention::detail::ScalarOf<DO>>{};
+  (void)DistributedScalarCheck<Scalar>{};
+  (void)EigenAttention::detail::OutputCheck<DO>{};
+  EigenAttention::detail::InputView<DQ> q(Q.derived());
+  EigenAttention::detail::InputView<DK> k(K.derived());
+  EigenAttention::detail::InputView<DV> v(V.derived());
+  bool resize = EigenAttention::detail::will_resize(attn, Q.rows(), V.cols());
+  if constexpr (!std::is_same_v<DL, std::nullptr_t>) {
+    (void)EigenAttention::detail::ScalarCheck<Scalar,
+                                              EigenAttention::detail::ScalarOf<std::remove_pointer_t<DL>&>>{};
+    (void)EigenAttention::detail::OutputCheck<std::remove_pointer_t<DL>&>{};
+    resize = resize || EigenAttention::detail::will_resize(*lse, Q.rows(), 1);
+  }
+  if (resize) {
+    // This rank's own arguments, as the core checks them, before anything is resized (key
+    // lengths are global and checked by the collective call).
+    Masks<Scalar> local = masks;
+    local.key_lengths = nullptr;
+    compiled::validate<Scalar>(api, q.map(), k.map(), &v.map(), opt, local);
+    if constexpr (std::is_same_v<DL, std::nullptr_t>) {
+      EigenAttention::detail::check_resizable_apart(api,
+                                                    {EigenAttention::detail::input_extent("Q", Q, q.map()),
+                                                     EigenAttention::detail::input_extent("K", K, k.map()),
+                                                     EigenAttention::detail::input_extent("V", V, v.map())},
+                                                    {EigenAttention::detail::output_extent("attn", attn)},
+                                                    EigenAttention::detail::mask_extents(masks));
+    } else {
+      EigenAttention::detail::check_resizable_apart(api,
+                                                    {EigenAttention::detail::input_extent("Q", Q, q.map()),
+                                                     EigenAttention::detail::input_extent("K", K, k.map()),
+                                                     EigenAttention::detail::input_extent("V", V, v.map())},
+                                                    {EigenAttention::detail::output_extent("attn", attn),
+                                                     EigenAttention::detail::output_extent("lse", *lse)},
+                                                    EigenAttention::detail::mask_extents(masks));
+    }
+  }
+  auto o = EigenAttention::detail::output_view(attn, Q.rows(), V.cols());
+  HeadsView<Scalar> l;
+  if constexpr (!std::is_same_v<DL, std::nullptr_t>) {
+    auto lv = EigenAttention::detail::output_view(*lse, Q.rows(), 1);
+    l = HeadsView<Scalar>::single(lv);
+  }
+  forward_heads<Scalar>(method, comm, single<DQ>(q.map()), single<DK>(k.map()), single<DV>(v.map()),
+                        HeadsView<Scalar>::single(o), l, opt, masks, config);
+}
+
+/// The one-head backward: the gradients, freshly allocated.
+template <class DQ, class DK, class DV, class DA, class DL, class DG>
+Gradients<typename DQ::Scalar> backward_one(Method method, MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q,
+                                            const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V,
+                                            const Eigen::MatrixBase<DA>& attn,
+                                            const Eigen::MatrixBase<DL>& lse,
+                                            const Eigen::MatrixBase<DG>& d_attn, const Options& opt,
+                                            const Masks<typename DQ::Scalar>& masks, const Config& config) {
+  using Scalar = typename DQ::Scalar;
+  (void)EigenAttention::detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar,
+                                            typename DA::Scalar, typename DL::Scalar, typename DG::Scalar>{};
+  (void)DistributedScalarCheck<Scalar>{};
+  EigenAttention::detail::InputView<DQ> q(Q.derived());
+  EigenAttention::detail::InputView<DK> k(K.derived());
+  EigenAttention::detail::InputView<DV> v(V.derived());
+  EigenAttention::detail::InputView<DA> a(attn.derived());
+  EigenAttention::detail::InputView<DL> l(lse.derived());
+  EigenAttention::detail::InputView<DG> g(d_attn.derived());
+  Gradients<Scalar> grads{RowMatrix<Scalar>(Q.rows(), Q.cols()), RowMatrix<Scalar>(K.rows(), K.cols()),
+                          RowMatrix<Scalar>(V.rows(), V.cols())};
+  if (method == Method::Ring) {
+    ring_attention_heads_backward_into(
+        comm, single<DQ>(q.map()), single<DK>(k.map()), single<DV>(v.map()), single<DA>(a.map()),
+        single<DL>(l.map()), single<DG>(g.map()), HeadsView<Scalar>::single(grads.dq),
+        HeadsView<Scalar>::single(grads.dk), HeadsView<Scalar>::single(grads.dv), opt, masks, config);
+  } else {
+    ulysses_attention_heads_backward_into(
+        comm, single<DQ>(q.map()), single<DK>(k.map()), single<DV>(v.map()), single<DA>(a.map()),
+        single<DL>(l.map()), single<DG>(g.map()), HeadsView<Scalar>::single(grads.dq),
+        HeadsView<Scalar>::single(grads.dk), HeadsView<Scalar>::single(grads.dv), opt, masks, config);
+  }
+  return grads;
+}
+
+}  // namespace detail
+
 /// Ring attention for one head: this rank's rows (T_q,r x d_v) of softmax(Q K^T scale) V over the
 /// whole sequence, from this rank's shards Q (T_q,r x d_k), K (T_k,r x d_k) and V (T_k,r x d_v),
-/// any Eigen dense expressions of float or double. Collective.
+/// any Eigen dense expressions of float or double. `masks` may hold a key length (global) and an
+/// ALiBi slope. Collective.
 /// \code
 /// MPI_Init(&argc, &argv);
 /// EigenAttention::Options opt;
 /// opt.causal = true;
 /// // Q, K, V: this rank's rows of the sequence (Sharding::Contiguous, ranks in order)
-/// auto out = EigenAttention::distributed::ring_attention(MPI_COMM_WORLD, Q, K, V, opt);
+/// auto attn = EigenAttention::distributed::ring_attention(MPI_COMM_WORLD, Q, K, V, opt);
 /// \endcode
 template <class DQ, class DK, class DV>
 RowMatrix<typename DQ::Scalar> ring_attention(MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q,
                                               const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V,
-                                              const Options& opt = {}, const Config& config = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)EigenAttention::detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar>{};
-  (void)detail::DistributedScalarCheck<Scalar>{};
-  EigenAttention::detail::InputView<DQ> q(Q.derived());
-  EigenAttention::detail::InputView<DK> k(K.derived());
-  EigenAttention::detail::InputView<DV> v(V.derived());
-  RowMatrix<Scalar> out(Q.rows(), V.cols());
-  ring_attention_heads(comm, detail::single<DQ>(q.map()), detail::single<DK>(k.map()),
-                       detail::single<DV>(v.map()), HeadsView<Scalar>::single(out), opt, {}, {}, config);
-  return out;
+                                              const Options& opt = {},
+                                              const Masks<typename DQ::Scalar>& masks = {},
+                                              const Config& config = {}) {
+  RowMatrix<typename DQ::Scalar> attn;
+  detail::forward_one_into(detail::Method::Ring, "ring_attention", comm, Q, K, V, attn, nullptr, opt, masks,
+                           config);
+  return attn;
 }
 
-/// ring_attention() into `out` (resized to T_q,r x d_v) and `lse` (resized to T_q,r): an
-/// Eigen::Matrix each (any storage order), of the input scalar type.
-template <class DQ, class DK, class DV, class DO, class DL>
+/// ring_attention() into caller storage: `attn` (T_q,r x d_v) and, in the overload that takes it,
+/// `lse` (T_q,r entries), each an Eigen::Matrix (resized when needed, once this rank's arguments
+/// are checked), a Map, Ref or block, of the input scalar type.
+template <class DQ, class DK, class DV, class DO, class DL,
+          EigenAttention::detail::EnableIfMatrix<DO, DL> = 0>
 void ring_attention_into(MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-                         const Eigen::MatrixBase<DV>& V, Eigen::PlainObjectBase<DO>& out,
-                         Eigen::PlainObjectBase<DL>& lse, const Options& opt = {},
-                         const Config& config = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)EigenAttention::detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar,
-                                            typename DO::Scalar, typename DL::Scalar>{};
-  (void)detail::DistributedScalarCheck<Scalar>{};
-  EigenAttention::detail::InputView<DQ> q(Q.derived());
-  EigenAttention::detail::InputView<DK> k(K.derived());
-  EigenAttention::detail::InputView<DV> v(V.derived());
-  out.resize(Q.rows(), V.cols());
-  lse.resize(Q.rows(), 1);
-  ring_attention_heads(comm, detail::single<DQ>(q.map()), detail::single<DK>(k.map()),
-                       detail::single<DV>(v.map()), HeadsView<Scalar>::single(out.derived()), opt, {},
-                       HeadsView<Scalar>::single(lse.derived()), config);
+                         const Eigen::MatrixBase<DV>& V, DO&& attn, DL&& lse, const Options& opt = {},
+                         const Masks<typename DQ::Scalar>& masks = {}, const Config& config = {}) {
+  detail::forward_one_into(detail::Method::Ring, "ring_attention_into", comm, Q, K, V, std::forward<DO>(attn),
+                           &lse, opt, masks, config);
+}
+/// ring_attention_into() without the log-sum-exps.
+template <class DQ, class DK, class DV, class DO, EigenAttention::detail::EnableIfMatrix<DO> = 0>
+void ring_attention_into(MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
+                         const Eigen::MatrixBase<DV>& V, DO&& attn, const Options& opt = {},
+                         const Masks<typename DQ::Scalar>& masks = {}, const Config& config = {}) {
+  detail::forward_one_into(detail::Method::Ring, "ring_attention_into", comm, Q, K, V, std::forward<DO>(attn),
+                           nullptr, opt, masks, config);
 }
 
 /// The backward pass of ring_attention() for one head: dq, dk, dv of this rank's shard, from
-/// the forward's out and lse (ring_attention_into) and d_out = dL/dATTN. Collective.
+/// the forward's attn and lse (ring_attention_into) and d_attn = dL/dATTN. Collective.
 template <class DQ, class DK, class DV, class DA, class DL, class DG>
 Gradients<typename DQ::Scalar> ring_attention_backward(
     MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
-    const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& out, const Eigen::MatrixBase<DL>& lse,
-    const Eigen::MatrixBase<DG>& d_out, const Options& opt = {}, const Config& config = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)EigenAttention::detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar,
-                                            typename DA::Scalar, typename DL::Scalar, typename DG::Scalar>{};
-  (void)detail::DistributedScalarCheck<Scalar>{};
-  EigenAttention::detail::InputView<DQ> q(Q.derived());
-  EigenAttention::detail::InputView<DK> k(K.derived());
-  EigenAttention::detail::InputView<DV> v(V.derived());
-  EigenAttention::detail::InputView<DA> a(out.derived());
-  EigenAttention::detail::InputView<DL> l(lse.derived());
-  EigenAttention::detail::InputView<DG> g(d_out.derived());
-  Gradients<Scalar> grads{RowMatrix<Scalar>(Q.rows(), Q.cols()), RowMatrix<Scalar>(K.rows(), K.cols()),
-                          RowMatrix<Scalar>(V.rows(), V.cols())};
-  ring_attention_heads_backward(comm, detail::single<DQ>(q.map()), detail::single<DK>(k.map()),
-                                detail::single<DV>(v.map()), detail::single<DA>(a.map()),
-                                detail::single<DL>(l.map()), detail::single<DG>(g.map()),
-                                HeadsView<Scalar>::single(grads.dq), HeadsView<Scalar>::single(grads.dk),
-                                HeadsView<Scalar>::single(grads.dv), opt, {}, config);
-  return grads;
+    const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse,
+    const Eigen::MatrixBase<DG>& d_attn, const Options& opt = {},
+    const Masks<typename DQ::Scalar>& masks = {}, const Config& config = {}) {
+  return detail::backward_one(detail::Method::Ring, comm, Q, K, V, attn, lse, d_attn, opt, masks, config);
 }
+
+/// Ulysses attention for one head: as ring_attention() (same shards, masks and result), by
+/// all-to-all re-sharding; with one head it needs one rank. Collective.
+template <class DQ, class DK, class DV>
+RowMatrix<typename DQ::Scalar> ulysses_attention(MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q,
+                                                 const Eigen::MatrixBase<DK>& K,
+                                                 const Eigen::MatrixBase<DV>& V, const Options& opt = {},
+                                                 const Masks<typename DQ::Scalar>& masks = {},
+                                                 const Config& config = {}) {
+  RowMatrix<typename DQ::Scalar> attn;
+  detail::forward_one_into(detail::Method::Ulysses, "ulysses_attention", comm, Q, K, V, attn, nullptr, opt,
+                           masks, config);
+  return attn;
+}
+
+/// ulysses_attention() into caller storage (outputs as ring_attention_into()).
+template <class DQ, class DK, class DV, class DO, class DL,
+          EigenAttention::detail::EnableIfMatrix<DO, DL> = 0>
+void ulysses_attention_into(MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
+                            const Eigen::MatrixBase<DV>& V, DO&& attn, DL&& lse, const Options& opt = {},
+                            const Masks<typename DQ::Scalar>& masks = {}, const Config& config = {}) {
+  detail::forward_one_into(detail::Method::Ulysses, "ulysses_attention_into", comm, Q, K, V,
+                           std::forward<DO>(attn), &lse, opt, masks, config);
+}
+/// ulysses_attention_into() without the log-sum-exps.
+template <class DQ, class DK, class DV, class DO, EigenAttention::detail::EnableIfMatrix<DO> = 0>
+void ulysses_attention_into(MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
+                            const Eigen::MatrixBase<DV>& V, DO&& attn, const Options& opt = {},
+                            const Masks<typename DQ::Scalar>& masks = {}, const Config& config = {}) {
+  detail::forward_one_into(detail::Method::Ulysses, "ulysses_attention_into", comm, Q, K, V,
+                           std::forward<DO>(attn), nullptr, opt, masks, config);
+}
+
+/// The backward pass of ulysses_attention() for one head. Collective.
+template <class DQ, class DK, class DV, class DA, class DL, class DG>
+Gradients<typename DQ::Scalar> ulysses_attention_backward(
+    MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
+    const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse,
+    const Eigen::MatrixBase<DG>& d_attn, const Options& opt = {},
+    const Masks<typename DQ::Scalar>& masks = {}, const Config& config = {}) {
+  return detail::backward_one(detail::Method::Ulysses, comm, Q, K, V, attn, lse, d_attn, opt, masks, config);
+}
+
+/// \name The 0.2 forms
+/// Inline forwarders to the calls above, removed in 0.4 (docs/migration.md).
+///@{
+
+/// 0.2's ring_attention_heads(comm, q, k, v, out, opt, masks, lse, config).
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfFloatOrDouble<Q> = 0>
+[[deprecated(
+    "EigenAttention 0.3: use ring_attention_heads_into(comm, q, k, v, attn, lse, opt, masks, config)")]] void
+ring_attention_heads(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
+                     EigenAttention::detail::In<T> v, EigenAttention::detail::Out<T> out,
+                     const Options& opt = {}, const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
+                     EigenAttention::detail::Out<T> lse = {}, const Config& config = {}) {
+  ring_attention_heads_into(comm, HeadsView<const T>(q), k, v, out, lse, opt, masks, config);
+}
+/// 0.2's ulysses_attention(comm, q, k, v, out, opt, masks, lse, config) on HeadsViews.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfFloatOrDouble<Q> = 0>
+[[deprecated(
+    "EigenAttention 0.3: use ulysses_attention_heads_into(comm, q, k, v, attn, lse, opt, masks, "
+    "config)")]] void
+ulysses_attention(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
+                  EigenAttention::detail::In<T> v, EigenAttention::detail::Out<T> out,
+                  const Options& opt = {}, const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
+                  EigenAttention::detail::Out<T> lse = {}, const Config& config = {}) {
+  ulysses_attention_heads_into(comm, HeadsView<const T>(q), k, v, out, lse, opt, masks, config);
+}
+/// 0.2's ring_attention_heads_backward (the same arguments).
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfFloatOrDouble<Q> = 0>
+[[deprecated("EigenAttention 0.3: use ring_attention_heads_backward_into (the same arguments)")]] void
+ring_attention_heads_backward(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
+                              EigenAttention::detail::In<T> v, EigenAttention::detail::In<T> out,
+                              EigenAttention::detail::In<T> lse, EigenAttention::detail::In<T> d_out,
+                              EigenAttention::detail::Out<T> dq, EigenAttention::detail::Out<T> dk,
+                              EigenAttention::detail::Out<T> dv, const Options& opt = {},
+                              const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
+                              const Config& config = {}) {
+  ring_attention_heads_backward_into(comm, HeadsView<const T>(q), k, v, out, lse, d_out, dq, dk, dv, opt,
+                                     masks, config);
+}
+/// 0.2's ulysses_attention_backward on HeadsViews (the same arguments).
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfFloatOrDouble<Q> = 0>
+[[deprecated("EigenAttention 0.3: use ulysses_attention_heads_backward_into (the same arguments)")]] void
+ulysses_attention_backward(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
+                           EigenAttention::detail::In<T> v, EigenAttention::detail::In<T> out,
+                           EigenAttention::detail::In<T> lse, EigenAttention::detail::In<T> d_out,
+                           EigenAttention::detail::Out<T> dq, EigenAttention::detail::Out<T> dk,
+                           EigenAttention::detail::Out<T> dv, const Options& opt = {},
+                           const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
+                           const Config& config = {}) {
+  ulysses_attention_heads_backward_into(comm, HeadsView<const T>(q), k, v, out, lse, d_out, dq, dk, dv, opt,
+                                        masks, config);
+}
+/// 0.2's ring_attention(comm, Q, K, V, opt, config).
+template <class DQ, class DK, class DV>
+[[deprecated("EigenAttention 0.3: use ring_attention(comm, Q, K, V, opt, masks, config)")]] RowMatrix<
+    typename DQ::Scalar>
+ring_attention(MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
+               const Eigen::MatrixBase<DV>& V, const Options& opt, const Config& config) {
+  return ring_attention(comm, Q, K, V, opt, {}, config);
+}
+/// 0.2's ring_attention_into(comm, Q, K, V, out, lse, opt, config).
+template <class DQ, class DK, class DV, class DO, class DL>
+[[deprecated(
+    "EigenAttention 0.3: use ring_attention_into(comm, Q, K, V, attn, lse, opt, masks, config)")]] void
+ring_attention_into(MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
+                    const Eigen::MatrixBase<DV>& V, Eigen::PlainObjectBase<DO>& out,
+                    Eigen::PlainObjectBase<DL>& lse, const Options& opt, const Config& config) {
+  ring_attention_into(comm, Q, K, V, out.derived(), lse.derived(), opt, {}, config);
+}
+/// 0.2's ring_attention_backward(comm, Q, K, V, out, lse, d_out, opt, config).
+template <class DQ, class DK, class DV, class DA, class DL, class DG>
+[[deprecated(
+    "EigenAttention 0.3: use ring_attention_backward(comm, Q, K, V, attn, lse, d_attn, opt, masks, "
+    "config)")]] Gradients<typename DQ::Scalar>
+ring_attention_backward(MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
+                        const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& out,
+                        const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_out,
+                        const Options& opt, const Config& config) {
+  return ring_attention_backward(comm, Q, K, V, out, lse, d_out, opt, {}, config);
+}
+///@}
 
 }  // namespace distributed
 }  // namespace EigenAttention

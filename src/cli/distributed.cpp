@@ -2,10 +2,10 @@
 // (compiled only when the tool is built with MPI). Every rank reads the headers of Q, K and V
 // (run.cpp's plan_distributed checks them, and the command line, on every rank alike), then only
 // its own rows' bytes, at their offsets; computes its rows of the attention with
-// ring_attention_heads() or ulysses_attention(); and writes them into one output file at their
-// global positions (MPI-IO, collectively), after rank 0 has written the header. Each step ends
-// with the ranks agreeing on its outcome: a failure on any rank is thrown on every rank (the
-// first failing rank's error, which rank 0 alone reports), so that none waits forever.
+// ring_attention_heads_into() or ulysses_attention_heads_into(); and writes them into one output file at
+// their global positions (MPI-IO, collectively), after rank 0 has written the header. Each step ends with the
+// ranks agreeing on its outcome: a failure on any rank is thrown on every rank (the first failing rank's
+// error, which rank 0 alone reports), so that none waits forever.
 #include <mpi.h>
 
 #include <EigenAttention/Distributed.hpp>
@@ -430,9 +430,9 @@ int run_typed(MPI_Comm comm, const DistributedPlan& p, double start) {
     HeadsView<T> L;
     if (!p.lse.empty()) L = HeadsView<T>::bhtd(lse.data(), p.B, p.H, sq.rows, 1);
     if (p.ulysses) {
-      dist::ulysses_attention(comm, Q, K, V, O, p.opt, masks, L, config);
+      dist::ulysses_attention_heads_into(comm, Q, K, V, O, L, p.opt, masks, config);
     } else {
-      dist::ring_attention_heads(comm, Q, K, V, O, p.opt, masks, L, config);
+      dist::ring_attention_heads_into(comm, Q, K, V, O, L, p.opt, masks, config);
     }
   });
   q = {}, k = {}, v = {};

@@ -119,12 +119,12 @@ std::string local_error(const Call<T>& c) {
   std::vector<Named> views = {
       {"Q", c.q, false, B, H, tq, dk}, {"K", c.k, false, B, Hkv, tk, dk}, {"V", c.v, false, B, Hkv, tk, dv}};
   if (!c.backward) {
-    views.push_back({"out", c.out, true, B, H, tq, dv});
+    views.push_back({"attn", c.out, true, B, H, tq, dv});
     if (!c.lse.empty()) views.push_back({"lse", c.lse, true, B, H, tq, 1});
   } else {
-    views.push_back({"out", c.fwd_out, false, B, H, tq, dv});
+    views.push_back({"attn", c.fwd_out, false, B, H, tq, dv});
     views.push_back({"lse", c.fwd_lse, false, B, H, tq, 1});
-    views.push_back({"d_out", c.d_out, false, B, H, tq, dv});
+    views.push_back({"d_attn", c.d_out, false, B, H, tq, dv});
     views.push_back({"dq", c.dq, true, B, H, tq, dk});
     views.push_back({"dk", c.dk, true, B, Hkv, tk, dk});
     views.push_back({"dv", c.dv, true, B, Hkv, tk, dv});
@@ -322,8 +322,8 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
     }
   }
   if (c.ulysses && g.heads % g.ranks != 0) {
-    fail(c.api, "Ulysses needs the query heads divisible by the ranks: H = " + num(g.heads) +
-                    ", ranks = " + std::to_string(g.ranks) + " (ring_attention_heads has no such limit)");
+    fail(c.api, "Ulysses needs the query heads divisible by the ranks: H = " + num(g.heads) + ", ranks = " +
+                    std::to_string(g.ranks) + " (ring_attention_heads_into has no such limit)");
   }
   return g;
 }

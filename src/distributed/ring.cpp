@@ -321,7 +321,7 @@ void attention(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsV
                HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<T> lse,
                const Config& config) {
   Call<T> c;
-  c.api = "ring_attention";
+  c.api = "ring_attention_heads_into";
   c.q = q, c.k = k, c.v = v, c.out = out, c.lse = lse, c.opt = opt, c.masks = masks, c.config = config;
   forward(comm, c);
 }
@@ -332,7 +332,7 @@ void attention_backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> 
                         HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const Options& opt,
                         const Masks<T>& masks, const Config& config) {
   Call<T> c;
-  c.api = "ring_attention_backward";
+  c.api = "ring_attention_heads_backward_into";
   c.backward = true;
   c.q = q, c.k = k, c.v = v, c.fwd_out = out, c.fwd_lse = lse, c.d_out = d_out;
   c.dq = dq, c.dk = dk, c.dv = dv, c.opt = opt, c.masks = masks, c.config = config;
@@ -342,28 +342,29 @@ void attention_backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> 
 }  // namespace
 }  // namespace internal
 
-void ring_attention_heads(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                          HeadsView<const float> v, HeadsView<float> out, const Options& opt,
-                          const Masks<float>& masks, HeadsView<float> lse, const Config& config) {
-  internal::attention(comm, q, k, v, out, opt, masks, lse, config);
+void ring_attention_heads_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                               HeadsView<const float> v, HeadsView<float> attn, HeadsView<float> lse,
+                               const Options& opt, const Masks<float>& masks, const Config& config) {
+  internal::attention(comm, q, k, v, attn, opt, masks, lse, config);
 }
-void ring_attention_heads(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                          HeadsView<const double> v, HeadsView<double> out, const Options& opt,
-                          const Masks<double>& masks, HeadsView<double> lse, const Config& config) {
-  internal::attention(comm, q, k, v, out, opt, masks, lse, config);
+void ring_attention_heads_into(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
+                               HeadsView<const double> v, HeadsView<double> attn, HeadsView<double> lse,
+                               const Options& opt, const Masks<double>& masks, const Config& config) {
+  internal::attention(comm, q, k, v, attn, opt, masks, lse, config);
 }
-void ring_attention_heads_backward(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                                   HeadsView<const float> v, HeadsView<const float> out,
-                                   HeadsView<const float> lse, HeadsView<const float> d_out,
-                                   HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
-                                   const Options& opt, const Masks<float>& masks, const Config& config) {
+void ring_attention_heads_backward_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                                        HeadsView<const float> v, HeadsView<const float> out,
+                                        HeadsView<const float> lse, HeadsView<const float> d_out,
+                                        HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
+                                        const Options& opt, const Masks<float>& masks, const Config& config) {
   internal::attention_backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
 }
-void ring_attention_heads_backward(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                                   HeadsView<const double> v, HeadsView<const double> out,
-                                   HeadsView<const double> lse, HeadsView<const double> d_out,
-                                   HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
-                                   const Options& opt, const Masks<double>& masks, const Config& config) {
+void ring_attention_heads_backward_into(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
+                                        HeadsView<const double> v, HeadsView<const double> out,
+                                        HeadsView<const double> lse, HeadsView<const double> d_out,
+                                        HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
+                                        const Options& opt, const Masks<double>& masks,
+                                        const Config& config) {
   internal::attention_backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
 }
 

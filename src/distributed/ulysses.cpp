@@ -248,7 +248,7 @@ void forward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsVie
              HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<T> lse,
              const Config& config) {
   internal::Call<T> c;
-  c.api = "ulysses_attention";
+  c.api = "ulysses_attention_heads_into";
   c.ulysses = true;
   c.q = q, c.k = k, c.v = v, c.out = out, c.lse = lse, c.opt = opt, c.masks = masks, c.config = config;
   internal::run(comm, c);
@@ -259,7 +259,7 @@ void backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsVi
               HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks,
               const Config& config) {
   internal::Call<T> c;
-  c.api = "ulysses_attention_backward";
+  c.api = "ulysses_attention_heads_backward_into";
   c.ulysses = true;
   c.backward = true;
   c.q = q, c.k = k, c.v = v, c.fwd_out = out, c.fwd_lse = lse, c.d_out = d_out;
@@ -268,28 +268,30 @@ void backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsVi
 }
 }  // namespace
 
-void ulysses_attention(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                       HeadsView<const float> v, HeadsView<float> out, const Options& opt,
-                       const Masks<float>& masks, HeadsView<float> lse, const Config& config) {
-  forward(comm, q, k, v, out, opt, masks, lse, config);
+void ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                                  HeadsView<const float> v, HeadsView<float> attn, HeadsView<float> lse,
+                                  const Options& opt, const Masks<float>& masks, const Config& config) {
+  forward(comm, q, k, v, attn, opt, masks, lse, config);
 }
-void ulysses_attention(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                       HeadsView<const double> v, HeadsView<double> out, const Options& opt,
-                       const Masks<double>& masks, HeadsView<double> lse, const Config& config) {
-  forward(comm, q, k, v, out, opt, masks, lse, config);
+void ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
+                                  HeadsView<const double> v, HeadsView<double> attn, HeadsView<double> lse,
+                                  const Options& opt, const Masks<double>& masks, const Config& config) {
+  forward(comm, q, k, v, attn, opt, masks, lse, config);
 }
-void ulysses_attention_backward(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                                HeadsView<const float> v, HeadsView<const float> out,
-                                HeadsView<const float> lse, HeadsView<const float> d_out, HeadsView<float> dq,
-                                HeadsView<float> dk, HeadsView<float> dv, const Options& opt,
-                                const Masks<float>& masks, const Config& config) {
+void ulysses_attention_heads_backward_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
+                                           HeadsView<const float> v, HeadsView<const float> out,
+                                           HeadsView<const float> lse, HeadsView<const float> d_out,
+                                           HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
+                                           const Options& opt, const Masks<float>& masks,
+                                           const Config& config) {
   backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
 }
-void ulysses_attention_backward(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                                HeadsView<const double> v, HeadsView<const double> out,
-                                HeadsView<const double> lse, HeadsView<const double> d_out,
-                                HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
-                                const Options& opt, const Masks<double>& masks, const Config& config) {
+void ulysses_attention_heads_backward_into(MPI_Comm comm, HeadsView<const double> q,
+                                           HeadsView<const double> k, HeadsView<const double> v,
+                                           HeadsView<const double> out, HeadsView<const double> lse,
+                                           HeadsView<const double> d_out, HeadsView<double> dq,
+                                           HeadsView<double> dk, HeadsView<double> dv, const Options& opt,
+                                           const Masks<double>& masks, const Config& config) {
   backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
 }
 

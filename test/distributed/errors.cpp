@@ -74,21 +74,21 @@ void call(Args<T>& a) {
   const ea::HeadsView<T> lse = a.lse_given ? a.lse.view() : ea::HeadsView<T>{};
   if (!a.backward) {
     if (a.method == Method::Ring)
-      dist::ring_attention_heads(comm, a.q.cview(), a.k.cview(), a.v.cview(), a.out.view(), a.opt, a.masks,
-                                 lse, a.config);
+      dist::ring_attention_heads_into(comm, a.q.cview(), a.k.cview(), a.v.cview(), a.out.view(), lse, a.opt,
+                                      a.masks, a.config);
     else
-      dist::ulysses_attention(comm, a.q.cview(), a.k.cview(), a.v.cview(), a.out.view(), a.opt, a.masks, lse,
-                              a.config);
+      dist::ulysses_attention_heads_into(comm, a.q.cview(), a.k.cview(), a.v.cview(), a.out.view(), lse,
+                                         a.opt, a.masks, a.config);
     return;
   }
   if (a.method == Method::Ring)
-    dist::ring_attention_heads_backward(comm, a.q.cview(), a.k.cview(), a.v.cview(), a.out.cview(), lse,
-                                        a.d_out.cview(), a.dq.view(), a.dk.view(), a.dv.view(), a.opt,
-                                        a.masks, a.config);
+    dist::ring_attention_heads_backward_into(comm, a.q.cview(), a.k.cview(), a.v.cview(), a.out.cview(), lse,
+                                             a.d_out.cview(), a.dq.view(), a.dk.view(), a.dv.view(), a.opt,
+                                             a.masks, a.config);
   else
-    dist::ulysses_attention_backward(comm, a.q.cview(), a.k.cview(), a.v.cview(), a.out.cview(), lse,
-                                     a.d_out.cview(), a.dq.view(), a.dk.view(), a.dv.view(), a.opt, a.masks,
-                                     a.config);
+    dist::ulysses_attention_heads_backward_into(comm, a.q.cview(), a.k.cview(), a.v.cview(), a.out.cview(),
+                                                lse, a.d_out.cview(), a.dq.view(), a.dk.view(), a.dv.view(),
+                                                a.opt, a.masks, a.config);
 }
 
 /// A bad call: `mutate(args, bad)` runs on every rank, `bad` true on rank `bad` (kAll: on every

@@ -1,4 +1,5 @@
-// The single-head Eigen front doors (ring_attention, ring_attention_into, ring_attention_backward)
+// The single-head Eigen front doors (ring_attention, ring_attention_into, ring_attention_backward,
+// and ulysses_attention, ulysses_attention_into, ulysses_attention_backward on one rank)
 // on any dense expression of a rank's rows: blocks of a column-major matrix (strided) for uneven
 // contiguous shards, shard()'s row-major copies otherwise; results against attention_heads_into and
 // attention_heads_backward_into on the whole sequence as one head.
@@ -47,11 +48,12 @@ void check_front_doors() {
       Scope inner(split.name);
       const Local<T> l = local_part(p, split, w.comm);
       auto run = [&](const auto& Qr, const auto& Kr, const auto& Vr, const auto& dOr) {
-        const RowMatrix<T> out = dist::ring_attention(w.comm, Qr, Kr, Vr, c.opt, l.config);
+        const RowMatrix<T> out = dist::ring_attention(w.comm, Qr, Kr, Vr, c.opt, {}, l.config);
         ColMatrix out_into(1, 1);
         Vector lse(1);
-        dist::ring_attention_into(w.comm, Qr, Kr, Vr, out_into, lse, c.opt, l.config);
-        const auto g = dist::ring_attention_backward(w.comm, Qr, Kr, Vr, out_into, lse, dOr, c.opt, l.config);
+        dist::ring_attention_into(w.comm, Qr, Kr, Vr, out_into, lse, c.opt, {}, l.config);
+        const auto g =
+            dist::ring_attention_backward(w.comm, Qr, Kr, Vr, out_into, lse, dOr, c.opt, {}, l.config);
         const Heads<T> lse_heads = from_matrix<T>(lse);
         {
           Scope s("ring_attention");
@@ -61,8 +63,39 @@ void check_front_doors() {
           Scope s("ring_attention_into");
           check_forward(whole, l, from_matrix<T>(out_into), lse_heads);
         }
-        Scope s("ring_attention_backward");
-        check_backward(whole, l, from_matrix<T>(g.dq), from_matrix<T>(g.dk), from_matrix<T>(g.dv));
+        {
+          // Into a Map of the right shape, without the log-sum-exps.
+          std::vector<T> buffer(static_cast<std::size_t>(Qr.rows() * Vr.cols()));
+          Eigen::Map<RowMatrix<T>> mapped(buffer.data(), Qr.rows(), Vr.cols());
+          dist::ring_attention_into(w.comm, Qr, Kr, Vr, mapped, c.opt, {}, l.config);
+          Scope s("ring_attention_into (a Map, no lse)");
+          check_forward(whole, l, from_matrix<T>(mapped), lse_heads);
+        }
+        {
+          Scope s("ring_attention_backward");
+          check_backward(whole, l, from_matrix<T>(g.dq), from_matrix<T>(g.dk), from_matrix<T>(g.dv));
+        }
+        // Ulysses for one head: its one head needs one rank.
+        if (w.size == 1) {
+          const RowMatrix<T> u = dist::ulysses_attention(w.comm, Qr, Kr, Vr, c.opt, {}, l.config);
+          RowMatrix<T> u_into;
+          Vector u_lse;
+          dist::ulysses_attention_into(w.comm, Qr, Kr, Vr, u_into, u_lse, c.opt, {}, l.config);
+          const auto ug =
+              dist::ulysses_attention_backward(w.comm, Qr, Kr, Vr, u_into, u_lse, dOr, c.opt, {}, l.config);
+          Scope s("ulysses_attention, _into, _backward");
+          check_forward(whole, l, from_matrix<T>(u), from_matrix<T>(u_lse));
+          check_forward(whole, l, from_matrix<T>(u_into), from_matrix<T>(u_lse));
+          check_backward(whole, l, from_matrix<T>(ug.dq), from_matrix<T>(ug.dk), from_matrix<T>(ug.dv));
+        } else {
+          bool threw = false;
+          try {
+            (void)dist::ulysses_attention(w.comm, Qr, Kr, Vr, c.opt, {}, l.config);
+          } catch (const std::invalid_argument&) {
+            threw = true;
+          }
+          EA_MPI_CHECK(threw, "ulysses_attention of one head on several ranks did not throw");
+        }
       };
       if (split.q_counts.empty()) {
         const auto shard = [&](const ColMatrix& m) { return dist::shard(m, split.sharding, w.size, w.rank); };

@@ -417,24 +417,24 @@ Run<T> run_distributed(Method method, MPI_Comm comm, const Problem<T>& p, const 
   config.stats = &r.stats;
   const auto masks = p.masks();
   if (method == Method::Ring)
-    dist::ring_attention_heads(comm, l.q.cview(), l.k.cview(), l.v.cview(), r.out.view(), opt, masks,
-                               r.lse.view(), config);
+    dist::ring_attention_heads_into(comm, l.q.cview(), l.k.cview(), l.v.cview(), r.out.view(), r.lse.view(),
+                                    opt, masks, config);
   else
-    dist::ulysses_attention(comm, l.q.cview(), l.k.cview(), l.v.cview(), r.out.view(), opt, masks,
-                            r.lse.view(), config);
+    dist::ulysses_attention_heads_into(comm, l.q.cview(), l.k.cview(), l.v.cview(), r.out.view(),
+                                       r.lse.view(), opt, masks, config);
   if (!backward) return r;
   r.dq = Heads<T>(s.B, s.H, l.q.T, s.dk, other, sentinel);
   r.dk = Heads<T>(s.B, s.Hkv, l.k.T, s.dk, other, sentinel);
   r.dv = Heads<T>(s.B, s.Hkv, l.k.T, s.dv, other, sentinel);
   config.stats = &r.backward_stats;
   if (method == Method::Ring)
-    dist::ring_attention_heads_backward(comm, l.q.cview(), l.k.cview(), l.v.cview(), r.out.cview(),
-                                        r.lse.cview(), l.d_out.cview(), r.dq.view(), r.dk.view(), r.dv.view(),
-                                        opt, masks, config);
+    dist::ring_attention_heads_backward_into(comm, l.q.cview(), l.k.cview(), l.v.cview(), r.out.cview(),
+                                             r.lse.cview(), l.d_out.cview(), r.dq.view(), r.dk.view(),
+                                             r.dv.view(), opt, masks, config);
   else
-    dist::ulysses_attention_backward(comm, l.q.cview(), l.k.cview(), l.v.cview(), r.out.cview(),
-                                     r.lse.cview(), l.d_out.cview(), r.dq.view(), r.dk.view(), r.dv.view(),
-                                     opt, masks, config);
+    dist::ulysses_attention_heads_backward_into(comm, l.q.cview(), l.k.cview(), l.v.cview(), r.out.cview(),
+                                                r.lse.cview(), l.d_out.cview(), r.dq.view(), r.dk.view(),
+                                                r.dv.view(), opt, masks, config);
   return r;
 }
 
