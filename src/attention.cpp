@@ -29,20 +29,12 @@ internal::Call<T> call_of(const char* api, MatrixView<const T> q, MatrixView<con
   return c;
 }
 
+// The Call of a single-head forward: the outputs given (not null) are wanted.
 template <typename T>
-void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> k,
-                    const MatrixView<const T>* v, const Options& opt, const Masks<T>& masks) {
-  internal::Call<T> c = call_of(api, q, k, v);
-  c.inputs_only = true;
-  c.masks = masks;
-  internal::make_problem(c, opt);
-}
-
-template <typename T>
-void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
-               const MatrixView<T>* scores, const MatrixView<T>* attn,
-               const MatrixView<ComputeScalar<T>>* lse, const MatrixView<ComputeScalar<T>>* compute_scores,
-               const Options& opt, const Masks<T>& masks) {
+internal::Call<T> call_for(const char* api, MatrixView<const T> q, MatrixView<const T> k,
+                           const MatrixView<const T>* v, const MatrixView<T>* scores,
+                           const MatrixView<T>* attn, const MatrixView<ComputeScalar<T>>* lse,
+                           const MatrixView<ComputeScalar<T>>* compute_scores, const Masks<T>& masks) {
   internal::Call<T> c = call_of(api, q, k, v);
   c.masks = masks;
   const auto bind = [](const auto* m, auto& view, bool& wanted) {
@@ -59,18 +51,44 @@ void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, co
     bind(compute_scores, c.compute_scores, c.want_scores);
     c.scores_compute = true;
   }
-  internal::execute(internal::make_problem(c, opt), opt.threads);
+  return c;
+}
+
+// validate(): the checks of run() on the outputs given, none required.
+template <typename T>
+void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> k,
+                    const MatrixView<const T>* v, const MatrixView<T>* scores, const MatrixView<T>* attn,
+                    const MatrixView<ComputeScalar<T>>* lse,
+                    const MatrixView<ComputeScalar<T>>* compute_scores, const Options& opt,
+                    const Masks<T>& masks) {
+  internal::Call<T> c = call_for(api, q, k, v, scores, attn, lse, compute_scores, masks);
+  c.inputs_only = true;
+  internal::make_problem(c, opt);
+}
+
+template <typename T>
+void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
+               const MatrixView<T>* scores, const MatrixView<T>* attn,
+               const MatrixView<ComputeScalar<T>>* lse, const MatrixView<ComputeScalar<T>>* compute_scores,
+               const Options& opt, const Masks<T>& masks) {
+  internal::execute(
+      internal::make_problem(call_for(api, q, k, v, scores, attn, lse, compute_scores, masks), opt),
+      opt.threads);
 }
 
 }  // namespace
 
 void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k,
-              const MatrixView<const float>* v, const Options& opt, const Masks<float>& masks) {
-  validate_views(api, q, k, v, opt, masks);
+              const MatrixView<const float>* v, const MatrixView<float>* scores,
+              const MatrixView<float>* attn, const MatrixView<float>* lse, const Options& opt,
+              const Masks<float>& masks) {
+  validate_views(api, q, k, v, scores, attn, lse, nullptr, opt, masks);
 }
 void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
-              const MatrixView<const double>* v, const Options& opt, const Masks<double>& masks) {
-  validate_views(api, q, k, v, opt, masks);
+              const MatrixView<const double>* v, const MatrixView<double>* scores,
+              const MatrixView<double>* attn, const MatrixView<double>* lse, const Options& opt,
+              const Masks<double>& masks) {
+  validate_views(api, q, k, v, scores, attn, lse, nullptr, opt, masks);
 }
 
 void run(const char* api, MatrixView<const float> q, MatrixView<const float> k,
@@ -85,12 +103,16 @@ void run(const char* api, MatrixView<const double> q, MatrixView<const double> k
 }
 
 void validate(const char* api, MatrixView<const BFloat16Bits> q, MatrixView<const BFloat16Bits> k,
-              const MatrixView<const BFloat16Bits>* v, const Options& opt, const Masks<BFloat16Bits>& masks) {
-  validate_views(api, q, k, v, opt, masks);
+              const MatrixView<const BFloat16Bits>* v, const MatrixView<BFloat16Bits>* scores,
+              const MatrixView<BFloat16Bits>* attn, const MatrixView<float>* lse,
+              const MatrixView<float>* float_scores, const Options& opt, const Masks<BFloat16Bits>& masks) {
+  validate_views(api, q, k, v, scores, attn, lse, float_scores, opt, masks);
 }
 void validate(const char* api, MatrixView<const HalfBits> q, MatrixView<const HalfBits> k,
-              const MatrixView<const HalfBits>* v, const Options& opt, const Masks<HalfBits>& masks) {
-  validate_views(api, q, k, v, opt, masks);
+              const MatrixView<const HalfBits>* v, const MatrixView<HalfBits>* scores,
+              const MatrixView<HalfBits>* attn, const MatrixView<float>* lse,
+              const MatrixView<float>* float_scores, const Options& opt, const Masks<HalfBits>& masks) {
+  validate_views(api, q, k, v, scores, attn, lse, float_scores, opt, masks);
 }
 
 void run(const char* api, MatrixView<const BFloat16Bits> q, MatrixView<const BFloat16Bits> k,

@@ -28,10 +28,15 @@ internal::Call<T> call_of(const char* api, const BackwardInputs<T>& in) {
 }
 
 template <typename T>
-void validate_inputs(const char* api, const BackwardInputs<T>& in, const Options& opt,
+void validate_inputs(const char* api, const BackwardInputs<T>& in, const MatrixView<T>* dq,
+                     const MatrixView<T>* dk, const MatrixView<T>* dv, const Options& opt,
                      const Masks<T>& masks) {
   internal::Call<T> c = call_of(api, in);
   c.masks = masks;
+  // The gradients that will not be resized are checked now; the others are absent (empty views).
+  if (dq != nullptr) c.dq = internal::one_head(*dq);
+  if (dk != nullptr) c.dk = internal::one_head(*dk);
+  if (dv != nullptr) c.dv = internal::one_head(*dv);
   c.inputs_only = true;
   internal::make_problem(c, opt);
 }
@@ -50,13 +55,15 @@ void run_backward(const char* api, const BackwardInputs<T>& in, const MatrixView
 
 }  // namespace
 
-void validate_backward(const char* api, const BackwardInputs<float>& in, const Options& opt,
+void validate_backward(const char* api, const BackwardInputs<float>& in, const MatrixView<float>* dq,
+                       const MatrixView<float>* dk, const MatrixView<float>* dv, const Options& opt,
                        const Masks<float>& masks) {
-  validate_inputs(api, in, opt, masks);
+  validate_inputs(api, in, dq, dk, dv, opt, masks);
 }
-void validate_backward(const char* api, const BackwardInputs<double>& in, const Options& opt,
+void validate_backward(const char* api, const BackwardInputs<double>& in, const MatrixView<double>* dq,
+                       const MatrixView<double>* dk, const MatrixView<double>* dv, const Options& opt,
                        const Masks<double>& masks) {
-  validate_inputs(api, in, opt, masks);
+  validate_inputs(api, in, dq, dk, dv, opt, masks);
 }
 
 void backward(const char* api, const BackwardInputs<float>& in, const MatrixView<float>& dq,
@@ -70,13 +77,16 @@ void backward(const char* api, const BackwardInputs<double>& in, const MatrixVie
   run_backward(api, in, dq, dk, dv, opt, masks);
 }
 
-void validate_backward(const char* api, const BackwardInputs<BFloat16Bits>& in, const Options& opt,
+void validate_backward(const char* api, const BackwardInputs<BFloat16Bits>& in,
+                       const MatrixView<BFloat16Bits>* dq, const MatrixView<BFloat16Bits>* dk,
+                       const MatrixView<BFloat16Bits>* dv, const Options& opt,
                        const Masks<BFloat16Bits>& masks) {
-  validate_inputs(api, in, opt, masks);
+  validate_inputs(api, in, dq, dk, dv, opt, masks);
 }
-void validate_backward(const char* api, const BackwardInputs<HalfBits>& in, const Options& opt,
+void validate_backward(const char* api, const BackwardInputs<HalfBits>& in, const MatrixView<HalfBits>* dq,
+                       const MatrixView<HalfBits>* dk, const MatrixView<HalfBits>* dv, const Options& opt,
                        const Masks<HalfBits>& masks) {
-  validate_inputs(api, in, opt, masks);
+  validate_inputs(api, in, dq, dk, dv, opt, masks);
 }
 
 void backward(const char* api, const BackwardInputs<BFloat16Bits>& in, const MatrixView<BFloat16Bits>& dq,

@@ -533,7 +533,6 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   p.cu_q = c.cu_q;
   p.cu_k = c.cu_k;
   p.sequences = varlen ? c.sequences : c.q.batch;
-  if (c.inputs_only) return p;
 
   // The outputs: shapes, then distinct elements.
   ArrayList<4> outputs;  // out, lse, scores, average_scores; or dq, dk, dv, d_bias
@@ -555,9 +554,16 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   }
   if (c.backward) {
     const index_t Hkv = c.k.heads;
-    outputs.push_back(shaped("dq", c.dq, B, H, tq, c.q.dim, matrix ? "T_q x d_k" : "[B, H, T_q, d_k]"));
-    outputs.push_back(shaped("dk", c.dk, B, Hkv, tk, c.q.dim, matrix ? "T_k x d_k" : "[B, H_kv, T_k, d_k]"));
-    outputs.push_back(shaped("dv", c.dv, B, Hkv, tk, dv, matrix ? "T_k x d_v" : "[B, H_kv, T_k, d_v]"));
+    // With inputs_only (before a front door resizes), a gradient that is absent (an empty view)
+    // is one the front door sizes afterwards.
+    const auto gradient = [&](const char* name, const HeadsView<T>& view, index_t heads, index_t tokens,
+                              index_t cols, const char* what) {
+      const bool absent = view.data == nullptr && view.batch == 0 && view.heads == 0 && view.tokens == 0;
+      if (!(c.inputs_only && absent)) outputs.push_back(shaped(name, view, B, heads, tokens, cols, what));
+    };
+    gradient("dq", c.dq, H, tq, c.q.dim, matrix ? "T_q x d_k" : "[B, H, T_q, d_k]");
+    gradient("dk", c.dk, Hkv, tk, c.q.dim, matrix ? "T_k x d_k" : "[B, H_kv, T_k, d_k]");
+    gradient("dv", c.dv, Hkv, tk, dv, matrix ? "T_k x d_v" : "[B, H_kv, T_k, d_v]");
     if (c.d_bias.data != nullptr) {
       const BroadcastView<T>& bias = c.masks.bias;
       if (bias.empty()) fail(api, "d_bias is given but masks.bias is not (dL/dbias needs a bias)");

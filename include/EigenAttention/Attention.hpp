@@ -109,7 +109,12 @@ void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>&
   detail::InputView<DV> v(V.derived());
   // Inputs are validated before an output is resized (then again by the call itself).
   if (detail::will_resize(attn, Q.rows(), V.cols()) || detail::will_resize(lse, Q.rows(), 1)) {
-    compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt, masks);
+    // Every input and every output that keeps its storage is checked before anything is resized.
+    const auto fa = detail::fixed_view(attn, Q.rows(), V.cols());
+    const auto fl = detail::fixed_view(lse, Q.rows(), 1);
+    compiled::validate_into<Scalar>("attention_into", q.map(), k.map(), &v.map(),
+                                    static_cast<const StridedMap<Scalar>*>(nullptr), detail::pointer(fa),
+                                    detail::pointer(fl), opt, masks);
     detail::check_resizable_apart(
         "attention_into",
         {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
@@ -159,7 +164,11 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   detail::InputView<DV> v(V.derived());
   // Inputs are validated before an output is resized (then again by the call itself).
   if (detail::will_resize(scores, Q.rows(), K.rows()) || detail::will_resize(attn, Q.rows(), V.cols())) {
-    compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt, masks);
+    const auto fs = detail::fixed_view(scores, Q.rows(), K.rows());
+    const auto fa = detail::fixed_view(attn, Q.rows(), V.cols());
+    compiled::validate_into<Scalar>(
+        "attention_decomposed_into", q.map(), k.map(), &v.map(), detail::pointer(fs), detail::pointer(fa),
+        static_cast<const StridedMap<ComputeScalar<Scalar>>*>(nullptr), opt, masks);
     detail::check_resizable_apart(
         "attention_decomposed_into",
         {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
@@ -190,7 +199,12 @@ void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   // Inputs are validated before an output is resized (then again by the call itself).
   if (detail::will_resize(scores, Q.rows(), K.rows()) || detail::will_resize(attn, Q.rows(), V.cols()) ||
       detail::will_resize(lse, Q.rows(), 1)) {
-    compiled::validate<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(), opt, masks);
+    const auto fs = detail::fixed_view(scores, Q.rows(), K.rows());
+    const auto fa = detail::fixed_view(attn, Q.rows(), V.cols());
+    const auto fl = detail::fixed_view(lse, Q.rows(), 1);
+    compiled::validate_into<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(),
+                                    detail::pointer(fs), detail::pointer(fa), detail::pointer(fl), opt,
+                                    masks);
     detail::check_resizable_apart(
         "attention_decomposed_into",
         {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),

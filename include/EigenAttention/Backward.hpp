@@ -105,7 +105,15 @@ void backward_into(const compiled::BackwardInputs<AbiScalar<Scalar>>& in,
   const Masks<AbiScalar<Scalar>> m = bits(masks);
   if (will_resize(dq, in.q.rows, in.q.cols) || will_resize(dk, in.k.rows, in.k.cols) ||
       will_resize(dv, in.v.rows, in.v.cols)) {
-    compiled::validate_backward(api, in, opt, m);
+    // Every input and every gradient that keeps its storage is checked before anything is resized.
+    const auto fq = fixed_view(dq, in.q.rows, in.q.cols);
+    const auto fk = fixed_view(dk, in.k.rows, in.k.cols);
+    const auto fv = fixed_view(dv, in.v.rows, in.v.cols);
+    const auto abi_of = [](const auto& f) {
+      return f ? compiled::abi(compiled::view(*f)) : MatrixView<AbiScalar<Scalar>>{};
+    };
+    const MatrixView<AbiScalar<Scalar>> vq = abi_of(fq), vk = abi_of(fk), vv = abi_of(fv);
+    compiled::validate_backward(api, in, fq ? &vq : nullptr, fk ? &vk : nullptr, fv ? &vv : nullptr, opt, m);
     check_resizable_apart(api, inputs,
                           {output_extent("dq", dq), output_extent("dk", dk), output_extent("dv", dv)},
                           mask_extents(masks));

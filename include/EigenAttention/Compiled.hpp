@@ -36,29 +36,36 @@ namespace compiled {
 /// messages (e.g. "attention_into").
 ///@{
 
-/// Checks Q (T_q x d_k), K (T_k x d_k) and, when `v` is not null, V (T_k x d_v) against each
-/// other and `opt` (scale finite and > 0, or d_k > 0 for the default scale; window, soft-cap,
-/// threads, kernel). The front doors call it before resizing any output.
+/// Checks a call as run() would, before a front door resizes its outputs: the inputs against
+/// each other, `opt` and `masks`, and the outputs that are given (not null: those that will not be
+/// resized) for their shapes and overlaps. Outputs left null are not required (the front door
+/// sizes them afterwards).
 /// \throws std::invalid_argument naming the shapes or the value at fault.
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k,
-                                     const MatrixView<const float>* v, const Options& opt,
-                                     const Masks<float>& masks);
+                                     const MatrixView<const float>* v, const MatrixView<float>* scores,
+                                     const MatrixView<float>* attn, const MatrixView<float>* lse,
+                                     const Options& opt, const Masks<float>& masks);
 /// \overload
 /// The same check for double.
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
-                                     const MatrixView<const double>* v, const Options& opt,
-                                     const Masks<double>& masks);
-
+                                     const MatrixView<const double>* v, const MatrixView<double>* scores,
+                                     const MatrixView<double>* attn, const MatrixView<double>* lse,
+                                     const Options& opt, const Masks<double>& masks);
 /// \overload
-/// The same check for bfloat16 inputs.
+/// The same check for bfloat16 inputs (SCORES in bfloat16 or, as float_scores, in float).
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const BFloat16Bits> q,
                                      MatrixView<const BFloat16Bits> k,
-                                     const MatrixView<const BFloat16Bits>* v, const Options& opt,
+                                     const MatrixView<const BFloat16Bits>* v,
+                                     const MatrixView<BFloat16Bits>* scores,
+                                     const MatrixView<BFloat16Bits>* attn, const MatrixView<float>* lse,
+                                     const MatrixView<float>* float_scores, const Options& opt,
                                      const Masks<BFloat16Bits>& masks);
 /// \overload
 /// The same check for half inputs.
 EIGEN_ATTENTION_EXPORT void validate(const char* api, MatrixView<const HalfBits> q,
                                      MatrixView<const HalfBits> k, const MatrixView<const HalfBits>* v,
+                                     const MatrixView<HalfBits>* scores, const MatrixView<HalfBits>* attn,
+                                     const MatrixView<float>* lse, const MatrixView<float>* float_scores,
                                      const Options& opt, const Masks<HalfBits>& masks);
 
 /// Computes what is asked for into caller storage: SCORES (T_q x T_k) into `*scores`, ATTN
@@ -108,23 +115,33 @@ struct BackwardInputs {
   bool has_d_scores = false;                    ///< is d_scores given?
 };
 
-/// Checks the inputs of a backward call against each other and `opt`, as validate() does for
-/// the forward. The front doors call it before resizing any output.
+/// Checks a backward call as backward() would, before a front door resizes its outputs: the
+/// inputs, and the gradients that are given (not null: those that will not be resized), as
+/// validate() does for the forward. The front doors call it before resizing any output.
 /// \throws std::invalid_argument naming the shapes or the value at fault.
 EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<float>& in,
-                                              const Options& opt, const Masks<float>& masks);
+                                              const MatrixView<float>* dq, const MatrixView<float>* dk,
+                                              const MatrixView<float>* dv, const Options& opt,
+                                              const Masks<float>& masks);
 /// \overload
 /// The same check for double.
 EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<double>& in,
-                                              const Options& opt, const Masks<double>& masks);
+                                              const MatrixView<double>* dq, const MatrixView<double>* dk,
+                                              const MatrixView<double>* dv, const Options& opt,
+                                              const Masks<double>& masks);
 /// \overload
 /// The same check for bfloat16.
 EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<BFloat16Bits>& in,
-                                              const Options& opt, const Masks<BFloat16Bits>& masks);
+                                              const MatrixView<BFloat16Bits>* dq,
+                                              const MatrixView<BFloat16Bits>* dk,
+                                              const MatrixView<BFloat16Bits>* dv, const Options& opt,
+                                              const Masks<BFloat16Bits>& masks);
 /// \overload
 /// The same check for half.
 EIGEN_ATTENTION_EXPORT void validate_backward(const char* api, const BackwardInputs<HalfBits>& in,
-                                              const Options& opt, const Masks<HalfBits>& masks);
+                                              const MatrixView<HalfBits>* dq, const MatrixView<HalfBits>* dk,
+                                              const MatrixView<HalfBits>* dv, const Options& opt,
+                                              const Masks<HalfBits>& masks);
 
 /// Writes the gradients dL/dQ (T_q x d_k) into `dq`, dL/dK (T_k x d_k) into `dk` and dL/dV
 /// (T_k x d_v) into `dv`. Allocates nothing once the workspaces have grown (Kernel::Reference
@@ -193,10 +210,11 @@ MatrixView<AbiScalar<Scalar>> abi(const MatrixView<Scalar>& m) {
 
 namespace detail {
 
-/// run() for any scalar type: the views of Eigen's 16-bit types as their bits, and SCORES of
-/// the compute type (float_scores) where the input type has its own.
+/// run() for any scalar type (or, with `check_only`, validate() of the same arguments): the views
+/// of Eigen's 16-bit types as their bits, and SCORES of the compute type (float_scores) where the
+/// input type has its own.
 template <typename Scalar>
-void run_any(const char* api, MatrixView<const Scalar> q, MatrixView<const Scalar> k,
+void run_any(bool check_only, const char* api, MatrixView<const Scalar> q, MatrixView<const Scalar> k,
              const MatrixView<const Scalar>* v, const MatrixView<Scalar>* scores,
              const MatrixView<Scalar>* attn, const MatrixView<ComputeScalar<Scalar>>* lse,
              const MatrixView<ComputeScalar<Scalar>>* float_scores, const Options& opt,
@@ -206,13 +224,24 @@ void run_any(const char* api, MatrixView<const Scalar> q, MatrixView<const Scala
   const MatrixView<Abi> sa = scores != nullptr ? abi(*scores) : MatrixView<Abi>{};
   const MatrixView<Abi> aa = attn != nullptr ? abi(*attn) : MatrixView<Abi>{};
   if constexpr (kIsLowPrecision<Scalar>) {
-    compiled::run(api, abi(q), abi(k), v != nullptr ? &va : nullptr, scores != nullptr ? &sa : nullptr,
-                  attn != nullptr ? &aa : nullptr, lse, float_scores, opt,
-                  EigenAttention::detail::bits(masks));
+    const auto call = [&](auto f) {
+      f(api, abi(q), abi(k), v != nullptr ? &va : nullptr, scores != nullptr ? &sa : nullptr,
+        attn != nullptr ? &aa : nullptr, lse, float_scores, opt, EigenAttention::detail::bits(masks));
+    };
+    if (check_only) {
+      call([](auto&&... a) { compiled::validate(a...); });
+    } else {
+      call([](auto&&... a) { compiled::run(a...); });
+    }
   } else {
     const MatrixView<Abi>* s = scores != nullptr ? &sa : float_scores;
-    compiled::run(api, q, k, v != nullptr ? &va : nullptr, s, attn != nullptr ? &aa : nullptr, lse, opt,
-                  masks);
+    if (check_only) {
+      compiled::validate(api, q, k, v != nullptr ? &va : nullptr, s, attn != nullptr ? &aa : nullptr, lse,
+                         opt, masks);
+    } else {
+      compiled::run(api, q, k, v != nullptr ? &va : nullptr, s, attn != nullptr ? &aa : nullptr, lse, opt,
+                    masks);
+    }
   }
 }
 
@@ -237,14 +266,37 @@ RowMatrix<Scalar> result(std::ptrdiff_t rows, std::ptrdiff_t cols) {
 /// exported functions above.
 ///@{
 
-/// Checks the inputs as validate() above (V is optional).
+/// Checks the inputs as validate() above (V is optional), before by-value results are allocated.
 template <typename Scalar>
 void validate(const char* api, const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
               const ConstStridedMap<Scalar>* v, const Options& opt, const Masks<Scalar>& masks = {}) {
-  using Abi = AbiScalar<const Scalar>;
-  const MatrixView<Abi> vv = v != nullptr ? abi(view(*v)) : MatrixView<Abi>{};
-  compiled::validate(api, abi(view(q)), abi(view(k)), v != nullptr ? &vv : nullptr, opt,
-                     EigenAttention::detail::bits(masks));
+  const MatrixView<const Scalar> vv = v != nullptr ? view(*v) : MatrixView<const Scalar>{};
+  detail::run_any<Scalar>(true, api, view(q), view(k), v != nullptr ? &vv : nullptr, nullptr, nullptr,
+                          nullptr, nullptr, opt, masks);
+}
+
+/// Checks a call into caller storage as validate() above, before its front door resizes the
+/// outputs: `scores`, `attn` and `lse` are those outputs that will not be resized (null: will be,
+/// or not asked for). SCORES may be of the input type or of the compute type.
+template <typename Scalar, typename ScoresScalar = Scalar>
+void validate_into(const char* api, const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scalar>& k,
+                   const ConstStridedMap<Scalar>* v, const StridedMap<ScoresScalar>* scores,
+                   const StridedMap<Scalar>* attn, const StridedMap<ComputeScalar<Scalar>>* lse,
+                   const Options& opt, const Masks<Scalar>& masks) {
+  using Compute = ComputeScalar<Scalar>;
+  const MatrixView<const Scalar> vv = v != nullptr ? view(*v) : MatrixView<const Scalar>{};
+  const MatrixView<ScoresScalar> s = scores != nullptr ? view(*scores) : MatrixView<ScoresScalar>{};
+  const MatrixView<Scalar> a = attn != nullptr ? view(*attn) : MatrixView<Scalar>{};
+  const MatrixView<Compute> l = lse != nullptr ? view(*lse) : MatrixView<Compute>{};
+  const MatrixView<Compute>* lp = lse != nullptr ? &l : nullptr;
+  const MatrixView<Scalar>* ap = attn != nullptr ? &a : nullptr;
+  if constexpr (std::is_same_v<ScoresScalar, Scalar>) {
+    detail::run_any<Scalar>(true, api, view(q), view(k), v != nullptr ? &vv : nullptr,
+                            scores != nullptr ? &s : nullptr, ap, lp, nullptr, opt, masks);
+  } else {
+    detail::run_any<Scalar>(true, api, view(q), view(k), v != nullptr ? &vv : nullptr, nullptr, ap, lp,
+                            scores != nullptr ? &s : nullptr, opt, masks);
+  }
 }
 
 /// ATTN (T_q x d_v), never forming T_q x T_k (unless opt.kernel is Kernel::Reference).
@@ -258,7 +310,7 @@ RowMatrix<Scalar> attention(const ConstStridedMap<Scalar>& q, const ConstStrided
   detail::check_result<Scalar>(api, "ATTN", "T_q x d_v", qv.rows, vv.cols);
   RowMatrix<Scalar> attn = detail::result<Scalar>(qv.rows, vv.cols);
   const MatrixView<Scalar> a = view(attn);
-  detail::run_any<Scalar>(api, qv, kv, &vv, nullptr, &a, nullptr, nullptr, opt, masks);
+  detail::run_any<Scalar>(false, api, qv, kv, &vv, nullptr, &a, nullptr, nullptr, opt, masks);
   return attn;
 }
 
@@ -273,8 +325,8 @@ void attention_into(const ConstStridedMap<Scalar>& q, const ConstStridedMap<Scal
   const MatrixView<Scalar> o = view(out);
   const MatrixView<ComputeScalar<Scalar>> l =
       lse != nullptr ? view(*lse) : MatrixView<ComputeScalar<Scalar>>{};
-  detail::run_any<Scalar>("attention_into", view(q), view(k), &vv, nullptr, &o, lse != nullptr ? &l : nullptr,
-                          nullptr, opt, masks);
+  detail::run_any<Scalar>(false, "attention_into", view(q), view(k), &vv, nullptr, &o,
+                          lse != nullptr ? &l : nullptr, nullptr, opt, masks);
 }
 
 /// SCORES, ATTN and LSE, freshly allocated (SCORES in float into scores_float instead, for
@@ -309,8 +361,8 @@ DecomposedResult<Scalar> attention_decomposed(const ConstStridedMap<Scalar>& q,
   r.lse = Vector<Compute>(static_cast<Eigen::Index>(qv.rows));
   const MatrixView<Scalar> s = view(r.scores), a = view(r.attn);
   const MatrixView<Compute> l = view(r.lse), sf = view(r.scores_float);
-  detail::run_any<Scalar>(api, qv, kv, &vv, in_float ? nullptr : &s, &a, &l, in_float ? &sf : nullptr, opt,
-                          masks);
+  detail::run_any<Scalar>(false, api, qv, kv, &vv, in_float ? nullptr : &s, &a, &l, in_float ? &sf : nullptr,
+                          opt, masks);
   return r;
 }
 
@@ -327,10 +379,10 @@ void attention_decomposed_into(const ConstStridedMap<Scalar>& q, const ConstStri
   const MatrixView<Compute> l = lse != nullptr ? view(*lse) : MatrixView<Compute>{};
   const MatrixView<ScoresScalar> s = view(scores);
   if constexpr (std::is_same_v<ScoresScalar, Scalar>) {
-    detail::run_any<Scalar>("attention_decomposed_into", view(q), view(k), &vv, &s, &a,
+    detail::run_any<Scalar>(false, "attention_decomposed_into", view(q), view(k), &vv, &s, &a,
                             lse != nullptr ? &l : nullptr, nullptr, opt, masks);
   } else {
-    detail::run_any<Scalar>("attention_decomposed_into", view(q), view(k), &vv, nullptr, &a,
+    detail::run_any<Scalar>(false, "attention_decomposed_into", view(q), view(k), &vv, nullptr, &a,
                             lse != nullptr ? &l : nullptr, &s, opt, masks);
   }
 }
@@ -346,7 +398,7 @@ RowMatrix<Scalar> attention_scores(const ConstStridedMap<Scalar>& q, const Const
   RowMatrix<Scalar> scores = detail::result<Scalar>(qv.rows, kv.rows);
   prefer_huge_pages(scores.data(), static_cast<std::size_t>(scores.size()) * sizeof(Scalar));
   const MatrixView<Scalar> s = view(scores);
-  detail::run_any<Scalar>(api, qv, kv, nullptr, &s, nullptr, nullptr, nullptr, opt, masks);
+  detail::run_any<Scalar>(false, api, qv, kv, nullptr, &s, nullptr, nullptr, nullptr, opt, masks);
   return scores;
 }
 
@@ -361,10 +413,10 @@ void attention_scores_into(const ConstStridedMap<Scalar>& q, const ConstStridedM
   const MatrixView<ScoresScalar> s = view(scores);
   const MatrixView<Compute> l = lse != nullptr ? view(*lse) : MatrixView<Compute>{};
   if constexpr (std::is_same_v<ScoresScalar, Scalar>) {
-    detail::run_any<Scalar>("attention_scores_into", view(q), view(k), nullptr, &s, nullptr,
+    detail::run_any<Scalar>(false, "attention_scores_into", view(q), view(k), nullptr, &s, nullptr,
                             lse != nullptr ? &l : nullptr, nullptr, opt, masks);
   } else {
-    detail::run_any<Scalar>("attention_scores_into", view(q), view(k), nullptr, nullptr, nullptr,
+    detail::run_any<Scalar>(false, "attention_scores_into", view(q), view(k), nullptr, nullptr, nullptr,
                             lse != nullptr ? &l : nullptr, &s, opt, masks);
   }
 }
@@ -390,7 +442,7 @@ Gradients<Scalar> attention_backward(const BackwardInputs<AbiScalar<Scalar>>& in
                                      const Masks<Scalar>& masks = {}) {
   const char* api = "attention_backward";
   const Masks<AbiScalar<Scalar>> m = EigenAttention::detail::bits(masks);
-  validate_backward(api, in, opt, m);
+  validate_backward(api, in, nullptr, nullptr, nullptr, opt, m);
   detail::check_result<Scalar>(api, "dQ", "T_q x d_k", in.q.rows, in.q.cols);
   detail::check_result<Scalar>(api, "dK", "T_k x d_k", in.k.rows, in.k.cols);
   detail::check_result<Scalar>(api, "dV", "T_k x d_v", in.v.rows, in.v.cols);

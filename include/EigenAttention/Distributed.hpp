@@ -320,7 +320,17 @@ void forward_one_into(Method method, const char* api, MPI_Comm comm, const Eigen
     // lengths are global and checked by the collective call).
     Masks<Scalar> local = masks;
     local.key_lengths = nullptr;
-    compiled::validate<Scalar>(api, q.map(), k.map(), &v.map(), opt, local);
+    const auto fa = EigenAttention::detail::fixed_view(attn, Q.rows(), V.cols());
+    if constexpr (std::is_same_v<DL, std::nullptr_t>) {
+      compiled::validate_into<Scalar>(
+          api, q.map(), k.map(), &v.map(), static_cast<const StridedMap<Scalar>*>(nullptr),
+          EigenAttention::detail::pointer(fa), static_cast<const StridedMap<Scalar>*>(nullptr), opt, local);
+    } else {
+      const auto fl = EigenAttention::detail::fixed_view(*lse, Q.rows(), 1);
+      compiled::validate_into<Scalar>(
+          api, q.map(), k.map(), &v.map(), static_cast<const StridedMap<Scalar>*>(nullptr),
+          EigenAttention::detail::pointer(fa), EigenAttention::detail::pointer(fl), opt, local);
+    }
     if constexpr (std::is_same_v<DL, std::nullptr_t>) {
       EigenAttention::detail::check_resizable_apart(api,
                                                     {EigenAttention::detail::input_extent("Q", Q, q.map()),

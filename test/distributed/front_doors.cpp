@@ -75,6 +75,20 @@ void check_front_doors() {
           Scope s("ring_attention_backward");
           check_backward(whole, l, from_matrix<T>(g.dq), from_matrix<T>(g.dk), from_matrix<T>(g.dv));
         }
+        {
+          // A bad LSE that keeps its storage throws (on every rank: each checks its own) before
+          // attn is resized.
+          RowMatrix<T> unsized;
+          std::vector<T> buffer(static_cast<std::size_t>(Qr.rows() + 1));
+          Eigen::Map<Vector> bad_lse(buffer.data(), Qr.rows() + 1);
+          bool threw = false;
+          try {
+            dist::ring_attention_into(w.comm, Qr, Kr, Vr, unsized, bad_lse, c.opt, {}, l.config);
+          } catch (const std::invalid_argument&) {
+            threw = true;
+          }
+          EA_MPI_CHECK(threw && unsized.size() == 0, "ring_attention_into resized attn or did not throw");
+        }
         // Ulysses for one head: its one head needs one rank.
         if (w.size == 1) {
           const RowMatrix<T> u = dist::ulysses_attention(w.comm, Qr, Kr, Vr, c.opt, {}, l.config);
