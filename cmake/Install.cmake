@@ -13,7 +13,9 @@ install(TARGETS EigenAttention_shared EXPORT EigenAttentionSharedTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 install(TARGETS EigenAttention_static EXPORT EigenAttentionStaticTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
-install(DIRECTORY include/EigenAttention DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
+# Distributed.hpp is the MPI component's header: installed with it (src/distributed), not here.
+install(DIRECTORY include/EigenAttention DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
+  PATTERN Distributed.hpp EXCLUDE)
 install(FILES ${_ea_generated_include}/EigenAttention/export.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/EigenAttention COMPONENT dev)
 foreach(_kind Shared Static)
