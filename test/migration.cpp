@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include <EigenAttention/EigenAttention.hpp>
@@ -182,6 +183,38 @@ TEST_CASE_TEMPLATE("migration: every 0.2 multi-head form gives the bits of its 0
   ea::attention_heads(c.Q(), c.K(), c.Vv(), C::out(o_old, B, H, tq, dv));
   ea::attention_heads_into(c.Q(), c.K(), c.Vv(), C::out(o_new, B, H, tq, dv));
   CHECK(same_bits(o_old, o_new));
+}
+
+TEST_CASE("migration: decode's 0.2 ALiBi pointer gives the bits of Masks::alibi_slopes") {
+  using M = ea::RowMatrix<float>;
+  const Eigen::Index H = 4, Hkv = 2, d = 8, tk = 11, tq = 3;
+  ea::PagedKVCache<float> cache(Hkv, d, d, /*page_size=*/16, /*capacity_tokens=*/64);
+  const auto s = cache.create();
+  const std::vector<float> kv = filled<float>(static_cast<std::size_t>(tk * Hkv * d), 9),
+                           q = filled<float>(static_cast<std::size_t>(tq * H * d), 10);
+  const Eigen::Map<const M> K(kv.data(), tk, Hkv * d), Q(q.data(), tq, H * d);
+  cache.append(s, K, K);
+  const float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+  ea::Masks<float> masks;
+  masks.alibi_slopes = slopes;
+  ea::Options opt;
+  opt.causal = true;
+  const M by_masks = ea::attention_decode(cache, s, Q, opt, masks);
+  const M by_pointer = ea::attention_decode(cache, s, Q, opt, slopes);
+  CHECK(std::memcmp(by_masks.data(), by_pointer.data(), sizeof(float) * by_masks.size()) == 0);
+  const M plain = ea::attention_decode(cache, s, Q, opt);
+  CHECK(!plain.isApprox(by_masks));  // the slopes do act
+  M into_masks, into_pointer, lse_masks, lse_pointer;
+  const std::int64_t cu[2] = {0, tq};
+  ea::attention_decode_into(cache, &s, 1, Q, cu, into_masks, lse_masks, opt, masks);
+  ea::attention_decode_into(cache, &s, 1, Q, cu, into_pointer, lse_pointer, opt, slopes);
+  CHECK(into_masks == into_pointer);
+  CHECK(lse_masks == lse_pointer);
+  // Decode's keys are the cache's: a mask, bias or key lengths in its masks throw.
+  const std::int64_t length = 5;
+  ea::Masks<float> lengths;
+  lengths.key_lengths = &length;
+  CHECK_THROWS_AS(ea::attention_decode(cache, s, Q, opt, lengths), std::invalid_argument);
 }
 
 #pragma GCC diagnostic pop

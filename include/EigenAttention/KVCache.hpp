@@ -24,6 +24,7 @@
 
 #include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/HeadsView.hpp>
+#include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/detail/FrontDoor.hpp>
@@ -546,6 +547,26 @@ RowMatrix<typename DQ::Scalar> decode_of_type(const Eigen::MatrixBase<DQ>& Q, co
 
 static_assert(sizeof(SequenceId) == sizeof(std::int32_t), "SequenceId must be a plain int32");
 
+/// The ALiBi slopes of a decode call's masks (null: none); a mask, bias or key lengths throw:
+/// decode's keys are each sequence's cached tokens, whose lengths the cache holds.
+template <typename Scalar>
+const Scalar* decode_alibi(const char* api, const Masks<Scalar>& masks) {
+  if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
+    throw std::invalid_argument(std::string("EigenAttention::") + api +
+                                ": decode takes ALiBi slopes only from masks (masks.mask, masks.bias and "
+                                "masks.key_lengths must be empty: each sequence's keys are the cache's)");
+  }
+  return masks.alibi_slopes;
+}
+
+/// Masks holding these ALiBi slopes only (the 0.2 forms' pointer).
+template <typename Scalar>
+Masks<Scalar> alibi_masks(const Scalar* alibi_slopes) {
+  Masks<Scalar> m;
+  m.alibi_slopes = alibi_slopes;
+  return m;
+}
+
 }  // namespace detail
 
 /// Writes decode attention for a batch of sequences of `cache` into out (and lse when not
@@ -556,14 +577,14 @@ static_assert(sizeof(SequenceId) == sizeof(std::int32_t), "SequenceId must be a 
 /// last of each sequence's cached keys (append them first): query row i of a sequence with T_q queries and
 /// T_k keys is token T_k - T_q + i, and `opt.causal`, the window and ALiBi use that position (bottom-right
 /// alignment, whatever opt.alignment says). Options: scale, causal, window_left/right, softcap, kernel,
-/// threads. alibi_slopes: H slopes or null. A resizable out (an Eigen::Matrix) is resized; other outputs must
-/// have the shape. Bitwise identical results for every opt.threads. \throws std::invalid_argument naming the
-/// argument and its shape; nothing is written then.
+/// threads. masks: ALiBi slopes only (masks.alibi_slopes, H of them, or null); a mask, bias or key
+/// lengths throw (each sequence's keys are the cache's). A resizable out (an Eigen::Matrix) is resized; other
+/// outputs must have the shape. Bitwise identical results for every opt.threads. \throws
+/// std::invalid_argument naming the argument and its shape; nothing is written then.
 template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
 void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
                            const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
-                           DL&& lse, const Options& opt = {},
-                           const ComputeScalar<T>* alibi_slopes = nullptr) {
+                           DL&& lse, const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
   (void)detail::DecodeCheck<T, DQ>{};
   (void)detail::OutputCheck<DO>{};
   (void)detail::OutputCheck<DL>{};
@@ -573,13 +594,14 @@ void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* seque
                       cu_seqlens_q != nullptr ? cu_seqlens_q
                       : batch == 1            ? whole
                                               : nullptr,
-                      std::forward<DO>(out), &lse, alibi_slopes, cache.d_k(), cache.d_v(), opt);
+                      std::forward<DO>(out), &lse, detail::decode_alibi("attention_decode_into", masks),
+                      cache.d_k(), cache.d_v(), opt);
 }
 /// attention_decode_into() without the LSE output.
 template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
 void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
                            const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
-                           const Options& opt = {}, const ComputeScalar<T>* alibi_slopes = nullptr) {
+                           const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
   (void)detail::DecodeCheck<T, DQ>{};
   (void)detail::OutputCheck<DO>{};
   detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
@@ -589,7 +611,8 @@ void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* seque
                       cu_seqlens_q != nullptr ? cu_seqlens_q
                       : batch == 1            ? whole
                                               : nullptr,
-                      std::forward<DO>(out), no_lse, alibi_slopes, cache.d_k(), cache.d_v(), opt);
+                      std::forward<DO>(out), no_lse, detail::decode_alibi("attention_decode_into", masks),
+                      cache.d_k(), cache.d_v(), opt);
 }
 
 /// Decode attention of Q's rows (T_q x (H d_k), the newest T_q tokens of sequence s, appended
@@ -599,15 +622,15 @@ void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* seque
 template <typename T, class DQ>
 RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache, SequenceId s,
                                                 const Eigen::MatrixBase<DQ>& Q, const Options& opt = {},
-                                                const ComputeScalar<T>* alibi_slopes = nullptr) {
+                                                const Masks<ComputeScalar<T>>& masks = {}) {
   (void)detail::DecodeQueryCheck<T, DQ>{};
   return detail::decode_of_type<T>(Q, [&](const auto& q) {
     const std::int64_t cu[2] = {0, static_cast<std::int64_t>(q.rows())};
     RowMatrix<ComputeScalar<T>> out;
     detail::CacheKeys<T> keys{cache, &s.value, 1};
     RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-    detail::decode_into("attention_decode", keys, q, cu, out, no_lse, alibi_slopes, cache.d_k(), cache.d_v(),
-                        opt);
+    detail::decode_into("attention_decode", keys, q, cu, out, no_lse,
+                        detail::decode_alibi("attention_decode", masks), cache.d_k(), cache.d_v(), opt);
     return out;
   });
 }
@@ -621,7 +644,7 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache,
                                                 const Eigen::MatrixBase<DQ>& Q,
                                                 const std::vector<std::int64_t>& cu_seqlens_q,
                                                 const Options& opt = {},
-                                                const ComputeScalar<T>* alibi_slopes = nullptr) {
+                                                const Masks<ComputeScalar<T>>& masks = {}) {
   (void)detail::DecodeQueryCheck<T, DQ>{};
   if (cu_seqlens_q.size() != sequences.size() + 1) {
     throw std::invalid_argument("EigenAttention::attention_decode: cu_seqlens_q has " +
@@ -634,8 +657,8 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache,
     detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences.data()),
                               static_cast<std::ptrdiff_t>(sequences.size())};
     RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-    detail::decode_into("attention_decode", keys, q, cu_seqlens_q.data(), out, no_lse, alibi_slopes,
-                        cache.d_k(), cache.d_v(), opt);
+    detail::decode_into("attention_decode", keys, q, cu_seqlens_q.data(), out, no_lse,
+                        detail::decode_alibi("attention_decode", masks), cache.d_k(), cache.d_v(), opt);
     return out;
   });
 }
@@ -646,7 +669,7 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache,
 template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
 void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
                            const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse, const Options& opt = {},
-                           const ComputeScalar<T>* alibi_slopes = nullptr) {
+                           const Masks<ComputeScalar<T>>& masks = {}) {
   (void)detail::DecodeCheck<T, DQ>{};
   (void)detail::OutputCheck<DO>{};
   (void)detail::OutputCheck<DL>{};
@@ -656,13 +679,14 @@ void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>
                       cu_seqlens_q != nullptr ? cu_seqlens_q
                       : kv.batch == 1         ? whole
                                               : nullptr,
-                      std::forward<DO>(out), &lse, alibi_slopes, kv.d_k, kv.d_v, opt);
+                      std::forward<DO>(out), &lse, detail::decode_alibi("attention_decode_into", masks),
+                      kv.d_k, kv.d_v, opt);
 }
 /// attention_decode_into() over a PagedKVView, without the LSE output.
 template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
 void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
                            const std::int64_t* cu_seqlens_q, DO&& out, const Options& opt = {},
-                           const ComputeScalar<T>* alibi_slopes = nullptr) {
+                           const Masks<ComputeScalar<T>>& masks = {}) {
   (void)detail::DecodeCheck<T, DQ>{};
   (void)detail::OutputCheck<DO>{};
   const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
@@ -672,7 +696,8 @@ void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>
                       cu_seqlens_q != nullptr ? cu_seqlens_q
                       : kv.batch == 1         ? whole
                                               : nullptr,
-                      std::forward<DO>(out), no_lse, alibi_slopes, kv.d_k, kv.d_v, opt);
+                      std::forward<DO>(out), no_lse, detail::decode_alibi("attention_decode_into", masks),
+                      kv.d_k, kv.d_v, opt);
 }
 /// Decode attention over a PagedKVView, returned (see attention_decode_into). Q may be of the
 /// view's 16-bit storage type, as for a cache.
@@ -680,7 +705,7 @@ template <typename T, class DQ>
 RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
                                                 const std::int64_t* cu_seqlens_q = nullptr,
                                                 const Options& opt = {},
-                                                const ComputeScalar<T>* alibi_slopes = nullptr) {
+                                                const Masks<ComputeScalar<T>>& masks = {}) {
   (void)detail::DecodeQueryCheck<T, DQ>{};
   return detail::decode_of_type<T>(Q, [&](const auto& q) {
     // As attention_decode_into, but its messages name this call.
@@ -692,9 +717,76 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVView<T>& kv, const 
                         cu_seqlens_q != nullptr ? cu_seqlens_q
                         : kv.batch == 1         ? whole
                                                 : nullptr,
-                        out, no_lse, alibi_slopes, kv.d_k, kv.d_v, opt);
+                        out, no_lse, detail::decode_alibi("attention_decode", masks), kv.d_k, kv.d_v, opt);
     return out;
   });
 }
+
+/// \name The 0.2 forms of decode
+/// With the ALiBi slopes as a pointer after Options; forwarders to the calls above (their
+/// `masks.alibi_slopes`), removed in 0.4 (docs/migration.md).
+///@{
+
+/// 0.2's attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, out, lse, opt, alibi_slopes).
+template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
+[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
+                      const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse,
+                      const Options& opt, const ComputeScalar<T>* alibi_slopes) {
+  attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, std::forward<DO>(out),
+                        std::forward<DL>(lse), opt, detail::alibi_masks(alibi_slopes));
+}
+/// 0.2's attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, out, opt, alibi_slopes).
+template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
+[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
+                      const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
+                      const Options& opt, const ComputeScalar<T>* alibi_slopes) {
+  attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, std::forward<DO>(out), opt,
+                        detail::alibi_masks(alibi_slopes));
+}
+/// 0.2's attention_decode(cache, s, Q, opt, alibi_slopes).
+template <typename T, class DQ>
+[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] RowMatrix<
+    typename DQ::Scalar>
+attention_decode(const PagedKVCache<T>& cache, SequenceId s, const Eigen::MatrixBase<DQ>& Q,
+                 const Options& opt, const ComputeScalar<T>* alibi_slopes) {
+  return attention_decode(cache, s, Q, opt, detail::alibi_masks(alibi_slopes));
+}
+/// 0.2's attention_decode(cache, sequences, Q, cu_seqlens_q, opt, alibi_slopes).
+template <typename T, class DQ>
+[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] RowMatrix<
+    typename DQ::Scalar>
+attention_decode(const PagedKVCache<T>& cache, const std::vector<SequenceId>& sequences,
+                 const Eigen::MatrixBase<DQ>& Q, const std::vector<std::int64_t>& cu_seqlens_q,
+                 const Options& opt, const ComputeScalar<T>* alibi_slopes) {
+  return attention_decode(cache, sequences, Q, cu_seqlens_q, opt, detail::alibi_masks(alibi_slopes));
+}
+/// 0.2's attention_decode_into(view, Q, cu_seqlens_q, out, lse, opt, alibi_slopes).
+template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
+[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
+                      const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse, const Options& opt,
+                      const ComputeScalar<T>* alibi_slopes) {
+  attention_decode_into(kv, Q, cu_seqlens_q, std::forward<DO>(out), std::forward<DL>(lse), opt,
+                        detail::alibi_masks(alibi_slopes));
+}
+/// 0.2's attention_decode_into(view, Q, cu_seqlens_q, out, opt, alibi_slopes).
+template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
+[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
+                      const std::int64_t* cu_seqlens_q, DO&& out, const Options& opt,
+                      const ComputeScalar<T>* alibi_slopes) {
+  attention_decode_into(kv, Q, cu_seqlens_q, std::forward<DO>(out), opt, detail::alibi_masks(alibi_slopes));
+}
+/// 0.2's attention_decode(view, Q, cu_seqlens_q, opt, alibi_slopes).
+template <typename T, class DQ>
+[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] RowMatrix<
+    typename DQ::Scalar>
+attention_decode(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q,
+                 const Options& opt, const ComputeScalar<T>* alibi_slopes) {
+  return attention_decode(kv, Q, cu_seqlens_q, opt, detail::alibi_masks(alibi_slopes));
+}
+///@}
 
 }  // namespace EigenAttention

@@ -169,4 +169,12 @@ void check_reference(const Result<T>& r, const MultiHeadReference& ref, const Ca
 }
 
 }  // namespace decode
+/// Masks holding ALiBi slopes only (null: none), as decode takes them.
+template <typename S>
+ea::Masks<S> alibi_only(const S* slopes) {
+  ea::Masks<S> m;
+  m.alibi_slopes = slopes;
+  return m;
+}
+
 }  // namespace ea_test
