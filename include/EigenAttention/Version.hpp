@@ -11,11 +11,11 @@
 /// Major version of these headers: the first number of major.minor.patch.
 #define EIGEN_ATTENTION_VERSION_MAJOR 0
 /// Minor version of these headers: the second number of major.minor.patch.
-#define EIGEN_ATTENTION_VERSION_MINOR 2
+#define EIGEN_ATTENTION_VERSION_MINOR 3
 /// Patch version of these headers: the third number of major.minor.patch.
 #define EIGEN_ATTENTION_VERSION_PATCH 0
 
-/// The version as one integer, e.g. 200 for 0.2.0 (major * 10000 + minor * 100 + patch).
+/// The version as one integer, e.g. 300 for 0.3.0 (major * 10000 + minor * 100 + patch).
 #define EIGEN_ATTENTION_VERSION                                                  \
   (EIGEN_ATTENTION_VERSION_MAJOR * 10000 + EIGEN_ATTENTION_VERSION_MINOR * 100 + \
    EIGEN_ATTENTION_VERSION_PATCH)
