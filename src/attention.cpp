@@ -1,33 +1,17 @@
 // The compiled single-head entry points (Compiled.hpp): each call is the batch = 1, heads = 1
 // case of the one problem (problem.hpp), validated once by make_problem and run like any other.
-// (compiled::check_result_size is in validate.cpp with the other checks, and
+// (compiled::check_result_size is in check/result_size.cpp with the other checks, and
 // compiled::prefer_huge_pages in huge_pages.cpp.) What arrives is plain views (MatrixView); the
 // by-value results are allocated by the inline functions of Compiled.hpp, in the caller's
 // translation unit.
 #include <EigenAttention/Compiled.hpp>
 
-#include <stdexcept>
-#include <string>
-
+#include "check/call.hpp"
 #include "execute.hpp"
-#include "validate.hpp"
 
 namespace EigenAttention {
 namespace compiled {
 namespace {
-
-template <typename T>
-internal::Call<T> call_of(const char* api, MatrixView<const T> q, MatrixView<const T> k,
-                          const MatrixView<const T>* v) {
-  internal::Call<T> c;
-  c.api = api;
-  c.form = internal::Form::Matrix;
-  c.q = internal::one_head(q);
-  c.k = internal::one_head(k);
-  c.has_v = v != nullptr;
-  if (v != nullptr) c.v = internal::one_head(*v);
-  return c;
-}
 
 // The Call of a single-head forward: the outputs given (not null) are wanted.
 template <typename T>
@@ -35,22 +19,19 @@ internal::Call<T> call_for(const char* api, MatrixView<const T> q, MatrixView<co
                            const MatrixView<const T>* v, const MatrixView<T>* scores,
                            const MatrixView<T>* attn, const MatrixView<ComputeScalar<T>>* lse,
                            const MatrixView<ComputeScalar<T>>* compute_scores, const Masks<T>& masks) {
-  internal::Call<T> c = call_of(api, q, k, v);
-  c.masks = masks;
-  const auto bind = [](const auto* m, auto& view, bool& wanted) {
-    if (m != nullptr) view = internal::one_head(*m);
-    wanted = m != nullptr;
+  internal::Call<T> c;
+  c.api = api;
+  c.form = internal::Form::Matrix;
+  const auto head = [](const auto* m) {
+    using View = decltype(internal::one_head(*m));
+    return m != nullptr ? std::optional<View>(internal::one_head(*m)) : std::nullopt;
   };
-  bind(scores, c.scores, c.want_scores);
-  bind(attn, c.out, c.want_out);
-  bind(lse, c.lse, c.want_lse);
-  if (compute_scores != nullptr) {
-    if (scores != nullptr)
-      throw std::invalid_argument(std::string("EigenAttention::") + api +
-                                  ": SCORES are asked for twice (scores and float_scores)");
-    bind(compute_scores, c.compute_scores, c.want_scores);
-    c.scores_compute = true;
-  }
+  c.in = {internal::one_head(q), internal::one_head(k), head(v)};
+  c.out.scores = head(scores);
+  c.out.attn = head(attn);
+  c.out.lse = head(lse);
+  c.out.compute_scores = head(compute_scores);
+  c.masks = masks;
   return c;
 }
 
@@ -62,7 +43,7 @@ void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> 
                     const MatrixView<ComputeScalar<T>>* compute_scores, const Options& opt,
                     const Masks<T>& masks) {
   internal::Call<T> c = call_for(api, q, k, v, scores, attn, lse, compute_scores, masks);
-  c.inputs_only = true;
+  c.stage = internal::Stage::BeforeSizing;
   internal::make_problem(c, opt);
 }
 

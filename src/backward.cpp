@@ -3,27 +3,33 @@
 // make_problem and run by execute_backward.
 #include <EigenAttention/Compiled.hpp>
 
+#include "check/call.hpp"
 #include "execute.hpp"
-#include "validate.hpp"
 
 namespace EigenAttention {
 namespace compiled {
 namespace {
 
+// The Call of a single-head backward: the gradients given (not null) are checked; with
+// Stage::BeforeSizing the absent ones are those the front door sizes afterwards.
 template <typename T>
-internal::Call<T> call_of(const char* api, const BackwardInputs<T>& in) {
+internal::Call<T> call_of(const char* api, const BackwardInputs<T>& in, const MatrixView<T>* dq,
+                          const MatrixView<T>* dk, const MatrixView<T>* dv, const Masks<T>& masks) {
   internal::Call<T> c;
   c.api = api;
   c.form = internal::Form::Matrix;
-  c.q = internal::one_head(in.q);
-  c.k = internal::one_head(in.k);
-  c.v = internal::one_head(in.v);
-  c.backward = true;
-  c.fwd_out = internal::one_head(in.attn);
-  c.fwd_lse = internal::one_head(in.lse);
-  c.d_out = internal::one_head(in.d_attn);
-  c.want_d_scores = in.has_d_scores;
-  if (in.has_d_scores) c.d_scores = internal::one_head(in.d_scores);
+  c.in = {internal::one_head(in.q), internal::one_head(in.k), internal::one_head(in.v)};
+  const auto head = [](const MatrixView<T>* m) {
+    return m != nullptr ? std::optional<HeadsView<T>>(internal::one_head(*m)) : std::nullopt;
+  };
+  internal::Gradients<T> g;
+  g.attn = internal::one_head(in.attn);
+  g.lse = internal::one_head(in.lse);
+  g.d_attn = internal::one_head(in.d_attn);
+  if (in.has_d_scores) g.d_scores = internal::one_head(in.d_scores);
+  g.dq = head(dq), g.dk = head(dk), g.dv = head(dv);
+  c.backward = g;
+  c.masks = masks;
   return c;
 }
 
@@ -31,13 +37,8 @@ template <typename T>
 void validate_inputs(const char* api, const BackwardInputs<T>& in, const MatrixView<T>* dq,
                      const MatrixView<T>* dk, const MatrixView<T>* dv, const Options& opt,
                      const Masks<T>& masks) {
-  internal::Call<T> c = call_of(api, in);
-  c.masks = masks;
-  // The gradients that will not be resized are checked now; the others are absent (empty views).
-  if (dq != nullptr) c.dq = internal::one_head(*dq);
-  if (dk != nullptr) c.dk = internal::one_head(*dk);
-  if (dv != nullptr) c.dv = internal::one_head(*dv);
-  c.inputs_only = true;
+  internal::Call<T> c = call_of(api, in, dq, dk, dv, masks);
+  c.stage = internal::Stage::BeforeSizing;
   internal::make_problem(c, opt);
 }
 
@@ -45,12 +46,8 @@ template <typename T>
 void run_backward(const char* api, const BackwardInputs<T>& in, const MatrixView<T>& dq,
                   const MatrixView<T>& dk, const MatrixView<T>& dv, const Options& opt,
                   const Masks<T>& masks) {
-  internal::Call<T> c = call_of(api, in);
-  c.masks = masks;
-  c.dq = internal::one_head(dq);
-  c.dk = internal::one_head(dk);
-  c.dv = internal::one_head(dv);
-  internal::execute_backward(internal::make_problem(c, opt), opt.threads);
+  internal::execute_backward(internal::make_problem(call_of(api, in, &dq, &dk, &dv, masks), opt),
+                             opt.threads);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // merge_attention_into (MultiHead.hpp): combine two partial results over disjoint key sets.
 #include <EigenAttention/MultiHead.hpp>
 
+#include "check/call.hpp"
 #include "lse_merge.hpp"
-#include "validate.hpp"
 
 #include <algorithm>
 #include <vector>

@@ -4,9 +4,9 @@
 
 #include <vector>
 
+#include "check/call.hpp"
 #include "execute.hpp"
 #include "kernels/convert.hpp"
-#include "validate.hpp"
 
 namespace EigenAttention {
 namespace {
@@ -19,85 +19,85 @@ T& at(const HeadsView<T>& v, index_t b, index_t h, index_t i, index_t j) {
   return v.data[b * v.batch_stride + h * v.head_stride + i * v.token_stride + j * v.dim_stride];
 }
 
-// The call every multi-head entry point makes: outputs are wanted when given (not empty).
+// The call every multi-head entry point makes: attn is required unless said otherwise (an empty
+// view is then reported by its shape); lse is wanted when given (not empty).
 // T is the views' element type (float, double, BFloat16Bits, HalfBits); the log-sum-exps are of
 // its compute type (C).
 template <typename T, typename C = ComputeScalar<T>>
 internal::Call<T> call_of(const char* api, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                          HeadsView<T> out, HeadsView<C> lse, const Masks<T>& masks) {
+                          HeadsView<T> attn, HeadsView<C> lse, const Masks<T>& masks) {
   internal::Call<T> c;
   c.api = api;
-  c.q = q;
-  c.k = k;
-  c.v = v;
-  c.out = out;
-  c.want_out = !out.empty();
-  c.lse = lse;
-  c.want_lse = !lse.empty();
+  c.in = {q, k, v};
+  c.out.attn = attn;
+  if (!lse.empty()) c.out.lse = lse;
   c.masks = masks;
   return c;
 }
 
 template <typename T, typename C = ComputeScalar<T>>
-void heads(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
-           const Options& opt, const Masks<T>& masks, HeadsView<C> lse) {
-  internal::Call<T> c = call_of("attention_heads_into", q, k, v, out, lse, masks);
-  c.want_out = true;  // required: an empty view is reported by its shape
+void heads(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> attn,
+           HeadsView<C> lse, const Options& opt, const Masks<T>& masks) {
+  const internal::Call<T> c = call_of("attention_heads_into", q, k, v, attn, lse, masks);
   internal::execute(internal::make_problem(c, opt), opt.threads);
 }
 
+// The mean over heads of scores, summed in head order (the same result for every thread count).
 template <typename T, typename C = ComputeScalar<T>>
-void heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> scores,
-                      HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<C> lse,
-                      HeadsView<T> average) {
-  internal::Call<T> c = call_of("attention_heads_decomposed_into", q, k, v, out, lse, masks);
-  c.scores = scores;
-  c.want_scores = !scores.empty();
-  c.average = average;
-  c.want_average = !average.empty();
-  if (!c.want_scores) c.want_out = true;  // out is required unless scores are given
-  internal::execute(internal::make_problem(c, opt), opt.threads);
-  const index_t B = q.batch, H = q.heads, tq = q.tokens, tk = k.tokens;
-  // The mean over heads, summed in head order (the same result for every thread count).
-  if (!average.empty()) {
-    for (index_t b = 0; b < B; ++b) {
-      for (index_t i = 0; i < tq; ++i) {
-        for (index_t j = 0; j < tk; ++j) {
-          C sum = 0;
-          for (index_t h = 0; h < H; ++h) sum += internal::to_compute(at(scores, b, h, i, j));
-          at(average, b, index_t(0), i, j) =
-              internal::from_compute<T>(H > 0 ? sum / static_cast<C>(H) : C(0));
-        }
+void average_over_heads(HeadsView<const T> scores, HeadsView<T> average) {
+  for (index_t b = 0; b < scores.batch; ++b) {
+    for (index_t i = 0; i < scores.tokens; ++i) {
+      for (index_t j = 0; j < scores.dim; ++j) {
+        C sum = 0;
+        for (index_t h = 0; h < scores.heads; ++h) sum += internal::to_compute(at(scores, b, h, i, j));
+        at(average, b, index_t(0), i, j) =
+            internal::from_compute<T>(scores.heads > 0 ? sum / static_cast<C>(scores.heads) : C(0));
       }
     }
   }
 }
 
 template <typename T, typename C = ComputeScalar<T>>
-void varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> out,
-            const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch, const Options& opt,
-            const Masks<T>& masks, HeadsView<C> lse) {
-  internal::Call<T> c = call_of("attention_varlen_into", q, k, v, out, lse, masks);
-  c.want_out = true;
-  c.cu_q = cu_q;
-  c.cu_k = cu_k;
-  c.sequences = batch;
+void heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> scores,
+                      HeadsView<T> attn, HeadsView<C> lse, HeadsView<T> average, const Options& opt,
+                      const Masks<T>& masks) {
+  internal::Call<T> c = call_of("attention_heads_decomposed_into", q, k, v, attn, lse, masks);
+  if (!scores.empty()) {
+    c.out.scores = scores;
+    if (attn.empty()) c.out.attn.reset();  // attn is required unless scores are given
+  }
+  if (!average.empty()) c.out.average_scores = average;
+  internal::execute(internal::make_problem(c, opt), opt.threads);
+  if (!average.empty()) average_over_heads<T>(scores, average);
+}
+
+template <typename T, typename C = ComputeScalar<T>>
+internal::Call<T> varlen_call(const char* api, HeadsView<const T> q, HeadsView<const T> k,
+                              HeadsView<const T> v, const std::int64_t* cu_q, const std::int64_t* cu_k,
+                              Eigen::Index batch, HeadsView<T> attn, HeadsView<C> lse,
+                              const Masks<T>& masks) {
+  internal::Call<T> c = call_of(api, q, k, v, attn, lse, masks);
+  c.packed = internal::PackedSequences{cu_q, cu_k, batch};
+  return c;
+}
+
+template <typename T, typename C = ComputeScalar<T>>
+void varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const std::int64_t* cu_q,
+            const std::int64_t* cu_k, Eigen::Index batch, HeadsView<T> attn, HeadsView<C> lse,
+            const Options& opt, const Masks<T>& masks) {
   // Rows of the packed buffers that belong to no sequence are left as they are.
+  const auto c = varlen_call("attention_varlen_into", q, k, v, cu_q, cu_k, batch, attn, lse, masks);
   internal::execute(internal::make_problem(c, opt), opt.threads);
 }
 
 template <typename T, typename C = ComputeScalar<T>>
-void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, T* scores,
-                       std::size_t scores_size, HeadsView<T> out, const std::int64_t* cu_q,
-                       const std::int64_t* cu_k, Eigen::Index batch, const Options& opt,
-                       const Masks<T>& masks, HeadsView<C> lse) {
+void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                       const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch, T* scores,
+                       std::size_t scores_size, HeadsView<T> attn, HeadsView<C> lse, const Options& opt,
+                       const Masks<T>& masks) {
   const char* api = "attention_varlen_decomposed_into";
   const std::vector<index_t> offsets = internal::varlen_score_offsets(api, cu_q, cu_k, batch, q.heads);
-  internal::Call<T> c = call_of(api, q, k, v, out, lse, masks);
-  c.want_out = true;
-  c.cu_q = cu_q;
-  c.cu_k = cu_k;
-  c.sequences = batch;
+  const auto c = varlen_call(api, q, k, v, cu_q, cu_k, batch, attn, lse, masks);
   internal::Problem<T> p = internal::make_problem(c, opt);
   internal::check_packed_scores<T>(api, scores, scores_size, static_cast<std::size_t>(offsets.back()), p);
   p.packed_scores = scores;
@@ -108,43 +108,40 @@ void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<con
 // The call of both backward entry points.
 template <typename T, typename C = ComputeScalar<T>>
 internal::Call<T> backward_call(const char* api, HeadsView<const T> q, HeadsView<const T> k,
-                                HeadsView<const T> v, HeadsView<const T> out, HeadsView<const C> lse,
-                                HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,
+                                HeadsView<const T> v, HeadsView<const T> attn, HeadsView<const C> lse,
+                                HeadsView<const T> d_attn, HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,
                                 const Masks<T>& masks) {
-  internal::Call<T> c = call_of<T>(api, q, k, v, {}, {}, masks);
-  c.backward = true;
-  c.fwd_out = out;
-  c.fwd_lse = lse;
-  c.d_out = d_out;
-  c.dq = dq;
-  c.dk = dk;
-  c.dv = dv;
+  internal::Call<T> c;
+  c.api = api;
+  c.in = {q, k, v};
+  internal::Gradients<T> g;
+  g.attn = attn, g.lse = lse, g.d_attn = d_attn;
+  g.dq = dq, g.dk = dk, g.dv = dv;
+  c.backward = g;
+  c.masks = masks;
   return c;
 }
 
 template <typename T, typename C = ComputeScalar<T>>
-void heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> out,
-                    HeadsView<const C> lse, HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk,
-                    HeadsView<T> dv, const Options& opt, const Masks<T>& masks, HeadsView<const T> d_scores,
-                    HeadsView<T> d_bias) {
+void heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,
+                    HeadsView<const C> lse, HeadsView<const T> d_attn, HeadsView<const T> d_scores,
+                    HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<T> d_bias,
+                    const Options& opt, const Masks<T>& masks) {
   internal::Call<T> c =
-      backward_call("attention_heads_backward_into", q, k, v, out, lse, d_out, dq, dk, dv, masks);
-  c.d_scores = d_scores;
-  c.want_d_scores = !d_scores.empty();
-  c.d_bias = d_bias;
+      backward_call("attention_heads_backward_into", q, k, v, attn, lse, d_attn, dq, dk, dv, masks);
+  if (!d_scores.empty()) c.backward->d_scores = d_scores;
+  if (d_bias.data != nullptr) c.backward->d_bias = d_bias;
   internal::execute_backward(internal::make_problem(c, opt), opt.threads);
 }
 
 template <typename T, typename C = ComputeScalar<T>>
-void varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> out,
-                     HeadsView<const C> lse, HeadsView<const T> d_out, HeadsView<T> dq, HeadsView<T> dk,
-                     HeadsView<T> dv, const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch,
-                     const Options& opt, const Masks<T>& masks) {
+void varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
+                     HeadsView<const T> attn, HeadsView<const C> lse, HeadsView<const T> d_attn,
+                     const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch, HeadsView<T> dq,
+                     HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks) {
   internal::Call<T> c =
-      backward_call("attention_varlen_backward_into", q, k, v, out, lse, d_out, dq, dk, dv, masks);
-  c.cu_q = cu_q;
-  c.cu_k = cu_k;
-  c.sequences = batch;
+      backward_call("attention_varlen_backward_into", q, k, v, attn, lse, d_attn, dq, dk, dv, masks);
+  c.packed = internal::PackedSequences{cu_q, cu_k, batch};
   internal::execute_backward(internal::make_problem(c, opt), opt.threads);
 }
 
@@ -163,39 +160,39 @@ namespace abi {
   void attention_heads_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,               \
                             HeadsView<T> attn, HeadsView<L> lse, const Options& opt,                        \
                             const Masks<T>& masks) {                                                        \
-    heads(q, k, v, attn, opt, masks, lse);                                                                  \
+    heads(q, k, v, attn, lse, opt, masks);                                                                  \
   }                                                                                                         \
   void attention_heads_decomposed_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,    \
                                        HeadsView<T> scores, HeadsView<T> attn, HeadsView<L> lse,            \
                                        HeadsView<T> average_scores, const Options& opt,                     \
                                        const Masks<T>& masks) {                                             \
-    heads_decomposed(q, k, v, scores, attn, opt, masks, lse, average_scores);                               \
+    heads_decomposed(q, k, v, scores, attn, lse, average_scores, opt, masks);                               \
   }                                                                                                         \
   void attention_varlen_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,              \
                              const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,            \
                              std::ptrdiff_t batch, HeadsView<T> attn, HeadsView<L> lse, const Options& opt, \
                              const Masks<T>& masks) {                                                       \
-    varlen(q, k, v, attn, cu_seqlens_q, cu_seqlens_k, batch, opt, masks, lse);                              \
+    varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, batch, attn, lse, opt, masks);                              \
   }                                                                                                         \
   void attention_varlen_decomposed_into(                                                                    \
       HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const std::int64_t* cu_seqlens_q,   \
       const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, T* scores, std::size_t scores_size,           \
       HeadsView<T> attn, HeadsView<L> lse, const Options& opt, const Masks<T>& masks) {                     \
-    varlen_decomposed(q, k, v, scores, scores_size, attn, cu_seqlens_q, cu_seqlens_k, batch, opt, masks,    \
-                      lse);                                                                                 \
+    varlen_decomposed(q, k, v, cu_seqlens_q, cu_seqlens_k, batch, scores, scores_size, attn, lse, opt,      \
+                      masks);                                                                               \
   }                                                                                                         \
   void attention_heads_backward_into(                                                                       \
       HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,            \
       HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<const T> d_scores, HeadsView<T> dq,      \
       HeadsView<T> dk, HeadsView<T> dv, HeadsView<T> d_bias, const Options& opt, const Masks<T>& masks) {   \
-    heads_backward(q, k, v, attn, lse, d_attn, dq, dk, dv, opt, masks, d_scores, d_bias);                   \
+    heads_backward(q, k, v, attn, lse, d_attn, d_scores, dq, dk, dv, d_bias, opt, masks);                   \
   }                                                                                                         \
   void attention_varlen_backward_into(                                                                      \
       HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,            \
       HeadsView<const L> lse, HeadsView<const T> d_attn, const std::int64_t* cu_seqlens_q,                  \
       const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, HeadsView<T> dq, HeadsView<T> dk,             \
       HeadsView<T> dv, const Options& opt, const Masks<T>& masks) {                                         \
-    varlen_backward(q, k, v, attn, lse, d_attn, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, opt, masks); \
+    varlen_backward(q, k, v, attn, lse, d_attn, cu_seqlens_q, cu_seqlens_k, batch, dq, dk, dv, opt, masks); \
   }
 
 EIGEN_ATTENTION_DEFINE_MULTIHEAD(float, float)
