@@ -1,113 +1,77 @@
-// The compiled single-head entry points (Compiled.hpp): each call is the batch = 1, heads = 1
-// case of the one problem (problem.hpp), validated once by make_problem and run like any other.
-// (compiled::check_result_size is in check/result_size.cpp with the other checks, and
-// compiled::prefer_huge_pages in huge_pages.cpp.) What arrives is plain views (MatrixView); the
-// by-value results are allocated by the inline functions of Compiled.hpp, in the caller's
-// translation unit.
-#include <EigenAttention/Compiled.hpp>
-
+// The compiled single-head forward (detail/AbiSingleHead.hpp): the batch = 1, heads = 1 case of
+// the one problem (problem.hpp), validated by make_problem, its resizable outputs sized through
+// the caller's translation unit (outputs.hpp), and run like any other.
 #include "check/call.hpp"
 #include "execute.hpp"
+#include "outputs.hpp"
 
 namespace EigenAttention {
-namespace compiled {
 namespace {
 
-// The Call of a single-head forward: the outputs given (not null) are wanted.
-template <typename T>
-internal::Call<T> call_for(const char* api, MatrixView<const T> q, MatrixView<const T> k,
-                           const MatrixView<const T>* v, const MatrixView<T>* scores,
-                           const MatrixView<T>* attn, const MatrixView<ComputeScalar<T>>* lse,
-                           const MatrixView<ComputeScalar<T>>* compute_scores, const Masks<T>& masks) {
+template <typename T, typename C = ComputeScalar<T>>
+void forward(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
+             abi::Output<T>* scores, abi::Output<T>* attn, abi::Output<C>* lse, abi::Output<C>* float_scores,
+             const Options& opt, const Masks<T>& masks) {
+  using internal::index_t;
+  const index_t tq = q.rows, tk = k.rows, dv = v != nullptr ? v->cols : 0;
+  const internal::Slot<T> s{scores, "SCORES", "T_q x T_k", tq, tk, true},
+      a{attn, "ATTN", "T_q x d_v", tq, dv};
+  const internal::Slot<C> l{lse, "LSE", "T_q x 1", tq, 1},
+      f{float_scores, "SCORES", "T_q x T_k", tq, tk, true};
+  const auto call = [&](internal::Stage stage) {
+    internal::Call<T> c;
+    c.api = api;
+    c.form = internal::Form::Matrix;
+    c.in = {internal::one_head(q), internal::one_head(k), std::nullopt};
+    if (v != nullptr) c.in.v = internal::one_head(*v);
+    c.out.scores = s.view(stage);
+    c.out.attn = a.view(stage);
+    c.out.lse = l.view(stage);
+    c.out.compute_scores = f.view(stage);
+    c.masks = masks;
+    c.stage = stage;
+    return c;
+  };
+  internal::execute(internal::with_outputs_sized<T>(opt, call, s, a, l, f), opt.threads);
+}
+
+template <typename T, typename C = ComputeScalar<T>>
+void check(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
+           abi::Output<T>* attn, abi::Output<C>* lse, const Options& opt, const Masks<T>& masks) {
+  const internal::Slot<T> a{attn, "ATTN", "T_q x d_v", q.rows, v != nullptr ? v->cols : 0};
+  const internal::Slot<C> l{lse, "LSE", "T_q x 1", q.rows, 1};
   internal::Call<T> c;
   c.api = api;
   c.form = internal::Form::Matrix;
-  const auto head = [](const auto* m) {
-    using View = decltype(internal::one_head(*m));
-    return m != nullptr ? std::optional<View>(internal::one_head(*m)) : std::nullopt;
-  };
-  c.in = {internal::one_head(q), internal::one_head(k), head(v)};
-  c.out.scores = head(scores);
-  c.out.attn = head(attn);
-  c.out.lse = head(lse);
-  c.out.compute_scores = head(compute_scores);
+  c.in = {internal::one_head(q), internal::one_head(k), std::nullopt};
+  if (v != nullptr) c.in.v = internal::one_head(*v);
+  c.out.attn = a.view(internal::Stage::BeforeSizing);
+  c.out.lse = l.view(internal::Stage::BeforeSizing);
   c.masks = masks;
-  return c;
-}
-
-// validate(): the checks of run() on the outputs given, none required.
-template <typename T>
-void validate_views(const char* api, MatrixView<const T> q, MatrixView<const T> k,
-                    const MatrixView<const T>* v, const MatrixView<T>* scores, const MatrixView<T>* attn,
-                    const MatrixView<ComputeScalar<T>>* lse,
-                    const MatrixView<ComputeScalar<T>>* compute_scores, const Options& opt,
-                    const Masks<T>& masks) {
-  internal::Call<T> c = call_for(api, q, k, v, scores, attn, lse, compute_scores, masks);
   c.stage = internal::Stage::BeforeSizing;
   internal::make_problem(c, opt);
 }
 
-template <typename T>
-void run_views(const char* api, MatrixView<const T> q, MatrixView<const T> k, const MatrixView<const T>* v,
-               const MatrixView<T>* scores, const MatrixView<T>* attn,
-               const MatrixView<ComputeScalar<T>>* lse, const MatrixView<ComputeScalar<T>>* compute_scores,
-               const Options& opt, const Masks<T>& masks) {
-  internal::execute(
-      internal::make_problem(call_for(api, q, k, v, scores, attn, lse, compute_scores, masks), opt),
-      opt.threads);
-}
-
 }  // namespace
 
-void validate(const char* api, MatrixView<const float> q, MatrixView<const float> k,
-              const MatrixView<const float>* v, const MatrixView<float>* scores,
-              const MatrixView<float>* attn, const MatrixView<float>* lse, const Options& opt,
-              const Masks<float>& masks) {
-  validate_views(api, q, k, v, scores, attn, lse, nullptr, opt, masks);
-}
-void validate(const char* api, MatrixView<const double> q, MatrixView<const double> k,
-              const MatrixView<const double>* v, const MatrixView<double>* scores,
-              const MatrixView<double>* attn, const MatrixView<double>* lse, const Options& opt,
-              const Masks<double>& masks) {
-  validate_views(api, q, k, v, scores, attn, lse, nullptr, opt, masks);
-}
+namespace abi {
 
-void run(const char* api, MatrixView<const float> q, MatrixView<const float> k,
-         const MatrixView<const float>* v, const MatrixView<float>* scores, const MatrixView<float>* attn,
-         const MatrixView<float>* lse, const Options& opt, const Masks<float>& masks) {
-  run_views(api, q, k, v, scores, attn, lse, nullptr, opt, masks);
-}
-void run(const char* api, MatrixView<const double> q, MatrixView<const double> k,
-         const MatrixView<const double>* v, const MatrixView<double>* scores, const MatrixView<double>* attn,
-         const MatrixView<double>* lse, const Options& opt, const Masks<double>& masks) {
-  run_views(api, q, k, v, scores, attn, lse, nullptr, opt, masks);
-}
+#define EIGEN_ATTENTION_DEFINE_SINGLE_HEAD(T, L)                                                          \
+  void attention(const char* api, MatrixView<const T> q, MatrixView<const T> k,                           \
+                 const MatrixView<const T>* v, Output<T>* scores, Output<T>* attn, Output<L>* lse,        \
+                 Output<L>* float_scores, const Options& opt, const Masks<T>& masks) {                    \
+    forward(api, q, k, v, scores, attn, lse, float_scores, opt, masks);                                   \
+  }                                                                                                       \
+  void attention_check(const char* api, MatrixView<const T> q, MatrixView<const T> k,                     \
+                       const MatrixView<const T>* v, Output<T>* attn, Output<L>* lse, const Options& opt, \
+                       const Masks<T>& masks) {                                                           \
+    check(api, q, k, v, attn, lse, opt, masks);                                                           \
+  }
+EIGEN_ATTENTION_DEFINE_SINGLE_HEAD(float, float)
+EIGEN_ATTENTION_DEFINE_SINGLE_HEAD(double, double)
+EIGEN_ATTENTION_DEFINE_SINGLE_HEAD(BFloat16Bits, float)
+EIGEN_ATTENTION_DEFINE_SINGLE_HEAD(HalfBits, float)
+#undef EIGEN_ATTENTION_DEFINE_SINGLE_HEAD
 
-void validate(const char* api, MatrixView<const BFloat16Bits> q, MatrixView<const BFloat16Bits> k,
-              const MatrixView<const BFloat16Bits>* v, const MatrixView<BFloat16Bits>* scores,
-              const MatrixView<BFloat16Bits>* attn, const MatrixView<float>* lse,
-              const MatrixView<float>* float_scores, const Options& opt, const Masks<BFloat16Bits>& masks) {
-  validate_views(api, q, k, v, scores, attn, lse, float_scores, opt, masks);
-}
-void validate(const char* api, MatrixView<const HalfBits> q, MatrixView<const HalfBits> k,
-              const MatrixView<const HalfBits>* v, const MatrixView<HalfBits>* scores,
-              const MatrixView<HalfBits>* attn, const MatrixView<float>* lse,
-              const MatrixView<float>* float_scores, const Options& opt, const Masks<HalfBits>& masks) {
-  validate_views(api, q, k, v, scores, attn, lse, float_scores, opt, masks);
-}
-
-void run(const char* api, MatrixView<const BFloat16Bits> q, MatrixView<const BFloat16Bits> k,
-         const MatrixView<const BFloat16Bits>* v, const MatrixView<BFloat16Bits>* scores,
-         const MatrixView<BFloat16Bits>* attn, const MatrixView<float>* lse,
-         const MatrixView<float>* float_scores, const Options& opt, const Masks<BFloat16Bits>& masks) {
-  run_views(api, q, k, v, scores, attn, lse, float_scores, opt, masks);
-}
-void run(const char* api, MatrixView<const HalfBits> q, MatrixView<const HalfBits> k,
-         const MatrixView<const HalfBits>* v, const MatrixView<HalfBits>* scores,
-         const MatrixView<HalfBits>* attn, const MatrixView<float>* lse,
-         const MatrixView<float>* float_scores, const Options& opt, const Masks<HalfBits>& masks) {
-  run_views(api, q, k, v, scores, attn, lse, float_scores, opt, masks);
-}
-
-}  // namespace compiled
+}  // namespace abi
 }  // namespace EigenAttention

@@ -1,101 +1,56 @@
-// The compiled single-head backward entry points (Compiled.hpp): like the forward calls in
-// attention.cpp, each is the batch = 1, heads = 1 case of the one problem, validated once by
-// make_problem and run by execute_backward.
-#include <EigenAttention/Compiled.hpp>
-
+// The compiled single-head backward (detail/AbiSingleHead.hpp): like the forward in
+// attention.cpp, the batch = 1, heads = 1 case of the one problem, validated by make_problem,
+// its resizable gradients sized through the caller's translation unit, and run by
+// execute_backward.
 #include "check/call.hpp"
 #include "execute.hpp"
+#include "outputs.hpp"
 
 namespace EigenAttention {
-namespace compiled {
 namespace {
 
-// The Call of a single-head backward: the gradients given (not null) are checked; with
-// Stage::BeforeSizing the absent ones are those the front door sizes afterwards.
-template <typename T>
-internal::Call<T> call_of(const char* api, const BackwardInputs<T>& in, const MatrixView<T>* dq,
-                          const MatrixView<T>* dk, const MatrixView<T>* dv, const Masks<T>& masks) {
-  internal::Call<T> c;
-  c.api = api;
-  c.form = internal::Form::Matrix;
-  c.in = {internal::one_head(in.q), internal::one_head(in.k), internal::one_head(in.v)};
-  const auto head = [](const MatrixView<T>* m) {
-    return m != nullptr ? std::optional<HeadsView<T>>(internal::one_head(*m)) : std::nullopt;
+template <typename T, typename C = ComputeScalar<T>>
+void backward(const char* api, MatrixView<const T> q, MatrixView<const T> k, MatrixView<const T> v,
+              MatrixView<const T> attn, MatrixView<const C> lse, MatrixView<const T> d_attn,
+              const MatrixView<const T>* d_scores, abi::Output<T>& dq, abi::Output<T>& dk, abi::Output<T>& dv,
+              const Options& opt, const Masks<T>& masks) {
+  const internal::Slot<T> gq{&dq, "dQ", "T_q x d_k", q.rows, q.cols},
+      gk{&dk, "dK", "T_k x d_k", k.rows, k.cols}, gv{&dv, "dV", "T_k x d_v", v.rows, v.cols};
+  const auto call = [&](internal::Stage stage) {
+    internal::Call<T> c;
+    c.api = api;
+    c.form = internal::Form::Matrix;
+    c.in = {internal::one_head(q), internal::one_head(k), internal::one_head(v)};
+    internal::Gradients<T> g;
+    g.attn = internal::one_head(attn);
+    g.lse = internal::one_head(lse);
+    g.d_attn = internal::one_head(d_attn);
+    if (d_scores != nullptr) g.d_scores = internal::one_head(*d_scores);
+    g.dq = gq.view(stage), g.dk = gk.view(stage), g.dv = gv.view(stage);
+    c.backward = g;
+    c.masks = masks;
+    c.stage = stage;
+    return c;
   };
-  internal::Gradients<T> g;
-  g.attn = internal::one_head(in.attn);
-  g.lse = internal::one_head(in.lse);
-  g.d_attn = internal::one_head(in.d_attn);
-  if (in.has_d_scores) g.d_scores = internal::one_head(in.d_scores);
-  g.dq = head(dq), g.dk = head(dk), g.dv = head(dv);
-  c.backward = g;
-  c.masks = masks;
-  return c;
-}
-
-template <typename T>
-void validate_inputs(const char* api, const BackwardInputs<T>& in, const MatrixView<T>* dq,
-                     const MatrixView<T>* dk, const MatrixView<T>* dv, const Options& opt,
-                     const Masks<T>& masks) {
-  internal::Call<T> c = call_of(api, in, dq, dk, dv, masks);
-  c.stage = internal::Stage::BeforeSizing;
-  internal::make_problem(c, opt);
-}
-
-template <typename T>
-void run_backward(const char* api, const BackwardInputs<T>& in, const MatrixView<T>& dq,
-                  const MatrixView<T>& dk, const MatrixView<T>& dv, const Options& opt,
-                  const Masks<T>& masks) {
-  internal::execute_backward(internal::make_problem(call_of(api, in, &dq, &dk, &dv, masks), opt),
-                             opt.threads);
+  internal::execute_backward(internal::with_outputs_sized<T>(opt, call, gq, gk, gv), opt.threads);
 }
 
 }  // namespace
 
-void validate_backward(const char* api, const BackwardInputs<float>& in, const MatrixView<float>* dq,
-                       const MatrixView<float>* dk, const MatrixView<float>* dv, const Options& opt,
-                       const Masks<float>& masks) {
-  validate_inputs(api, in, dq, dk, dv, opt, masks);
-}
-void validate_backward(const char* api, const BackwardInputs<double>& in, const MatrixView<double>* dq,
-                       const MatrixView<double>* dk, const MatrixView<double>* dv, const Options& opt,
-                       const Masks<double>& masks) {
-  validate_inputs(api, in, dq, dk, dv, opt, masks);
-}
+namespace abi {
 
-void backward(const char* api, const BackwardInputs<float>& in, const MatrixView<float>& dq,
-              const MatrixView<float>& dk, const MatrixView<float>& dv, const Options& opt,
-              const Masks<float>& masks) {
-  run_backward(api, in, dq, dk, dv, opt, masks);
-}
-void backward(const char* api, const BackwardInputs<double>& in, const MatrixView<double>& dq,
-              const MatrixView<double>& dk, const MatrixView<double>& dv, const Options& opt,
-              const Masks<double>& masks) {
-  run_backward(api, in, dq, dk, dv, opt, masks);
-}
+#define EIGEN_ATTENTION_DEFINE_SINGLE_HEAD_BACKWARD(T, L)                                                 \
+  void attention_backward(const char* api, MatrixView<const T> q, MatrixView<const T> k,                  \
+                          MatrixView<const T> v, MatrixView<const T> attn, MatrixView<const L> lse,       \
+                          MatrixView<const T> d_attn, const MatrixView<const T>* d_scores, Output<T>& dq, \
+                          Output<T>& dk, Output<T>& dv, const Options& opt, const Masks<T>& masks) {      \
+    backward(api, q, k, v, attn, lse, d_attn, d_scores, dq, dk, dv, opt, masks);                          \
+  }
+EIGEN_ATTENTION_DEFINE_SINGLE_HEAD_BACKWARD(float, float)
+EIGEN_ATTENTION_DEFINE_SINGLE_HEAD_BACKWARD(double, double)
+EIGEN_ATTENTION_DEFINE_SINGLE_HEAD_BACKWARD(BFloat16Bits, float)
+EIGEN_ATTENTION_DEFINE_SINGLE_HEAD_BACKWARD(HalfBits, float)
+#undef EIGEN_ATTENTION_DEFINE_SINGLE_HEAD_BACKWARD
 
-void validate_backward(const char* api, const BackwardInputs<BFloat16Bits>& in,
-                       const MatrixView<BFloat16Bits>* dq, const MatrixView<BFloat16Bits>* dk,
-                       const MatrixView<BFloat16Bits>* dv, const Options& opt,
-                       const Masks<BFloat16Bits>& masks) {
-  validate_inputs(api, in, dq, dk, dv, opt, masks);
-}
-void validate_backward(const char* api, const BackwardInputs<HalfBits>& in, const MatrixView<HalfBits>* dq,
-                       const MatrixView<HalfBits>* dk, const MatrixView<HalfBits>* dv, const Options& opt,
-                       const Masks<HalfBits>& masks) {
-  validate_inputs(api, in, dq, dk, dv, opt, masks);
-}
-
-void backward(const char* api, const BackwardInputs<BFloat16Bits>& in, const MatrixView<BFloat16Bits>& dq,
-              const MatrixView<BFloat16Bits>& dk, const MatrixView<BFloat16Bits>& dv, const Options& opt,
-              const Masks<BFloat16Bits>& masks) {
-  run_backward(api, in, dq, dk, dv, opt, masks);
-}
-void backward(const char* api, const BackwardInputs<HalfBits>& in, const MatrixView<HalfBits>& dq,
-              const MatrixView<HalfBits>& dk, const MatrixView<HalfBits>& dv, const Options& opt,
-              const Masks<HalfBits>& masks) {
-  run_backward(api, in, dq, dk, dv, opt, masks);
-}
-
-}  // namespace compiled
+}  // namespace abi
 }  // namespace EigenAttention

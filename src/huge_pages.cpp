@@ -1,17 +1,17 @@
-// A hint for the large buffers of the by-value results (Compiled.hpp: the T_q x T_k SCORES).
+// A hint for the large buffers the single-head calls size (outputs.hpp: the T_q x T_k SCORES).
 // A fresh T x T result otherwise costs one page fault per 4 KiB: at T = 4096 in float, 16384
 // faults, as long as the whole computation. Only whole 2 MiB pages inside the buffer are
 // advised (Linux transparent huge pages in "madvise" mode); a no-op elsewhere.
-#include <EigenAttention/Compiled.hpp>
-
 #include <cstdint>
+
+#include "outputs.hpp"
 
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
 
 namespace EigenAttention {
-namespace compiled {
+namespace internal {
 
 void prefer_huge_pages(void* data, std::size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
@@ -28,5 +28,5 @@ void prefer_huge_pages(void* data, std::size_t bytes) {
 #endif
 }
 
-}  // namespace compiled
+}  // namespace internal
 }  // namespace EigenAttention

@@ -30,12 +30,13 @@
 #include <Eigen/Core>
 
 #include "decode_problem.hpp"
+#include "outputs.hpp"
 #include "text.hpp"
 
 namespace EigenAttention {
 namespace compiled {
 
-using index_t = std::ptrdiff_t;
+using internal::index_t;
 
 struct KVPool {
   KVStorage storage;
@@ -325,7 +326,7 @@ KVPool* kv_pool_create(KVStorage storage, index_t kv_heads, index_t d_k, index_t
   const auto allocate = [](index_t n) {
     void* p = std::aligned_alloc(64, static_cast<std::size_t>((std::max<index_t>(n, 1) + 63) / 64 * 64));
     if (p == nullptr) throw std::bad_alloc();
-    prefer_huge_pages(p, static_cast<std::size_t>(n));
+    internal::prefer_huge_pages(p, static_cast<std::size_t>(n));
     return static_cast<unsigned char*>(p);
   };
   pool->k = allocate(k_bytes);

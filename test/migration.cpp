@@ -217,6 +217,63 @@ TEST_CASE("migration: decode's 0.2 ALiBi pointer gives the bits of Masks::alibi_
   CHECK_THROWS_AS(ea::attention_decode(cache, s, Q, opt, lengths), std::invalid_argument);
 }
 
+TEST_CASE_TEMPLATE("migration: the 0.2 compiled:: single-head forms give the bits of the 0.3 calls", T, float,
+                   double) {
+  using M = ea::RowMatrix<T>;
+  using C = ea::ConstStridedMap<T>;
+  using W = ea::StridedMap<T>;
+  using S = Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>;
+  const Eigen::Index tq = 5, tk = 7, dk = 3, dv = 6;
+  const std::vector<T> qs = filled<T>(tq * dk, 11), ks = filled<T>(tk * dk, 12), vs = filled<T>(tk * dv, 13),
+                       gs = filled<T>(tq * dv, 14);
+  const C q(qs.data(), tq, dk, S(dk, 1)), k(ks.data(), tk, dk, S(dk, 1)), v(vs.data(), tk, dv, S(dv, 1)),
+      g(gs.data(), tq, dv, S(dv, 1));
+  ea::Options opt;
+  opt.causal = true;
+  const auto same = [](const auto& a, const auto& b) {
+    return a.rows() == b.rows() && a.cols() == b.cols() &&
+           std::memcmp(a.data(), b.data(), sizeof(T) * static_cast<std::size_t>(a.size())) == 0;
+  };
+  const M attn = ea::attention(q, k, v, opt);
+  CHECK(same(ea::compiled::attention<T>(q, k, v, opt), attn));
+  const auto r = ea::attention_decomposed(q, k, v, opt);
+  const auto r_old = ea::compiled::attention_decomposed<T>(q, k, v, opt);
+  CHECK(same(r_old.scores, r.scores));
+  CHECK(same(r_old.attn, r.attn));
+  CHECK(same(ea::compiled::attention_scores<T>(q, k, opt), r.scores));
+  M out(tq, dv), lse(tq, 1), scores(tq, tk), new_lse;
+  const W o(out.data(), tq, dv, S(dv, 1)), l(lse.data(), tq, 1, S(1, 1)), sc(scores.data(), tq, tk, S(tk, 1));
+  ea::compiled::attention_into<T>(q, k, v, o, &l, opt);
+  CHECK(same(out, attn));
+  ea::attention_into(q, k, v, M(), new_lse, opt);
+  CHECK(same(lse, new_lse));
+  ea::compiled::attention_decomposed_into<T>(q, k, v, sc, o, nullptr, opt);
+  CHECK(same(scores, r.scores));
+  scores.setZero();
+  ea::compiled::attention_scores_into<T>(q, k, sc, &l, opt);
+  CHECK(same(scores, r.scores));
+  CHECK(same(lse, new_lse));
+  // The plain-view entry points.
+  out.setZero();
+  const ea::MatrixView<const T> qv = ea::compiled::view(q), kv = ea::compiled::view(k),
+                                vv = ea::compiled::view(v);
+  const ea::MatrixView<T> ov{out.data(), tq, dv, dv, 1};
+  ea::compiled::run("attention_into", qv, kv, &vv, nullptr, &ov, nullptr, opt, ea::Masks<T>{});
+  CHECK(same(out, attn));
+  const ea::Gradients<T> grads = ea::attention_backward(q, k, v, attn, new_lse, g, opt);
+  M dq(tq, dk), dk_(tk, dk), dv_(tk, dv);
+  ea::compiled::BackwardInputs<T> in;
+  in.q = qv, in.k = kv, in.v = vv, in.d_attn = ea::compiled::view(g);
+  in.attn = {attn.data(), tq, dv, dv, 1};
+  in.lse = {new_lse.data(), tq, 1, 1, 1};
+  ea::compiled::backward("attention_backward", in, ea::MatrixView<T>{dq.data(), tq, dk, dk, 1},
+                         ea::MatrixView<T>{dk_.data(), tk, dk, dk, 1},
+                         ea::MatrixView<T>{dv_.data(), tk, dv, dv, 1}, opt, ea::Masks<T>{});
+  CHECK(same(dq, grads.dq));
+  CHECK(same(dk_, grads.dk));
+  CHECK(same(dv_, grads.dv));
+}
+
 #pragma GCC diagnostic pop
 
 TEST_CASE_TEMPLATE("migration: non-const views of every scalar type convert to the const views a call takes",

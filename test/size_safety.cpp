@@ -203,8 +203,8 @@ TEST_CASE_TEMPLATE(
     CHECK_REJECTS(ea::attention_scores(Q, K, opt), kTwo32);
     const SMap<T> q(Q.data(), kTwo32, 8, DStride(8, 1)), k(K.data(), kTwo32, 8, DStride(8, 1)),
         v(V.data(), kTwo32, 8, DStride(8, 1));
-    CHECK_REJECTS(ea::compiled::attention_decomposed<T>(q, k, v, opt), kTwo32);
-    CHECK_REJECTS(ea::compiled::attention_scores<T>(q, k, opt), kTwo32);
+    CHECK_REJECTS(ea::attention_decomposed(q, k, v, opt), kTwo32);
+    CHECK_REJECTS(ea::attention_scores(q, k, opt), kTwo32);
   }
   // ATTN = T_q x d_v overflowing while Q (2^40 x 1) and V (1 x 2^40) are small enough to count.
   const auto Qt = huge<T>(kTwo40, 1), Kt = huge<T>(1, 1), Vt = huge<T>(1, kTwo40);
@@ -221,12 +221,14 @@ TEST_CASE_TEMPLATE("size safety: strides whose byte span overflows Eigen::Index 
   const SMap<T> min_stride(guard<T>(), 1, 8,
                            DStride(std::numeric_limits<Index>::min(), 1));  // |stride| overflows
   for (const auto* bad : {&far_rows, &far_cols}) {
-    CHECK_REJECTS(ea::compiled::attention<T>(*bad, ok, ok, opt), kTwo60);
-    CHECK_REJECTS(ea::compiled::attention<T>(ok, *bad, ok, opt), kTwo60);
-    CHECK_REJECTS(ea::compiled::attention<T>(ok, ok, *bad, opt), kTwo60);
-    CHECK_REJECTS(ea::compiled::validate<T>("attention_into", *bad, ok, &ok, opt), kTwo60);
+    CHECK_REJECTS(ea::attention(*bad, ok, ok, opt), kTwo60);
+    CHECK_REJECTS(ea::attention(ok, *bad, ok, opt), kTwo60);
+    CHECK_REJECTS(ea::attention(ok, ok, *bad, opt), kTwo60);
+    RowMatrix<T> unsized;  // inputs are checked before an output is sized
+    CHECK_REJECTS(ea::attention_into(*bad, ok, ok, unsized, opt), kTwo60);
+    CHECK(unsized.size() == 0);
   }
-  const std::string what = outcome([&] { ea::compiled::attention<T>(min_stride, ok, ok, opt); });
+  const std::string what = outcome([&] { ea::attention(min_stride, ok, ok, opt); });
   CAPTURE(what);
   CHECK(starts_with(what, "invalid_argument: "));
   CHECK(what.find("-9223372036854775808") != std::string::npos);
@@ -235,11 +237,10 @@ TEST_CASE_TEMPLATE("size safety: strides whose byte span overflows Eigen::Index 
   const SWMap<T> lse_far(guard<T>(), 16, 1, DStride(kTwo60, 1));
   const SWMap<T> scores_far(guard<T>(), 16, 16, DStride(16, kTwo60));
   const SWMap<T> out_ok(guard<T>(), 16, 8, DStride(8, 1));
-  CHECK_REJECTS(ea::compiled::attention_into<T>(ok, ok, ok, out_far, nullptr, opt), kTwo60);
-  CHECK_REJECTS(ea::compiled::attention_into<T>(ok, ok, ok, out_ok, &lse_far, opt), kTwo60);
-  CHECK_REJECTS(ea::compiled::attention_scores_into<T>(ok, ok, scores_far, nullptr, opt), kTwo60);
-  CHECK_REJECTS(ea::compiled::attention_decomposed_into<T>(ok, ok, ok, scores_far, out_ok, nullptr, opt),
-                kTwo60);
+  CHECK_REJECTS(ea::attention_into(ok, ok, ok, out_far, opt), kTwo60);
+  CHECK_REJECTS(ea::attention_into(ok, ok, ok, out_ok, lse_far, opt), kTwo60);
+  CHECK_REJECTS(ea::attention_scores_into(ok, ok, scores_far, opt), kTwo60);
+  CHECK_REJECTS(ea::attention_decomposed_into(ok, ok, ok, scores_far, out_ok, opt), kTwo60);
 }
 
 TEST_CASE_TEMPLATE("size safety: d_k past the kernels' scratch limit is rejected, even over real memory", T,
@@ -257,10 +258,10 @@ TEST_CASE_TEMPLATE("size safety: d_k past the kernels' scratch limit is rejected
       CAPTURE(kname);
       ea::Options opt;
       opt.kernel = kernel;
-      CHECK_REJECTS(ea::compiled::attention<T>(q, k, v, opt), dk);
-      CHECK_REJECTS(ea::compiled::attention_decomposed<T>(q, k, v, opt), dk);
+      CHECK_REJECTS(ea::attention(q, k, v, opt), dk);
+      CHECK_REJECTS(ea::attention_decomposed(q, k, v, opt), dk);
       const SMap<T> q1(one, 1, 1, DStride(1, 1));
-      CHECK_REJECTS(ea::compiled::attention<T>(q1, q1, v_wide, opt), dk);  // d_v
+      CHECK_REJECTS(ea::attention(q1, q1, v_wide, opt), dk);  // d_v
     }
     // The same through the multi-head calls: a [1, 1, 1, dk] view with stride 0.
     const ea::HeadsView<const T> hq{one, 1, 1, 1, dk, 0, 0, 0, 0};
@@ -272,7 +273,7 @@ TEST_CASE_TEMPLATE("size safety: d_k past the kernels' scratch limit is rejected
   // T_k past the limit (K with stride 0), with a by-value fused call.
   const Index tk = kTwo60;
   const SMap<T> q(one, 1, 1, DStride(1, 1)), k(one, tk, 1, DStride(0, 0)), v(one, tk, 1, DStride(0, 0));
-  CHECK_REJECTS(ea::compiled::attention<T>(q, k, v, ea::Options{}), tk);
+  CHECK_REJECTS(ea::attention(q, k, v, ea::Options{}), tk);
 }
 
 TEST_CASE_TEMPLATE("size safety: a representable result too large for memory throws std::bad_alloc", T, float,
@@ -313,14 +314,14 @@ TEST_CASE_TEMPLATE("size safety: a representable result too large for memory thr
     CAPTURE(kname);
     ea::Options opt;
     opt.kernel = kernel;
-    CHECK_BAD_ALLOC(ea::compiled::attention<T>(q, q, v, opt));
-    CHECK_BAD_ALLOC(ea::compiled::attention_decomposed<T>(q, q, v, opt));
+    CHECK_BAD_ALLOC(ea::attention(q, q, v, opt));
+    CHECK_BAD_ALLOC(ea::attention_decomposed(q, q, v, opt));
     // 256 query rows are two tasks: with two threads one fails on a pool thread, and its
     // exception is rethrown on the caller's.
     const SMap<T> q256(one, 256, kTwo40, DStride(0, 0));
     opt.threads = 2;
-    CHECK_BAD_ALLOC(ea::compiled::attention<T>(q256, q, v, opt));
-    CHECK_BAD_ALLOC(ea::compiled::attention_decomposed<T>(q256, q, v, opt));
+    CHECK_BAD_ALLOC(ea::attention(q256, q, v, opt));
+    CHECK_BAD_ALLOC(ea::attention_decomposed(q256, q, v, opt));
   }
 }
 

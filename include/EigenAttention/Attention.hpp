@@ -26,11 +26,11 @@
 
 #include <Eigen/Core>
 
-#include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/detail/FrontDoor.hpp>
+#include <EigenAttention/detail/SingleHead.hpp>
 
 namespace EigenAttention {
 
@@ -56,12 +56,9 @@ template <class DQ, class DK, class DV>
 RowMatrix<typename DQ::Scalar> attention(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                                          const Eigen::MatrixBase<DV>& V, const Options& opt = {},
                                          const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  detail::InputView<DV> v(V.derived());
-  return compiled::attention<Scalar>(q.map(), k.map(), v.map(), opt, masks);
+  RowMatrix<typename DQ::Scalar> attn;
+  detail::forward("attention", Q, K, &V, opt, masks, detail::output<detail::Role::Attn>(attn));
+  return attn;
 }
 
 /// attention() into caller storage: `attn` receives ATTN (T_q x d_v).
@@ -73,23 +70,7 @@ template <class DQ, class DK, class DV, class DO, detail::EnableIfMatrix<DO> = 0
 void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                     const Eigen::MatrixBase<DV>& V, DO&& attn, const Options& opt = {},
                     const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
-  (void)detail::OutputCheck<DO>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  detail::InputView<DV> v(V.derived());
-  // Inputs are validated before an output is resized (then again by the call itself).
-  if (detail::will_resize(attn, Q.rows(), V.cols())) {
-    compiled::validate<Scalar>("attention_into", q.map(), k.map(), &v.map(), opt, masks);
-    detail::check_resizable_apart(
-        "attention_into",
-        {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-         detail::input_extent("V", V, v.map())},
-        {detail::output_extent("attn", attn)}, detail::mask_extents(masks));
-  }
-  const auto o = detail::output_view(attn, Q.rows(), V.cols());
-  compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, nullptr, opt, masks);
+  detail::forward("attention_into", Q, K, &V, opt, masks, detail::output<detail::Role::Attn>(attn));
 }
 
 /// attention_into() that also writes each query row's log-sum-exp into `lse` (T_q entries;
@@ -99,32 +80,8 @@ template <class DQ, class DK, class DV, class DO, class DL, detail::EnableIfMatr
 void attention_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                     const Eigen::MatrixBase<DV>& V, DO&& attn, DL&& lse, const Options& opt = {},
                     const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
-  (void)detail::LseCheck<Scalar, detail::ScalarOf<DL>>{};
-  (void)detail::OutputCheck<DO>{};
-  (void)detail::OutputCheck<DL>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  detail::InputView<DV> v(V.derived());
-  // Inputs are validated before an output is resized (then again by the call itself).
-  if (detail::will_resize(attn, Q.rows(), V.cols()) || detail::will_resize(lse, Q.rows(), 1)) {
-    // Every input and every output that keeps its storage is checked before anything is resized.
-    const auto fa = detail::fixed_view(attn, Q.rows(), V.cols());
-    const auto fl = detail::fixed_view(lse, Q.rows(), 1);
-    compiled::validate_into<Scalar>("attention_into", q.map(), k.map(), &v.map(),
-                                    static_cast<const StridedMap<Scalar>*>(nullptr), detail::pointer(fa),
-                                    detail::pointer(fl), opt, masks);
-    detail::check_resizable_apart(
-        "attention_into",
-        {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-         detail::input_extent("V", V, v.map())},
-        {detail::output_extent("attn", attn), detail::output_extent("lse", lse)},
-        detail::mask_extents(masks));
-  }
-  const auto o = detail::output_view(attn, Q.rows(), V.cols());
-  const auto l = detail::output_view(lse, Q.rows(), 1);
-  compiled::attention_into<Scalar>(q.map(), k.map(), v.map(), o, &l, opt, masks);
+  detail::forward("attention_into", Q, K, &V, opt, masks, detail::output<detail::Role::Attn>(attn),
+                  detail::output<detail::Role::Lse>(lse));
 }
 
 /// SCORES (T_q x T_k softmax weights), ATTN (T_q x d_v) and LSE (T_q), computed in one pass.
@@ -141,11 +98,17 @@ DecomposedResult<typename DQ::Scalar> attention_decomposed(const Eigen::MatrixBa
                                                            const Options& opt = {},
                                                            const Masks<typename DQ::Scalar>& masks = {}) {
   using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  detail::InputView<DV> v(V.derived());
-  return compiled::attention_decomposed<Scalar>(q.map(), k.map(), v.map(), opt, masks);
+  using detail::Role;
+  DecomposedResult<Scalar> r;
+  if (kIsLowPrecision<Scalar> && opt.float_scores) {
+    detail::forward("attention_decomposed", Q, K, &V, opt, masks,
+                    detail::output<Role::Scores>(r.scores_float), detail::output<Role::Attn>(r.attn),
+                    detail::output<Role::Lse>(r.lse));
+  } else {
+    detail::forward("attention_decomposed", Q, K, &V, opt, masks, detail::output<Role::Scores>(r.scores),
+                    detail::output<Role::Attn>(r.attn), detail::output<Role::Lse>(r.lse));
+  }
+  return r;
 }
 
 /// attention_decomposed() into caller storage: `scores` (T_q x T_k) and `attn` (T_q x d_v).
@@ -154,31 +117,8 @@ template <class DQ, class DK, class DV, class DS, class DO, detail::EnableIfMatr
 void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                                const Eigen::MatrixBase<DV>& V, DS&& scores, DO&& attn,
                                const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
-  (void)detail::ScoresCheck<Scalar, detail::ScalarOf<DS>>{};
-  (void)detail::OutputCheck<DS>{};
-  (void)detail::OutputCheck<DO>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  detail::InputView<DV> v(V.derived());
-  // Inputs are validated before an output is resized (then again by the call itself).
-  if (detail::will_resize(scores, Q.rows(), K.rows()) || detail::will_resize(attn, Q.rows(), V.cols())) {
-    const auto fs = detail::fixed_view(scores, Q.rows(), K.rows());
-    const auto fa = detail::fixed_view(attn, Q.rows(), V.cols());
-    compiled::validate_into<Scalar>(
-        "attention_decomposed_into", q.map(), k.map(), &v.map(), detail::pointer(fs), detail::pointer(fa),
-        static_cast<const StridedMap<ComputeScalar<Scalar>>*>(nullptr), opt, masks);
-    detail::check_resizable_apart(
-        "attention_decomposed_into",
-        {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-         detail::input_extent("V", V, v.map())},
-        {detail::output_extent("scores", scores), detail::output_extent("attn", attn)},
-        detail::mask_extents(masks));
-  }
-  const auto s = detail::output_view(scores, Q.rows(), K.rows());
-  const auto o = detail::output_view(attn, Q.rows(), V.cols());
-  compiled::attention_decomposed_into<Scalar>(q.map(), k.map(), v.map(), s, o, nullptr, opt, masks);
+  detail::forward("attention_decomposed_into", Q, K, &V, opt, masks,
+                  detail::output<detail::Role::Scores>(scores), detail::output<detail::Role::Attn>(attn));
 }
 
 /// attention_decomposed_into() that also writes the log-sum-exps into `lse` (T_q entries).
@@ -186,37 +126,9 @@ template <class DQ, class DK, class DV, class DS, class DO, class DL, detail::En
 void attention_decomposed_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
                                const Eigen::MatrixBase<DV>& V, DS&& scores, DO&& attn, DL&& lse,
                                const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, detail::ScalarOf<DO>>{};
-  (void)detail::ScoresCheck<Scalar, detail::ScalarOf<DS>>{};
-  (void)detail::LseCheck<Scalar, detail::ScalarOf<DL>>{};
-  (void)detail::OutputCheck<DS>{};
-  (void)detail::OutputCheck<DO>{};
-  (void)detail::OutputCheck<DL>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  detail::InputView<DV> v(V.derived());
-  // Inputs are validated before an output is resized (then again by the call itself).
-  if (detail::will_resize(scores, Q.rows(), K.rows()) || detail::will_resize(attn, Q.rows(), V.cols()) ||
-      detail::will_resize(lse, Q.rows(), 1)) {
-    const auto fs = detail::fixed_view(scores, Q.rows(), K.rows());
-    const auto fa = detail::fixed_view(attn, Q.rows(), V.cols());
-    const auto fl = detail::fixed_view(lse, Q.rows(), 1);
-    compiled::validate_into<Scalar>("attention_decomposed_into", q.map(), k.map(), &v.map(),
-                                    detail::pointer(fs), detail::pointer(fa), detail::pointer(fl), opt,
-                                    masks);
-    detail::check_resizable_apart(
-        "attention_decomposed_into",
-        {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-         detail::input_extent("V", V, v.map())},
-        {detail::output_extent("scores", scores), detail::output_extent("attn", attn),
-         detail::output_extent("lse", lse)},
-        detail::mask_extents(masks));
-  }
-  const auto s = detail::output_view(scores, Q.rows(), K.rows());
-  const auto o = detail::output_view(attn, Q.rows(), V.cols());
-  const auto l = detail::output_view(lse, Q.rows(), 1);
-  compiled::attention_decomposed_into<Scalar>(q.map(), k.map(), v.map(), s, o, &l, opt, masks);
+  detail::forward("attention_decomposed_into", Q, K, &V, opt, masks,
+                  detail::output<detail::Role::Scores>(scores), detail::output<detail::Role::Attn>(attn),
+                  detail::output<detail::Role::Lse>(lse));
 }
 
 /// SCORES alone: the T_q x T_k softmax weights. Needs no V.
@@ -225,33 +137,28 @@ template <class DQ, class DK>
 RowMatrix<typename DQ::Scalar> attention_scores(const Eigen::MatrixBase<DQ>& Q,
                                                 const Eigen::MatrixBase<DK>& K, const Options& opt = {},
                                                 const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  return compiled::attention_scores<Scalar>(q.map(), k.map(), opt, masks);
+  RowMatrix<typename DQ::Scalar> scores;
+  detail::forward("attention_scores", Q, K, static_cast<const Eigen::MatrixBase<DK>*>(nullptr), opt, masks,
+                  detail::output<detail::Role::Scores>(scores));
+  return scores;
 }
 
 /// attention_scores() into caller storage (`scores`, T_q x T_k).
 template <class DQ, class DK, class DS, detail::EnableIfMatrix<DS> = 0>
 void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, DS&& scores,
                            const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar>{};
-  (void)detail::ScoresCheck<Scalar, detail::ScalarOf<DS>>{};
-  (void)detail::OutputCheck<DS>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  // Inputs are validated before an output is resized (then again by the call itself).
-  if (detail::will_resize(scores, Q.rows(), K.rows())) {
-    compiled::validate<Scalar>("attention_scores_into", q.map(), k.map(), nullptr, opt, masks);
-    detail::check_resizable_apart(
-        "attention_scores_into",
-        {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map())},
-        {detail::output_extent("scores", scores)}, detail::mask_extents(masks));
-  }
-  const auto s = detail::output_view(scores, Q.rows(), K.rows());
-  compiled::attention_scores_into<Scalar>(q.map(), k.map(), s, nullptr, opt, masks);
+  detail::forward("attention_scores_into", Q, K, static_cast<const Eigen::MatrixBase<DK>*>(nullptr), opt,
+                  masks, detail::output<detail::Role::Scores>(scores));
+}
+
+/// attention_scores_into() that also writes each query row's log-sum-exp into `lse` (T_q entries,
+/// of the compute type).
+template <class DQ, class DK, class DS, class DL, detail::EnableIfMatrix<DS, DL> = 0>
+void attention_scores_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, DS&& scores,
+                           DL&& lse, const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
+  detail::forward("attention_scores_into", Q, K, static_cast<const Eigen::MatrixBase<DK>*>(nullptr), opt,
+                  masks, detail::output<detail::Role::Scores>(scores),
+                  detail::output<detail::Role::Lse>(lse));
 }
 
 }  // namespace EigenAttention

@@ -24,11 +24,11 @@
 
 #include <Eigen/Core>
 
-#include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/detail/FrontDoor.hpp>
+#include <EigenAttention/detail/SingleHead.hpp>
 
 namespace EigenAttention {
 
@@ -53,19 +53,10 @@ Gradients<typename DQ::Scalar> attention_backward(
     const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V,
     const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
     const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
-                            typename DG::Scalar>{};
-  (void)detail::LseCheck<Scalar, typename DL::Scalar>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  detail::InputView<DV> v(V.derived());
-  detail::InputView<DA> a(attn.derived());
-  detail::InputView<DL> l(lse.derived());
-  detail::InputView<DG> g(d_attn.derived());
-  return compiled::attention_backward<Scalar>(
-      compiled::backward_inputs<Scalar>(q.map(), k.map(), v.map(), a.map(), l.map(), g.map(), nullptr), opt,
-      masks);
+  Gradients<typename DQ::Scalar> g;
+  detail::backward("attention_backward", Q, K, V, attn, lse, d_attn,
+                   static_cast<const Eigen::MatrixBase<DG>*>(nullptr), g.dq, g.dk, g.dv, opt, masks);
+  return g;
 }
 
 /// attention_backward() through the weights too: `d_scores` = dL/dSCORES (T_q x T_k) adds the
@@ -77,55 +68,10 @@ Gradients<typename DQ::Scalar> attention_backward(
     const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
     const Eigen::MatrixBase<DS>& d_scores, const Options& opt = {},
     const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
-                            typename DG::Scalar, typename DS::Scalar>{};
-  (void)detail::LseCheck<Scalar, typename DL::Scalar>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  detail::InputView<DV> v(V.derived());
-  detail::InputView<DA> a(attn.derived());
-  detail::InputView<DL> l(lse.derived());
-  detail::InputView<DG> g(d_attn.derived());
-  detail::InputView<DS> s(d_scores.derived());
-  return compiled::attention_backward<Scalar>(
-      compiled::backward_inputs<Scalar>(q.map(), k.map(), v.map(), a.map(), l.map(), g.map(), &s.map()), opt,
-      masks);
+  Gradients<typename DQ::Scalar> g;
+  detail::backward("attention_backward", Q, K, V, attn, lse, d_attn, &d_scores, g.dq, g.dk, g.dv, opt, masks);
+  return g;
 }
-
-namespace detail {
-
-/// The body of both attention_backward_into() forms: `in` holds the views of the inputs whose
-/// Extents `inputs` lists, for the resize checks.
-template <typename Scalar, class DGQ, class DGK, class DGV>
-void backward_into(const compiled::BackwardInputs<AbiScalar<Scalar>>& in,
-                   std::initializer_list<Extent> inputs, DGQ&& dq, DGK&& dk, DGV&& dv, const Options& opt,
-                   const Masks<Scalar>& masks) {
-  const char* api = "attention_backward_into";
-  const Masks<AbiScalar<Scalar>> m = bits(masks);
-  if (will_resize(dq, in.q.rows, in.q.cols) || will_resize(dk, in.k.rows, in.k.cols) ||
-      will_resize(dv, in.v.rows, in.v.cols)) {
-    // Every input and every gradient that keeps its storage is checked before anything is resized.
-    const auto fq = fixed_view(dq, in.q.rows, in.q.cols);
-    const auto fk = fixed_view(dk, in.k.rows, in.k.cols);
-    const auto fv = fixed_view(dv, in.v.rows, in.v.cols);
-    const auto abi_of = [](const auto& f) {
-      return f ? compiled::abi(compiled::view(*f)) : MatrixView<AbiScalar<Scalar>>{};
-    };
-    const MatrixView<AbiScalar<Scalar>> vq = abi_of(fq), vk = abi_of(fk), vv = abi_of(fv);
-    compiled::validate_backward(api, in, fq ? &vq : nullptr, fk ? &vk : nullptr, fv ? &vv : nullptr, opt, m);
-    check_resizable_apart(api, inputs,
-                          {output_extent("dq", dq), output_extent("dk", dk), output_extent("dv", dv)},
-                          mask_extents(masks));
-  }
-  const auto gq = output_view(dq, in.q.rows, in.q.cols);
-  const auto gk = output_view(dk, in.k.rows, in.k.cols);
-  const auto gv = output_view(dv, in.v.rows, in.v.cols);
-  compiled::backward(api, in, compiled::abi(compiled::view(gq)), compiled::abi(compiled::view(gk)),
-                     compiled::abi(compiled::view(gv)), opt, m);
-}
-
-}  // namespace detail
 
 /// attention_backward() into caller storage: `dq` (T_q x d_k), `dk` (T_k x d_k), `dv`
 /// (T_k x d_v), each an Eigen::Matrix (resized if needed; no allocation when it already fits)
@@ -139,26 +85,9 @@ void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
                              const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn, DGQ&& dq,
                              DGK&& dk, DGV&& dv, const Options& opt = {},
                              const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
-                            typename DG::Scalar, detail::ScalarOf<DGQ>, detail::ScalarOf<DGK>,
-                            detail::ScalarOf<DGV>>{};
-  (void)detail::LseCheck<Scalar, typename DL::Scalar>{};
-  (void)detail::OutputCheck<DGQ>{};
-  (void)detail::OutputCheck<DGK>{};
-  (void)detail::OutputCheck<DGV>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  detail::InputView<DV> v(V.derived());
-  detail::InputView<DA> a(attn.derived());
-  detail::InputView<DL> l(lse.derived());
-  detail::InputView<DG> g(d_attn.derived());
-  detail::backward_into<Scalar>(
-      compiled::backward_inputs<Scalar>(q.map(), k.map(), v.map(), a.map(), l.map(), g.map(), nullptr),
-      {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-       detail::input_extent("V", V, v.map()), detail::input_extent("attn", attn, a.map()),
-       detail::input_extent("lse", lse, l.map()), detail::input_extent("d_attn", d_attn, g.map())},
-      std::forward<DGQ>(dq), std::forward<DGK>(dk), std::forward<DGV>(dv), opt, masks);
+  detail::backward("attention_backward_into", Q, K, V, attn, lse, d_attn,
+                   static_cast<const Eigen::MatrixBase<DG>*>(nullptr), std::forward<DGQ>(dq),
+                   std::forward<DGK>(dk), std::forward<DGV>(dv), opt, masks);
 }
 
 /// attention_backward_into() through the weights too (`d_scores` = dL/dSCORES, T_q x T_k).
@@ -169,28 +98,8 @@ void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
                              const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
                              const Eigen::MatrixBase<DS>& d_scores, DGQ&& dq, DGK&& dk, DGV&& dv,
                              const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
-  using Scalar = typename DQ::Scalar;
-  (void)detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
-                            typename DG::Scalar, typename DS::Scalar, detail::ScalarOf<DGQ>,
-                            detail::ScalarOf<DGK>, detail::ScalarOf<DGV>>{};
-  (void)detail::LseCheck<Scalar, typename DL::Scalar>{};
-  (void)detail::OutputCheck<DGQ>{};
-  (void)detail::OutputCheck<DGK>{};
-  (void)detail::OutputCheck<DGV>{};
-  detail::InputView<DQ> q(Q.derived());
-  detail::InputView<DK> k(K.derived());
-  detail::InputView<DV> v(V.derived());
-  detail::InputView<DA> a(attn.derived());
-  detail::InputView<DL> l(lse.derived());
-  detail::InputView<DG> g(d_attn.derived());
-  detail::InputView<DS> s(d_scores.derived());
-  detail::backward_into<Scalar>(
-      compiled::backward_inputs<Scalar>(q.map(), k.map(), v.map(), a.map(), l.map(), g.map(), &s.map()),
-      {detail::input_extent("Q", Q, q.map()), detail::input_extent("K", K, k.map()),
-       detail::input_extent("V", V, v.map()), detail::input_extent("attn", attn, a.map()),
-       detail::input_extent("lse", lse, l.map()), detail::input_extent("d_attn", d_attn, g.map()),
-       detail::input_extent("d_scores", d_scores, s.map())},
-      std::forward<DGQ>(dq), std::forward<DGK>(dk), std::forward<DGV>(dv), opt, masks);
+  detail::backward("attention_backward_into", Q, K, V, attn, lse, d_attn, &d_scores, std::forward<DGQ>(dq),
+                   std::forward<DGK>(dk), std::forward<DGV>(dv), opt, masks);
 }
 
 }  // namespace EigenAttention

@@ -56,6 +56,7 @@
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/detail/AbiMultiHead.hpp>
 #include <EigenAttention/detail/FrontDoor.hpp>
+#include <EigenAttention/detail/SingleHead.hpp>
 
 namespace EigenAttention {
 /// Sequence-parallel attention over MPI (the EigenAttention::MPI component).
@@ -320,16 +321,15 @@ void forward_one_into(Method method, const char* api, MPI_Comm comm, const Eigen
     // lengths are global and checked by the collective call).
     Masks<Scalar> local = masks;
     local.key_lengths = nullptr;
-    const auto fa = EigenAttention::detail::fixed_view(attn, Q.rows(), V.cols());
+    auto fa = EigenAttention::detail::abi_output(attn);
+    const auto vv = EigenAttention::detail::abi_view(v.map());
     if constexpr (std::is_same_v<DL, std::nullptr_t>) {
-      compiled::validate_into<Scalar>(
-          api, q.map(), k.map(), &v.map(), static_cast<const StridedMap<Scalar>*>(nullptr),
-          EigenAttention::detail::pointer(fa), static_cast<const StridedMap<Scalar>*>(nullptr), opt, local);
+      abi::attention_check(api, EigenAttention::detail::abi_view(q.map()),
+                           EigenAttention::detail::abi_view(k.map()), &vv, &fa, nullptr, opt, local);
     } else {
-      const auto fl = EigenAttention::detail::fixed_view(*lse, Q.rows(), 1);
-      compiled::validate_into<Scalar>(
-          api, q.map(), k.map(), &v.map(), static_cast<const StridedMap<Scalar>*>(nullptr),
-          EigenAttention::detail::pointer(fa), EigenAttention::detail::pointer(fl), opt, local);
+      auto fl = EigenAttention::detail::abi_output(*lse);
+      abi::attention_check(api, EigenAttention::detail::abi_view(q.map()),
+                           EigenAttention::detail::abi_view(k.map()), &vv, &fa, &fl, opt, local);
     }
     if constexpr (std::is_same_v<DL, std::nullptr_t>) {
       EigenAttention::detail::check_resizable_apart(api,

@@ -1,25 +1,20 @@
-// compiled::check_result_size (Compiled.hpp): the size check of a by-value result, before the
-// caller allocates it.
-#include <EigenAttention/Compiled.hpp>
-
+// The size check of an output before the caller's translation unit sizes it (outputs.hpp).
 #include "check/array.hpp"
+#include "outputs.hpp"
 
 namespace EigenAttention {
-namespace compiled {
+namespace internal {
 
 void check_result_size(const char* api, const char* name, const char* what, std::ptrdiff_t rows,
                        std::ptrdiff_t cols, std::size_t element_bytes, std::ptrdiff_t max_elements) {
-  using internal::fail;
-  using internal::num;
   const std::string shown = num(rows) + "x" + num(cols);
-  internal::index_t bytes = 0, count = 0;
+  index_t bytes = 0, count = 0;
   if (rows < 0 || cols < 0)
     fail(api, std::string(name) + " (" + what + ") would have a negative size: " + shown);
-  if (!internal::mul(rows, cols, count) ||
-      !internal::mul(count, static_cast<internal::index_t>(element_bytes), bytes)) {
+  if (!mul(rows, cols, count) || !mul(count, static_cast<index_t>(element_bytes), bytes)) {
     fail(api, std::string(name) + " (" + what + ") would be " + shown + " elements of " +
                   std::to_string(element_bytes) + " bytes, more than Eigen::Index can count (" +
-                  num(internal::kIndexMax) + " bytes)");
+                  num(kIndexMax) + " bytes)");
   }
   if (count > max_elements) {
     fail(api, std::string(name) + " (" + what + ") would be " + shown + " elements, more than " +
@@ -27,5 +22,5 @@ void check_result_size(const char* api, const char* name, const char* what, std:
   }
 }
 
-}  // namespace compiled
+}  // namespace internal
 }  // namespace EigenAttention

@@ -160,7 +160,7 @@ std::string local_error(const Call<T>& c) {
   try {  // the options, as the single-process calls check them
     std::vector<T> zeros(static_cast<std::size_t>(std::max<index_t>({1, dk, dv})), T(0));
     const MatrixView<const T> qm{zeros.data(), 1, dk, dk, 1}, vm{zeros.data(), 1, dv, dv, 1};
-    compiled::validate(c.api, qm, qm, &vm, nullptr, nullptr, nullptr, c.opt, {});
+    abi::attention_check(c.api, qm, qm, &vm, nullptr, nullptr, c.opt, {});
   } catch (const std::invalid_argument& e) {
     std::string what = e.what();
     const std::string prefix = std::string(c.api) + ": ";

@@ -1037,7 +1037,7 @@ inline const char* call_name(Call c) {
                                 "attention_decomposed_into(+lse)",
                                 "attention_scores",
                                 "attention_scores_into",
-                                "compiled::attention_scores_into(+lse)",
+                                "attention_scores_into(+lse)",
                                 "attention_heads_into",
                                 "attention_heads_decomposed_into",
                                 "attention_varlen_into",

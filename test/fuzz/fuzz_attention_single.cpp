@@ -205,11 +205,7 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
         ea::attention_scores_into(Q, K, o0->m, o);
         break;
       case Call::ScoresIntoLse:
-        if constexpr (IK == 0 && OK == 0) {
-          ea::compiled::attention_scores_into<T>(Q, K, o0->m, &o1->m, o);
-        } else {
-          ea::attention_scores_into(Q, K, o0->m, o);  // the front door takes no LSE
-        }
+        ea::attention_scores_into(Q, K, o0->m, o1->m, o);
         break;
       default:
         break;

@@ -201,7 +201,7 @@ void check_single_head(double tol) {
       ea::attention_scores_into(Q, K, s2, opt);
       expect_close((tag + "attention_scores_into").c_str(), s2, ref.scores, tol);
     }
-    // The compiled:: forms on strided maps, and the plain-view entry point.
+    // Strided maps, and the plain-view entry point of the compiled library (abi::).
     {
       const ea::ConstStridedMap<T> q(Q.data(), Q.rows(), Q.cols(),
                                      Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(1, Q.rows()));
@@ -209,18 +209,18 @@ void check_single_head(double tol) {
                                      Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(1, K.rows()));
       const ea::ConstStridedMap<T> v(V.data(), V.rows(), V.cols(),
                                      Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(1, V.rows()));
-      expect_close((tag + "compiled::attention").c_str(), ea::compiled::attention<T>(q, k, v, opt), ref.attn,
-                   tol);
-      const auto r = ea::compiled::attention_decomposed<T>(q, k, v, opt);
-      expect_close((tag + "compiled::attention_decomposed").c_str(), r.scores, ref.scores, tol);
-      expect_close((tag + "compiled::attention_scores").c_str(), ea::compiled::attention_scores<T>(q, k, opt),
+      expect_close((tag + "attention on strided maps").c_str(), ea::attention(q, k, v, opt), ref.attn, tol);
+      const auto r = ea::attention_decomposed(q, k, v, opt);
+      expect_close((tag + "attention_decomposed on strided maps").c_str(), r.scores, ref.scores, tol);
+      expect_close((tag + "attention_scores on strided maps").c_str(), ea::attention_scores(q, k, opt),
                    ref.scores, tol);
       ea::RowMatrix<T> out(kRows, kValueDim);
-      const ea::MatrixView<T> o{out.data(), kRows, kValueDim, kValueDim, 1};
+      ea::abi::Output<T> o;
+      o.view = {out.data(), kRows, kValueDim, kValueDim, 1};
       const ea::MatrixView<const T> qv = ea::compiled::view(q), kv = ea::compiled::view(k),
                                     vv = ea::compiled::view(v);
-      ea::compiled::run("consumer", qv, kv, &vv, nullptr, &o, nullptr, opt, ea::Masks<T>{});
-      expect_close((tag + "compiled::run").c_str(), out, ref.attn, tol);
+      ea::abi::attention("consumer", qv, kv, &vv, nullptr, &o, nullptr, nullptr, opt, ea::Masks<T>{});
+      expect_close((tag + "abi::attention").c_str(), out, ref.attn, tol);
     }
   }
   // A bad call throws std::invalid_argument naming the shapes, across the boundary.

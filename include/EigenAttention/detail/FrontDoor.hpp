@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -263,24 +262,6 @@ bool will_resize(const Out& out, Eigen::Index rows, Eigen::Index cols) {
     (void)out, (void)rows, (void)cols;
     return false;
   }
-}
-
-/// The writable view of an output as it is now, when output_view() will not resize it (so that it
-/// can be checked before the others are resized); empty when it will be resized.
-template <class Out>
-std::optional<StridedMap<ScalarOf<Out>>> fixed_view(const Out& out, Eigen::Index rows, Eigen::Index cols) {
-  if (will_resize(out, rows, cols)) return std::nullopt;
-  using Derived = OutputOf<Out>;
-  const Derived& o = static_cast<const Derived&>(out.derived());
-  return StridedMap<ScalarOf<Out>>(
-      const_cast<ScalarOf<Out>*>(o.data()), o.rows(), o.cols(),
-      Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(o.rowStride(), o.colStride()));
-}
-
-/// The address of an optional's value, or null.
-template <typename T>
-const T* pointer(const std::optional<T>& o) {
-  return o ? &*o : nullptr;
 }
 
 /// A writable strided view of an output, which arrives as a forwarding reference so that
