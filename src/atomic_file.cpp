@@ -14,8 +14,10 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include "index.hpp"
 
 namespace EigenAttention {
+using internal::index_t;
 
 struct AtomicFile::State {
   std::string path, temp;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include "index.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -20,13 +21,13 @@ namespace internal {
 /// Each element of every part is read before out's element is written: out may be a part
 /// (merging in place).
 template <typename T, class Lse, class Value>
-T merge_lse_row(std::ptrdiff_t parts, const Lse& lse, const Value& value, std::ptrdiff_t dim, T* out,
-                std::ptrdiff_t stride, T* weights) {
+T merge_lse_row(index_t parts, const Lse& lse, const Value& value, index_t dim, T* out, index_t stride,
+                T* weights) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
-  std::ptrdiff_t live = 0, only = 0;
+  index_t live = 0, only = 0;
   T max = minus_inf;
   bool nan = false;
-  for (std::ptrdiff_t p = 0; p < parts; ++p) {
+  for (index_t p = 0; p < parts; ++p) {
     const T l = lse(p);
     if (l == minus_inf) continue;
     ++live;
@@ -35,31 +36,31 @@ T merge_lse_row(std::ptrdiff_t parts, const Lse& lse, const Value& value, std::p
     if (l > max) max = l;
   }
   if (live == 0) {
-    for (std::ptrdiff_t c = 0; c < dim; ++c) out[c * stride] = T(0);
+    for (index_t c = 0; c < dim; ++c) out[c * stride] = T(0);
     return minus_inf;
   }
   if (live == 1) {
-    for (std::ptrdiff_t c = 0; c < dim; ++c) out[c * stride] = value(only, c);
+    for (index_t c = 0; c < dim; ++c) out[c * stride] = value(only, c);
     return lse(only);
   }
   if (nan) {
     const T q = std::numeric_limits<T>::quiet_NaN();
-    for (std::ptrdiff_t c = 0; c < dim; ++c) out[c * stride] = q;
+    for (index_t c = 0; c < dim; ++c) out[c * stride] = q;
     return q;
   }
   T sum = 0;
   bool first = true;
-  for (std::ptrdiff_t p = 0; p < parts; ++p) {
+  for (index_t p = 0; p < parts; ++p) {
     const T l = lse(p);
     weights[p] = l == minus_inf ? T(0) : std::exp(l - max);
     if (l == minus_inf) continue;
     sum = first ? weights[p] : sum + weights[p];
     first = false;
   }
-  for (std::ptrdiff_t c = 0; c < dim; ++c) {
+  for (index_t c = 0; c < dim; ++c) {
     T acc = 0;
     bool first = true;
-    for (std::ptrdiff_t p = 0; p < parts; ++p) {
+    for (index_t p = 0; p < parts; ++p) {
       if (lse(p) == minus_inf) continue;
       acc = first ? weights[p] * value(p, c) : acc + weights[p] * value(p, c);
       first = false;

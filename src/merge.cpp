@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "index.hpp"
 #include "kernels/convert.hpp"
 
 namespace EigenAttention {
+using internal::index_t;
 namespace {
 
 // E: the element type of the out views; T: of the log-sum-exps and the arithmetic (float for the
@@ -19,30 +21,30 @@ void merge(HeadsView<const E> out_a, HeadsView<const T> lse_a, HeadsView<const E
            HeadsView<const T> lse_b, HeadsView<E> out, HeadsView<T> lse) {
   internal::check_merge<E>("merge_attention_into", out_a, lse_a, out_b, lse_b, out, lse);
   // Row (b, h, i) of a view. An empty row (d_v = 0) takes no offset: its view's data may be null.
-  const auto row = [](const auto& v, Eigen::Index b, Eigen::Index h, Eigen::Index i) {
+  const auto row = [](const auto& v, index_t b, index_t h, index_t i) {
     return v.dim == 0 ? v.data : v.data + b * v.batch_stride + h * v.head_stride + i * v.token_stride;
   };
   T weights[2];
   std::vector<T> merged(kIsLowPrecision<E> ? static_cast<std::size_t>(out_a.dim) : 0);
-  for (Eigen::Index b = 0; b < out_a.batch; ++b) {
-    for (Eigen::Index h = 0; h < out_a.heads; ++h) {
-      for (Eigen::Index i = 0; i < out_a.tokens; ++i) {
+  for (index_t b = 0; b < out_a.batch; ++b) {
+    for (index_t h = 0; h < out_a.heads; ++h) {
+      for (index_t i = 0; i < out_a.tokens; ++i) {
         const T lses[2] = {*row(lse_a, b, h, i), *row(lse_b, b, h, i)};
         const E* parts[2] = {row(out_a, b, h, i), row(out_b, b, h, i)};
-        const Eigen::Index strides[2] = {out_a.dim_stride, out_b.dim_stride};
-        const auto value = [&](std::ptrdiff_t p, std::ptrdiff_t c) {
+        const index_t strides[2] = {out_a.dim_stride, out_b.dim_stride};
+        const auto value = [&](index_t p, index_t c) {
           return internal::to_compute(parts[p][c * strides[p]]);
         };
         // A side that saw no key takes no part, whatever its out row holds; merging in place is
         // fine (merge_lse_row reads each element of both before writing it).
         if constexpr (kIsLowPrecision<E>) {
           *row(lse, b, h, i) = internal::merge_lse_row<T>(
-              2, [&](std::ptrdiff_t p) { return lses[p]; }, value, out_a.dim, merged.data(), 1, weights);
+              2, [&](index_t p) { return lses[p]; }, value, out_a.dim, merged.data(), 1, weights);
           internal::narrow(merged.data(), out_a.dim, row(out, b, h, i), out.dim_stride);
         } else {
           *row(lse, b, h, i) = internal::merge_lse_row<T>(
-              2, [&](std::ptrdiff_t p) { return lses[p]; }, value, out_a.dim, row(out, b, h, i),
-              out.dim_stride, weights);
+              2, [&](index_t p) { return lses[p]; }, value, out_a.dim, row(out, b, h, i), out.dim_stride,
+              weights);
         }
       }
     }

@@ -74,8 +74,7 @@ void heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<cons
 template <typename T, typename C = ComputeScalar<T>>
 internal::Call<T> varlen_call(const char* api, HeadsView<const T> q, HeadsView<const T> k,
                               HeadsView<const T> v, const std::int64_t* cu_q, const std::int64_t* cu_k,
-                              Eigen::Index batch, HeadsView<T> attn, HeadsView<C> lse,
-                              const Masks<T>& masks) {
+                              index_t batch, HeadsView<T> attn, HeadsView<C> lse, const Masks<T>& masks) {
   internal::Call<T> c = call_of(api, q, k, v, attn, lse, masks);
   c.packed = internal::PackedSequences{cu_q, cu_k, batch};
   return c;
@@ -83,8 +82,8 @@ internal::Call<T> varlen_call(const char* api, HeadsView<const T> q, HeadsView<c
 
 template <typename T, typename C = ComputeScalar<T>>
 void varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const std::int64_t* cu_q,
-            const std::int64_t* cu_k, Eigen::Index batch, HeadsView<T> attn, HeadsView<C> lse,
-            const Options& opt, const Masks<T>& masks) {
+            const std::int64_t* cu_k, index_t batch, HeadsView<T> attn, HeadsView<C> lse, const Options& opt,
+            const Masks<T>& masks) {
   // Rows of the packed buffers that belong to no sequence are left as they are.
   const auto c = varlen_call("attention_varlen_into", q, k, v, cu_q, cu_k, batch, attn, lse, masks);
   internal::execute(internal::make_problem(c, opt), opt.threads);
@@ -92,7 +91,7 @@ void varlen(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, co
 
 template <typename T, typename C = ComputeScalar<T>>
 void varlen_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                       const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch, T* scores,
+                       const std::int64_t* cu_q, const std::int64_t* cu_k, index_t batch, T* scores,
                        std::size_t scores_size, HeadsView<T> attn, HeadsView<C> lse, const Options& opt,
                        const Masks<T>& masks) {
   const char* api = "attention_varlen_decomposed_into";
@@ -137,7 +136,7 @@ void heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const 
 template <typename T, typename C = ComputeScalar<T>>
 void varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
                      HeadsView<const T> attn, HeadsView<const C> lse, HeadsView<const T> d_attn,
-                     const std::int64_t* cu_q, const std::int64_t* cu_k, Eigen::Index batch, HeadsView<T> dq,
+                     const std::int64_t* cu_q, const std::int64_t* cu_k, index_t batch, HeadsView<T> dq,
                      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks) {
   internal::Call<T> c =
       backward_call("attention_varlen_backward_into", q, k, v, attn, lse, d_attn, dq, dk, dv, masks);
@@ -148,7 +147,7 @@ void varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const
 }  // namespace
 
 std::size_t varlen_scores_size(const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,
-                               Eigen::Index batch, Eigen::Index heads) {
+                               index_t batch, index_t heads) {
   return static_cast<std::size_t>(
       internal::varlen_score_offsets("varlen_scores_size", cu_seqlens_q, cu_seqlens_k, batch, heads).back());
 }
@@ -170,13 +169,13 @@ namespace abi {
   }                                                                                                         \
   void attention_varlen_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,              \
                              const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,            \
-                             std::ptrdiff_t batch, HeadsView<T> attn, HeadsView<L> lse, const Options& opt, \
+                             index_t batch, HeadsView<T> attn, HeadsView<L> lse, const Options& opt,        \
                              const Masks<T>& masks) {                                                       \
     varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, batch, attn, lse, opt, masks);                              \
   }                                                                                                         \
   void attention_varlen_decomposed_into(                                                                    \
       HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const std::int64_t* cu_seqlens_q,   \
-      const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, T* scores, std::size_t scores_size,           \
+      const std::int64_t* cu_seqlens_k, index_t batch, T* scores, std::size_t scores_size,                  \
       HeadsView<T> attn, HeadsView<L> lse, const Options& opt, const Masks<T>& masks) {                     \
     varlen_decomposed(q, k, v, cu_seqlens_q, cu_seqlens_k, batch, scores, scores_size, attn, lse, opt,      \
                       masks);                                                                               \
@@ -190,8 +189,8 @@ namespace abi {
   void attention_varlen_backward_into(                                                                      \
       HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,            \
       HeadsView<const L> lse, HeadsView<const T> d_attn, const std::int64_t* cu_seqlens_q,                  \
-      const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, HeadsView<T> dq, HeadsView<T> dk,             \
-      HeadsView<T> dv, const Options& opt, const Masks<T>& masks) {                                         \
+      const std::int64_t* cu_seqlens_k, index_t batch, HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,   \
+      const Options& opt, const Masks<T>& masks) {                                                          \
     varlen_backward(q, k, v, attn, lse, d_attn, cu_seqlens_q, cu_seqlens_k, batch, dq, dk, dv, opt, masks); \
   }
 

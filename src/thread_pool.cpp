@@ -11,14 +11,14 @@ namespace internal {
 
 struct ThreadPool::Job {
   const TaskRef* task;
-  std::ptrdiff_t tasks;
-  std::atomic<std::ptrdiff_t> next{0};
+  index_t tasks;
+  std::atomic<index_t> next{0};
   int unfinished_workers;
   std::mutex error_mutex;
   std::exception_ptr error;
 
   void work() {
-    for (std::ptrdiff_t i; (i = next.fetch_add(1)) < tasks;) {
+    for (index_t i; (i = next.fetch_add(1)) < tasks;) {
       try {
         (*task)(i);
       } catch (...) {
@@ -66,12 +66,12 @@ void ThreadPool::worker(int id) {
   }
 }
 
-void ThreadPool::run(std::ptrdiff_t tasks, int threads, TaskRef task) {
-  threads = static_cast<int>(std::min<std::ptrdiff_t>(threads, tasks));
+void ThreadPool::run(index_t tasks, int threads, TaskRef task) {
+  threads = static_cast<int>(std::min<index_t>(threads, tasks));
   std::unique_lock<std::mutex> busy(busy_, std::defer_lock);
   if (threads > 1) busy.try_lock();
   if (!busy.owns_lock()) {
-    for (std::ptrdiff_t i = 0; i < tasks; ++i) task(i);
+    for (index_t i = 0; i < tasks; ++i) task(i);
     return;
   }
   Job job;

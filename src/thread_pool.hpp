@@ -7,6 +7,7 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
+#include "index.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -17,12 +18,12 @@ class TaskRef {
  public:
   template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, TaskRef>>>
   TaskRef(const F& f)  // NOLINT: implicit on purpose
-      : callable_(&f), call_([](const void* c, std::ptrdiff_t i) { (*static_cast<const F*>(c))(i); }) {}
-  void operator()(std::ptrdiff_t i) const { call_(callable_, i); }
+      : callable_(&f), call_([](const void* c, index_t i) { (*static_cast<const F*>(c))(i); }) {}
+  void operator()(index_t i) const { call_(callable_, i); }
 
  private:
   const void* callable_;
-  void (*call_)(const void*, std::ptrdiff_t);
+  void (*call_)(const void*, index_t);
 };
 
 class ThreadPool {
@@ -36,7 +37,7 @@ class ThreadPool {
   /// and returns when all are done. Tasks are handed out in index order. When another call is
   /// using the pool, this one runs on the calling thread alone (results do not depend on it).
   /// The first exception a task throws is rethrown here, after every task has stopped.
-  void run(std::ptrdiff_t tasks, int threads, TaskRef task);
+  void run(index_t tasks, int threads, TaskRef task);
 
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

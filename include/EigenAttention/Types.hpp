@@ -23,7 +23,7 @@ using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
 /// A read-only view of any dense matrix in memory: element (i, j) is at
 /// `data()[i * rowStride + j * colStride]` (Eigen calls these the outer and inner strides of a
 /// row-major map). It describes row- and column-major matrices, maps and blocks alike, without
-/// copying. This is what the compiled entry points in Compiled.hpp take.
+/// copying.
 template <typename Scalar>
 using ConstStridedMap =
     Eigen::Map<const RowMatrix<Scalar>, Eigen::Unaligned, Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>>;
@@ -50,14 +50,16 @@ struct MatrixView {
 /// Eigen::bfloat16: computed in float, carried into the library as BFloat16Bits.
 template <>
 struct ScalarTraits<Eigen::bfloat16> {
-  using Compute = float;     ///< arithmetic
-  using Abi = BFloat16Bits;  ///< across the boundary
+  using Compute = float;                                    ///< arithmetic
+  using Abi = BFloat16Bits;                                 ///< across the boundary
+  static constexpr ScalarType type = ScalarType::BFloat16;  ///< its one name
 };
 /// Eigen::half: computed in float, carried into the library as HalfBits.
 template <>
 struct ScalarTraits<Eigen::half> {
-  using Compute = float;  ///< arithmetic
-  using Abi = HalfBits;   ///< across the boundary
+  using Compute = float;                                   ///< arithmetic
+  using Abi = HalfBits;                                    ///< across the boundary
+  static constexpr ScalarType type = ScalarType::Float16;  ///< its one name
 };
 static_assert(sizeof(Eigen::bfloat16) == sizeof(BFloat16Bits) && sizeof(Eigen::half) == sizeof(HalfBits),
               "EigenAttention: Eigen's 16-bit types are expected to hold their 16 bits only");

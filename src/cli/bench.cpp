@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "../index.hpp"
 #include "commands.hpp"
 
 namespace EigenAttention {
@@ -48,7 +49,7 @@ double median_seconds(double budget, F&& f) {
 }  // namespace
 
 int bench_command(const BenchArgs& args) {
-  constexpr long d = 64;
+  constexpr index_t d = 64;
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
   const double budget = args.quick ? 0.05 : 0.25;
   std::vector<int> thread_counts{1};
@@ -60,7 +61,7 @@ int bench_command(const BenchArgs& args) {
   std::printf("  %-11s %5s %8s %10s %9s\n", "call", "T", "threads", "time/ms", "GFLOP/s");
   std::fflush(stdout);
   for (const bool decomposed : {false, true}) {
-    for (const long T : args.quick ? std::vector<long>{256, 512} : std::vector<long>{1024, 2048}) {
+    for (const index_t T : args.quick ? std::vector<index_t>{256, 512} : std::vector<index_t>{1024, 2048}) {
       const std::vector<float> q = random_values(std::size_t(T * d), 1),
                                k = random_values(std::size_t(T * d), 2),
                                v = random_values(std::size_t(T * d), 3);

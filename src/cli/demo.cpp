@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 #include <vector>
+#include "../index.hpp"
 
 namespace EigenAttention {
 namespace cli {
@@ -91,7 +92,7 @@ void print_table(const std::vector<Block>& blocks) {
     std::printf("  %d %-*s", i, kRowLabel - 4, kTokens[i]);
     for (const Block& b : blocks) {
       std::printf("  ");
-      for (Eigen::Index j = 0; j < b.values.cols(); ++j) {
+      for (index_t j = 0; j < b.values.cols(); ++j) {
         const double x = b.values(i, j);
         if (b.dash_zeros && x == 0.0)
           std::printf("%*s", b.width, "-");
@@ -160,9 +161,9 @@ class Random {
   std::uint64_t state_;
 };
 
-ea::RowMatrix<float> random_matrix(Eigen::Index rows, Eigen::Index cols, Random& rng) {
+ea::RowMatrix<float> random_matrix(index_t rows, index_t cols, Random& rng) {
   ea::RowMatrix<float> m(rows, cols);
-  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = rng.next();
+  for (index_t i = 0; i < m.size(); ++i) m.data()[i] = rng.next();
   return m;
 }
 
@@ -181,14 +182,14 @@ double median_seconds(int runs, F&& f) {
 }
 
 // Times both calls without and with the mask; returns false when they disagree.
-bool time_calls(Eigen::Index T, Eigen::Index d, int runs) {
+bool time_calls(index_t T, index_t d, int runs) {
   Random rng(20240607);
   const ea::RowMatrix<float> Q = random_matrix(T, d, rng), K = random_matrix(T, d, rng),
                              V = random_matrix(T, d, rng);
   const std::vector<ea::Kernel> kernels = ea::available_kernels();
 
   std::printf("Timing: T_q = T_k = %ld, d_k = d_v = %ld, float, kernel auto (= %s), median of %d runs\n",
-              static_cast<long>(T), static_cast<long>(d), ea::kernel_name(kernels.front()), runs);
+              static_cast<index_t>(T), static_cast<index_t>(d), ea::kernel_name(kernels.front()), runs);
   std::printf("  %-24s %-7s %12s %10s %12s\n", "call", "mask", "median", "GFLOP/s", "ATTN diff");
 
   bool ok = true;
@@ -220,7 +221,7 @@ bool time_calls(Eigen::Index T, Eigen::Index d, int runs) {
   std::printf(
       "  attention_decomposed() also returns the %ld x %ld SCORES (%.1f MiB); attention() never\n"
       "  forms them.\n",
-      static_cast<long>(T), static_cast<long>(T), double(T) * double(T) * sizeof(float) / (1 << 20));
+      static_cast<index_t>(T), static_cast<index_t>(T), double(T) * double(T) * sizeof(float) / (1 << 20));
   return ok;
 }
 

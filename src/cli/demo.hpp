@@ -7,13 +7,15 @@
 
 #include <Eigen/Core>
 
+#include "../index.hpp"
+
 namespace EigenAttention {
 namespace cli {
 
 struct DemoSettings {
-  long tokens = 2048;  ///< T_q = T_k of the timed problem
-  long dim = 64;       ///< d_k = d_v of the timed problem
-  long runs = 7;       ///< timed runs per call, after one warm-up
+  index_t tokens = 2048;  ///< T_q = T_k of the timed problem
+  index_t dim = 64;       ///< d_k = d_v of the timed problem
+  index_t runs = 7;       ///< timed runs per call, after one warm-up
   /// --quick: the same walk-through, timed on a small problem (T = 256, 3 runs).
   static DemoSettings quick() { return {256, 64, 3}; }
 };

@@ -8,6 +8,7 @@
 
 #include <EigenAttention/AtomicFile.hpp>
 
+#include "../index.hpp"
 #include "../text.hpp"
 #include "heatmap_layout.hpp"
 #include "heatmap_png.hpp"
@@ -24,7 +25,7 @@ struct Image {
 };
 
 // The checks and the picture: everything before the file is touched. Failures name `path`.
-Image draw(const std::string& path, const double* weights, long rows, long cols, long row_stride,
+Image draw(const std::string& path, const double* weights, index_t rows, index_t cols, index_t row_stride,
            const HeatmapOptions& options) {
   const detail::Plan plan = detail::make_plan(path, rows, cols, options);
   if (weights == nullptr) throw detail::heatmap_failure(path, "no weights (null pointer)");
@@ -39,21 +40,21 @@ Image draw(const std::string& path, const double* weights, long rows, long cols,
 
 namespace detail {
 
-HeatmapGeometry heatmap_geometry(const std::string& path, long rows, long cols,
+HeatmapGeometry heatmap_geometry(const std::string& path, index_t rows, index_t cols,
                                  const HeatmapOptions& options) {
   return make_plan(path, rows, cols, options).g;
 }
 
 }  // namespace detail
 
-void write_heatmap_png(AtomicFile& file, const double* weights, long rows, long cols, long row_stride,
-                       const HeatmapOptions& options) {
+void write_heatmap_png(AtomicFile& file, const double* weights, index_t rows, index_t cols,
+                       index_t row_stride, const HeatmapOptions& options) {
   const Image image = draw(file.path(), weights, rows, cols, row_stride, options);
   detail::write_png(file, image.rgb.data(), image.width, image.height);
 }
 
-void write_heatmap_png(const std::string& path, const double* weights, long rows, long cols, long row_stride,
-                       const HeatmapOptions& options) {
+void write_heatmap_png(const std::string& path, const double* weights, index_t rows, index_t cols,
+                       index_t row_stride, const HeatmapOptions& options) {
   if (path.empty()) throw std::runtime_error("heatmap: empty output path");
   // Everything that can run out of memory happens before the file is created.
   const Image image = draw(path, weights, rows, cols, row_stride, options);

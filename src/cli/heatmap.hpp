@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <EigenAttention/AtomicFile.hpp>
+#include "../index.hpp"
 
 namespace EigenAttention {
 namespace cli {
@@ -48,12 +49,12 @@ struct HeatmapOptions {
 //   its labels are the weights at its ticks, and the legend says "log scale".
 // - Throws for rows or cols < 1, a null `weights`, row_stride < cols (when rows > 1), a label count
 //   that does not match, max_cells < 1, cell_pixels < 0 or an image above 16384 px a side.
-void write_heatmap_png(const std::string& path, const double* weights, long rows, long cols, long row_stride,
-                       const HeatmapOptions& options);
+void write_heatmap_png(const std::string& path, const double* weights, index_t rows, index_t cols,
+                       index_t row_stride, const HeatmapOptions& options);
 // The same, written to `file` (one of several outputs committed together); the caller commits
 // it. Failures name file.path().
-void write_heatmap_png(AtomicFile& file, const double* weights, long rows, long cols, long row_stride,
-                       const HeatmapOptions& options);
+void write_heatmap_png(AtomicFile& file, const double* weights, index_t rows, index_t cols,
+                       index_t row_stride, const HeatmapOptions& options);
 
 namespace detail {
 
@@ -85,15 +86,15 @@ ColourScale colour_scale(HeatmapScale scale, const std::vector<double>& cells);
 
 struct HeatmapGeometry {
   int width = 0, height = 0;                       // the whole image, in pixels
-  long block_rows = 1, block_cols = 1;             // pooling block (1 = not pooled)
-  long cell_rows = 0, cell_cols = 0;               // cells drawn (after pooling)
+  index_t block_rows = 1, block_cols = 1;          // pooling block (1 = not pooled)
+  index_t cell_rows = 0, cell_cols = 0;            // cells drawn (after pooling)
   int cell_w = 0, cell_h = 0;                      // pixels per cell
   int heat_x = 0, heat_y = 0;                      // top-left pixel of cell (0, 0)
   int bar_x = 0, bar_y = 0, bar_w = 0, bar_h = 0;  // the colour bar (top = largest value)
 };
 // The layout for these dimensions and options (it does not depend on the values). Throws
 // std::runtime_error("<path>: <problem>") for the argument errors write_heatmap_png throws for.
-HeatmapGeometry heatmap_geometry(const std::string& path, long rows, long cols,
+HeatmapGeometry heatmap_geometry(const std::string& path, index_t rows, index_t cols,
                                  const HeatmapOptions& options);
 
 }  // namespace detail

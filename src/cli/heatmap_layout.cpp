@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "../index.hpp"
 #include "../text.hpp"
 
 namespace EigenAttention {
@@ -19,25 +20,25 @@ std::runtime_error heatmap_failure(const std::string& path, const std::string& p
 
 namespace {
 
-long ceil_div(long a, long b) { return (a + b - 1) / b; }
+index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
 
 // The smallest of 1, 2, 5, 10, 20, 50, ... that is at least `at_least`.
-long nice_step(long at_least) {
-  for (long base = 1;; base *= 10) {
-    for (const long m : {1L, 2L, 5L}) {
+index_t nice_step(index_t at_least) {
+  for (index_t base = 1;; base *= 10) {
+    for (const index_t m : {1L, 2L, 5L}) {
       if (base * m >= at_least) return base * m;
     }
-    if (base > std::numeric_limits<long>::max() / 100) return at_least;
+    if (base > std::numeric_limits<index_t>::max() / 100) return at_least;
   }
 }
 
-void make_axis(Axis& axis, long size, int max_cells, const std::vector<std::string>& labels) {
+void make_axis(Axis& axis, index_t size, int max_cells, const std::vector<std::string>& labels) {
   axis.size = size;
   axis.block = ceil_div(size, max_cells);
   axis.cells = ceil_div(size, axis.block);
   axis.tokens = !labels.empty() && axis.block == 1;
   axis.labels.clear();
-  for (long c = 0; c < axis.cells; ++c) {
+  for (index_t c = 0; c < axis.cells; ++c) {
     axis.labels.push_back(axis.tokens ? fit(printable(labels[static_cast<std::size_t>(c)]), kMaxLabelChars)
                                       : std::to_string(c * axis.block));
     axis.max_label_chars = std::max(axis.max_label_chars, axis.labels.back().size());
@@ -47,10 +48,10 @@ void make_axis(Axis& axis, long size, int max_cells, const std::vector<std::stri
 // Ticks every `step` cells from 0, at least `spacing_px` apart: every `need`-th token, or indices
 // (of each block's first element) at 1, 2, 5, 10, 20, ... steps.
 void make_ticks(Axis& axis, int cell_px, int spacing_px) {
-  const long need = std::max<long>(1, ceil_div(spacing_px, cell_px));
-  const long step = axis.tokens ? need : nice_step(need);
+  const index_t need = std::max<index_t>(1, ceil_div(spacing_px, cell_px));
+  const index_t step = axis.tokens ? need : nice_step(need);
   axis.ticks.clear();
-  for (long c = 0; c < axis.cells; c += step)
+  for (index_t c = 0; c < axis.cells; c += step)
     axis.ticks.push_back(Tick{c, axis.labels[static_cast<std::size_t>(c)]});
 }
 
@@ -144,18 +145,18 @@ void lay_out(Plan& p, const std::string& full_title, int cell_w, int cell_h) {
 
 }  // namespace
 
-Plan make_plan(const std::string& path, long rows, long cols, const HeatmapOptions& options) {
+Plan make_plan(const std::string& path, index_t rows, index_t cols, const HeatmapOptions& options) {
   if (rows < 1 || cols < 1) {
     throw heatmap_failure(path,
                           "cannot draw a " + std::to_string(rows) + " x " + std::to_string(cols) + " matrix");
   }
   if (options.max_cells < 1) throw heatmap_failure(path, "max_cells must be at least 1");
   if (options.cell_pixels < 0) throw heatmap_failure(path, "cell_pixels must not be negative");
-  if (!options.row_labels.empty() && static_cast<long>(options.row_labels.size()) != rows) {
+  if (!options.row_labels.empty() && static_cast<index_t>(options.row_labels.size()) != rows) {
     throw heatmap_failure(path, counted(static_cast<long long>(options.row_labels.size()), "row label") +
                                     " for " + counted(rows, "row"));
   }
-  if (!options.col_labels.empty() && static_cast<long>(options.col_labels.size()) != cols) {
+  if (!options.col_labels.empty() && static_cast<index_t>(options.col_labels.size()) != cols) {
     throw heatmap_failure(path, counted(static_cast<long long>(options.col_labels.size()), "column label") +
                                     " for " + counted(cols, "column"));
   }
@@ -183,13 +184,13 @@ Plan make_plan(const std::string& path, long rows, long cols, const HeatmapOptio
     // cells, when column tokens stand upright, their tallest), at most kMaxCellPixels; a thin side
     // then grows towards kHeatMin pixels within the same room.
     lay_out(p, options.title, 1, 1);
-    const long room_w = std::max(1L, kImageTarget - (g.width - g.cell_cols));
-    const long room_h = std::max(1L, kImageTarget - (g.height - g.cell_rows));
-    const long base =
-        std::clamp(std::min(room_w / g.cell_cols, room_h / g.cell_rows), 1L, long{kMaxCellPixels});
-    const auto grown = [base](long cells, long room) {
+    const index_t room_w = std::max(1L, kImageTarget - (g.width - g.cell_cols));
+    const index_t room_h = std::max(1L, kImageTarget - (g.height - g.cell_rows));
+    const index_t base =
+        std::clamp(std::min(room_w / g.cell_cols, room_h / g.cell_rows), 1L, index_t{kMaxCellPixels});
+    const auto grown = [base](index_t cells, index_t room) {
       return static_cast<int>(
-          std::max(base, std::min({long{kMaxCellPixels}, kHeatMin / cells, room / cells})));
+          std::max(base, std::min({index_t{kMaxCellPixels}, kHeatMin / cells, room / cells})));
     };
     lay_out(p, options.title, grown(g.cell_cols, room_w), grown(g.cell_rows, room_h));
   }

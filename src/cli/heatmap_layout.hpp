@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../index.hpp"
 #include "heatmap.hpp"
 #include "heatmap_text.hpp"
 
@@ -20,8 +21,9 @@ inline constexpr int kGap = 4;   // between a tick and its label
 inline constexpr std::size_t kMaxLabelChars = 16;
 inline constexpr std::size_t kMinTitleChars = 24;  // a title may widen the image to this many characters
 inline constexpr int kMaxSide = 16384;
-inline constexpr long kImageTarget = 1400;  // chosen cells keep the image within this many pixels a side...
-inline constexpr long kHeatMin = 120;       // ...and, that allowing, make the cells at least this many
+inline constexpr index_t kImageTarget =
+    1400;                                 // chosen cells keep the image within this many pixels a side...
+inline constexpr index_t kHeatMin = 120;  // ...and, that allowing, make the cells at least this many
 inline constexpr int kMaxCellPixels = 24;
 inline constexpr int kBarGap = 24;
 inline constexpr int kBarW = 18;
@@ -35,12 +37,12 @@ inline constexpr int kLegendPitch = kLineH + 6;
 std::runtime_error heatmap_failure(const std::string& path, const std::string& problem);
 
 struct Tick {
-  long cell;
+  index_t cell;
   std::string text;
 };
 
 struct Axis {
-  long size = 0, block = 1, cells = 0;
+  index_t size = 0, block = 1, cells = 0;
   bool tokens = false;              // token labels (given, and not pooled), else indices
   std::vector<std::string> labels;  // every cell's label, printable and cut to kMaxLabelChars
   std::size_t max_label_chars = 0;  // over all of them (the layout does not depend on the ticks)
@@ -64,7 +66,7 @@ struct Plan {
 
 // The plan for these dimensions and options. Throws heatmap_failure(path, ...) for the argument
 // errors write_heatmap_png throws for (heatmap.hpp).
-Plan make_plan(const std::string& path, long rows, long cols, const HeatmapOptions& options);
+Plan make_plan(const std::string& path, index_t rows, index_t cols, const HeatmapOptions& options);
 
 }  // namespace detail
 }  // namespace cli

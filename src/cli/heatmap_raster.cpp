@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "../index.hpp"
 #include "heatmap_text.hpp"
 
 namespace EigenAttention {
@@ -30,19 +31,19 @@ std::string format_weight(double v) {
 }
 
 // The cells after pooling (means over blocks), row-major.
-std::vector<double> pool(const double* weights, long rows, long cols, long row_stride,
+std::vector<double> pool(const double* weights, index_t rows, index_t cols, index_t row_stride,
                          const HeatmapGeometry& g) {
   const auto cells = static_cast<std::size_t>(g.cell_rows * g.cell_cols);
   std::vector<double> sum(cells, 0.0);
-  for (long i = 0; i < rows; ++i) {
+  for (index_t i = 0; i < rows; ++i) {
     const double* row = weights + i * row_stride;
     double* out = &sum[static_cast<std::size_t>((i / g.block_rows) * g.cell_cols)];
-    for (long j = 0; j < cols; ++j) out[j / g.block_cols] += row[j];
+    for (index_t j = 0; j < cols; ++j) out[j / g.block_cols] += row[j];
   }
-  for (long ci = 0; ci < g.cell_rows; ++ci) {
-    const long h = std::min(g.block_rows, rows - ci * g.block_rows);
-    for (long cj = 0; cj < g.cell_cols; ++cj) {
-      const long w = std::min(g.block_cols, cols - cj * g.block_cols);
+  for (index_t ci = 0; ci < g.cell_rows; ++ci) {
+    const index_t h = std::min(g.block_rows, rows - ci * g.block_rows);
+    for (index_t cj = 0; cj < g.cell_cols; ++cj) {
+      const index_t w = std::min(g.block_cols, cols - cj * g.block_cols);
       sum[static_cast<std::size_t>(ci * g.cell_cols + cj)] /= static_cast<double>(h * w);
     }
   }
@@ -121,8 +122,8 @@ void Canvas::frame(int x, int y, int w, int h, Rgb c) {
   fill(x + w, y, 1, h, c);
 }
 
-std::vector<unsigned char> render(const Plan& p, const double* weights, long rows, long cols,
-                                  long row_stride) {
+std::vector<unsigned char> render(const Plan& p, const double* weights, index_t rows, index_t cols,
+                                  index_t row_stride) {
   const HeatmapGeometry& g = p.g;
   const std::vector<double> cells = pool(weights, rows, cols, row_stride, g);
   const ColourScale scale = colour_scale(p.scale, cells);
@@ -139,8 +140,8 @@ std::vector<unsigned char> render(const Plan& p, const double* weights, long row
     if (v == 0.0) return kMaskedColour;
     return colour_map(scale.position(v));
   };
-  for (long i = 0; i < g.cell_rows; ++i) {
-    for (long j = 0; j < g.cell_cols; ++j) {
+  for (index_t i = 0; i < g.cell_rows; ++i) {
+    for (index_t j = 0; j < g.cell_cols; ++j) {
       canvas.fill(g.heat_x + static_cast<int>(j) * g.cell_w, g.heat_y + static_cast<int>(i) * g.cell_h,
                   g.cell_w, g.cell_h, colour_of(cells[static_cast<std::size_t>(i * g.cell_cols + j)]));
     }

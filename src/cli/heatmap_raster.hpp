@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "../index.hpp"
 #include "heatmap.hpp"
 #include "heatmap_layout.hpp"
 
@@ -35,8 +36,8 @@ class Canvas {
 
 // The picture of the rows x cols weights (rows row_stride apart) as `plan` lays it out: the
 // cells (pooled), the frame, title, ticks and labels, the colour bar and the legend, as RGB.
-std::vector<unsigned char> render(const Plan& plan, const double* weights, long rows, long cols,
-                                  long row_stride);
+std::vector<unsigned char> render(const Plan& plan, const double* weights, index_t rows, index_t cols,
+                                  index_t row_stride);
 
 }  // namespace detail
 }  // namespace cli

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../index.hpp"
 #include "commands.hpp"
 #include "demo.hpp"
 #include "heatmap.hpp"
@@ -19,6 +20,7 @@
 
 namespace ea = EigenAttention;
 namespace cli = EigenAttention::cli;
+using EigenAttention::internal::index_t;
 
 namespace {
 
@@ -194,7 +196,7 @@ int run_main(int argc, char** argv) {
           const long long v = cli::parse_integer(option, *text);
           if (v <= 0 || v > 1 << 20)
             throw cli::usage_error(option, "must be a positive integer, got " + *text);
-          *field = static_cast<long>(v);
+          *field = static_cast<index_t>(v);
         }
         const int status = cli::run_demo(settings);
         if (!demo_heatmap.empty()) {

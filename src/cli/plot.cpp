@@ -10,6 +10,7 @@
 
 #include <Eigen/Core>
 
+#include "../index.hpp"
 #include "commands.hpp"
 #include "heatmap.hpp"
 #include "util.hpp"
@@ -53,8 +54,8 @@ void draw_weights(AtomicFile& file, const T* weights, std::int64_t rows, std::in
     if (rows == cols) options.row_labels = options.col_labels;
   }
   try {
-    write_heatmap_png(file, block.data(), static_cast<long>(rows), static_cast<long>(cols),
-                      static_cast<long>(cols), options);
+    write_heatmap_png(file, block.data(), static_cast<index_t>(rows), static_cast<index_t>(cols),
+                      static_cast<index_t>(cols), options);
   } catch (const npy::Error&) {
     throw;  // an I/O error, naming the file
   } catch (const std::runtime_error& e) {

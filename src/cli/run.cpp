@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../index.hpp"
 #include "commands.hpp"
 #include "distributed.hpp"
 #include "plot.hpp"
@@ -27,31 +28,16 @@ namespace {
 
 using npy::Array;
 using npy::DType;
-using I64 = std::int64_t;
 
 bool is_float(DType d) { return d == DType::Float32 || d == DType::Float64 || d == DType::Float16; }
 
-// The type a run computes in (--compute): the type of the library call.
-enum class Compute { Float, Double, BFloat16, Half };
-
-// Its name in messages: NumPy's, and bfloat16.
-const char* type_name(Compute c) {
-  switch (c) {
-    case Compute::Float:
-      return "float32";
-    case Compute::Double:
-      return "float64";
-    case Compute::BFloat16:
-      return "bfloat16";
-    case Compute::Half:
-      return "float16";
-  }
-  return "?";
-}
+// The type a run computes in (--compute) is the type of the library call: a ScalarType, named
+// in messages by scalar_type_name().
+using Compute = ScalarType;
 
 // The compute type of files of dtype `d` (float16, float32 or float64).
 Compute compute_of(DType d) {
-  return d == DType::Float64 ? Compute::Double : d == DType::Float16 ? Compute::Half : Compute::Float;
+  return d == DType::Float64 ? Compute::Float64 : d == DType::Float16 ? Compute::Float16 : Compute::Float32;
 }
 
 // An input file and the option that named it.
@@ -59,7 +45,7 @@ struct Input {
   std::string option, path;
   Array a;
   bool given() const { return !path.empty(); }
-  const std::vector<I64>& shape() const { return a.shape; }
+  const std::vector<std::int64_t>& shape() const { return a.shape; }
 };
 
 Input load(const std::string& option, const std::string& path) {
@@ -68,7 +54,7 @@ Input load(const std::string& option, const std::string& path) {
   return in;
 }
 
-std::string dims(const std::vector<I64>& shape) {
+std::string dims(const std::vector<std::int64_t>& shape) {
   return shape_string(shape) + " (" + std::to_string(shape.size()) + "-D)";
 }
 
@@ -78,7 +64,7 @@ struct Settings {
   std::optional<Compute> compute;  // --compute; none: the inputs' own type
   Layout layout = Layout::BHTD;
   bool weights = false;  // SCORES needed: --scores or --heatmap
-  I64 batch = 0, head = 0;
+  std::int64_t batch = 0, head = 0;
   bool batch_given = false, head_given = false;
 };
 
@@ -102,13 +88,13 @@ Settings parse_settings(const RunArgs& a) {
   }
   if (a.compute_given || !a.compute.empty()) {
     if (a.compute == "float") {
-      s.compute = Compute::Float;
+      s.compute = Compute::Float32;
     } else if (a.compute == "double") {
-      s.compute = Compute::Double;
+      s.compute = Compute::Float64;
     } else if (a.compute == "bf16") {
       s.compute = Compute::BFloat16;
     } else if (a.compute == "half") {
-      s.compute = Compute::Half;
+      s.compute = Compute::Float16;
     } else {
       throw usage_error("--compute", "'" + a.compute + "' is none of float, double, bf16, half");
     }
@@ -143,8 +129,8 @@ Settings parse_settings(const RunArgs& a) {
     if (left < -1 || right < -1) {
       throw usage_error("--window", "'" + a.window + "': each side must be >= 0, or -1 for unbounded");
     }
-    s.opt.window_left = static_cast<std::ptrdiff_t>(left);
-    s.opt.window_right = static_cast<std::ptrdiff_t>(right);
+    s.opt.window_left = static_cast<index_t>(left);
+    s.opt.window_right = static_cast<index_t>(right);
   }
   const long long threads = parse_integer("--threads", a.threads);
   if (threads < 0 || threads > 1 << 20) {
@@ -179,11 +165,12 @@ Settings parse_settings(const RunArgs& a) {
 // The sizes of a run, from Q, K and V, with their consistency checked (naming the files).
 struct Geometry {
   int rank = 2;
-  I64 B = 1, H = 1, Hkv = 1, Tq = 0, Tk = 0, dk = 0, dv = 0;
+  std::int64_t B = 1, H = 1, Hkv = 1, Tq = 0, Tk = 0, dk = 0, dv = 0;
 };
 
 // (batch, heads, tokens, dim) of a 2-D or 4-D input.
-void sizes_of(const Input& in, Layout layout, I64& b, I64& h, I64& t, I64& d) {
+void sizes_of(const Input& in, Layout layout, std::int64_t& b, std::int64_t& h, std::int64_t& t,
+              std::int64_t& d) {
   const auto& s = in.shape();
   if (s.size() == 2) {
     b = h = 1, t = s[0], d = s[1];
@@ -219,7 +206,7 @@ Geometry check_inputs(const Input& q, const Input& k, const Input& v, Layout lay
   }
   Geometry g;
   g.rank = static_cast<int>(q.shape().size());
-  I64 kb, kd, vb, vh, vt;
+  std::int64_t kb, kd, vb, vh, vt;
   sizes_of(q, layout, g.B, g.H, g.Tq, g.dk);
   sizes_of(k, layout, kb, g.Hkv, g.Tk, kd);
   sizes_of(v, layout, vb, vh, vt, g.dv);
@@ -270,14 +257,14 @@ void check_mask_shape(const Input& m, const Geometry& g) {
 }
 
 template <typename E>
-BroadcastView<E> broadcast_of(const E* data, const std::vector<I64>& s) {
+BroadcastView<E> broadcast_of(const E* data, const std::vector<std::int64_t>& s) {
   if (s.size() == 2) return BroadcastView<E>::matrix(data, s[0], s[1]);
   return {data, s[0], s[1], s[2], s[3], s[0] == 1 ? 0 : s[1] * s[2] * s[3], s[1] == 1 ? 0 : s[2] * s[3],
           s[3], 1};
 }
 
 // A vector input with one entry per batch entry or head: shape [n] (or a scalar when n is 1).
-void check_vector_shape(const Input& in, I64 n, const std::string& what) {
+void check_vector_shape(const Input& in, std::int64_t n, const std::string& what) {
   const auto& s = in.shape();
   if (!((s.size() == 1 && s[0] == n) || (s.empty() && n == 1))) {
     throw Failure(in.path,
@@ -286,11 +273,11 @@ void check_vector_shape(const Input& in, I64 n, const std::string& what) {
 }
 
 // --key-lengths: one int32 or int64 per batch entry, each in [0, T_k], widened to int64.
-std::vector<I64> key_lengths_of(const Input& lengths, const Geometry& g) {
+std::vector<std::int64_t> key_lengths_of(const Input& lengths, const Geometry& g) {
   check_vector_shape(lengths, g.B, "one key length per batch entry");
-  std::vector<I64> out;
+  std::vector<std::int64_t> out;
   if (lengths.a.dtype == DType::Int64) {
-    const I64* p = lengths.a.data<I64>();
+    const std::int64_t* p = lengths.a.data<std::int64_t>();
     out.assign(p, p + lengths.a.size());
   } else if (lengths.a.dtype == DType::Int32) {
     const std::int32_t* p = lengths.a.data<std::int32_t>();
@@ -414,7 +401,7 @@ const T* values_of(const Array& a, std::vector<T>& store) {
 template <typename T>
 class Buffer {
  public:
-  void allocate(std::vector<I64> shape) {
+  void allocate(std::vector<std::int64_t> shape) {
     if constexpr (kNumpyHolds<T>) {
       array_ = npy::zeros<T>(std::move(shape));
     } else {
@@ -425,8 +412,8 @@ class Buffer {
     allocated_ = true;
   }
   bool allocated() const { return allocated_; }
-  I64 size() const { return allocated_ ? array_.size() : 0; }
-  const std::vector<I64>& shape() const { return array_.shape; }
+  std::int64_t size() const { return allocated_ ? array_.size() : 0; }
+  const std::vector<std::int64_t>& shape() const { return array_.shape; }
   // Never null (the library takes a non-null pointer for an empty view).
   T* data() {
     static T dummy[1] = {};
@@ -438,7 +425,7 @@ class Buffer {
     }
   }
   const T* data() const { return const_cast<Buffer*>(this)->data(); }
-  double at(I64 i) const { return to_double(data()[i]); }
+  double at(std::int64_t i) const { return to_double(data()[i]); }
   // The dtype of the file it is written to.
   DType file_dtype() const { return kNumpyHolds<T> ? dtype_of<T>() : DType::Float32; }
   // The array to write (bfloat16 widened to float32: exact).
@@ -465,8 +452,8 @@ struct Job {
   const Settings& s;
   const Input &q, &k, &v, &mask, &lengths, &alibi;
   const Geometry& g;
-  Layout layout;                 // of Q, K, V and ATTN (bhtd for 2-D inputs)
-  std::vector<I64> key_lengths;  // --key-lengths, widened to int64
+  Layout layout;                          // of Q, K, V and ATTN (bhtd for 2-D inputs)
+  std::vector<std::int64_t> key_lengths;  // --key-lengths, widened to int64
 };
 
 // What a computation gives: ATTN in the inputs' layout, SCORES per head [B, H, T_q, T_k]
@@ -486,7 +473,8 @@ Result<T> compute(const Job& j, bool average) {
   using C = ComputeScalar<T>;
   const Geometry& g = j.g;
   std::vector<T> qs, ks, vs, bias, slopes;
-  const auto view = [&](const Input& in, std::vector<T>& store, I64 heads, I64 tokens, I64 dim) {
+  const auto view = [&](const Input& in, std::vector<T>& store, std::int64_t heads, std::int64_t tokens,
+                        std::int64_t dim) {
     const T* p = values_of<T, Via>(in.a, store);
     if (g.rank == 2) return HeadsView<const T>::bhtd(p, 1, 1, tokens, dim);
     return HeadsView<const T>::contiguous(p, j.layout, g.B, heads, tokens, dim);
@@ -510,21 +498,23 @@ Result<T> compute(const Job& j, bool average) {
   // SCORES always with the heads before the tokens ([B, H, T_q] and [B, H, T_q, T_k],
   // PyTorch's and FlashAttention's order for them), so that a 4-D SCORES file has one meaning.
   Result<T> r;
-  r.attn.allocate(g.rank == 2                ? std::vector<I64>{g.Tq, g.dv}
-                  : j.layout == Layout::BHTD ? std::vector<I64>{g.B, g.H, g.Tq, g.dv}
-                                             : std::vector<I64>{g.B, g.Tq, g.H, g.dv});
+  r.attn.allocate(g.rank == 2                ? std::vector<std::int64_t>{g.Tq, g.dv}
+                  : j.layout == Layout::BHTD ? std::vector<std::int64_t>{g.B, g.H, g.Tq, g.dv}
+                                             : std::vector<std::int64_t>{g.B, g.Tq, g.H, g.dv});
   const auto O = HeadsView<T>::contiguous(r.attn.data(), j.layout, g.B, g.H, g.Tq, g.dv);
   HeadsView<C> L;
   if (!j.a.lse.empty()) {
-    r.lse.allocate(g.rank == 2 ? std::vector<I64>{g.Tq} : std::vector<I64>{g.B, g.H, g.Tq});
+    r.lse.allocate(g.rank == 2 ? std::vector<std::int64_t>{g.Tq} : std::vector<std::int64_t>{g.B, g.H, g.Tq});
     L = HeadsView<C>::bhtd(r.lse.data(), g.B, g.H, g.Tq, 1);
   }
   HeadsView<T> S, A;
   if (j.s.weights) {
-    r.scores.allocate(g.rank == 2 ? std::vector<I64>{g.Tq, g.Tk} : std::vector<I64>{g.B, g.H, g.Tq, g.Tk});
+    r.scores.allocate(g.rank == 2 ? std::vector<std::int64_t>{g.Tq, g.Tk}
+                                  : std::vector<std::int64_t>{g.B, g.H, g.Tq, g.Tk});
     if (r.scores.size() > 0) S = HeadsView<T>::bhtd(r.scores.data(), g.B, g.H, g.Tq, g.Tk);
     if (average) {
-      r.average.allocate(g.rank == 2 ? std::vector<I64>{g.Tq, g.Tk} : std::vector<I64>{g.B, g.Tq, g.Tk});
+      r.average.allocate(g.rank == 2 ? std::vector<std::int64_t>{g.Tq, g.Tk}
+                                     : std::vector<std::int64_t>{g.B, g.Tq, g.Tk});
       if (r.average.size() > 0) A = HeadsView<T>::bhtd(r.average.data(), g.B, 1, g.Tq, g.Tk);
     }
   }
@@ -544,7 +534,7 @@ Result<T> compute(const Job& j, bool average) {
 template <typename A, typename B>
 double max_difference(const Buffer<A>& x, const Buffer<B>& y) {
   double worst = 0;
-  for (I64 i = 0; i < x.size(); ++i) {
+  for (std::int64_t i = 0; i < x.size(); ++i) {
     const double a = x.at(i), b = y.at(i);
     if (a == b || (std::isnan(a) && std::isnan(b))) continue;
     const double d = std::fabs(a - b);
@@ -558,7 +548,7 @@ double max_difference(const Buffer<A>& x, const Buffer<B>& y) {
 template <typename A>
 double max_magnitude(const Buffer<A>& x) {
   double largest = 0;
-  for (I64 i = 0; i < x.size(); ++i) {
+  for (std::int64_t i = 0; i < x.size(); ++i) {
     const double a = std::fabs(x.at(i));
     if (std::isfinite(a) && a > largest) largest = a;
   }
@@ -574,7 +564,7 @@ double rounding_of(const Job& j) {
     const double* e = values_of<double>(in->a, exact);
     std::vector<float> store;
     const float* r = values_of<float, V>(in->a, store);
-    for (I64 i = 0; i < in->a.size(); ++i) {
+    for (std::int64_t i = 0; i < in->a.size(); ++i) {
       const double x = e[i], y = static_cast<double>(r[i]);
       if (x == y || std::isnan(x)) continue;  // NaN stays NaN
       const double d = std::fabs(x - y);      // inf when a finite value overflows
@@ -609,7 +599,7 @@ std::vector<Difference> differences(const Result<T>& got, const Result<R>& exact
 struct Written {
   std::string what, path;
   DType dtype;
-  std::vector<I64> shape;
+  std::vector<std::int64_t> shape;
 };
 
 template <typename T>
@@ -686,7 +676,7 @@ int run_typed(const Job& j, OutputFiles& files, const std::vector<AtomicFile*>& 
       }
     }
     if (rounds) {
-      const char* name = type_name(type);
+      const char* name = scalar_type_name(type);
       std::printf("compute %s: Q, K and V rounded to %s (max abs rounding %.3e), computed in float32%s\n",
                   name, name, rounding,
                   kNumpyHolds<T> ? "" : "; outputs written as float32 (NumPy has no bfloat16)");
@@ -707,8 +697,8 @@ template <typename C>
 void check_options(const RunArgs& a, const Settings& s, const Input& q, const Geometry& g, Compute compute) {
   // "float32 (the compute type)", "float32 (bfloat16 computes in float32)", ...
   const std::string type = std::string(std::is_same_v<C, double> ? "float64" : "float32") +
-                           (compute == Compute::BFloat16 || compute == Compute::Half
-                                ? std::string(" (") + type_name(compute) + " computes in float32)"
+                           (compute == Compute::BFloat16 || compute == Compute::Float16
+                                ? std::string(" (") + scalar_type_name(compute) + " computes in float32)"
                                 : std::string(" (the compute type)"));
   if (s.opt.scale) {
     const C scale = static_cast<C>(*s.opt.scale);
@@ -753,7 +743,7 @@ int run_command(const RunArgs& a) {
 
   progress.phase("preparing");
   const Compute compute = s.compute ? *s.compute : compute_of(q.a.dtype);
-  if (compute == Compute::Double) {
+  if (compute == Compute::Float64) {
     check_options<double>(a, s, q, g, compute);
   } else {
     check_options<float>(a, s, q, g, compute);
@@ -788,13 +778,13 @@ int run_command(const RunArgs& a) {
   }
 
   switch (compute) {
-    case Compute::Float:
+    case Compute::Float32:
       return run_typed<float>(j, files, outs, progress);
-    case Compute::Double:
+    case Compute::Float64:
       return run_typed<double>(j, files, outs, progress);
     case Compute::BFloat16:
       return run_typed<Eigen::bfloat16>(j, files, outs, progress);
-    case Compute::Half:
+    case Compute::Float16:
       break;
   }
   return run_typed<Eigen::half>(j, files, outs, progress);
@@ -864,13 +854,13 @@ DistributedPlan plan_distributed(const RunArgs& a) {
               v = header_input("--v", a.v, p.v);
   const Geometry g = check_inputs(q, k, v, s.layout);
   const Compute compute = s.compute ? *s.compute : compute_of(q.a.dtype);
-  if (compute == Compute::Half && q.a.dtype != DType::Float16) {
+  if (compute == Compute::Float16 && q.a.dtype != DType::Float16) {
     throw usage_error("--compute",
                       "half of " + std::string(dtype_name(q.a.dtype)) +
                           " files is not supported with --distributed (it computes in float or double; "
                           "float16 files are computed in float32 and written as float16)");
   }
-  if (compute == Compute::Double) {
+  if (compute == Compute::Float64) {
     check_options<double>(a, s, q, g, compute);
   } else {
     check_options<float>(a, s, q, g, compute);
@@ -879,10 +869,10 @@ DistributedPlan plan_distributed(const RunArgs& a) {
   p.layout = g.rank == 2 ? Layout::BHTD : s.layout;
   p.rank = g.rank;
   p.B = g.B, p.H = g.H, p.Hkv = g.Hkv, p.Tq = g.Tq, p.Tk = g.Tk, p.dk = g.dk, p.dv = g.dv;
-  p.compute_double = compute == Compute::Double;
-  p.out_dtype = compute == Compute::Double ? DType::Float64
-                : compute == Compute::Half ? DType::Float16
-                                           : DType::Float32;
+  p.compute_double = compute == Compute::Float64;
+  p.out_dtype = compute == Compute::Float64   ? DType::Float64
+                : compute == Compute::Float16 ? DType::Float16
+                                              : DType::Float32;
   p.lse_dtype = p.compute_double ? DType::Float64 : DType::Float32;
 
   // The small inputs are read whole, by every rank.

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "index.hpp"
 #include "kernels/abi.hpp"
 
 namespace EigenAttention {
@@ -50,8 +51,8 @@ T from_compute(ComputeScalar<T> x) {
 
 /// dst[0, n) = src[0, n * stride) widened to float (stride in elements).
 template <typename T>
-void widen(const T* src, std::ptrdiff_t stride, std::ptrdiff_t n, float* dst) {
-  std::ptrdiff_t j = 0;
+void widen(const T* src, index_t stride, index_t n, float* dst) {
+  index_t j = 0;
   if (stride == 1) {
     if constexpr (std::is_same_v<T, BFloat16Bits>) {
 #if defined(__AVX512F__)
@@ -85,8 +86,8 @@ void widen(const T* src, std::ptrdiff_t stride, std::ptrdiff_t n, float* dst) {
 /// kept bit and truncates, and a NaN becomes the quiet NaN of its sign (0x7fc0 / 0xffc0); half
 /// uses vcvtps2ph, which rounds to nearest even.
 template <typename T>
-void narrow(const float* src, std::ptrdiff_t n, T* dst, std::ptrdiff_t stride) {
-  std::ptrdiff_t j = 0;
+void narrow(const float* src, index_t n, T* dst, index_t stride) {
+  index_t j = 0;
 #if defined(__AVX512F__)
   if (stride == 1) {
     if constexpr (std::is_same_v<T, HalfBits>) {

@@ -16,9 +16,9 @@ template <typename T>
 void reference_kernel(const RawProblem<T>& p) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const auto Q = view(p.q), K = view(p.k), V = view(p.v);
-  const Index tq = Q.rows(), tk = K.rows();
+  const index_t tq = Q.rows(), tk = K.rows();
   // Is key j visible to query i: inside the causal/window/length range, and allowed by the mask?
-  const auto visible = [&](Index i, Index j) {
+  const auto visible = [&](index_t i, index_t j) {
     return j >= p.first_key(i) && j < p.end_key(i) && (p.mask.data == nullptr || view(p.mask)(i, j));
   };
 
@@ -27,22 +27,22 @@ void reference_kernel(const RawProblem<T>& p) {
   // 2. Soft-capping.
   if (p.softcap > 0) logits = (p.softcap * (logits.array() / p.softcap).tanh()).matrix();
   // 3. ALiBi and 4. the additive bias.
-  for (Index i = 0; i < tq; ++i) {
-    for (Index j = 0; j < tk; ++j) {
+  for (index_t i = 0; i < tq; ++i) {
+    for (index_t j = 0; j < tk; ++j) {
       if (p.has_alibi) logits(i, j) -= p.alibi_slope * std::abs(static_cast<T>(i + p.offset - j));
       if (p.bias.data != nullptr) logits(i, j) += view(p.bias)(i, j);
     }
   }
   // 5. Masks: -inf wherever a key is not visible.
-  for (Index i = 0; i < tq; ++i) {
-    for (Index j = 0; j < tk; ++j) {
+  for (index_t i = 0; i < tq; ++i) {
+    for (index_t j = 0; j < tk; ++j) {
       if (!visible(i, j)) logits(i, j) = minus_inf;
     }
   }
   // 6. Row softmax, subtracting each row's maximum; a row with no visible key is all zero.
   RowMatrix<T> scores(tq, tk);
   Vector<T> lse(tq);
-  for (Index i = 0; i < tq; ++i) {
+  for (index_t i = 0; i < tq; ++i) {
     // PropagateNaN: a NaN logit must make the row NaN, never pass for "no visible key".
     const T row_max = tk > 0 ? logits.row(i).template maxCoeff<Eigen::PropagateNaN>() : minus_inf;
     if (row_max == minus_inf) {
@@ -57,7 +57,7 @@ void reference_kernel(const RawProblem<T>& p) {
     scores.row(i) /= sum;
     // Hidden keys stay exactly 0 even when the sum is NaN (a NaN logit this row sees).
     if (std::isnan(sum)) {
-      for (Index j = 0; j < tk; ++j) {
+      for (index_t j = 0; j < tk; ++j) {
         if (!visible(i, j)) scores(i, j) = T(0);
       }
     }
@@ -67,9 +67,9 @@ void reference_kernel(const RawProblem<T>& p) {
   //    even NaN, never reaches it).
   if (p.want_attn) {
     auto attn = view(p.attn);
-    for (Index i = 0; i < tq; ++i) {
+    for (index_t i = 0; i < tq; ++i) {
       attn.row(i).setZero();
-      for (Index j = 0; j < tk; ++j) {
+      for (index_t j = 0; j < tk; ++j) {
         if (visible(i, j)) attn.row(i) += scores(i, j) * V.row(j);
       }
     }
@@ -87,7 +87,8 @@ namespace {
 template <typename T>
 RowMatrix<float> widened(const RawMatrix<const T>& m) {
   RowMatrix<float> w(m.rows, m.cols);
-  for (Index i = 0; i < m.rows; ++i) widen(m.data + i * m.row_stride, m.col_stride, m.cols, w.row(i).data());
+  for (index_t i = 0; i < m.rows; ++i)
+    widen(m.data + i * m.row_stride, m.col_stride, m.cols, w.row(i).data());
   return w;
 }
 
@@ -97,7 +98,7 @@ RawMatrix<const float> raw(const RowMatrix<float>& m) {
 
 template <typename T>
 void narrow_into(const RowMatrix<float>& m, const RawMatrix<T>& out) {
-  for (Index i = 0; i < m.rows(); ++i)
+  for (index_t i = 0; i < m.rows(); ++i)
     narrow(m.row(i).data(), m.cols(), out.data + i * out.row_stride, out.col_stride);
 }
 

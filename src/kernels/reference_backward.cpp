@@ -14,8 +14,8 @@ template <typename T>
 void reference_backward(const RawProblem<T>& p) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const auto Q = view(p.q), K = view(p.k), V = view(p.v), dO = view(p.grad.d_out);
-  const Index tq = Q.rows(), tk = K.rows();
-  const auto visible = [&](Index i, Index j) {
+  const index_t tq = Q.rows(), tk = K.rows();
+  const auto visible = [&](index_t i, index_t j) {
     return j >= p.first_key(i) && j < p.end_key(i) && (p.mask.data == nullptr || view(p.mask)(i, j));
   };
 
@@ -27,8 +27,8 @@ void reference_backward(const RawProblem<T>& p) {
     z = (p.softcap * (z.array() / p.softcap).tanh()).matrix();
     cap = (T(1) - (z.array() / p.softcap).square()).matrix();
   }
-  for (Index i = 0; i < tq; ++i) {
-    for (Index j = 0; j < tk; ++j) {
+  for (index_t i = 0; i < tq; ++i) {
+    for (index_t j = 0; j < tk; ++j) {
       if (p.has_alibi) z(i, j) -= p.alibi_slope * std::abs(static_cast<T>(i + p.offset - j));
       if (p.bias.data != nullptr) z(i, j) += view(p.bias)(i, j);
       if (!visible(i, j)) z(i, j) = minus_inf;
@@ -36,26 +36,26 @@ void reference_backward(const RawProblem<T>& p) {
   }
   // 6. The weights P, row by row (zero for hidden keys and for a row that sees none).
   RowMatrix<T> P = RowMatrix<T>::Zero(tq, tk);
-  for (Index i = 0; i < tq; ++i) {
+  for (index_t i = 0; i < tq; ++i) {
     const T row_max = tk > 0 ? z.row(i).template maxCoeff<Eigen::PropagateNaN>() : minus_inf;
     if (row_max == minus_inf) continue;
-    for (Index j = 0; j < tk; ++j) P(i, j) = visible(i, j) ? std::exp(z(i, j) - row_max) : T(0);
+    for (index_t j = 0; j < tk; ++j) P(i, j) = visible(i, j) ? std::exp(z(i, j) - row_max) : T(0);
     const T sum = P.row(i).sum();
     // Hidden keys stay exactly 0 even when the sum is NaN (a NaN logit this row sees).
-    for (Index j = 0; j < tk; ++j) P(i, j) = visible(i, j) ? P(i, j) / sum : T(0);
+    for (index_t j = 0; j < tk; ++j) P(i, j) = visible(i, j) ? P(i, j) / sum : T(0);
   }
   // dL/dP = dO V^T (+ d_scores), over the visible pairs; dZ = P o (dP - rowsum(P o dP)), the
   // softmax's Jacobian; its hidden entries are 0.
   RowMatrix<T> dZ = RowMatrix<T>::Zero(tq, tk);
-  for (Index i = 0; i < tq; ++i) {
+  for (index_t i = 0; i < tq; ++i) {
     T row_sum = 0;
-    for (Index j = 0; j < tk; ++j) {
+    for (index_t j = 0; j < tk; ++j) {
       if (!visible(i, j)) continue;
       dZ(i, j) = dO.row(i).dot(V.row(j));
       if (p.grad.d_scores.data != nullptr) dZ(i, j) += view(p.grad.d_scores)(i, j);
       row_sum += P(i, j) * dZ(i, j);
     }
-    for (Index j = 0; j < tk; ++j) dZ(i, j) = visible(i, j) ? P(i, j) * (dZ(i, j) - row_sum) : T(0);
+    for (index_t j = 0; j < tk; ++j) dZ(i, j) = visible(i, j) ? P(i, j) * (dZ(i, j) - row_sum) : T(0);
   }
   if (p.grad.d_bias.data != nullptr) view(p.grad.d_bias) += dZ;
   // Through the soft-cap and the scale to Q K^T; then the three products, each over the visible
@@ -63,8 +63,8 @@ void reference_backward(const RawProblem<T>& p) {
   const RowMatrix<T> dS = p.scale * dZ.cwiseProduct(cap);
   auto dq = view(p.grad.dq), dk = view(p.grad.dk), dv = view(p.grad.dv);
   dq.setZero();
-  for (Index i = 0; i < tq; ++i) {
-    for (Index j = 0; j < tk; ++j) {
+  for (index_t i = 0; i < tq; ++i) {
+    for (index_t j = 0; j < tk; ++j) {
       if (!visible(i, j)) continue;
       dq.row(i) += dS(i, j) * K.row(j);
       dk.row(j) += dS(i, j) * Q.row(i);

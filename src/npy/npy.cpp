@@ -19,6 +19,7 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include "index.hpp"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "EigenAttention::npy supports little-endian hosts only (Array::bytes are little-endian)"
@@ -26,6 +27,7 @@
 
 namespace EigenAttention {
 namespace npy {
+using internal::index_t;
 
 namespace {
 
@@ -86,7 +88,7 @@ CountError count_bytes(const std::vector<std::int64_t>& shape, std::size_t elem,
   }
   std::size_t b = 0;
   if (__builtin_mul_overflow(static_cast<std::size_t>(n), elem, &b) ||
-      b > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max())) {
+      b > static_cast<std::size_t>(std::numeric_limits<index_t>::max())) {
     return CountError::Overflow;
   }
   *count = n;
@@ -434,7 +436,7 @@ void check_array(ArrayRef a, DType dtype, std::size_t ndim, const char* what, st
   std::int64_t product = 1;
   for (std::int64_t d : shape) {
     if (d != 0 && (__builtin_mul_overflow(product, d, &product) || product > max_index)) {
-      fail(what, "shape " + shape_string(shape) + " is too large to view: its strides overflow Eigen::Index");
+      fail(what, "shape " + shape_string(shape) + " is too large to view: its strides overflow index_t");
     }
   }
 }
