@@ -13,7 +13,8 @@ install(TARGETS EigenAttention_shared EXPORT EigenAttentionSharedTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 install(TARGETS EigenAttention_static EXPORT EigenAttentionStaticTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev)
-# Distributed.hpp is the MPI component's header: installed with it (src/distributed), not here.
+# Distributed.hpp and detail/Distributed.hpp are the MPI component's headers: installed with it
+# (src/distributed), not here (the pattern matches both).
 install(DIRECTORY include/EigenAttention DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev
   PATTERN Distributed.hpp EXCLUDE)
 install(FILES ${_ea_generated_include}/EigenAttention/export.hpp

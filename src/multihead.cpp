@@ -42,6 +42,18 @@ void heads(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, Hea
   internal::execute(internal::make_problem(c, opt), opt.threads);
 }
 
+// The LSE-only form: Q and K, the log-sum-exps alone (no V, nothing else materialised).
+template <typename T, typename C = ComputeScalar<T>>
+void heads_lse(HeadsView<const T> q, HeadsView<const T> k, HeadsView<C> lse, const Options& opt,
+               const Masks<T>& masks) {
+  internal::Call<T> c;
+  c.api = "attention_heads_lse_into";
+  c.in.q = q, c.in.k = k;
+  c.out.lse = lse;
+  c.masks = masks;
+  internal::execute(internal::make_problem(c, opt), opt.threads);
+}
+
 // The mean over heads of scores, summed in head order (the same result for every thread count).
 template <typename T, typename C = ComputeScalar<T>>
 void average_over_heads(HeadsView<const T> scores, HeadsView<T> average) {
@@ -160,6 +172,10 @@ namespace abi {
                             HeadsView<T> attn, HeadsView<L> lse, const Options& opt,                        \
                             const Masks<T>& masks) {                                                        \
     heads(q, k, v, attn, lse, opt, masks);                                                                  \
+  }                                                                                                         \
+  void attention_heads_lse_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<L> lse,               \
+                                const Options& opt, const Masks<T>& masks) {                                \
+    heads_lse(q, k, lse, opt, masks);                                                                       \
   }                                                                                                         \
   void attention_heads_decomposed_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,    \
                                        HeadsView<T> scores, HeadsView<T> attn, HeadsView<L> lse,            \

@@ -29,7 +29,8 @@
 /// at fault) and nothing is written. Results are deterministic: bitwise identical from run to
 /// run for a fixed number of ranks and sharding, whatever the timing of the messages, and equal
 /// to the single-process call within the merge's rounding ([Distributed](docs/distributed.md)).
-/// Scalar types: float and double.
+/// Scalar types: float and double; the multi-head calls also Eigen::bfloat16 and Eigen::half
+/// (computed in float, log-sum-exps in float).
 #pragma once
 
 // Lets the detail/ headers in (each refuses to be included on its own); never undefined, so
@@ -56,7 +57,6 @@
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/detail/AbiMultiHead.hpp>
 #include <EigenAttention/detail/FrontDoor.hpp>
-#include <EigenAttention/detail/SingleHead.hpp>
 
 namespace EigenAttention {
 /// Sequence-parallel attention over MPI (the EigenAttention::MPI component).
@@ -233,166 +233,94 @@ void ulysses_attention_heads_backward_into(MPI_Comm comm, HeadsView<const double
                                            const Config& config = {});
 ///@}
 
-namespace detail {
-template <class Derived>
-HeadsView<const typename Derived::Scalar> single(const ConstStridedMap<typename Derived::Scalar>& m) {
-  return {m.data(),
-          1,
-          1,
-          static_cast<std::ptrdiff_t>(m.rows()),
-          static_cast<std::ptrdiff_t>(m.cols()),
-          0,
-          0,
-          static_cast<std::ptrdiff_t>(m.rowStride()),
-          static_cast<std::ptrdiff_t>(m.colStride())};
+// The front doors' helpers and the 16-bit calls (detail/), after the calls they forward to.
+}  // namespace distributed
+}  // namespace EigenAttention
+#define EIGEN_ATTENTION_DISTRIBUTED_CALLS_DECLARED
+#include <EigenAttention/detail/Distributed.hpp>
+namespace EigenAttention {
+namespace distributed {
+
+///@{
+/// The four calls above on views of Eigen::bfloat16 or Eigen::half (const or not), the
+/// log-sum-exps in float: computed in float, as the single-process calls compute these types
+/// (the inputs widened once; LSE merged in float), each result rounded once.
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfLowPrecision<Q> = 0>
+void ring_attention_heads_into(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
+                               EigenAttention::detail::In<T> v, EigenAttention::detail::Out<T> attn,
+                               EigenAttention::detail::Out<EigenAttention::detail::LseOf<T>> lse,
+                               const Options& opt = {},
+                               const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
+                               const Config& config = {}) {
+  abi::ring_attention_heads_into(comm, EigenAttention::detail::bits<const T>(q),
+                                 EigenAttention::detail::bits(k), EigenAttention::detail::bits(v),
+                                 EigenAttention::detail::bits(attn), lse, opt,
+                                 EigenAttention::detail::bits(masks), config);
 }
-/// Enables a multi-head distributed front door for views of float or double (const or not).
-template <typename Q>
-using EnableIfFloatOrDouble = std::enable_if_t<
-    std::is_same_v<std::remove_const_t<Q>, float> || std::is_same_v<std::remove_const_t<Q>, double>, int>;
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfLowPrecision<Q> = 0>
+void ring_attention_heads_backward_into(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
+                                        EigenAttention::detail::In<T> v, EigenAttention::detail::In<T> attn,
+                                        EigenAttention::detail::In<EigenAttention::detail::LseOf<T>> lse,
+                                        EigenAttention::detail::In<T> d_attn,
+                                        EigenAttention::detail::Out<T> dq, EigenAttention::detail::Out<T> dk,
+                                        EigenAttention::detail::Out<T> dv, const Options& opt = {},
+                                        const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
+                                        const Config& config = {}) {
+  abi::ring_attention_heads_backward_into(
+      comm, EigenAttention::detail::bits<const T>(q), EigenAttention::detail::bits(k),
+      EigenAttention::detail::bits(v), EigenAttention::detail::bits(attn), lse,
+      EigenAttention::detail::bits(d_attn), EigenAttention::detail::bits(dq),
+      EigenAttention::detail::bits(dk), EigenAttention::detail::bits(dv), opt,
+      EigenAttention::detail::bits(masks), config);
+}
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfLowPrecision<Q> = 0>
+void ulysses_attention_heads_into(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
+                                  EigenAttention::detail::In<T> v, EigenAttention::detail::Out<T> attn,
+                                  EigenAttention::detail::Out<EigenAttention::detail::LseOf<T>> lse,
+                                  const Options& opt = {},
+                                  const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
+                                  const Config& config = {}) {
+  abi::ulysses_attention_heads_into(comm, EigenAttention::detail::bits<const T>(q),
+                                    EigenAttention::detail::bits(k), EigenAttention::detail::bits(v),
+                                    EigenAttention::detail::bits(attn), lse, opt,
+                                    EigenAttention::detail::bits(masks), config);
+}
+template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfLowPrecision<Q> = 0>
+void ulysses_attention_heads_backward_into(
+    MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k, EigenAttention::detail::In<T> v,
+    EigenAttention::detail::In<T> attn, EigenAttention::detail::In<EigenAttention::detail::LseOf<T>> lse,
+    EigenAttention::detail::In<T> d_attn, EigenAttention::detail::Out<T> dq,
+    EigenAttention::detail::Out<T> dk, EigenAttention::detail::Out<T> dv, const Options& opt = {},
+    const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {}, const Config& config = {}) {
+  abi::ulysses_attention_heads_backward_into(
+      comm, EigenAttention::detail::bits<const T>(q), EigenAttention::detail::bits(k),
+      EigenAttention::detail::bits(v), EigenAttention::detail::bits(attn), lse,
+      EigenAttention::detail::bits(d_attn), EigenAttention::detail::bits(dq),
+      EigenAttention::detail::bits(dk), EigenAttention::detail::bits(dv), opt,
+      EigenAttention::detail::bits(masks), config);
+}
+///@}
 
-template <typename Scalar>
-struct DistributedScalarCheck {
-  static_assert(std::is_same_v<Scalar, float> || std::is_same_v<Scalar, double>,
-                "EigenAttention: the distributed calls take float or double");
-};
-}  // namespace detail
-
-/// ring_attention_heads_into() without the log-sum-exps.
-template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfFloatOrDouble<Q> = 0>
+/// ring_attention_heads_into() without the log-sum-exps (float, double, Eigen::bfloat16, Eigen::half).
+template <typename Q, typename T = std::remove_const_t<Q>, EigenAttention::detail::EnableIfHeadsScalar<Q> = 0>
 void ring_attention_heads_into(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
                                EigenAttention::detail::In<T> v, EigenAttention::detail::Out<T> attn,
                                const Options& opt = {},
                                const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
                                const Config& config = {}) {
-  ring_attention_heads_into(comm, HeadsView<const T>(q), k, v, attn, HeadsView<T>{}, opt, masks, config);
+  ring_attention_heads_into(comm, HeadsView<const T>(q), k, v, attn,
+                            HeadsView<EigenAttention::detail::LseOf<T>>{}, opt, masks, config);
 }
-/// ulysses_attention_heads_into() without the log-sum-exps.
-template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfFloatOrDouble<Q> = 0>
+/// ulysses_attention_heads_into() without the log-sum-exps (the four scalar types).
+template <typename Q, typename T = std::remove_const_t<Q>, EigenAttention::detail::EnableIfHeadsScalar<Q> = 0>
 void ulysses_attention_heads_into(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
                                   EigenAttention::detail::In<T> v, EigenAttention::detail::Out<T> attn,
                                   const Options& opt = {},
                                   const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
                                   const Config& config = {}) {
-  ulysses_attention_heads_into(comm, HeadsView<const T>(q), k, v, attn, HeadsView<T>{}, opt, masks, config);
+  ulysses_attention_heads_into(comm, HeadsView<const T>(q), k, v, attn,
+                               HeadsView<EigenAttention::detail::LseOf<T>>{}, opt, masks, config);
 }
-
-namespace detail {
-
-/// Which algorithm a one-head front door runs.
-enum class Method { Ring, Ulysses };
-
-/// The multi-head forward of `method` (lse may be empty).
-template <typename Scalar>
-void forward_heads(Method method, MPI_Comm comm, HeadsView<const Scalar> q, HeadsView<const Scalar> k,
-                   HeadsView<const Scalar> v, HeadsView<Scalar> attn, HeadsView<Scalar> lse,
-                   const Options& opt, const Masks<Scalar>& masks, const Config& config) {
-  if (method == Method::Ring) {
-    ring_attention_heads_into(comm, q, k, v, attn, lse, opt, masks, config);
-  } else {
-    ulysses_attention_heads_into(comm, q, k, v, attn, lse, opt, masks, config);
-  }
-}
-
-/// The one-head forward into caller storage: `attn` (T_q,r x d_v) and, when `lse` is not null,
-/// `*lse` (T_q,r entries; DL is its pointer type, or std::nullptr_t), each an Eigen matrix (resized when
-/// needed, after this rank's own arguments are checked), a Map, Ref or block.
-template <class DQ, class DK, class DV, class DO, class DL>
-void forward_one_into(Method method, const char* api, MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q,
-                      const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V, DO&& attn, DL lse,
-                      const Options& opt, const Masks<typename DQ::Scalar>& masks, const Config& config) {
-  using Scalar = typename DQ::Scalar;
-  (void)EigenAttention::detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar,
-                                            EigenAttention::detail::ScalarOf<DO>>{};
-  (void)DistributedScalarCheck<Scalar>{};
-  (void)EigenAttention::detail::OutputCheck<DO>{};
-  EigenAttention::detail::InputView<DQ> q(Q.derived());
-  EigenAttention::detail::InputView<DK> k(K.derived());
-  EigenAttention::detail::InputView<DV> v(V.derived());
-  bool resize = EigenAttention::detail::will_resize(attn, Q.rows(), V.cols());
-  if constexpr (!std::is_same_v<DL, std::nullptr_t>) {
-    (void)EigenAttention::detail::ScalarCheck<Scalar,
-                                              EigenAttention::detail::ScalarOf<std::remove_pointer_t<DL>&>>{};
-    (void)EigenAttention::detail::OutputCheck<std::remove_pointer_t<DL>&>{};
-    resize = resize || EigenAttention::detail::will_resize(*lse, Q.rows(), 1);
-  }
-  if (resize) {
-    // This rank's own arguments, as the core checks them, before anything is resized (key
-    // lengths are global and checked by the collective call).
-    Masks<Scalar> local = masks;
-    local.key_lengths = nullptr;
-    auto fa = EigenAttention::detail::abi_output(attn);
-    const auto vv = EigenAttention::detail::abi_view(v.map());
-    if constexpr (std::is_same_v<DL, std::nullptr_t>) {
-      abi::attention_check(api, EigenAttention::detail::abi_view(q.map()),
-                           EigenAttention::detail::abi_view(k.map()), &vv, &fa, nullptr, opt, local);
-    } else {
-      auto fl = EigenAttention::detail::abi_output(*lse);
-      abi::attention_check(api, EigenAttention::detail::abi_view(q.map()),
-                           EigenAttention::detail::abi_view(k.map()), &vv, &fa, &fl, opt, local);
-    }
-    if constexpr (std::is_same_v<DL, std::nullptr_t>) {
-      EigenAttention::detail::check_resizable_apart(api,
-                                                    {EigenAttention::detail::input_extent("Q", Q, q.map()),
-                                                     EigenAttention::detail::input_extent("K", K, k.map()),
-                                                     EigenAttention::detail::input_extent("V", V, v.map())},
-                                                    {EigenAttention::detail::output_extent("attn", attn)},
-                                                    EigenAttention::detail::mask_extents(masks));
-    } else {
-      EigenAttention::detail::check_resizable_apart(api,
-                                                    {EigenAttention::detail::input_extent("Q", Q, q.map()),
-                                                     EigenAttention::detail::input_extent("K", K, k.map()),
-                                                     EigenAttention::detail::input_extent("V", V, v.map())},
-                                                    {EigenAttention::detail::output_extent("attn", attn),
-                                                     EigenAttention::detail::output_extent("lse", *lse)},
-                                                    EigenAttention::detail::mask_extents(masks));
-    }
-  }
-  auto o = EigenAttention::detail::output_view(attn, Q.rows(), V.cols());
-  HeadsView<Scalar> l;
-  if constexpr (!std::is_same_v<DL, std::nullptr_t>) {
-    auto lv = EigenAttention::detail::output_view(*lse, Q.rows(), 1);
-    l = HeadsView<Scalar>::single(lv);
-  }
-  forward_heads<Scalar>(method, comm, single<DQ>(q.map()), single<DK>(k.map()), single<DV>(v.map()),
-                        HeadsView<Scalar>::single(o), l, opt, masks, config);
-}
-
-/// The one-head backward: the gradients, freshly allocated.
-template <class DQ, class DK, class DV, class DA, class DL, class DG>
-Gradients<typename DQ::Scalar> backward_one(Method method, MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q,
-                                            const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V,
-                                            const Eigen::MatrixBase<DA>& attn,
-                                            const Eigen::MatrixBase<DL>& lse,
-                                            const Eigen::MatrixBase<DG>& d_attn, const Options& opt,
-                                            const Masks<typename DQ::Scalar>& masks, const Config& config) {
-  using Scalar = typename DQ::Scalar;
-  (void)EigenAttention::detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar,
-                                            typename DA::Scalar, typename DL::Scalar, typename DG::Scalar>{};
-  (void)DistributedScalarCheck<Scalar>{};
-  EigenAttention::detail::InputView<DQ> q(Q.derived());
-  EigenAttention::detail::InputView<DK> k(K.derived());
-  EigenAttention::detail::InputView<DV> v(V.derived());
-  EigenAttention::detail::InputView<DA> a(attn.derived());
-  EigenAttention::detail::InputView<DL> l(lse.derived());
-  EigenAttention::detail::InputView<DG> g(d_attn.derived());
-  Gradients<Scalar> grads{RowMatrix<Scalar>(Q.rows(), Q.cols()), RowMatrix<Scalar>(K.rows(), K.cols()),
-                          RowMatrix<Scalar>(V.rows(), V.cols())};
-  if (method == Method::Ring) {
-    ring_attention_heads_backward_into(
-        comm, single<DQ>(q.map()), single<DK>(k.map()), single<DV>(v.map()), single<DA>(a.map()),
-        single<DL>(l.map()), single<DG>(g.map()), HeadsView<Scalar>::single(grads.dq),
-        HeadsView<Scalar>::single(grads.dk), HeadsView<Scalar>::single(grads.dv), opt, masks, config);
-  } else {
-    ulysses_attention_heads_backward_into(
-        comm, single<DQ>(q.map()), single<DK>(k.map()), single<DV>(v.map()), single<DA>(a.map()),
-        single<DL>(l.map()), single<DG>(g.map()), HeadsView<Scalar>::single(grads.dq),
-        HeadsView<Scalar>::single(grads.dk), HeadsView<Scalar>::single(grads.dv), opt, masks, config);
-  }
-  return grads;
-}
-
-}  // namespace detail
 
 /// Ring attention for one head: this rank's rows (T_q,r x d_v) of softmax(Q K^T scale) V over the
 /// whole sequence, from this rank's shards Q (T_q,r x d_k), K (T_k,r x d_k) and V (T_k,r x d_v),

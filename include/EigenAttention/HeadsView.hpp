@@ -125,6 +125,26 @@ struct HeadsView {
   }
   /// Is this the empty "not wanted" view?
   bool empty() const { return data == nullptr; }
+
+  ///@{
+  /// A slice along one axis: the same elements and strides, `count` of them along the axis from
+  /// index `first` (batch entries, heads or tokens [first, first + count)). Not bounds-checked:
+  /// needs 0 <= first and first + count <= the axis's size. A slice with no element (count 0, or
+  /// another axis of size 0) takes no offset, so that a view whose data is null stays valid.
+  /// \code
+  /// auto rows = O.token_slice(16, 8);           // tokens 16 ... 23 of every sequence and head
+  /// auto group = K.batch_slice(b, 1).head_slice(kv, 1);
+  /// \endcode
+  HeadsView batch_slice(std::ptrdiff_t first, std::ptrdiff_t count) const {
+    return slice(first * batch_stride, count, heads, tokens, dim, &HeadsView::batch);
+  }
+  HeadsView head_slice(std::ptrdiff_t first, std::ptrdiff_t count) const {
+    return slice(first * head_stride, count, batch, tokens, dim, &HeadsView::heads);
+  }
+  HeadsView token_slice(std::ptrdiff_t first, std::ptrdiff_t count) const {
+    return slice(first * token_stride, count, batch, heads, dim, &HeadsView::tokens);
+  }
+  ///@}
   /// The matrix type head() maps: a row-major tokens x dim matrix of Scalar, const when Scalar is.
   using HeadMatrix = std::conditional_t<std::is_const_v<Scalar>, const RowMatrix<std::remove_const_t<Scalar>>,
                                         RowMatrix<Scalar>>;
@@ -136,6 +156,17 @@ struct HeadsView {
             static_cast<Eigen::Index>(dim),
             Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(static_cast<Eigen::Index>(token_stride),
                                                           static_cast<Eigen::Index>(dim_stride))};
+  }
+
+ private:
+  /// This view with the axis `size` set to `count` and data moved by `offset` elements, unless
+  /// the slice holds no element (count or one of the other sizes a, b, c is 0).
+  HeadsView slice(std::ptrdiff_t offset, std::ptrdiff_t count, std::ptrdiff_t a, std::ptrdiff_t b,
+                  std::ptrdiff_t c, std::ptrdiff_t HeadsView::*size) const {
+    HeadsView v = *this;
+    if (count > 0 && a > 0 && b > 0 && c > 0) v.data += offset;
+    v.*size = count;
+    return v;
   }
 };
 

@@ -18,16 +18,17 @@ namespace EigenAttention {
 namespace internal {
 
 /// Q, K and V as [B, H, T_q, d_k], [B, H_kv, T_k, d_k], [B, H_kv, T_k, d_v]; V absent for the
-/// calls that compute weights alone (attention_scores*).
+/// calls that compute weights alone (attention_scores*) or log-sum-exps alone (the LSE-only form).
 template <typename T>
 struct Inputs {
   HeadsView<const T> q, k;
   std::optional<HeadsView<const T>> v;
 };
 
-/// The forward's outputs; an absent one is not wanted. A wanted output with no element is still
-/// checked (its shape), and nothing is written. SCORES go to `scores` (the element type) or, for
-/// 16-bit inputs that ask for float weights, to `compute_scores`; never both.
+/// The forward's outputs; an absent one is not wanted. The log-sum-exps alone (lse present,
+/// attn and scores absent) are the LSE-only form, whose call gives no V. A wanted output with no element is
+/// still checked (its shape), and nothing is written. SCORES go to `scores` (the element type) or, for 16-bit
+/// inputs that ask for float weights, to `compute_scores`; never both.
 template <typename T>
 struct Outputs {
   using Compute = ComputeScalar<T>;

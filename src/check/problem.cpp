@@ -41,10 +41,16 @@ Array check_shape(const char* api, Form form, const char* name, const View& view
                      form == Form::Matrix ? what.matrix : what.heads);
 }
 
+/// The LSE-only form: the log-sum-exps alone, without V (abi::attention_heads_lse_into).
+template <typename T>
+bool lse_only(const Call<T>& c) {
+  return !c.backward && !c.in.v && c.out.lse && !c.out.attn && !c.out.scores && !c.out.compute_scores;
+}
+
 template <typename T>
 void check_wanted(const Call<T>& c) {
   const bool scores = c.out.scores || c.out.compute_scores;
-  if (!c.backward && c.stage == Stage::Complete && !c.out.attn && !scores) {
+  if (!c.backward && c.stage == Stage::Complete && !c.out.attn && !scores && !lse_only(c)) {
     fail(c.api,
          c.form == Form::Matrix ? "neither SCORES nor ATTN is asked for" : "neither out nor scores is given");
   }
@@ -82,7 +88,7 @@ void check_inputs(const Call<T>& c, InputList& inputs) {
                    : std::string("K and V have different token counts (T_k)")) +
                "; K is " + ka.shape() + ", V is " + va.shape());
     }
-  } else if (k.batch != q.batch || k.heads != q.heads) {
+  } else if (k.batch != q.batch || (k.heads != q.heads && !lse_only(c))) {  // LSE-only: GQA as with V
     fail(api, "batch sizes or head counts differ: Q is " + qa.shape() + ", K is " + ka.shape());
   }
   if (k.heads == 0 ? q.heads != 0 : q.heads % k.heads != 0) {

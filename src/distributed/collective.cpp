@@ -10,9 +10,11 @@
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
-#include <EigenAttention/Compiled.hpp>
-
+#include "check/shard.hpp"
+#include "kernels/convert.hpp"
+#include "kernels/key_range.hpp"
 #include "text.hpp"
 
 namespace EigenAttention {
@@ -21,11 +23,6 @@ namespace internal {
 namespace {
 
 std::string num(index_t n) { return std::to_string(n); }
-
-template <typename T>
-std::string shape(const HeadsView<T>& v) {
-  return "[" + num(v.batch) + ", " + num(v.heads) + ", " + num(v.tokens) + ", " + num(v.dim) + "]";
-}
 
 /// FNV-1a over bytes: a fingerprint of the call's name every rank must share.
 std::int64_t fingerprint(const void* data, std::size_t bytes) {
@@ -86,86 +83,31 @@ const char* const kFieldNames[kCommon] = {"call",
                                           "presence of ALiBi slopes",
                                           "presence of key_lengths"};
 
-/// Half-open byte range a view's elements lie in (empty for an empty view).
+/// The scalar type, as every rank must share it (BFloat16Bits and HalfBits have one size).
+/// This rank's own error, as the whole message every rank will throw ("" when none): the rules
+/// of the distributed calls, then the library's own check of the shard (check_shard), each
+/// message naming this rank ("EigenAttention::<api>: rank r: <what>").
 template <typename T>
-std::pair<std::uintptr_t, std::uintptr_t> extent(const HeadsView<T>& v) {
-  if (v.data == nullptr || v.batch <= 0 || v.heads <= 0 || v.tokens <= 0 || v.dim <= 0) return {0, 0};
-  index_t lo = 0, hi = 0;
-  for (const auto& [n, s] : {std::pair{v.batch, v.batch_stride}, std::pair{v.heads, v.head_stride},
-                             std::pair{v.tokens, v.token_stride}, std::pair{v.dim, v.dim_stride}}) {
-    (s < 0 ? lo : hi) += (n - 1) * s;
-  }
-  const auto base = reinterpret_cast<std::uintptr_t>(v.data);
-  return {base + lo * static_cast<index_t>(sizeof(T)), base + (hi + 1) * static_cast<index_t>(sizeof(T))};
-}
-
-template <typename A, typename B>
-bool overlap(const HeadsView<A>& a, const HeadsView<B>& b) {
-  const auto x = extent(a), y = extent(b);
-  return x.first < x.second && y.first < y.second && x.first < y.second && y.first < x.second;
-}
-
-/// This rank's own errors, as a message ("" when none).
-template <typename T>
-std::string local_error(const Call<T>& c) {
-  const index_t B = c.q.batch, H = c.q.heads, Hkv = c.k.heads, tq = c.q.tokens, tk = c.k.tokens;
-  const index_t dk = c.q.dim, dv = c.v.dim;
-  struct Named {
-    const char* name;
-    HeadsView<const T> view;
-    bool output;
-    index_t b, h, t, d;
-  };
-  std::vector<Named> views = {
-      {"Q", c.q, false, B, H, tq, dk}, {"K", c.k, false, B, Hkv, tk, dk}, {"V", c.v, false, B, Hkv, tk, dv}};
-  if (!c.backward) {
-    views.push_back({"attn", c.out, true, B, H, tq, dv});
-    if (!c.lse.empty()) views.push_back({"lse", c.lse, true, B, H, tq, 1});
-  } else {
-    views.push_back({"attn", c.fwd_out, false, B, H, tq, dv});
-    views.push_back({"lse", c.fwd_lse, false, B, H, tq, 1});
-    views.push_back({"d_attn", c.d_out, false, B, H, tq, dv});
-    views.push_back({"dq", c.dq, true, B, H, tq, dk});
-    views.push_back({"dk", c.dk, true, B, Hkv, tk, dk});
-    views.push_back({"dv", c.dv, true, B, Hkv, tk, dv});
-  }
-  for (const Named& n : views) {
-    const auto& v = n.view;
-    if (v.batch < 0 || v.heads < 0 || v.tokens < 0 || v.dim < 0)
-      return std::string(n.name) + " is " + shape(v) + ": sizes must be >= 0";
-    if (v.batch != n.b || v.heads != n.h || v.tokens != n.t || v.dim != n.d) {
-      return std::string(n.name) + " is " + shape(v) + " but must be [" + num(n.b) + ", " + num(n.h) + ", " +
-             num(n.t) + ", " + num(n.d) + "] (Q is " + shape(c.q) + ", K " + shape(c.k) + ", V " +
-             shape(c.v) + ")";
-    }
-    if (v.data == nullptr && v.batch != 0 && v.heads != 0 && v.tokens != 0 && v.dim != 0)  // no product
-      return std::string(n.name) + " is " + shape(v) + " but its data is null";
-  }
-  if ((Hkv == 0) != (H == 0) || (Hkv > 0 && H % Hkv != 0))
-    return "H = " + num(H) + " query heads must be a multiple of H_kv = " + num(Hkv) + " K/V heads";
-  for (const Named& o : views) {
-    if (!o.output) continue;
-    for (const Named& n : views) {
-      if (&n == &o || (n.output && &n > &o)) continue;
-      if (overlap(o.view, n.view))
-        return std::string(o.name) + " overlaps " + n.name +
-               " (outputs must not overlap inputs or each other)";
-    }
-  }
-  if (!c.masks.mask.empty() || !c.masks.bias.empty())
-    return "Masks::mask and Masks::bias have no sharded meaning and are not supported by the distributed "
+std::string shard_error(const Call<T>& c, int rank) {
+  const std::string who = std::string(c.api) + ": rank " + std::to_string(rank);
+  if (!c.masks.mask.empty() || !c.masks.bias.empty()) {
+    return "EigenAttention::" + who +
+           ": Masks::mask and Masks::bias have no sharded meaning and are not supported by the distributed "
            "calls";
-  if (c.opt.diagonal_offset.has_value())
-    return "Options::diagonal_offset must be empty: the distributed calls set it from the global positions";
-  try {  // the options, as the single-process calls check them
-    std::vector<T> zeros(static_cast<std::size_t>(std::max<index_t>({1, dk, dv})), T(0));
-    const MatrixView<const T> qm{zeros.data(), 1, dk, dk, 1}, vm{zeros.data(), 1, dv, dv, 1};
-    abi::attention_check(c.api, qm, qm, &vm, nullptr, nullptr, c.opt, {});
+  }
+  if (c.opt.diagonal_offset.has_value()) {
+    return "EigenAttention::" + who +
+           ": Options::diagonal_offset must be empty: the distributed calls set it from the global positions";
+  }
+  try {
+    if (c.backward) {
+      EigenAttention::internal::check_shard_backward(who.c_str(), c.q, c.k, c.v, c.fwd_out, c.fwd_lse,
+                                                     c.d_out, c.dq, c.dk, c.dv, c.opt, c.masks);
+    } else {
+      EigenAttention::internal::check_shard(who.c_str(), c.q, c.k, c.v, c.out, c.lse, c.opt, c.masks);
+    }
   } catch (const std::invalid_argument& e) {
-    std::string what = e.what();
-    const std::string prefix = std::string(c.api) + ": ";
-    if (what.compare(0, prefix.size(), prefix) == 0) what.erase(0, prefix.size());
-    return what;
+    return e.what();
   }
   return "";
 }
@@ -174,7 +116,7 @@ template <typename T>
 std::array<std::int64_t, kFields> signature(const Call<T>& c, bool has_error) {
   std::array<std::int64_t, kFields> s{};
   s[kApi] = fingerprint(c.api, std::strlen(c.api));
-  s[kScalar] = sizeof(T);
+  s[kScalar] = static_cast<std::int64_t>(kScalarType<T>);
   s[kBatch] = c.q.batch, s[kHeads] = c.q.heads, s[kKvHeads] = c.k.heads, s[kDk] = c.q.dim, s[kDv] = c.v.dim;
   s[kCausal] = c.opt.causal, s[kAlignment] = static_cast<int>(c.opt.alignment);
   s[kHasScale] = c.opt.scale.has_value(), s[kScale] = bits(c.opt.scale.value_or(0.0));
@@ -186,8 +128,9 @@ std::array<std::int64_t, kFields> signature(const Call<T>& c, bool has_error) {
   return s;
 }
 
+/// Throws "EigenAttention::<api>: <what>": the library's one prefix.
 [[noreturn]] void fail(const char* api, const std::string& what) {
-  throw std::invalid_argument(std::string(api) + ": " + what);
+  throw std::invalid_argument("EigenAttention::" + std::string(api) + ": " + what);
 }
 
 double from_bits(std::int64_t b) {
@@ -240,7 +183,7 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
   Geometry g;
   MPI_Comm_rank(comm, &g.rank);
   MPI_Comm_size(comm, &g.ranks);
-  const std::string mine = local_error(c);
+  const std::string mine = shard_error(c, g.rank);
   const auto sig = signature(c, !mine.empty());
   std::vector<std::int64_t> all(static_cast<std::size_t>(kFields) * static_cast<std::size_t>(g.ranks));
   MPI_Allgather(sig.data(), kFields, MPI_INT64_T, all.data(), kFields, MPI_INT64_T, comm);
@@ -254,7 +197,7 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
     std::string what(static_cast<std::size_t>(length), ' ');
     if (g.rank == r) what = mine;
     MPI_Bcast(what.data(), length, MPI_CHAR, r, comm);
-    fail(c.api, "rank " + std::to_string(r) + ": " + what);
+    throw std::invalid_argument(what);  // the whole message, naming rank r
   }
   for (int r = 1; r < g.ranks; ++r) {
     for (int f = 0; f < kCommon; ++f) {
@@ -278,7 +221,7 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
   if (c.masks.alibi_slopes != nullptr) {
     const auto all_slopes = gather(comm, c.masks.alibi_slopes, c.q.heads);
     first_difference(c.api, "alibi_slopes", all_slopes, g.ranks, c.q.heads,
-                     [](T x) { return text(static_cast<double>(x)); });
+                     [](T x) { return text(static_cast<double>(EigenAttention::internal::to_compute(x))); });
   }
 
   // The whole sequence, identical on every rank from here on: so is any error below.
@@ -330,6 +273,70 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
 
 template Geometry agree<float>(MPI_Comm, const Call<float>&);
 template Geometry agree<double>(MPI_Comm, const Call<double>&);
+template Geometry agree<BFloat16Bits>(MPI_Comm, const Call<BFloat16Bits>&);
+template Geometry agree<HalfBits>(MPI_Comm, const Call<HalfBits>&);
+
+template <typename T>
+Widened<T>::Widened(const Call<T>& c) : c_(c) {
+  call_.api = c.api, call_.backward = c.backward, call_.ulysses = c.ulysses;
+  call_.opt = c.opt, call_.config = c.config;
+  call_.q = widen(c.q), call_.k = widen(c.k), call_.v = widen(c.v);
+  call_.masks.key_lengths = c.masks.key_lengths;
+  if (c.masks.alibi_slopes != nullptr) {
+    keep_.emplace_back(static_cast<std::size_t>(c.q.heads));
+    for (index_t h = 0; h < c.q.heads; ++h)
+      keep_.back()[static_cast<std::size_t>(h)] =
+          EigenAttention::internal::to_compute(c.masks.alibi_slopes[h]);
+    call_.masks.alibi_slopes = keep_.back().data();
+  }
+  if (c.backward) {
+    call_.fwd_out = widen(c.fwd_out), call_.fwd_lse = c.fwd_lse, call_.d_out = widen(c.d_out);
+    call_.dq = scratch(c.dq), call_.dk = scratch(c.dk), call_.dv = scratch(c.dv);
+  } else {
+    call_.out = scratch(c.out), call_.lse = c.lse;
+  }
+}
+
+template <typename T>
+HeadsView<const float> Widened<T>::widen(HeadsView<const T> v) {
+  const HeadsView<float> w = scratch(HeadsView<T>{nullptr, v.batch, v.heads, v.tokens, v.dim});
+  for (index_t b = 0; b < v.batch; ++b)
+    for (index_t h = 0; h < v.heads; ++h)
+      for (index_t t = 0; t < v.tokens; ++t) {
+        const T* s = v.data + b * v.batch_stride + h * v.head_stride + t * v.token_stride;
+        float* d = w.data + b * w.batch_stride + h * w.head_stride + t * w.token_stride;
+        for (index_t i = 0; i < v.dim; ++i) d[i] = EigenAttention::internal::to_compute(s[i * v.dim_stride]);
+      }
+  return w;
+}
+
+template <typename T>
+HeadsView<float> Widened<T>::scratch(const HeadsView<T>& v) {
+  keep_.emplace_back(static_cast<std::size_t>(v.batch * v.heads * v.tokens * v.dim));
+  return HeadsView<float>::bhtd(keep_.back().data(), v.batch, v.heads, v.tokens, v.dim);
+}
+
+template <typename T>
+void Widened<T>::narrow() const {
+  const auto round = [](HeadsView<const float> src, HeadsView<T> dst) {
+    for (index_t b = 0; b < src.batch; ++b)
+      for (index_t h = 0; h < src.heads; ++h)
+        for (index_t t = 0; t < src.tokens; ++t) {
+          const float* s = src.data + b * src.batch_stride + h * src.head_stride + t * src.token_stride;
+          T* d = dst.data + b * dst.batch_stride + h * dst.head_stride + t * dst.token_stride;
+          for (index_t i = 0; i < src.dim; ++i)
+            d[i * dst.dim_stride] = EigenAttention::internal::from_compute<T>(s[i]);
+        }
+  };
+  if (c_.backward) {
+    round(call_.dq, c_.dq), round(call_.dk, c_.dk), round(call_.dv, c_.dv);
+  } else {
+    round(call_.out, c_.out);
+  }
+}
+
+template class Widened<BFloat16Bits>;
+template class Widened<HalfBits>;
 
 OwnComm::OwnComm(MPI_Comm comm) {
   MPI_Comm_dup(comm, &comm_);
@@ -407,15 +414,10 @@ BlockMask block_mask(const Options& opt, index_t q_tokens, index_t key_length, c
 }
 
 index_t visible_pairs(const Options& opt, index_t rows, const BlockMask& m) {
+  const EigenAttention::internal::KeyRange keys{m.keys, m.diagonal_offset, opt.causal, opt.window_left,
+                                                opt.window_right};
   index_t pairs = 0;
-  for (index_t i = 0; i < rows; ++i) {
-    const index_t c = i + m.diagonal_offset;  // the diagonal key, in the block's key numbering
-    index_t lo = 0, hi = m.keys;
-    if (opt.window_left >= 0 && opt.window_left < c) lo = c - opt.window_left;  // no overflow
-    if (opt.causal) hi = std::min(hi, c + 1);
-    if (opt.window_right >= 0 && opt.window_right < m.keys - c) hi = std::min(hi, c + opt.window_right + 1);
-    if (hi > lo) pairs += hi - lo;
-  }
+  for (index_t i = 0; i < rows; ++i) pairs += keys.end_key(i) - keys.first_key(i);
   return pairs;
 }
 

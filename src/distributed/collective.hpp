@@ -11,23 +11,30 @@
 #include <vector>
 
 #include <EigenAttention/Distributed.hpp>
+#include <EigenAttention/Scalars.hpp>
+
+#include "index.hpp"
 
 namespace EigenAttention {
 namespace distributed {
 namespace internal {
 
-using index_t = std::ptrdiff_t;
+using EigenAttention::internal::index_t;
 
-/// One rank's arguments of a distributed call. The forward fills out (and lse); the backward
-/// reads fwd_out, fwd_lse and d_out and fills dq, dk and dv.
+/// One rank's arguments of a distributed call, of element type T (float, double, BFloat16Bits or
+/// HalfBits; the log-sum-exps of its compute type L). The forward fills out (and lse); the
+/// backward reads fwd_out, fwd_lse and d_out and fills dq, dk and dv.
 template <typename T>
 struct Call {
+  using L = ComputeScalar<T>;
   const char* api = "";
   bool backward = false;
   bool ulysses = false;
   HeadsView<const T> q, k, v;
-  HeadsView<T> out, lse;
-  HeadsView<const T> fwd_out, fwd_lse, d_out;
+  HeadsView<T> out;
+  HeadsView<L> lse;
+  HeadsView<const T> fwd_out, d_out;
+  HeadsView<const L> fwd_lse;
   HeadsView<T> dq, dk, dv;
   Options opt;
   Masks<T> masks;
@@ -44,10 +51,11 @@ struct Geometry {
   index_t max_k_rows() const;
 };
 
-/// Checks this rank's arguments, then, with every rank of `comm`, that all agree (dims, options,
-/// masks, sharding) and that the shards make a whole sequence. Throws the same
-/// std::invalid_argument on every rank (the lowest rank's own error first), or returns the
-/// Geometry on every rank. Collective.
+/// Checks this rank's arguments (the distributed-only rules, then the library's own check of the
+/// shard, check_shard in src/check/shard.hpp), then, with every rank of `comm`, that all agree
+/// (dims, options, masks, sharding) and that the shards make a whole sequence. Throws the same
+/// std::invalid_argument on every rank (the lowest rank's own error first, naming that rank), or
+/// returns the Geometry on every rank. Collective.
 template <typename T>
 Geometry agree(MPI_Comm comm, const Call<T>& c);
 
@@ -70,12 +78,12 @@ class OwnComm {
 
 /// One distributed call on this rank: its own communicator, the Geometry every rank agreed on
 /// (agree() throws otherwise), and its Stats, which done() completes and gives to Config::stats.
-template <typename T>
 struct Session {
   double start = MPI_Wtime();
   OwnComm comm;
   Geometry g;
   Stats st;
+  template <typename T>
   Session(MPI_Comm caller, const Call<T>& c) : comm(caller), g(agree(comm.get(), c)) {}
   void done(const Config& config) {
     st.seconds = MPI_Wtime() - start;
@@ -83,7 +91,42 @@ struct Session {
   }
 };
 
-/// The MPI datatype of T (float or double).
+/// A 16-bit call as the float call that computes it (as the library computes 16-bit types):
+/// float copies of its inputs (contiguous, [B, H, T, d]) and ALiBi slopes, float outputs to
+/// round once into the caller's (narrow()); the log-sum-exps are float already and are the
+/// caller's own. Made after agree(): the caller's views are valid.
+template <typename T>
+class Widened {
+ public:
+  explicit Widened(const Call<T>& c);
+  const Call<float>& call() const { return call_; }
+  /// The float results, rounded once into the caller's views.
+  void narrow() const;
+
+ private:
+  const Call<T>& c_;
+  Call<float> call_;
+  std::vector<std::vector<float>> keep_;
+  HeadsView<const float> widen(HeadsView<const T> v);
+  HeadsView<float> scratch(const HeadsView<T>& v);
+};
+
+/// Runs body(call, session) on the call as it computes: float and double as they are, the
+/// 16-bit types in float (Widened), after agree() in Session; then completes the Stats.
+template <typename T, class Body>
+void run_call(MPI_Comm comm, const Call<T>& c, Body&& body) {
+  Session session(comm, c);
+  if constexpr (kIsLowPrecision<T>) {
+    const Widened<T> wide(c);
+    body(wide.call(), session);
+    wide.narrow();
+  } else {
+    body(c, session);
+  }
+  session.done(c.config);
+}
+
+/// The MPI datatype of T (float or double: what the calls communicate).
 template <typename T>
 MPI_Datatype mpi_type();
 
@@ -97,27 +140,6 @@ void irecv(T* data, index_t n, int from, int tag, MPI_Comm comm, std::vector<MPI
 double wait_all(std::vector<MPI_Request>& requests);
 /// Lets the requests progress without waiting (MPI_Testall; completed ones become null).
 void test_all(std::vector<MPI_Request>& requests);
-
-/// Rows [first, first + count) of every head of a view; batch entry b alone (batch 1).
-template <typename T>
-HeadsView<T> rows_of(HeadsView<T> v, index_t first, index_t count) {
-  if (count > 0) v.data += first * v.token_stride;
-  v.tokens = count;
-  return v;
-}
-template <typename T>
-HeadsView<T> batch_of(HeadsView<T> v, index_t b) {
-  v.data += b * v.batch_stride;
-  v.batch = 1;
-  return v;
-}
-/// Heads [first, first + count) of a view.
-template <typename T>
-HeadsView<T> heads_of(HeadsView<T> v, index_t first, index_t count) {
-  if (count > 0) v.data += first * v.head_stride;
-  v.heads = count;
-  return v;
-}
 
 /// Copies src into dst (same sizes, any strides); adds when `add`.
 template <typename T>
@@ -146,8 +168,9 @@ struct BlockMask {
 };
 BlockMask block_mask(const Options& opt, index_t q_tokens, index_t key_length, const Segment& q,
                      const Segment& k);
-/// (query, key) pairs of a block that are visible (the causal frontier and the window of
-/// `opt`, diagonal at i + m.diagonal_offset), for m.keys keys.
+/// (query, key) pairs of a block that are visible: for each of its rows, the keys of the core's
+/// KeyRange (kernels/key_range.hpp: causal frontier and window of `opt`, diagonal at
+/// i + m.diagonal_offset), over m.keys keys.
 index_t visible_pairs(const Options& opt, index_t rows, const BlockMask& m);
 
 }  // namespace internal

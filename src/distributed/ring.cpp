@@ -9,8 +9,8 @@
 // forward's LSE, but the core backward renormalises each row over the keys it is given (for
 // accuracy, docs/training.md), i.e. it uses the block's own weights P_b = exp(z - lse_b). With
 // w = exp(lse_b - lse) per row, P = w P_b, and passing d_out scaled by w (with the forward's out)
-// gives exactly P o (dP - D) with D = dO . O of the whole row, and dV = P^T dO. lse_b costs one
-// forward pass of the block without value columns (Q K^T and the exps: one product of five).
+// gives exactly P o (dP - D) with D = dO . O of the whole row, and dV = P^T dO. lse_b is the core's
+// LSE-only form (abi::attention_heads_lse_into: Q K^T and the exps, no V, no ATTN).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -42,15 +42,6 @@ struct KVLayout {
   }
 };
 
-/// Batch entries [first, first + count) of a view.
-template <typename T>
-HeadsView<T> batches_of(HeadsView<T> v, index_t first, index_t count) {
-  if (count == v.batch) return v;
-  v.data += first * v.batch_stride;
-  v.batch = count;
-  return v;
-}
-
 /// One call's worth of a block: query rows qs of this rank against key rows ks of the block, for
 /// batch entries [b, b + batches) and the query heads [first_head, first_head + heads) that read
 /// K/V head kv_head (one GQA group).
@@ -60,12 +51,12 @@ struct Block {
   index_t b, batches, first_head, heads, kv_head;
   /// The block's rows of a query-side view ([B, H, T_q,r, ...]) and of a key-side one.
   template <typename T>
-  HeadsView<T> q_rows(HeadsView<T> v) const {
-    return rows_of(heads_of(batches_of(v, b, batches), first_head, heads), qs.local_first, qs.count);
+  HeadsView<T> q_rows(const HeadsView<T>& v) const {
+    return v.batch_slice(b, batches).head_slice(first_head, heads).token_slice(qs.local_first, qs.count);
   }
   template <typename T>
-  HeadsView<T> k_rows(HeadsView<T> v) const {
-    return rows_of(heads_of(batches_of(v, b, batches), kv_head, 1), ks.local_first, m.keys);
+  HeadsView<T> k_rows(const HeadsView<T>& v) const {
+    return v.batch_slice(b, batches).head_slice(kv_head, 1).token_slice(ks.local_first, m.keys);
   }
 };
 
@@ -165,8 +156,7 @@ class KVRing {
 };
 
 template <typename T>
-void forward(MPI_Comm comm, const Call<T>& c) {
-  Session<T> session(comm, c);
+void forward(const Call<T>& c, Session& session) {
   const Geometry& g = session.g;
   Stats& st = session.st;
   const MPI_Comm own = session.comm.get();
@@ -201,12 +191,10 @@ void forward(MPI_Comm comm, const Call<T>& c) {
   }
   copy_view<T>(acc, c.out);
   if (!c.lse.empty()) copy_view<T>(acc_l, c.lse);
-  session.done(c.config);
 }
 
 template <typename T>
-void backward(MPI_Comm comm, const Call<T>& c) {
-  Session<T> session(comm, c);
+void backward(const Call<T>& c, Session& session) {
   const Geometry& g = session.g;
   Stats& st = session.st;
   const MPI_Comm own = session.comm.get();
@@ -221,7 +209,6 @@ void backward(MPI_Comm comm, const Call<T>& c) {
   if (P > 1) grads[1].resize(block_size);
   std::vector<T> dq_acc(static_cast<std::size_t>(B * H * tq * dk), T(0)), dq_part(dq_acc.size()),
       part_lse(static_cast<std::size_t>(B * H * tq)), scaled_d_out(static_cast<std::size_t>(B * H * tq * dv));
-  T no_output = 0;
   const auto dq = HeadsView<T>::bhtd(dq_acc.data(), B, H, tq, dk);
 
   std::vector<MPI_Request> grad_requests, pending;
@@ -245,15 +232,12 @@ void backward(MPI_Comm comm, const Call<T>& c) {
           const auto dq_p = HeadsView<T>::bhtd(dq_part.data(), nb, hq, nq, dk);
           const auto dk_p = HeadsView<T>::bhtd(part.data(), nb, 1, nk, dk);
           const auto dv_p = HeadsView<T>::bhtd(part.data() + nb * nk * dk, nb, 1, nk, dv);
-          // The block's own LSE (a forward pass with no value columns: Q K^T and the exps only), and
-          // d_out scaled row by row by w = exp(lse_block - lse): see the top of the file.
+          // The block's own LSE (the LSE-only form: Q K^T and the exps only), and d_out scaled row
+          // by row by w = exp(lse_block - lse): see the top of the file.
           const Options opt = block_options(c, blk.m);
           const Masks<T> masks = masks_of(c, blk);
           const auto lse_b = HeadsView<T>::bhtd(part_lse.data(), nb, hq, nq, 1);
-          HeadsView<const T> no_values = blk.k_rows(V);
-          no_values.dim = 0;
-          attention_heads_into(blk.q_rows(c.q), blk.k_rows(K), no_values,
-                               HeadsView<T>::bhtd(&no_output, nb, hq, nq, 0), lse_b, opt, masks);
+          EigenAttention::abi::attention_heads_lse_into(blk.q_rows(c.q), blk.k_rows(K), lse_b, opt, masks);
           const auto lse_g = blk.q_rows(c.fwd_lse), d_out = blk.q_rows(c.d_out);
           const auto d_out_w = HeadsView<T>::bhtd(scaled_d_out.data(), nb, hq, nq, dv);
           for (index_t bb = 0; bb < nb; ++bb)
@@ -313,22 +297,21 @@ void backward(MPI_Comm comm, const Call<T>& c) {
   copy_view<T>(dq, c.dq);
   copy_view<T>(kv.k(result, tk), c.dk);
   copy_view<T>(kv.v(result, tk), c.dv);
-  session.done(c.config);
 }
 
-template <typename T>
+template <typename T, typename L = ComputeScalar<T>>
 void attention(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-               HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<T> lse,
+               HeadsView<T> out, HeadsView<L> lse, const Options& opt, const Masks<T>& masks,
                const Config& config) {
   Call<T> c;
   c.api = "ring_attention_heads_into";
   c.q = q, c.k = k, c.v = v, c.out = out, c.lse = lse, c.opt = opt, c.masks = masks, c.config = config;
-  forward(comm, c);
+  run_call(comm, c, [](const auto& call, Session& session) { forward(call, session); });
 }
 
-template <typename T>
+template <typename T, typename L = ComputeScalar<T>>
 void attention_backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-                        HeadsView<const T> out, HeadsView<const T> lse, HeadsView<const T> d_out,
+                        HeadsView<const T> out, HeadsView<const L> lse, HeadsView<const T> d_out,
                         HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const Options& opt,
                         const Masks<T>& masks, const Config& config) {
   Call<T> c;
@@ -336,37 +319,31 @@ void attention_backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> 
   c.backward = true;
   c.q = q, c.k = k, c.v = v, c.fwd_out = out, c.fwd_lse = lse, c.d_out = d_out;
   c.dq = dq, c.dk = dk, c.dv = dv, c.opt = opt, c.masks = masks, c.config = config;
-  backward(comm, c);
+  run_call(comm, c, [](const auto& call, Session& session) { backward(call, session); });
 }
 
 }  // namespace
 }  // namespace internal
 
-void ring_attention_heads_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                               HeadsView<const float> v, HeadsView<float> attn, HeadsView<float> lse,
-                               const Options& opt, const Masks<float>& masks, const Config& config) {
-  internal::attention(comm, q, k, v, attn, opt, masks, lse, config);
-}
-void ring_attention_heads_into(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                               HeadsView<const double> v, HeadsView<double> attn, HeadsView<double> lse,
-                               const Options& opt, const Masks<double>& masks, const Config& config) {
-  internal::attention(comm, q, k, v, attn, opt, masks, lse, config);
-}
-void ring_attention_heads_backward_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                                        HeadsView<const float> v, HeadsView<const float> out,
-                                        HeadsView<const float> lse, HeadsView<const float> d_out,
-                                        HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
-                                        const Options& opt, const Masks<float>& masks, const Config& config) {
-  internal::attention_backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
-}
-void ring_attention_heads_backward_into(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                                        HeadsView<const double> v, HeadsView<const double> out,
-                                        HeadsView<const double> lse, HeadsView<const double> d_out,
-                                        HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
-                                        const Options& opt, const Masks<double>& masks,
-                                        const Config& config) {
-  internal::attention_backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
-}
+// The ring calls for views of T with log-sum-exps of L (DistributedAbi.hpp for the 16-bit types).
+#define EIGEN_ATTENTION_DEFINE_RING(NS, T, L)                                                              \
+  void NS ring_attention_heads_into(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k,             \
+                                    HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse,             \
+                                    const Options& opt, const Masks<T>& masks, const Config& config) {     \
+    internal::attention(comm, q, k, v, attn, lse, opt, masks, config);                                     \
+  }                                                                                                        \
+  void NS ring_attention_heads_backward_into(                                                              \
+      MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,                     \
+      HeadsView<const T> out, HeadsView<const L> lse, HeadsView<const T> d_out, HeadsView<T> dq,           \
+      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const Config& config) { \
+    internal::attention_backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);          \
+  }
+
+EIGEN_ATTENTION_DEFINE_RING(, float, float)
+EIGEN_ATTENTION_DEFINE_RING(, double, double)
+EIGEN_ATTENTION_DEFINE_RING(abi::, BFloat16Bits, float)
+EIGEN_ATTENTION_DEFINE_RING(abi::, HalfBits, float)
+#undef EIGEN_ATTENTION_DEFINE_RING
 
 }  // namespace distributed
 }  // namespace EigenAttention

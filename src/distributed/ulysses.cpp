@@ -78,7 +78,7 @@ struct Packed {
 template <typename T>
 void copy_heads(HeadsView<const T> src, const std::vector<index_t>& heads, HeadsView<T> dst) {
   for (std::size_t i = 0; i < heads.size(); ++i)
-    copy_view<T>(heads_of(src, heads[i], 1), heads_of(dst, static_cast<index_t>(i), 1));
+    copy_view<T>(src.head_slice(heads[i], 1), dst.head_slice(static_cast<index_t>(i), 1));
 }
 std::vector<index_t> head_range(index_t first, index_t count) {
   std::vector<index_t> h(static_cast<std::size_t>(count));
@@ -90,13 +90,13 @@ std::vector<index_t> head_range(index_t first, index_t count) {
 template <typename T>
 void shard_to_whole(HeadsView<const T> shard, const std::vector<Segment>& segments, HeadsView<T> whole) {
   for (const Segment& s : segments)
-    copy_view<T>(rows_of(shard, s.local_first, s.count), rows_of(whole, s.global_first, s.count));
+    copy_view<T>(shard.token_slice(s.local_first, s.count), whole.token_slice(s.global_first, s.count));
 }
 template <typename T>
 void whole_to_shard(HeadsView<const T> whole, const std::vector<Segment>& segments, HeadsView<T> shard,
                     bool add) {
   for (const Segment& s : segments)
-    copy_view<T>(rows_of(whole, s.global_first, s.count), rows_of(shard, s.local_first, s.count), add);
+    copy_view<T>(whole.token_slice(s.global_first, s.count), shard.token_slice(s.local_first, s.count), add);
 }
 
 /// The work of this rank's heads: visible pairs of the whole sequence times its query heads.
@@ -112,8 +112,7 @@ index_t work(const Call<T>& c, const Geometry& g) {
 }
 
 template <typename T>
-void run(MPI_Comm caller, const Call<T>& c) {
-  Session<T> session(caller, c);
+void run(const Call<T>& c, Session& session) {
   const Geometry& g = session.g;
   Stats& st = session.st;
   const OwnComm& comm = session.comm;
@@ -221,79 +220,69 @@ void run(MPI_Comm caller, const Call<T>& c) {
     if (c.backward) {
       const auto kv = kv_heads_of(g, d);
       const index_t n = static_cast<index_t>(kv.size());
-      copy_view<T>(in.part(B, hp, tq, dk), heads_of(c.dq, d * hp, hp));
+      copy_view<T>(in.part(B, hp, tq, dk), c.dq.head_slice(d * hp, hp));
       const auto gk = in.part(B, n, tk, dk), gv = in.part(B, n, tk, dv);
       for (index_t i = 0; i < n; ++i) {
         const index_t h = kv[static_cast<std::size_t>(i)];
         const bool add = written[static_cast<std::size_t>(h)];
-        copy_view<T>(heads_of(gk, i, 1), heads_of(c.dk, h, 1), add);
-        copy_view<T>(heads_of(gv, i, 1), heads_of(c.dv, h, 1), add);
+        copy_view<T>(gk.head_slice(i, 1), c.dk.head_slice(h, 1), add);
+        copy_view<T>(gv.head_slice(i, 1), c.dv.head_slice(h, 1), add);
         written[static_cast<std::size_t>(h)] = true;
       }
     } else {
-      copy_view<T>(in.part(B, hp, tq, dv), heads_of(c.out, d * hp, hp));
+      copy_view<T>(in.part(B, hp, tq, dv), c.out.head_slice(d * hp, hp));
       const auto l = in.part(B, hp, tq, 1);
-      if (!c.lse.empty()) copy_view<T>(l, heads_of(c.lse, d * hp, hp));
+      if (!c.lse.empty()) copy_view<T>(l, c.lse.head_slice(d * hp, hp));
     }
   }
-  session.done(c.config);
 }
 
-}  // namespace
-}  // namespace internal
-
-namespace {
-template <typename T>
+template <typename T, typename L = ComputeScalar<T>>
 void forward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-             HeadsView<T> out, const Options& opt, const Masks<T>& masks, HeadsView<T> lse,
+             HeadsView<T> out, HeadsView<L> lse, const Options& opt, const Masks<T>& masks,
              const Config& config) {
-  internal::Call<T> c;
+  Call<T> c;
   c.api = "ulysses_attention_heads_into";
   c.ulysses = true;
   c.q = q, c.k = k, c.v = v, c.out = out, c.lse = lse, c.opt = opt, c.masks = masks, c.config = config;
-  internal::run(comm, c);
+  run_call(comm, c, [](const auto& call, Session& session) { run(call, session); });
 }
-template <typename T>
+template <typename T, typename L = ComputeScalar<T>>
 void backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
-              HeadsView<const T> out, HeadsView<const T> lse, HeadsView<const T> d_out, HeadsView<T> dq,
+              HeadsView<const T> out, HeadsView<const L> lse, HeadsView<const T> d_out, HeadsView<T> dq,
               HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks,
               const Config& config) {
-  internal::Call<T> c;
+  Call<T> c;
   c.api = "ulysses_attention_heads_backward_into";
   c.ulysses = true;
   c.backward = true;
   c.q = q, c.k = k, c.v = v, c.fwd_out = out, c.fwd_lse = lse, c.d_out = d_out;
   c.dq = dq, c.dk = dk, c.dv = dv, c.opt = opt, c.masks = masks, c.config = config;
-  internal::run(comm, c);
+  run_call(comm, c, [](const auto& call, Session& session) { run(call, session); });
 }
-}  // namespace
 
-void ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                                  HeadsView<const float> v, HeadsView<float> attn, HeadsView<float> lse,
-                                  const Options& opt, const Masks<float>& masks, const Config& config) {
-  forward(comm, q, k, v, attn, opt, masks, lse, config);
-}
-void ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
-                                  HeadsView<const double> v, HeadsView<double> attn, HeadsView<double> lse,
-                                  const Options& opt, const Masks<double>& masks, const Config& config) {
-  forward(comm, q, k, v, attn, opt, masks, lse, config);
-}
-void ulysses_attention_heads_backward_into(MPI_Comm comm, HeadsView<const float> q, HeadsView<const float> k,
-                                           HeadsView<const float> v, HeadsView<const float> out,
-                                           HeadsView<const float> lse, HeadsView<const float> d_out,
-                                           HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
-                                           const Options& opt, const Masks<float>& masks,
-                                           const Config& config) {
-  backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
-}
-void ulysses_attention_heads_backward_into(MPI_Comm comm, HeadsView<const double> q,
-                                           HeadsView<const double> k, HeadsView<const double> v,
-                                           HeadsView<const double> out, HeadsView<const double> lse,
-                                           HeadsView<const double> d_out, HeadsView<double> dq,
-                                           HeadsView<double> dk, HeadsView<double> dv, const Options& opt,
-                                           const Masks<double>& masks, const Config& config) {
-  backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);
-}
+}  // namespace
+}  // namespace internal
+
+// The Ulysses calls for views of T with log-sum-exps of L (DistributedAbi.hpp for the 16-bit types).
+#define EIGEN_ATTENTION_DEFINE_ULYSSES(NS, T, L)                                                           \
+  void NS ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k,          \
+                                       HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse,          \
+                                       const Options& opt, const Masks<T>& masks, const Config& config) {  \
+    internal::forward(comm, q, k, v, attn, lse, opt, masks, config);                                       \
+  }                                                                                                        \
+  void NS ulysses_attention_heads_backward_into(                                                           \
+      MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,                     \
+      HeadsView<const T> out, HeadsView<const L> lse, HeadsView<const T> d_out, HeadsView<T> dq,           \
+      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const Config& config) { \
+    internal::backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);                    \
+  }
+
+EIGEN_ATTENTION_DEFINE_ULYSSES(, float, float)
+EIGEN_ATTENTION_DEFINE_ULYSSES(, double, double)
+EIGEN_ATTENTION_DEFINE_ULYSSES(abi::, BFloat16Bits, float)
+EIGEN_ATTENTION_DEFINE_ULYSSES(abi::, HalfBits, float)
+#undef EIGEN_ATTENTION_DEFINE_ULYSSES
 
 }  // namespace distributed
 }  // namespace EigenAttention

@@ -24,12 +24,18 @@
 namespace EigenAttention {
 namespace abi {
 
-// The seven multi-head calls on views of T, whose log-sum-exps are of type L (T itself, or float
-// for the 16-bit types). Written once and declared for each type below.
+// The eight multi-head calls on views of T, whose log-sum-exps are of type L (T itself, or float
+// for the 16-bit types). Written once and declared for each type below. attention_heads_lse_into
+// is the LSE-only form: the log-sum-exps [B, H, T_q, 1] of attention_heads_into() alone, from Q
+// and K (no V, no ATTN), checked as attention_heads_into() is; what a blockwise backward (the
+// MPI component's ring) needs for the weights of one block of keys.
 #define EIGEN_ATTENTION_ABI_MULTIHEAD(T, L)                                                                  \
   EIGEN_ATTENTION_EXPORT void attention_heads_into(                                                          \
       HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse, \
       const Options& opt, const Masks<T>& masks);                                                            \
+  EIGEN_ATTENTION_EXPORT void attention_heads_lse_into(HeadsView<const T> q, HeadsView<const T> k,           \
+                                                       HeadsView<L> lse, const Options& opt,                 \
+                                                       const Masks<T>& masks);                               \
   EIGEN_ATTENTION_EXPORT void attention_heads_decomposed_into(                                               \
       HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<T> scores,                 \
       HeadsView<T> attn, HeadsView<L> lse, HeadsView<T> average_scores, const Options& opt,                  \
