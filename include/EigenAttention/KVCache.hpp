@@ -107,16 +107,17 @@ struct RawTokens {
   std::ptrdiff_t dim_stride = 1;        ///< elements between a head's elements
 };
 
-/// The queries, outputs and ALiBi slopes of one decode call.
+/// The queries, outputs and ALiBi slopes of one decode call, on Scalar: float, double,
+/// BFloat16Bits or HalfBits (16-bit queries and attn go with a 16-bit cache and compute in float).
 template <typename Scalar>
 struct DecodeArgs {
-  MatrixView<const Scalar> q;                  ///< T_q x (H d_k)
-  const std::int64_t* cu_seqlens_q = nullptr;  ///< batch + 1 offsets into q's rows
-  MatrixView<Scalar> out;                      ///< T_q x (H d_v)
-  MatrixView<Scalar> lse;                      ///< T_q x H, written when want_lse
-  bool want_lse = false;                       ///< is lse given?
-  const Scalar* alibi_slopes = nullptr;        ///< H slopes, or null
-  /// Check the keys, queries, offsets, options and the outputs given (data not null) only: the
+  using Compute = ComputeScalar<Scalar>;       ///< the type of lse and the ALiBi slopes
+  HeadsView<const Scalar> q;                   ///< [1, H, T_q, d_k]
+  const std::int64_t* cu_seqlens_q = nullptr;  ///< batch + 1 offsets into q's tokens
+  HeadsView<Scalar> attn;                      ///< [1, H, T_q, d_v]
+  HeadsView<Compute> lse;                      ///< [1, H, T_q, 1]; empty: not wanted
+  const Compute* alibi_slopes = nullptr;       ///< H slopes, or null
+  /// Check the keys, queries, offsets, options and the outputs given (not empty) only: the
   /// front doors' check before they resize an output.
   bool inputs_only = false;
 };
@@ -156,15 +157,29 @@ EIGEN_ATTENTION_EXPORT RawPagedKV kv_pool_layout(const KVPool* pool);
 /// Decode over a PagedKVView (float queries: float, bfloat16 or half pages).
 EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<float>& args,
                                    const Options& opt);
-/// Decode over a PagedKVView of double pages.
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<double>& args,
-                                   const Options& opt);
-/// Decode over sequences of a PagedKVCache (float queries).
+/// Decode over sequences of a PagedKVCache (float queries: float, bfloat16 or half pages).
 EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
                                    std::ptrdiff_t batch, const DecodeArgs<float>& args, const Options& opt);
-/// Decode over sequences of a PagedKVCache of doubles.
+/// Decode over a PagedKVView (double queries and pages).
+EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<double>& args,
+                                   const Options& opt);
+/// Decode over sequences of a PagedKVCache (double queries and pages).
 EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
                                    std::ptrdiff_t batch, const DecodeArgs<double>& args, const Options& opt);
+/// Decode over a PagedKVView (bfloat16 queries and pages).
+EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv,
+                                   const DecodeArgs<BFloat16Bits>& args, const Options& opt);
+/// Decode over sequences of a PagedKVCache (bfloat16 queries and pages).
+EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
+                                   std::ptrdiff_t batch, const DecodeArgs<BFloat16Bits>& args,
+                                   const Options& opt);
+/// Decode over a PagedKVView (half queries and pages).
+EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<HalfBits>& args,
+                                   const Options& opt);
+/// Decode over sequences of a PagedKVCache (half queries and pages).
+EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
+                                   std::ptrdiff_t batch, const DecodeArgs<HalfBits>& args,
+                                   const Options& opt);
 
 }  // namespace compiled
 
@@ -442,56 +457,144 @@ class PagedKVCache {
 
 namespace detail {
 
-template <typename Scalar, class DQ>
-compiled::DecodeArgs<Scalar> decode_inputs(const ConstStridedMap<Scalar>& q, const std::int64_t* cu,
-                                           const Scalar* alibi_slopes) {
-  compiled::DecodeArgs<Scalar> a;
-  a.q = compiled::view(q);
+/// Is O (references and const removed) a HeadsView?
+template <class O>
+struct IsHeadsView : std::false_type {};
+template <typename S>
+struct IsHeadsView<HeadsView<S>> : std::true_type {};
+template <class O>
+inline constexpr bool kIsHeadsView = IsHeadsView<RemoveCvref<O>>::value;
+
+/// Enables a decode `_into` whose output arguments are each a HeadsView or an Eigen matrix (an
+/// Options argument in that place selects the overload without it).
+template <class... O>
+using EnableIfDecodeOutputs = std::enable_if_t<((kIsHeadsView<O> || kIsMatrix<O>)&&...), int>;
+
+/// The rows of a matrix (tokens) holding `heads` heads of `dim` elements side by side, as the view
+/// [1, heads, rows, dim]; when its columns are not heads x dim, the view [1, 1, rows, cols] (one
+/// head of every column), whose shape the library then reports.
+template <typename S>
+HeadsView<S> side_by_side(S* data, std::ptrdiff_t rows, std::ptrdiff_t cols, std::ptrdiff_t row_stride,
+                          std::ptrdiff_t col_stride, std::ptrdiff_t heads, std::ptrdiff_t dim) {
+  if (heads >= 1 && dim >= 0 && cols == heads * dim)
+    return {data, 1, heads, rows, dim, 0, dim * col_stride, row_stride, col_stride};
+  return {data, 1, 1, rows, cols, 0, 0, row_stride, col_stride};
+}
+
+/// A decode call's queries given as a matrix (T_q x (H d_k), heads side by side), as the view
+/// [1, H, T_q, d_k] (a width that is no multiple of d_k is reported by the library).
+template <typename S>
+HeadsView<const S> queries_of(const ConstStridedMap<S>& q, std::ptrdiff_t d_k) {
+  const std::ptrdiff_t cols = q.cols(), heads = d_k > 0 && cols % d_k == 0 ? cols / d_k : 0;
+  return side_by_side<const S>(q.data(), q.rows(), cols, q.outerStride(), q.innerStride(), heads, d_k);
+}
+
+/// Will decode_output() resize `out` (an Eigen matrix to be T_q x (H dim))?
+template <class O>
+bool decode_will_resize(const O& out, std::ptrdiff_t heads, std::ptrdiff_t tokens, std::ptrdiff_t dim) {
+  if constexpr (kIsHeadsView<O>) {
+    (void)out, (void)heads, (void)tokens, (void)dim;
+    return false;
+  } else {
+    return will_resize(out, tokens, heads * dim);
+  }
+}
+
+/// An output of a decode call as the view [1, H, T_q, dim]: a HeadsView as it is, an Eigen matrix
+/// as T_q x (H dim), heads side by side (a resizable one resized to that first).
+template <typename S, class O>
+HeadsView<S> decode_output(O&& out, std::ptrdiff_t heads, std::ptrdiff_t tokens, std::ptrdiff_t dim) {
+  if constexpr (kIsHeadsView<O>) {
+    (void)heads, (void)tokens, (void)dim;
+    return out;
+  } else {
+    auto m = output_view(std::forward<O>(out), tokens, heads * dim);
+    return side_by_side<S>(m.data(), m.rows(), m.cols(), m.outerStride(), m.innerStride(), heads, dim);
+  }
+}
+
+/// The Extent of a view (its byte span; none when it does not fit std::ptrdiff_t: the library
+/// rejects it, naming it).
+template <typename S>
+Extent view_extent(const char* name, const HeadsView<S>& v) {
+  Extent e{name, nullptr, 0, 0, false};
+  if (v.data == nullptr || v.batch <= 0 || v.heads <= 0 || v.tokens <= 0 || v.dim <= 0) return e;
+  const std::ptrdiff_t size[4] = {v.batch, v.heads, v.tokens, v.dim},
+                       stride[4] = {v.batch_stride, v.head_stride, v.token_stride, v.dim_stride};
+  std::ptrdiff_t lo = 0, hi = 0, lo_bytes, hi_bytes;
+  for (int axis = 0; axis < 4; ++axis) {
+    std::ptrdiff_t d;
+    if (!checked_mul(size[axis] - 1, stride[axis], d) || !checked_add(d < 0 ? lo : hi, d, d < 0 ? lo : hi))
+      return e;
+  }
+  const std::ptrdiff_t bytes = sizeof(S);
+  if (!checked_mul(lo, bytes, lo_bytes) || !checked_add(hi, 1, hi) || !checked_mul(hi, bytes, hi_bytes))
+    return e;
+  const auto base = reinterpret_cast<std::uintptr_t>(v.data);
+  e.lo = base + static_cast<std::uintptr_t>(lo_bytes);
+  e.hi = base + static_cast<std::uintptr_t>(hi_bytes);
+  return e;
+}
+
+/// The Extent of a decode output as it is now, before any resize.
+template <class O>
+Extent decode_extent(const char* name, const O& out) {
+  if constexpr (kIsHeadsView<O>) {
+    return view_extent(name, out);
+  } else {
+    return output_extent(name, out);
+  }
+}
+
+/// The ALiBi slopes of a decode call's masks (null: none); a mask, bias or key lengths throw:
+/// decode's keys are each sequence's cached tokens, whose lengths the cache holds.
+template <typename Scalar>
+const Scalar* decode_alibi(const char* api, const Masks<Scalar>& masks) {
+  if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
+    throw std::invalid_argument(std::string("EigenAttention::") + api +
+                                ": decode takes ALiBi slopes only from masks (masks.mask, masks.bias and "
+                                "masks.key_lengths must be empty: each sequence's keys are the cache's)");
+  }
+  return masks.alibi_slopes;
+}
+
+/// No LSE output.
+template <typename S>
+HeadsView<ComputeScalar<S>>* no_lse() {
+  return nullptr;
+}
+
+/// The decode calls' one path: validate the inputs and the fixed outputs, size the resizable
+/// outputs, run. `keys(api, args, opt)` calls the library on the cache or the view.
+template <typename S, class Keys, class A, class L>
+void decode_into(const char* api, const Keys& keys, const HeadsView<const S>& q, const std::int64_t* cu,
+                 A&& attn, L* lse, const Masks<ComputeScalar<S>>& masks, std::ptrdiff_t d_v,
+                 const Options& opt) {
+  using C = ComputeScalar<S>;
+  compiled::DecodeArgs<AbiScalar<S>> a;
+  a.q = bits<const S>(q);
   a.cu_seqlens_q = cu;
-  a.alibi_slopes = alibi_slopes;
-  return a;
-}
-
-/// Heads H of a query matrix T_q x (H d_k), or 0 when its width is not a multiple of d_k (the
-/// library then reports it, before any output is sized by it).
-inline std::ptrdiff_t decode_heads(std::ptrdiff_t q_cols, std::ptrdiff_t d_k) {
-  return d_k > 0 && q_cols % d_k == 0 ? q_cols / d_k : 0;
-}
-
-/// The decode calls' one path: validate the inputs, size the outputs, run.
-template <class Keys, class DQ, class DO, class DL>
-void decode_into(const char* api, const Keys& keys, const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu,
-                 DO&& out, DL* lse, const typename DQ::Scalar* alibi_slopes, std::ptrdiff_t d_k,
-                 std::ptrdiff_t d_v, const Options& opt) {
-  using Scalar = typename DQ::Scalar;
-  InputView<DQ> q(Q.derived());
-  compiled::DecodeArgs<Scalar> a = decode_inputs<Scalar, DQ>(q.map(), cu, alibi_slopes);
-  const std::ptrdiff_t heads = decode_heads(Q.cols(), d_k);
-  const bool resize_out = will_resize(out, Q.rows(), heads * d_v);
-  const bool resize_lse = lse != nullptr && will_resize(*lse, Q.rows(), heads);
-  if (resize_out || resize_lse) {
+  a.alibi_slopes = decode_alibi(api, masks);
+  const std::ptrdiff_t H = q.heads, T = q.tokens;
+  const bool resize_attn = decode_will_resize(attn, H, T, d_v);
+  const bool resize_lse = lse != nullptr && decode_will_resize(*lse, H, T, 1);
+  if (resize_attn || resize_lse) {
     // Everything but the outputs to be resized is checked before any is resized.
     a.inputs_only = true;
-    if (!resize_out) a.out = compiled::view(output_view(out, Q.rows(), heads * d_v));
-    if (lse != nullptr && !resize_lse) {
-      a.lse = compiled::view(output_view(*lse, Q.rows(), heads));
-      a.want_lse = true;
-    }
+    if (!resize_attn) a.attn = bits(decode_output<S>(attn, H, T, d_v));
+    if (lse != nullptr && !resize_lse) a.lse = decode_output<C>(*lse, H, T, 1);
     keys(api, a, opt);
     a.inputs_only = false;
-    a.want_lse = false;
+    a.lse = {};
     if (lse != nullptr) {
-      check_resizable_apart(api, {input_extent("Q", Q, q.map())},
-                            {output_extent("out", out), output_extent("lse", *lse)});
+      check_resizable_apart(api, {view_extent("Q", q)},
+                            {decode_extent("attn", attn), decode_extent("lse", *lse)}, mask_extents(masks));
     } else {
-      check_resizable_apart(api, {input_extent("Q", Q, q.map())}, {output_extent("out", out)});
+      check_resizable_apart(api, {view_extent("Q", q)}, {decode_extent("attn", attn)}, mask_extents(masks));
     }
   }
-  a.out = compiled::view(output_view(out, Q.rows(), heads * d_v));
-  if (lse != nullptr) {
-    a.lse = compiled::view(output_view(*lse, Q.rows(), heads));
-    a.want_lse = true;
-  }
+  a.attn = bits(decode_output<S>(std::forward<A>(attn), H, T, d_v));
+  if (lse != nullptr) a.lse = decode_output<C>(*lse, H, T, 1);
   keys(api, a, opt);
 }
 
@@ -515,49 +618,34 @@ struct ViewKeys {
   }
 };
 
-template <typename T, class DQ>
-struct DecodeCheck {
-  static_assert(std::is_same_v<typename DQ::Scalar, ComputeScalar<T>>,
-                "EigenAttention: decode queries (and outputs) are float for float, bfloat16 and half "
-                "caches, double for double caches");
-};
-
-/// The returning forms also take queries of a 16-bit cache's own type.
-template <typename T, class DQ>
+/// Decode queries (and attn) are of the cache's compute type, or of its 16-bit storage type.
+template <typename T, typename S>
 struct DecodeQueryCheck {
-  static_assert(std::is_same_v<typename DQ::Scalar, ComputeScalar<T>> ||
-                    std::is_same_v<typename DQ::Scalar, T>,
-                "EigenAttention: decode queries are of the cache's compute type (float for float, "
-                "bfloat16 and half caches, double for double caches) or, returned forms only, of its "
-                "storage type");
+  static constexpr bool ok = std::is_same_v<S, ComputeScalar<T>> || std::is_same_v<S, T>;
+  static_assert(ok,
+                "EigenAttention: decode queries and attn are of the cache's compute type (float for float, "
+                "bfloat16 and half caches, double for double caches) or of its storage type");
 };
 
-/// Queries of a 16-bit type are widened to float (T_q rows: small) and the result rounded back to
-/// their type; queries of the compute type are passed through. `decode(q)` returns the float result.
-template <typename T, class DQ, class Decode>
-RowMatrix<typename DQ::Scalar> decode_of_type(const Eigen::MatrixBase<DQ>& Q, const Decode& decode) {
-  using Scalar = typename DQ::Scalar;
-  if constexpr (std::is_same_v<Scalar, ComputeScalar<T>>) {
-    return decode(Q);
+/// An output argument O of a decode call whose element type must be S: a writable HeadsView<S> or
+/// a non-const Eigen matrix of S.
+template <typename S, class O>
+constexpr bool decode_output_ok() {
+  if constexpr (kIsHeadsView<O>) {
+    return std::is_same_v<RemoveCvref<O>, HeadsView<S>>;
   } else {
-    const RowMatrix<ComputeScalar<T>> q = Q.template cast<ComputeScalar<T>>();
-    return decode(q).template cast<Scalar>();
+    return OutputCheck<O>::ok && std::is_same_v<ScalarOf<O>, S>;
   }
 }
+template <typename S, class O>
+struct DecodeOutputCheck {
+  static constexpr bool ok = decode_output_ok<S, O>();
+  static_assert(ok,
+                "EigenAttention: decode's attn is of the queries' type and its lse of their compute type "
+                "(float for bfloat16 and half), each a writable HeadsView or Eigen matrix");
+};
 
 static_assert(sizeof(SequenceId) == sizeof(std::int32_t), "SequenceId must be a plain int32");
-
-/// The ALiBi slopes of a decode call's masks (null: none); a mask, bias or key lengths throw:
-/// decode's keys are each sequence's cached tokens, whose lengths the cache holds.
-template <typename Scalar>
-const Scalar* decode_alibi(const char* api, const Masks<Scalar>& masks) {
-  if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
-    throw std::invalid_argument(std::string("EigenAttention::") + api +
-                                ": decode takes ALiBi slopes only from masks (masks.mask, masks.bias and "
-                                "masks.key_lengths must be empty: each sequence's keys are the cache's)");
-  }
-  return masks.alibi_slopes;
-}
 
 /// Masks holding these ALiBi slopes only (the 0.2 forms' pointer).
 template <typename Scalar>
@@ -569,75 +657,114 @@ Masks<Scalar> alibi_masks(const Scalar* alibi_slopes) {
 
 }  // namespace detail
 
-/// Writes decode attention for a batch of sequences of `cache` into out (and lse when not
-/// null): sequences[b]'s queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q (batch + 1
-/// offsets, from 0 to Q.rows(); null when batch is 1: all of Q). Q is T_q x (H d_k), heads side by side, H a
-/// multiple of kv_heads (query head h reads KV head h / (H / kv_heads)); out is T_q x (H d_v) and lse T_q x H
-/// (natural log of each row's softmax denominator; -inf for a row that sees no key). The new tokens are the
-/// last of each sequence's cached keys (append them first): query row i of a sequence with T_q queries and
-/// T_k keys is token T_k - T_q + i, and `opt.causal`, the window and ALiBi use that position (bottom-right
-/// alignment, whatever opt.alignment says). Options: scale, causal, window_left/right, softcap, kernel,
-/// threads. masks: ALiBi slopes only (masks.alibi_slopes, H of them, or null); a mask, bias or key
-/// lengths throw (each sequence's keys are the cache's). A resizable out (an Eigen::Matrix) is resized; other
-/// outputs must have the shape. Bitwise identical results for every opt.threads. \throws
-/// std::invalid_argument naming the argument and its shape; nothing is written then.
-template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
+/// Writes decode attention for a batch of sequences of `cache` into attn (and lse): sequences[b]'s
+/// queries are tokens cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q (batch + 1 offsets, from 0 to
+/// q.tokens; null when batch is 1: all of q). q is [1, H, T_q, d_k], every sequence's tokens packed
+/// (a matrix T_q x (H d_k) with the heads side by side is `HeadsView<const float>::side_by_side(Q,
+/// d_k)`), H a multiple of kv_heads (query head h reads KV head h / (H / kv_heads)); attn is
+/// [1, H, T_q, d_v] and lse [1, H, T_q, 1] (natural log of each row's softmax denominator; -inf for
+/// a row that sees no key). Each output is a HeadsView or an Eigen matrix holding the heads side by
+/// side (attn T_q x (H d_v), lse T_q x H): a resizable one (an Eigen::Matrix) is resized when
+/// needed, once every input and every other output has been checked; a Map, Ref or block must have
+/// the shape. q and attn are of the cache's compute type (float for float, bfloat16 and half caches)
+/// or of its 16-bit storage type (widened to float, the result rounded back); lse is of the compute
+/// type. The new tokens are the last of each sequence's cached keys (append them first): query
+/// token i of a sequence with T_q queries and T_k keys is token T_k - T_q + i, and `opt.causal`, the
+/// window and ALiBi use that position (bottom-right alignment, whatever opt.alignment says).
+/// Options: scale, causal, window_left/right, softcap, kernel, threads. masks: ALiBi slopes only
+/// (masks.alibi_slopes, H of them, or null); a mask, bias or key lengths throw (each sequence's
+/// keys are the cache's). Bitwise identical results for every opt.threads. \throws
+/// std::invalid_argument naming the argument and its shape; nothing is written or resized then.
+template <typename T, typename Q, class A, class L, detail::EnableIfDecodeOutputs<A, L> = 0>
 void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
-                           const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
-                           DL&& lse, const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeCheck<T, DQ>{};
-  (void)detail::OutputCheck<DO>{};
-  (void)detail::OutputCheck<DL>{};
+                           const HeadsView<Q>& q, const std::int64_t* cu_seqlens_q, A&& attn, L&& lse,
+                           const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
+  using S = std::remove_const_t<Q>;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  (void)detail::DecodeOutputCheck<S, A>{};
+  (void)detail::DecodeOutputCheck<ComputeScalar<S>, L>{};
   detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
-  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  detail::decode_into("attention_decode_into", keys, Q,
-                      cu_seqlens_q != nullptr ? cu_seqlens_q
-                      : batch == 1            ? whole
-                                              : nullptr,
-                      std::forward<DO>(out), &lse, detail::decode_alibi("attention_decode_into", masks),
-                      cache.d_k(), cache.d_v(), opt);
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
+  detail::decode_into<S>("attention_decode_into", keys, q,
+                         cu_seqlens_q != nullptr ? cu_seqlens_q
+                         : batch == 1            ? whole
+                                                 : nullptr,
+                         std::forward<A>(attn), &lse, masks, cache.d_v(), opt);
 }
 /// attention_decode_into() without the LSE output.
-template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
+template <typename T, typename Q, class A, detail::EnableIfDecodeOutputs<A> = 0>
 void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
-                           const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
+                           const HeadsView<Q>& q, const std::int64_t* cu_seqlens_q, A&& attn,
                            const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeCheck<T, DQ>{};
-  (void)detail::OutputCheck<DO>{};
+  using S = std::remove_const_t<Q>;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  (void)detail::DecodeOutputCheck<S, A>{};
   detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
-  RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  detail::decode_into("attention_decode_into", keys, Q,
-                      cu_seqlens_q != nullptr ? cu_seqlens_q
-                      : batch == 1            ? whole
-                                              : nullptr,
-                      std::forward<DO>(out), no_lse, detail::decode_alibi("attention_decode_into", masks),
-                      cache.d_k(), cache.d_v(), opt);
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
+  detail::decode_into<S>("attention_decode_into", keys, q,
+                         cu_seqlens_q != nullptr ? cu_seqlens_q
+                         : batch == 1            ? whole
+                                                 : nullptr,
+                         std::forward<A>(attn), detail::no_lse<S>(), masks, cache.d_v(), opt);
 }
 
-/// Decode attention of Q's rows (T_q x (H d_k), the newest T_q tokens of sequence s, appended
-/// already) against the cached keys of s: T_q x (H d_v). See attention_decode_into.
-/// Q may also be of the cache's 16-bit storage type (bfloat16 or half): it is widened to float and
-/// the result rounded to that type.
+/// Decode attention over pages the caller manages (PagedKVView): sequence b's queries are tokens
+/// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q (null when view.batch is 1: all of q). Otherwise
+/// as attention_decode_into on a cache.
+template <typename T, typename Q, class A, class L, detail::EnableIfDecodeOutputs<A, L> = 0>
+void attention_decode_into(const PagedKVView<T>& kv, const HeadsView<Q>& q, const std::int64_t* cu_seqlens_q,
+                           A&& attn, L&& lse, const Options& opt = {},
+                           const Masks<ComputeScalar<T>>& masks = {}) {
+  using S = std::remove_const_t<Q>;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  (void)detail::DecodeOutputCheck<S, A>{};
+  (void)detail::DecodeOutputCheck<ComputeScalar<S>, L>{};
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
+  detail::ViewKeys<T> keys{kv};
+  detail::decode_into<S>("attention_decode_into", keys, q,
+                         cu_seqlens_q != nullptr ? cu_seqlens_q
+                         : kv.batch == 1         ? whole
+                                                 : nullptr,
+                         std::forward<A>(attn), &lse, masks, kv.d_v, opt);
+}
+/// attention_decode_into() over a PagedKVView, without the LSE output.
+template <typename T, typename Q, class A, detail::EnableIfDecodeOutputs<A> = 0>
+void attention_decode_into(const PagedKVView<T>& kv, const HeadsView<Q>& q, const std::int64_t* cu_seqlens_q,
+                           A&& attn, const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
+  using S = std::remove_const_t<Q>;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  (void)detail::DecodeOutputCheck<S, A>{};
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
+  detail::ViewKeys<T> keys{kv};
+  detail::decode_into<S>("attention_decode_into", keys, q,
+                         cu_seqlens_q != nullptr ? cu_seqlens_q
+                         : kv.batch == 1         ? whole
+                                                 : nullptr,
+                         std::forward<A>(attn), detail::no_lse<S>(), masks, kv.d_v, opt);
+}
+
+/// Decode attention of Q's rows (T_q x (H d_k), heads side by side: the newest T_q tokens of
+/// sequence s, appended already) against the cached keys of s, returned as T_q x (H d_v) with the
+/// heads side by side. See attention_decode_into. Q is of the cache's compute type or of its 16-bit
+/// storage type (widened to float, the result rounded to that type).
 template <typename T, class DQ>
 RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache, SequenceId s,
                                                 const Eigen::MatrixBase<DQ>& Q, const Options& opt = {},
                                                 const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeQueryCheck<T, DQ>{};
-  return detail::decode_of_type<T>(Q, [&](const auto& q) {
-    const std::int64_t cu[2] = {0, static_cast<std::int64_t>(q.rows())};
-    RowMatrix<ComputeScalar<T>> out;
-    detail::CacheKeys<T> keys{cache, &s.value, 1};
-    RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-    detail::decode_into("attention_decode", keys, q, cu, out, no_lse,
-                        detail::decode_alibi("attention_decode", masks), cache.d_k(), cache.d_v(), opt);
-    return out;
-  });
+  using S = typename DQ::Scalar;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  detail::InputView<DQ> q(Q.derived());
+  const std::int64_t cu[2] = {0, static_cast<std::int64_t>(Q.rows())};
+  RowMatrix<S> attn;
+  detail::CacheKeys<T> keys{cache, &s.value, 1};
+  detail::decode_into<S>("attention_decode", keys, detail::queries_of(q.map(), cache.d_k()), cu, attn,
+                         detail::no_lse<S>(), masks, cache.d_v(), opt);
+  return attn;
 }
 
 /// Decode attention of several sequences at once (continuous batching): sequences[b]'s queries
-/// are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q. See attention_decode_into. Q may be of
-/// the cache's 16-bit storage type, as for one sequence.
+/// are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q (heads side by side); returned as
+/// T_q x (H d_v), heads side by side. See attention_decode_into.
 template <typename T, class DQ>
 RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache,
                                                 const std::vector<SequenceId>& sequences,
@@ -645,105 +772,123 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache,
                                                 const std::vector<std::int64_t>& cu_seqlens_q,
                                                 const Options& opt = {},
                                                 const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeQueryCheck<T, DQ>{};
+  using S = typename DQ::Scalar;
+  (void)detail::DecodeQueryCheck<T, S>{};
   if (cu_seqlens_q.size() != sequences.size() + 1) {
     throw std::invalid_argument("EigenAttention::attention_decode: cu_seqlens_q has " +
                                 std::to_string(cu_seqlens_q.size()) +
                                 (cu_seqlens_q.size() == 1 ? " offset" : " offsets") + " but must have " +
                                 std::to_string(sequences.size() + 1) + " (sequences + 1)");
   }
-  return detail::decode_of_type<T>(Q, [&](const auto& q) {
-    RowMatrix<ComputeScalar<T>> out;
-    detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences.data()),
-                              static_cast<std::ptrdiff_t>(sequences.size())};
-    RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-    detail::decode_into("attention_decode", keys, q, cu_seqlens_q.data(), out, no_lse,
-                        detail::decode_alibi("attention_decode", masks), cache.d_k(), cache.d_v(), opt);
-    return out;
-  });
+  detail::InputView<DQ> q(Q.derived());
+  RowMatrix<S> attn;
+  detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences.data()),
+                            static_cast<std::ptrdiff_t>(sequences.size())};
+  detail::decode_into<S>("attention_decode", keys, detail::queries_of(q.map(), cache.d_k()),
+                         cu_seqlens_q.data(), attn, detail::no_lse<S>(), masks, cache.d_v(), opt);
+  return attn;
 }
 
-/// Decode attention over pages the caller manages (PagedKVView): sequence b's queries are rows
-/// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q (null when view.batch is 1: all of Q). Otherwise
-/// as attention_decode_into on a cache.
-template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
-void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
-                           const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse, const Options& opt = {},
-                           const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeCheck<T, DQ>{};
-  (void)detail::OutputCheck<DO>{};
-  (void)detail::OutputCheck<DL>{};
-  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  detail::ViewKeys<T> keys{kv};
-  detail::decode_into("attention_decode_into", keys, Q,
-                      cu_seqlens_q != nullptr ? cu_seqlens_q
-                      : kv.batch == 1         ? whole
-                                              : nullptr,
-                      std::forward<DO>(out), &lse, detail::decode_alibi("attention_decode_into", masks),
-                      kv.d_k, kv.d_v, opt);
-}
-/// attention_decode_into() over a PagedKVView, without the LSE output.
-template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
-void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
-                           const std::int64_t* cu_seqlens_q, DO&& out, const Options& opt = {},
-                           const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeCheck<T, DQ>{};
-  (void)detail::OutputCheck<DO>{};
-  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  detail::ViewKeys<T> keys{kv};
-  RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-  detail::decode_into("attention_decode_into", keys, Q,
-                      cu_seqlens_q != nullptr ? cu_seqlens_q
-                      : kv.batch == 1         ? whole
-                                              : nullptr,
-                      std::forward<DO>(out), no_lse, detail::decode_alibi("attention_decode_into", masks),
-                      kv.d_k, kv.d_v, opt);
-}
-/// Decode attention over a PagedKVView, returned (see attention_decode_into). Q may be of the
-/// view's 16-bit storage type, as for a cache.
+/// Decode attention over a PagedKVView, returned as T_q x (H d_v), heads side by side (see
+/// attention_decode_into). Q may be of the view's 16-bit storage type, as for a cache.
 template <typename T, class DQ>
 RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
                                                 const std::int64_t* cu_seqlens_q = nullptr,
                                                 const Options& opt = {},
                                                 const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeQueryCheck<T, DQ>{};
-  return detail::decode_of_type<T>(Q, [&](const auto& q) {
-    // As attention_decode_into, but its messages name this call.
-    RowMatrix<ComputeScalar<T>> out;
-    const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.rows())};
-    detail::ViewKeys<T> keys{kv};
-    RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-    detail::decode_into("attention_decode", keys, q,
-                        cu_seqlens_q != nullptr ? cu_seqlens_q
-                        : kv.batch == 1         ? whole
-                                                : nullptr,
-                        out, no_lse, detail::decode_alibi("attention_decode", masks), kv.d_k, kv.d_v, opt);
-    return out;
-  });
+  using S = typename DQ::Scalar;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  detail::InputView<DQ> q(Q.derived());
+  RowMatrix<S> attn;
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
+  detail::ViewKeys<T> keys{kv};
+  detail::decode_into<S>("attention_decode", keys, detail::queries_of(q.map(), kv.d_k),
+                         cu_seqlens_q != nullptr ? cu_seqlens_q
+                         : kv.batch == 1         ? whole
+                                                 : nullptr,
+                         attn, detail::no_lse<S>(), masks, kv.d_v, opt);
+  return attn;
 }
 
 /// \name The 0.2 forms of decode
-/// With the ALiBi slopes as a pointer after Options; forwarders to the calls above (their
-/// `masks.alibi_slopes`), removed in 0.4 (docs/migration.md).
+/// The `_into` forms with Q as a matrix T_q x (H d_k) (heads side by side; lse, if given, T_q x H),
+/// and the forms with the ALiBi slopes as a pointer after Options: forwarders to the calls above
+/// (q as `HeadsView::side_by_side(Q, d_k)`, the slopes as `masks.alibi_slopes`), removed in 0.4
+/// (docs/migration.md).
 ///@{
+
+/// 0.2's attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, out, lse, opt).
+template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
+[[deprecated(
+    "EigenAttention 0.3: decode's queries are a HeadsView [1, H, T_q, d_k]: pass "
+    "HeadsView<const float>::side_by_side(Q, d_k)")]] void
+attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
+                      const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse,
+                      const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(cache, sequences, batch, detail::queries_of(q.map(), cache.d_k()), cu_seqlens_q,
+                        std::forward<DO>(out), std::forward<DL>(lse), opt, masks);
+}
+/// 0.2's attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, out, opt).
+template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
+[[deprecated(
+    "EigenAttention 0.3: decode's queries are a HeadsView [1, H, T_q, d_k]: pass "
+    "HeadsView<const float>::side_by_side(Q, d_k)")]] void
+attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
+                      const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
+                      const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(cache, sequences, batch, detail::queries_of(q.map(), cache.d_k()), cu_seqlens_q,
+                        std::forward<DO>(out), opt, masks);
+}
+/// 0.2's attention_decode_into(view, Q, cu_seqlens_q, out, lse, opt).
+template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
+[[deprecated(
+    "EigenAttention 0.3: decode's queries are a HeadsView [1, H, T_q, d_k]: pass "
+    "HeadsView<const float>::side_by_side(Q, d_k)")]] void
+attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
+                      const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse, const Options& opt = {},
+                      const Masks<ComputeScalar<T>>& masks = {}) {
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(kv, detail::queries_of(q.map(), kv.d_k), cu_seqlens_q, std::forward<DO>(out),
+                        std::forward<DL>(lse), opt, masks);
+}
+/// 0.2's attention_decode_into(view, Q, cu_seqlens_q, out, opt).
+template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
+[[deprecated(
+    "EigenAttention 0.3: decode's queries are a HeadsView [1, H, T_q, d_k]: pass "
+    "HeadsView<const float>::side_by_side(Q, d_k)")]] void
+attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
+                      const std::int64_t* cu_seqlens_q, DO&& out, const Options& opt = {},
+                      const Masks<ComputeScalar<T>>& masks = {}) {
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(kv, detail::queries_of(q.map(), kv.d_k), cu_seqlens_q, std::forward<DO>(out), opt,
+                        masks);
+}
 
 /// 0.2's attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, out, lse, opt, alibi_slopes).
 template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
-[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+[[deprecated(
+    "EigenAttention 0.3: pass the queries as a HeadsView and the ALiBi slopes in Masks::alibi_slopes, after "
+    "Options")]] void
 attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
                       const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse,
                       const Options& opt, const ComputeScalar<T>* alibi_slopes) {
-  attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, std::forward<DO>(out),
-                        std::forward<DL>(lse), opt, detail::alibi_masks(alibi_slopes));
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(cache, sequences, batch, detail::queries_of(q.map(), cache.d_k()), cu_seqlens_q,
+                        std::forward<DO>(out), std::forward<DL>(lse), opt, detail::alibi_masks(alibi_slopes));
 }
 /// 0.2's attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, out, opt, alibi_slopes).
 template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
-[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+[[deprecated(
+    "EigenAttention 0.3: pass the queries as a HeadsView and the ALiBi slopes in Masks::alibi_slopes, after "
+    "Options")]] void
 attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
                       const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
                       const Options& opt, const ComputeScalar<T>* alibi_slopes) {
-  attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, std::forward<DO>(out), opt,
-                        detail::alibi_masks(alibi_slopes));
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(cache, sequences, batch, detail::queries_of(q.map(), cache.d_k()), cu_seqlens_q,
+                        std::forward<DO>(out), opt, detail::alibi_masks(alibi_slopes));
 }
 /// 0.2's attention_decode(cache, s, Q, opt, alibi_slopes).
 template <typename T, class DQ>
@@ -764,20 +909,27 @@ attention_decode(const PagedKVCache<T>& cache, const std::vector<SequenceId>& se
 }
 /// 0.2's attention_decode_into(view, Q, cu_seqlens_q, out, lse, opt, alibi_slopes).
 template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
-[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+[[deprecated(
+    "EigenAttention 0.3: pass the queries as a HeadsView and the ALiBi slopes in Masks::alibi_slopes, after "
+    "Options")]] void
 attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
                       const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse, const Options& opt,
                       const ComputeScalar<T>* alibi_slopes) {
-  attention_decode_into(kv, Q, cu_seqlens_q, std::forward<DO>(out), std::forward<DL>(lse), opt,
-                        detail::alibi_masks(alibi_slopes));
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(kv, detail::queries_of(q.map(), kv.d_k), cu_seqlens_q, std::forward<DO>(out),
+                        std::forward<DL>(lse), opt, detail::alibi_masks(alibi_slopes));
 }
 /// 0.2's attention_decode_into(view, Q, cu_seqlens_q, out, opt, alibi_slopes).
 template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
-[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+[[deprecated(
+    "EigenAttention 0.3: pass the queries as a HeadsView and the ALiBi slopes in Masks::alibi_slopes, after "
+    "Options")]] void
 attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
                       const std::int64_t* cu_seqlens_q, DO&& out, const Options& opt,
                       const ComputeScalar<T>* alibi_slopes) {
-  attention_decode_into(kv, Q, cu_seqlens_q, std::forward<DO>(out), opt, detail::alibi_masks(alibi_slopes));
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(kv, detail::queries_of(q.map(), kv.d_k), cu_seqlens_q, std::forward<DO>(out), opt,
+                        detail::alibi_masks(alibi_slopes));
 }
 /// 0.2's attention_decode(view, Q, cu_seqlens_q, opt, alibi_slopes).
 template <typename T, class DQ>
