@@ -24,6 +24,7 @@ void batch_rows(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, Summ
   for (Idx l : len) tokens += l;
   const Idx bytes = 2 * tokens * Hkv * d * Idx(sizeof(T));
   Mat<float> q(B, H * d), out(B, H * d), out_loop(B, H * d), out1(1, H * d);
+  const auto q_heads = ea::HeadsView<const float>::side_by_side(q, d);  // [1, H, B, d]
   fill_uniform(q.data(), q.size(), 11);
   std::vector<std::int64_t> cu(static_cast<std::size_t>(B + 1));
   for (Idx b = 0; b <= B; ++b) cu[static_cast<std::size_t>(b)] = b;
@@ -61,13 +62,14 @@ void batch_rows(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, Summ
       opt.kernel = kernel;
       opt.threads = threads;
       const auto batched = [&] {
-        ea::attention_decode_into(cache, ids.data(), B, q, cu.data(), out, opt);
+        ea::attention_decode_into(cache, ids.data(), B, q_heads, cu.data(), out, opt);
         g_sink = g_sink + double(out(0, 0));
       };
       const auto loop = [&] {
         const std::int64_t one[2] = {0, 1};
         for (Idx b = 0; b < B; ++b) {
-          ea::attention_decode_into(cache, &ids[static_cast<std::size_t>(b)], 1, q.row(b), one, out1, opt);
+          ea::attention_decode_into(cache, &ids[static_cast<std::size_t>(b)], 1,
+                                    ea::HeadsView<const float>::side_by_side(q.row(b), d), one, out1, opt);
           out_loop.row(b) = out1;
         }
         g_sink = g_sink + double(out_loop(0, 0));

@@ -126,6 +126,7 @@ void storage_rows(StepCtx& c) {
   const Idx Hkv = a.kv_heads, d = a.d, Tk = a.t_k, H = a.heads;
   const Idx bytes = 2 * Tk * Hkv * d * Idx(sizeof(T));
   Mat<float> out(1, H * d), contig_ref;
+  const auto q = ea::HeadsView<const float>::side_by_side(c.q, d);  // [1, H, 1, d]
 
   // Contiguous views: one buffer, block table 0, 1, 2, ...
   {
@@ -144,7 +145,7 @@ void storage_rows(StepCtx& c) {
       for (const int threads : a.threads) {
         const ea::Options opt = options(c, threads);
         const auto call = [&] {
-          ea::attention_decode_into(view, c.q, nullptr, out, opt);
+          ea::attention_decode_into(view, q, nullptr, out, opt);
           g_sink = g_sink + double(out(0, 0));
         };
         call();
@@ -182,7 +183,7 @@ void storage_rows(StepCtx& c) {
     for (const int threads : a.threads) {
       const ea::Options opt = options(c, threads);
       const auto call = [&] {
-        ea::attention_decode_into(cache, &s, 1, c.q, cu, out, opt);
+        ea::attention_decode_into(cache, &s, 1, q, cu, out, opt);
         g_sink = g_sink + double(out(0, 0));
       };
       step_row(c, name, "paged", ps, threads, bytes, call, out, &contig_ref, 1e-6);
@@ -216,7 +217,8 @@ void step_section(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, Su
   const std::string layout = cache_layout(a.kv_heads, a.d);
   std::printf(
       "== 2. one decode step: T_q = 1, T_k = %ld, H = %ld, H_kv = %ld, d = %ld; the cache's pages are %s\n"
-      "   paged:      attention_decode_into(cache, &s, 1, q, cu = {0, 1}, out, opt) on a PagedKVCache whose\n"
+      "   paged:      attention_decode_into(cache, &s, 1, q, cu = {0, 1}, out, opt) (q: [1, H, 1, d] over a "
+      "1 x H d row) on a PagedKVCache whose\n"
       "               free pages were shuffled before the sequence was appended (its pages lie in random\n"
       "               order in the pool)\n"
       "   contig NHD: attention_decode_into(PagedKVView::nhd(...), q, nullptr, out, opt) over one "

@@ -56,8 +56,9 @@ int main() {
       q.row(static_cast<Eigen::Index>(b)) = hidden[b] * Wq;
       cu.push_back(cu.back() + 1);
     }
-    ea::attention_decode_into(cache, seqs.data(), static_cast<std::ptrdiff_t>(seqs.size()), q, cu.data(), out,
-                              opt);
+    // q holds the heads side by side (one row per sequence): the view [1, H, batch, d].
+    ea::attention_decode_into(cache, seqs.data(), static_cast<std::ptrdiff_t>(seqs.size()),
+                              ea::HeadsView<const float>::side_by_side(q, d), cu.data(), out, opt);
     for (std::size_t b = 0; b < seqs.size(); ++b)
       hidden[b] = out.row(static_cast<Eigen::Index>(b)).leftCols(model).array().tanh();
   }

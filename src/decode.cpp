@@ -10,11 +10,13 @@
 #include <EigenAttention/KVCache.hpp>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "decode_problem.hpp"
 #include "kernels/kernels.hpp"
 #include "lse_merge.hpp"
+#include "widen.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -53,9 +55,10 @@ RawProblem<T> sequence_shape(const DecodeProblem<T>& p, index_t b) {
   return s;
 }
 
+/// Element (0, h, t, c) of a [1, H, T, d] view.
 template <typename T>
-T* element(const MatrixView<T>& m, index_t row, index_t col) {
-  return m.data + row * m.row_stride + col * m.col_stride;
+T* element(const HeadsView<T>& v, index_t h, index_t t, index_t c) {
+  return v.data + h * v.head_stride + t * v.token_stride + c * v.dim_stride;
 }
 
 }  // namespace
@@ -113,8 +116,8 @@ void execute_decode(const DecodeProblem<T>& p) {
     for (index_t h = 0; h < G; ++h) {
       for (index_t t = 0; t < blk.rows; ++t) {
         const index_t row = p.cu_q[blk.sequence] + blk.first_row + t;
-        const index_t col = (blk.kv_head * G + h) * dk;
-        for (index_t c = 0; c < dk; ++c) q[(h * blk.rows + t) * dk + c] = *element(p.q, row, col + c);
+        const T* src = element(p.q, blk.kv_head * G + h, row, 0);
+        for (index_t c = 0; c < dk; ++c) q[(h * blk.rows + t) * dk + c] = src[c * p.q.dim_stride];
       }
     }
   }
@@ -166,8 +169,8 @@ void execute_decode(const DecodeProblem<T>& p) {
       const T lse = merge_lse_row<T>(
           blk.tasks, [&](index_t t) { return partials_data[chunks[t].slot + R * dv + r]; },
           [&](index_t t, index_t c) { return partials_data[chunks[t].slot + r * dv + c]; }, dv,
-          dv == 0 ? p.out.data : element(p.out, row, h * dv), p.out.col_stride, weights.data());
-      if (p.want_lse) *element(p.lse, row, h) = lse;
+          dv == 0 ? p.out.data : element(p.out, h, row, 0), p.out.dim_stride, weights.data());
+      if (p.want_lse) *element(p.lse, h, row, 0) = lse;
     }
   });
 
@@ -175,19 +178,33 @@ void execute_decode(const DecodeProblem<T>& p) {
   // rows whose block has no chunk were written above (zeros, -inf).
 }
 
-template <typename T>
+template <typename S>
 void decode(const char* api, const compiled::RawPagedKV& kv, const PagedSequence* sequences, index_t batch,
-            const compiled::DecodeArgs<T>& args, const Options& opt) {
-  const DecodeProblem<T> p = make_decode_problem(api, kv, sequences, batch, args, opt);
-  if (!args.inputs_only) execute_decode(p);
+            const compiled::DecodeArgs<S>& args, const Options& opt) {
+  DecodeProblem<ComputeScalar<S>> p = make_decode_problem(api, kv, sequences, batch, args, opt);
+  if (args.inputs_only) return;
+  if constexpr (std::is_same_v<S, ComputeScalar<S>>) {
+    execute_decode(p);
+  } else {
+    // 16-bit queries: widened to float (T_q tokens: small), the result rounded back.
+    const WideArray q(args.q), out(args.attn, true);
+    p.q = q.input();
+    p.out = out.view();
+    execute_decode(p);
+    narrow_into(out.view(), args.attn, 0, args.attn.tokens);
+  }
 }
 
 template void execute_decode<float>(const DecodeProblem<float>&);
 template void execute_decode<double>(const DecodeProblem<double>&);
-template void decode<float>(const char*, const compiled::RawPagedKV&, const PagedSequence*, index_t,
-                            const compiled::DecodeArgs<float>&, const Options&);
-template void decode<double>(const char*, const compiled::RawPagedKV&, const PagedSequence*, index_t,
-                             const compiled::DecodeArgs<double>&, const Options&);
+#define EIGEN_ATTENTION_DECODE(S)                                                                  \
+  template void decode<S>(const char*, const compiled::RawPagedKV&, const PagedSequence*, index_t, \
+                          const compiled::DecodeArgs<S>&, const Options&);
+EIGEN_ATTENTION_DECODE(float)
+EIGEN_ATTENTION_DECODE(double)
+EIGEN_ATTENTION_DECODE(BFloat16Bits)
+EIGEN_ATTENTION_DECODE(HalfBits)
+#undef EIGEN_ATTENTION_DECODE
 
 }  // namespace internal
 
@@ -203,12 +220,15 @@ void decode_view(const char* api, const RawPagedKV& kv, const DecodeArgs<T>& arg
 
 }  // namespace
 
-void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<float>& args, const Options& opt) {
-  decode_view(api, kv, args, opt);
-}
-void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<double>& args, const Options& opt) {
-  decode_view(api, kv, args, opt);
-}
+#define EIGEN_ATTENTION_DECODE_VIEW(T)                                                                \
+  void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<T>& args, const Options& opt) { \
+    decode_view(api, kv, args, opt);                                                                  \
+  }
+EIGEN_ATTENTION_DECODE_VIEW(float)
+EIGEN_ATTENTION_DECODE_VIEW(double)
+EIGEN_ATTENTION_DECODE_VIEW(BFloat16Bits)
+EIGEN_ATTENTION_DECODE_VIEW(HalfBits)
+#undef EIGEN_ATTENTION_DECODE_VIEW
 
 }  // namespace compiled
 }  // namespace EigenAttention

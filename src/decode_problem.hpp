@@ -39,11 +39,11 @@ struct DecodeProblem {
   compiled::RawPagedKV kv;  // storage, sizes and strides (block_tables, lengths: see sequences)
   const PagedSequence* sequences = nullptr;
   index_t batch = 0;
-  MatrixView<const T> q;  // T_q x (H d_k)
-  MatrixView<T> out;      // T_q x (H d_v)
-  MatrixView<T> lse;      // T_q x H, when want_lse
+  HeadsView<const T> q;  // [1, H, T_q, d_k]
+  HeadsView<T> out;      // [1, H, T_q, d_v]
+  HeadsView<T> lse;      // [1, H, T_q, 1], when want_lse
   bool want_lse = false;
-  const std::int64_t* cu_q = nullptr;  // batch + 1 offsets into the rows of q
+  const std::int64_t* cu_q = nullptr;  // batch + 1 offsets into the tokens of q
   const T* alibi_slopes = nullptr;     // H of them, or null
   index_t heads = 0, group = 0;        // H, and H / kv_heads
   T scale = 0, softcap = 0;
@@ -59,18 +59,21 @@ void paged_view_sequences(const char* api, const compiled::RawPagedKV& kv,
                           std::vector<PagedSequence>& sequences);
 
 /// Checks everything else about a decode call (queries, offsets, outputs, options, and that
-/// every page index lies in the pool), in the order of make_problem, and returns it resolved.
-/// \throws std::invalid_argument naming `api`, the argument and its shape; nothing is written then.
-template <typename T>
-DecodeProblem<T> make_decode_problem(const char* api, const compiled::RawPagedKV& kv,
-                                     const PagedSequence* sequences, index_t batch,
-                                     const compiled::DecodeArgs<T>& args, const Options& opt);
+/// every page index lies in the pool), in the order of make_problem, and returns it resolved. For
+/// 16-bit queries (S = BFloat16Bits, HalfBits) the problem's q and out are left empty: decode()
+/// points them at float copies. \throws std::invalid_argument naming `api`, the argument and its
+/// shape; nothing is written then.
+template <typename S>
+DecodeProblem<ComputeScalar<S>> make_decode_problem(const char* api, const compiled::RawPagedKV& kv,
+                                                    const PagedSequence* sequences, index_t batch,
+                                                    const compiled::DecodeArgs<S>& args, const Options& opt);
 
 /// Validates and runs a decode call on `batch` sequences of pages (decode.cpp): the one path of
-/// both front doors.
-template <typename T>
+/// both front doors. S: the queries' type (16-bit queries are widened to float and the result
+/// rounded back).
+template <typename S>
 void decode(const char* api, const compiled::RawPagedKV& kv, const PagedSequence* sequences, index_t batch,
-            const compiled::DecodeArgs<T>& args, const Options& opt);
+            const compiled::DecodeArgs<S>& args, const Options& opt);
 
 /// Runs a validated decode problem (decode.cpp).
 template <typename T>

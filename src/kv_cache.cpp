@@ -492,14 +492,16 @@ void decode_pool(const char* api, const KVPool* pool, const std::int32_t* ids, i
 
 }  // namespace
 
-void decode(const char* api, const KVPool* pool, const std::int32_t* sequences, index_t batch,
-            const DecodeArgs<float>& args, const Options& opt) {
-  decode_pool(api, pool, sequences, batch, args, opt);
-}
-void decode(const char* api, const KVPool* pool, const std::int32_t* sequences, index_t batch,
-            const DecodeArgs<double>& args, const Options& opt) {
-  decode_pool(api, pool, sequences, batch, args, opt);
-}
+#define EIGEN_ATTENTION_DECODE_POOL(T)                                                           \
+  void decode(const char* api, const KVPool* pool, const std::int32_t* sequences, index_t batch, \
+              const DecodeArgs<T>& args, const Options& opt) {                                   \
+    decode_pool(api, pool, sequences, batch, args, opt);                                         \
+  }
+EIGEN_ATTENTION_DECODE_POOL(float)
+EIGEN_ATTENTION_DECODE_POOL(double)
+EIGEN_ATTENTION_DECODE_POOL(BFloat16Bits)
+EIGEN_ATTENTION_DECODE_POOL(HalfBits)
+#undef EIGEN_ATTENTION_DECODE_POOL
 
 }  // namespace compiled
 }  // namespace EigenAttention

@@ -332,7 +332,9 @@ TEST_CASE("decode cache: a released id is stale for good, even when create() reu
         [&] {
           (void)ea::attention_decode(p.cache, std::vector<ea::SequenceId>{b, dead}, Q, {0, 1, 1}, opt);
         },
-        [&] { ea::attention_decode_into(p.cache, batch, 2, Q, cu, out, opt); },
+        [&] {
+          ea::attention_decode_into(p.cache, batch, 2, ea_test::side_by_side(Q, p.cache.d_k()), cu, out, opt);
+        },
     };
     for (std::size_t u = 0; u < uses.size(); ++u) {
       CAPTURE(u);
@@ -898,9 +900,10 @@ TEST_CASE_TEMPLATE("decode cache: bfloat16 and half storage against float storag
       const float* slopes = c.alibi ? s.slopes.data() : nullptr;
       const std::int64_t cu[2] = {0, c.Tq};
       Result<float> r_low, r_high;
-      ea::attention_decode_into(low, &a, 1, s.Q, cu, r_low.out, r_low.lse, opt, ea_test::alibi_only(slopes));
-      ea::attention_decode_into(high, &b, 1, s.Q, cu, r_high.out, r_high.lse, opt,
+      ea::attention_decode_into(low, &a, 1, ea_test::side_by_side(s.Q, c.dk), cu, r_low.out, r_low.lse, opt,
                                 ea_test::alibi_only(slopes));
+      ea::attention_decode_into(high, &b, 1, ea_test::side_by_side(s.Q, c.dk), cu, r_high.out, r_high.lse,
+                                opt, ea_test::alibi_only(slopes));
       check_reference(r_low, ref, c, 1, "bfloat16/half storage vs the long-double reference");
       check_reference(r_high, ref, c, 1, "float storage vs the long-double reference");
       for (Index h = 0; h < c.H; ++h) {

@@ -26,6 +26,12 @@ constexpr Eigen::Index kLen0 = 37, kLen1 = 20;
 
 using Out = Eigen::Map<RowMatrix<float>>;
 
+/// Q (T_q x (H d_k), heads side by side) as decode's [1, H, T_q, d_k] view.
+template <class M>
+ea::HeadsView<const float> qv(const M& Q) {
+  return ea_test::side_by_side(Q, kDk);
+}
+
 /// Output storage: a buffer filled with the sentinel, viewed as a rows x cols Map.
 struct Sentinel {
   std::vector<float> data;
@@ -105,14 +111,14 @@ TEST_CASE("decode errors: sequences, queries, offsets and outputs of a cache dec
   const ea::SequenceId one[1] = {f.s0}, unknown[1] = {ea::SequenceId{99}}, released[2] = {f.s0, f.gone};
   const ea::SequenceId two[2] = {f.s0, f.s1};
   const std::int64_t cu1[2] = {0, kTq}, cu2[3] = {0, 1, kTq};
-  const RowMatrix<float> Q_wide = RowMatrix<float>::Ones(kTq, kH * kDk + 1);  // 31 columns
-  const RowMatrix<float> Q_h5 = RowMatrix<float>::Ones(kTq, 5 * kDk);         // 5 query heads for 2 KV heads
+  const RowMatrix<float> Q_wide = RowMatrix<float>::Ones(kTq, kH * (kDk + 1));  // 6 heads of 6
+  const RowMatrix<float> Q_h5 = RowMatrix<float>::Ones(kTq, 5 * kDk);  // 5 query heads for 2 KV heads
 
   // The valid calls throw nothing (on fresh outputs).
   {
     Sentinel o(kTq, kH * kDv), l(kTq, kH);
-    CHECK_NOTHROW(ea::attention_decode_into(cache, two, 2, Q, cu2, o.map(), l.map()));
-    CHECK_NOTHROW(ea::attention_decode_into(cache, one, 1, Q, cu1, o.map()));
+    CHECK_NOTHROW(ea::attention_decode_into(cache, two, 2, qv(Q), cu2, o.map(), l.map()));
+    CHECK_NOTHROW(ea::attention_decode_into(cache, one, 1, qv(Q), cu1, o.map()));
     CHECK_NOTHROW(ea::attention_decode(cache, f.s1, Q));
   }
 
@@ -120,11 +126,11 @@ TEST_CASE("decode errors: sequences, queries, offsets and outputs of a cache dec
                      long_end[3] = {0, 2, kTq + 3};
   const std::vector<BadCall> bad = {
       {"unknown sequence, batched form",
-       [&] { ea::attention_decode_into(cache, unknown, 1, Q, cu1, out.map(), lse.map()); },
+       [&] { ea::attention_decode_into(cache, unknown, 1, qv(Q), cu1, out.map(), lse.map()); },
        {99},
        {kSequenceWords}},
       {"released sequence, batched form",
-       [&] { ea::attention_decode_into(cache, released, 2, Q, cu2, out.map(), lse.map()); },
+       [&] { ea::attention_decode_into(cache, released, 2, qv(Q), cu2, out.map(), lse.map()); },
        {f.gone.value},
        {kSequenceWords, {"sequences"}}},
       {"released sequence, single form",
@@ -142,51 +148,54 @@ TEST_CASE("decode errors: sequences, queries, offsets and outputs of a cache dec
        {5},
        {kSequenceWords}},
       {"sequences null",
-       [&] { ea::attention_decode_into(cache, nullptr, 1, Q, cu1, out.map()); },
+       [&] { ea::attention_decode_into(cache, nullptr, 1, qv(Q), cu1, out.map()); },
        {},
        {{"sequences"}, {"null"}}},
       {"negative batch",
-       [&] { ea::attention_decode_into(cache, one, -1, Q, cu1, out.map()); },
+       [&] { ea::attention_decode_into(cache, one, -1, qv(Q), cu1, out.map()); },
        {},
        {{"negative"}}},
-      {"Q columns not a multiple of d_k",
-       [&] { ea::attention_decode_into(cache, one, 1, Q_wide, cu1, out.map(), lse.map()); },
-       {kTq, kH * kDk + 1, kDk},
+      {"Q with d_k = 6 for the cache's 5",
+       [&] {
+         ea::attention_decode_into(cache, one, 1, ea_test::side_by_side(Q_wide, kDk + 1), cu1, out.map(),
+                                   lse.map());
+       },
+       {kH, kTq, kDk + 1, kDk},
        {{"Q"}, {"d_k"}}},
       {"query heads not a multiple of KV heads",
-       [&] { ea::attention_decode_into(cache, one, 1, Q_h5, cu1, out.map(), lse.map()); },
-       {5, 5 * kDk, kHkv},
+       [&] { ea::attention_decode_into(cache, one, 1, qv(Q_h5), cu1, out.map(), lse.map()); },
+       {5, kTq, kDk, kHkv},
        {{"Q"}, {"heads"}}},
-      {"out with a column too many",
-       [&] { ea::attention_decode_into(cache, one, 1, Q, cu1, out_wide.map(), lse.map()); },
-       {kTq, kH * kDv + 1, kH * kDv},
-       {{"out"}}},
-      {"out with a row too many",
-       [&] { ea::attention_decode_into(cache, one, 1, Q, cu1, out_tall.map()); },
-       {kTq + 1, kH * kDv, kTq},
-       {{"out"}}},
+      {"attn with a column too many",
+       [&] { ea::attention_decode_into(cache, one, 1, qv(Q), cu1, out_wide.map(), lse.map()); },
+       {kTq, kH * kDv + 1, kH, kDv},
+       {{"attn"}}},
+      {"attn with a row too many",
+       [&] { ea::attention_decode_into(cache, one, 1, qv(Q), cu1, out_tall.map()); },
+       {kTq + 1, kTq, kH, kDv},
+       {{"attn"}}},
       {"lse with a column too many",
-       [&] { ea::attention_decode_into(cache, one, 1, Q, cu1, out.map(), lse_wide.map()); },
+       [&] { ea::attention_decode_into(cache, one, 1, qv(Q), cu1, out.map(), lse_wide.map()); },
        {kTq, kH + 1, kH},
        {{"lse"}}},
       {"cu_seqlens_q not starting at 0",
-       [&] { ea::attention_decode_into(cache, two, 2, Q, not_zero, out.map(), lse.map()); },
+       [&] { ea::attention_decode_into(cache, two, 2, qv(Q), not_zero, out.map(), lse.map()); },
        {1, 0},
        {{"cu_seqlens_q"}}},
       {"cu_seqlens_q decreasing",
-       [&] { ea::attention_decode_into(cache, two, 2, Q, decreasing, out.map(), lse.map()); },
+       [&] { ea::attention_decode_into(cache, two, 2, qv(Q), decreasing, out.map(), lse.map()); },
        {3, 1},
        {{"cu_seqlens_q"}, {"decrease"}}},
-      {"cu_seqlens_q ending before Q.rows()",
-       [&] { ea::attention_decode_into(cache, two, 2, Q, short_end, out.map(), lse.map()); },
+      {"cu_seqlens_q ending before Q's tokens",
+       [&] { ea::attention_decode_into(cache, two, 2, qv(Q), short_end, out.map(), lse.map()); },
        {kTq - 1, kTq},
        {{"cu_seqlens_q"}}},
-      {"cu_seqlens_q ending beyond Q.rows()",
-       [&] { ea::attention_decode_into(cache, two, 2, Q, long_end, out.map(), lse.map()); },
+      {"cu_seqlens_q ending beyond Q's tokens",
+       [&] { ea::attention_decode_into(cache, two, 2, qv(Q), long_end, out.map(), lse.map()); },
        {kTq + 3, kTq},
        {{"cu_seqlens_q"}}},
       {"cu_seqlens_q null",
-       [&] { ea::attention_decode_into(cache, two, 2, Q, nullptr, out.map(), lse.map()); },
+       [&] { ea::attention_decode_into(cache, two, 2, qv(Q), nullptr, out.map(), lse.map()); },
        {},
        {{"cu_seqlens_q"}, {"null"}}},
       {"vector form, cu_seqlens_q of the wrong size",
@@ -206,15 +215,15 @@ TEST_CASE("decode errors: sequences, queries, offsets and outputs of a cache dec
   };
   const std::vector<BadCall> bad_resizable = {
       {"resizable outputs, released sequence",
-       [&] { ea::attention_decode_into(cache, released, 2, Q, cu2, r_out, r_lse); },
+       [&] { ea::attention_decode_into(cache, released, 2, qv(Q), cu2, r_out, r_lse); },
        {f.gone.value},
        {kSequenceWords}},
       {"resizable outputs, query heads",
-       [&] { ea::attention_decode_into(cache, one, 1, Q_h5, cu1, r_out, r_lse); },
+       [&] { ea::attention_decode_into(cache, one, 1, qv(Q_h5), cu1, r_out, r_lse); },
        {5, kHkv},
        {{"heads"}}},
       {"resizable outputs, cu_seqlens_q",
-       [&] { ea::attention_decode_into(cache, two, 2, Q, decreasing, r_out); },
+       [&] { ea::attention_decode_into(cache, two, 2, qv(Q), decreasing, r_out); },
        {3, 1},
        {{"cu_seqlens_q"}}},
   };
@@ -230,7 +239,7 @@ TEST_CASE("decode errors: a resizable out is not resized when lse has the wrong 
   RowMatrix<float> r_out = RowMatrix<float>::Constant(2, 2, kSentinel);
   Sentinel lse_wide(kTq, kH + 1);
   check_bad_call({"resizable out, lse with a column too many",
-                  [&] { ea::attention_decode_into(f.cache, one, 1, f.Q, cu1, r_out, lse_wide.map()); },
+                  [&] { ea::attention_decode_into(f.cache, one, 1, qv(f.Q), cu1, r_out, lse_wide.map()); },
                   {kH + 1, kH},
                   {{"lse"}}},
                  [&] {
@@ -267,7 +276,7 @@ TEST_CASE("decode errors: invalid options") {
   };
   for (auto [opt, b] : bad) {
     b.call = [&, opt = opt] {
-      ea::attention_decode_into(f.cache, one, 1, f.Q, cu1, out.map(), lse.map(), opt);
+      ea::attention_decode_into(f.cache, one, 1, qv(f.Q), cu1, out.map(), lse.map(), opt);
     };
     check_bad_call(b, untouched);
     b.name += " (single form)";
@@ -290,25 +299,25 @@ TEST_CASE("decode errors: outputs over Q or over each other") {
     return q_buf == q_before && out.untouched() && lse.untouched() && both.untouched();
   };
   const std::vector<BadCall> bad = {
-      {"out over Q",
+      {"attn over Q",
        [&] {
-         ea::attention_decode_into(f.cache, one, 1, Q, cu1, Out(q_buf.data(), kTq, kH * kDv), lse.map());
+         ea::attention_decode_into(f.cache, one, 1, qv(Q), cu1, Out(q_buf.data(), kTq, kH * kDv), lse.map());
        },
        {},
-       {{"out"}, {"Q"}, {"overlap"}}},
+       {{"attn"}, {"Q"}, {"overlap"}}},
       {"lse over the end of Q",
        [&] {
-         ea::attention_decode_into(f.cache, one, 1, Q, cu1, out.map(), Out(q_buf.data() + 90, kTq, kH));
+         ea::attention_decode_into(f.cache, one, 1, qv(Q), cu1, out.map(), Out(q_buf.data() + 90, kTq, kH));
        },
        {},
        {{"lse"}, {"Q"}, {"overlap"}}},
-      {"lse over out",
+      {"lse over attn",
        [&] {
-         ea::attention_decode_into(f.cache, one, 1, Q, cu1, Out(both.data.data(), kTq, kH * kDv),
+         ea::attention_decode_into(f.cache, one, 1, qv(Q), cu1, Out(both.data.data(), kTq, kH * kDv),
                                    Out(both.data.data() + kH * kDv - 12, kTq, kH));
        },
        {},
-       {{"lse"}, {"out"}, {"overlap"}}},
+       {{"lse"}, {"attn"}, {"overlap"}}},
   };
   for (const BadCall& b : bad) check_bad_call(b, untouched);
 }
@@ -332,11 +341,11 @@ TEST_CASE("decode errors: PagedKVView") {
   {
     Sentinel o(kTq, kH * kDv), l(kTq, kH);
     CHECK_NOTHROW(
-        ea::attention_decode_into(view_of(tables.data(), lengths.data()), Q, cu2, o.map(), l.map()));
+        ea::attention_decode_into(view_of(tables.data(), lengths.data()), qv(Q), cu2, o.map(), l.map()));
     // Equal to the cache's own decode.
     const ea::SequenceId two[2] = {f.s0, f.s1};
     RowMatrix<float> o2, l2;
-    ea::attention_decode_into(cache, two, 2, Q, cu2, o2, l2);
+    ea::attention_decode_into(cache, two, 2, qv(Q), cu2, o2, l2);
     CHECK(o.map() == o2);
     CHECK(l.map() == l2);
   }
@@ -353,7 +362,7 @@ TEST_CASE("decode errors: PagedKVView") {
   };
   using View = ea::PagedKVView<float>;
   const auto decode = [&](const View& v) {
-    return [&, v] { ea::attention_decode_into(v, Q, cu2, out.map(), lse.map()); };
+    return [&, v] { ea::attention_decode_into(v, qv(Q), cu2, out.map(), lse.map()); };
   };
   const std::vector<BadCall> bad = {
       {"a page index = num_pages",
@@ -397,7 +406,7 @@ TEST_CASE("decode errors: PagedKVView of several sequences without cu_seqlens_q"
   const auto view = view_of_cache(f.cache, tables.data(), 3, lengths.data(), 2);
   Sentinel out(kTq, kH * kDv);
   check_bad_call({"batch 2, cu_seqlens_q null",
-                  [&] { ea::attention_decode_into(view, f.Q, nullptr, out.map()); },
+                  [&] { ea::attention_decode_into(view, qv(f.Q), nullptr, out.map()); },
                   {},
                   {{"cu_seqlens_q"}, {"null"}}},
                  [&] { return out.untouched(); });
@@ -411,16 +420,16 @@ TEST_CASE("decode errors: messages name the call made, the missing offsets, stal
   const auto view = view_of_cache(f.cache, tables.data(), 3, lengths.data(), 2);
   Sentinel out(kTq, kH * kDv);
   const std::string need_offsets =
-      "cu_seqlens_q is null: packed sequences need batch + 1 = 3 offsets (sequence b's queries are rows "
+      "cu_seqlens_q is null: packed sequences need batch + 1 = 3 offsets (sequence b's queries are tokens "
       "cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q; null is for one sequence only)";
   // The call the user made is named: attention_decode over a view is not attention_decode_into.
-  CHECK(invalid_argument_message([&] { ea::attention_decode_into(view, f.Q, nullptr, out.map()); }) ==
+  CHECK(invalid_argument_message([&] { ea::attention_decode_into(view, qv(f.Q), nullptr, out.map()); }) ==
         "EigenAttention::attention_decode_into: " + need_offsets);
   CHECK(invalid_argument_message([&] { (void)ea::attention_decode(view, f.Q); }) ==
         "EigenAttention::attention_decode: " + need_offsets);
   const ea::SequenceId two[2] = {f.s0, f.s1};
   CHECK(invalid_argument_message([&] {
-          ea::attention_decode_into(f.cache, two, 2, f.Q, nullptr, out.map());
+          ea::attention_decode_into(f.cache, two, 2, qv(f.Q), nullptr, out.map());
         }) == "EigenAttention::attention_decode_into: " + need_offsets);
   std::vector<std::int32_t> beyond = tables;
   beyond[0] = static_cast<std::int32_t>(f.cache.num_pages());
@@ -434,7 +443,7 @@ TEST_CASE("decode errors: messages name the call made, the missing offsets, stal
   // A released id, in a batch.
   const ea::SequenceId released[2] = {f.s0, f.gone};
   CHECK(invalid_argument_message([&] {
-          ea::attention_decode_into(f.cache, released, 2, f.Q, cu2, out.map());
+          ea::attention_decode_into(f.cache, released, 2, qv(f.Q), cu2, out.map());
         }) == "EigenAttention::attention_decode_into: sequences[1]: sequence " +
                   std::to_string(f.gone.value) + " is not in the cache: it was released");
   CHECK(out.untouched());
@@ -443,13 +452,14 @@ TEST_CASE("decode errors: messages name the call made, the missing offsets, stal
   const RowMatrix<float> Q1 = f.Q.topRows(1);
   Sentinel out1(1, kH * kDv);
   const std::int64_t cu_none[3] = {0, 0, 0};
-  CHECK(invalid_argument_message(
-            [&] { ea::attention_decode_into(f.cache, two, 2, Q1, cu_none, out1.map()); }) ==
-        "EigenAttention::attention_decode_into: cu_seqlens_q[2] = 0 but Q has 1 row (every row belongs to a "
-        "sequence)");
+  CHECK(
+      invalid_argument_message(
+          [&] { ea::attention_decode_into(f.cache, two, 2, qv(Q1), cu_none, out1.map()); }) ==
+      "EigenAttention::attention_decode_into: cu_seqlens_q[2] = 0 but Q has 1 token (every token belongs to "
+      "a sequence)");
   CHECK(invalid_argument_message([&] {
-          ea::attention_decode_into(f.cache, two, 0, Q1, nullptr, out1.map());
-        }) == "EigenAttention::attention_decode_into: Q has 1 row but there is no sequence");
+          ea::attention_decode_into(f.cache, two, 0, qv(Q1), nullptr, out1.map());
+        }) == "EigenAttention::attention_decode_into: Q has 1 token but there is no sequence");
   const std::int32_t table5[1] = {5};
   const std::int64_t three[1] = {3}, two_tokens[1] = {2};
   auto one_page = view_of_cache(f.cache, table5, 1, three, 1);

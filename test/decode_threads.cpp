@@ -46,14 +46,14 @@ void check_threads_bitwise(std::uint64_t seed) {
       opt.kernel = kernel;
       opt.threads = 1;
       Rows<T> out1, lse1;
-      ea::attention_decode_into(cache, ids.data(), static_cast<std::ptrdiff_t>(ids.size()), Q, cu.data(),
-                                out1, lse1, opt);
+      ea::attention_decode_into(cache, ids.data(), static_cast<std::ptrdiff_t>(ids.size()),
+                                ea_test::side_by_side(Q, c.dk), cu.data(), out1, lse1, opt);
       for (const int threads : {2, 3, 4, 0}) {
         CAPTURE(threads);
         opt.threads = threads;
         Rows<T> out, lse;
-        ea::attention_decode_into(cache, ids.data(), static_cast<std::ptrdiff_t>(ids.size()), Q, cu.data(),
-                                  out, lse, opt);
+        ea::attention_decode_into(cache, ids.data(), static_cast<std::ptrdiff_t>(ids.size()),
+                                  ea_test::side_by_side(Q, c.dk), cu.data(), out, lse, opt);
         EA_CHECK_EQUAL(out, out1);
         EA_CHECK_EQUAL(lse, lse1);
       }
@@ -104,8 +104,8 @@ TEST_CASE("decode threads: concurrent decodes of different sequences of one cach
       ea::Options o = opt;
       o.threads = 1 + static_cast<int>(n % 2);
       for (int rep = 0; rep < 20; ++rep) {
-        ea::attention_decode_into(cache, &ids[n], 1, queries[n], std::vector<std::int64_t>{0, 1}.data(),
-                                  got[n], o);
+        ea::attention_decode_into(cache, &ids[n], 1, ea_test::side_by_side(queries[n], c.dk),
+                                  std::vector<std::int64_t>{0, 1}.data(), got[n], o);
         if (!(got[n].array() == expected[n].array()).all()) ++mismatches[n];
       }
     });

@@ -32,7 +32,7 @@ void check_case(Rng& rng, const Case& c, ea::Kernel kernel) {
   Result<T> r;
   const ea::SequenceId ids[1] = {id};
   const std::int64_t cu[2] = {0, c.Tq};
-  ea::attention_decode_into(cache, ids, 1, s.Q, cu, r.out, r.lse, opt,
+  ea::attention_decode_into(cache, ids, 1, ea_test::side_by_side(s.Q, c.dk), cu, r.out, r.lse, opt,
                             ea_test::alibi_only(c.alibi ? s.slopes.data() : nullptr));
   // The returning form gives the same bits.
   const Rows<T> out =
@@ -40,7 +40,7 @@ void check_case(Rng& rng, const Case& c, ea::Kernel kernel) {
   EA_CHECK_EQUAL(out, r.out);
   // One sequence: cu_seqlens_q may be null (all of Q).
   Rows<T> whole;
-  ea::attention_decode_into(cache, ids, 1, s.Q, nullptr, whole, opt,
+  ea::attention_decode_into(cache, ids, 1, ea_test::side_by_side(s.Q, c.dk), nullptr, whole, opt,
                             ea_test::alibi_only(c.alibi ? s.slopes.data() : nullptr));
   EA_CHECK_EQUAL(whole, r.out);
 

@@ -94,3 +94,57 @@ TEST_CASE_TEMPLATE("into resize order: a bad fixed output throws before any othe
           std::vector<const M<T>*>{&attn, &lse});
   }
 }
+
+TEST_CASE_TEMPLATE("into resize order: decode's attn is not resized when lse is bad, nor lse when attn is", T,
+                   float, double) {
+  const Eigen::Index H = 4, Hkv = 2, dk = 8, dv = 5, tk = 20, tq = 3;
+  ea::PagedKVCache<T> cache(Hkv, dk, dv, /*page_size=*/16, /*capacity_tokens=*/64);
+  const auto s = cache.create();
+  cache.append(s, M<T>::Random(tk, Hkv * dk), M<T>::Random(tk, Hkv * dv));
+  M<T> Qm = M<T>::Random(tq, H * dk);
+  const auto q = ea::HeadsView<const T>::side_by_side(Qm, dk);
+  const std::int64_t cu[2] = {0, tq};
+  std::vector<T> wrong(400, T(0));
+  Map<T> bad_lse(wrong.data(), tq, H + 1);        // a column too many (T_q x H, heads side by side)
+  Map<T> bad_attn(wrong.data(), tq + 1, H * dv);  // a row too many
+  auto bad_lse_view = ea::HeadsView<T>::bhtd(wrong.data(), 1, H, tq + 1, 1);
+  auto lse_on_q = ea::HeadsView<T>::bhtd(Qm.data(), 1, H, tq, 1);  // the right shape, over Q
+  const auto check = [](const std::string& what, const char* name, const auto& untouched) {
+    CAPTURE(what);
+    CHECK(what.find("EigenAttention::attention_decode_into") != std::string::npos);
+    CHECK(what.find(name) != std::string::npos);
+    for (const auto* m : untouched) CHECK(m->size() == 0);
+  };
+  SUBCASE("cache: resizable attn, bad fixed lse (a Map, a view, a view over Q)") {
+    M<T> attn;
+    check(thrown([&] { ea::attention_decode_into(cache, &s, 1, q, cu, attn, bad_lse); }), "lse is",
+          std::vector<const M<T>*>{&attn});
+    check(thrown([&] { ea::attention_decode_into(cache, &s, 1, q, cu, attn, bad_lse_view); }), "lse is",
+          std::vector<const M<T>*>{&attn});
+    check(thrown([&] { ea::attention_decode_into(cache, &s, 1, q, cu, attn, lse_on_q); }), "output lse",
+          std::vector<const M<T>*>{&attn});
+  }
+  SUBCASE("cache: bad fixed attn, resizable lse") {
+    M<T> lse;
+    check(thrown([&] { ea::attention_decode_into(cache, &s, 1, q, cu, bad_attn, lse); }), "attn is",
+          std::vector<const M<T>*>{&lse});
+  }
+  SUBCASE("view of pages: resizable attn, bad fixed lse") {
+    const auto pages = cache.pages(s);
+    const std::int64_t length = tk;
+    const auto kv =
+        ea::PagedKVView<T>::hnd(cache.key_pages(), cache.value_pages(), cache.num_pages(), 16, Hkv, dk, dv,
+                                pages.data(), static_cast<std::ptrdiff_t>(pages.size()), &length, 1);
+    M<T> attn;
+    check(thrown([&] { ea::attention_decode_into(kv, q, cu, attn, bad_lse); }), "lse is",
+          std::vector<const M<T>*>{&attn});
+  }
+  SUBCASE("both resizable: sized T_q x (H d_v) and T_q x H, heads side by side") {
+    M<T> attn, lse;
+    ea::attention_decode_into(cache, &s, 1, q, cu, attn, lse);
+    CHECK(attn.rows() == tq);
+    CHECK(attn.cols() == H * dv);
+    CHECK(lse.rows() == tq);
+    CHECK(lse.cols() == H);
+  }
+}

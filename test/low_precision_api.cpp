@@ -311,7 +311,35 @@ TEST_CASE_TEMPLATE("low precision api: decode takes queries of the cache's 16-bi
   opt.causal = true;
   const Row16<T16> out = ea::attention_decode(cache, s, Q, opt);
   const RowMatrix<float> Qf = Q.template cast<float>();
-  check_rounded(out, ea::attention_decode(cache, s, Qf, opt));
+  const RowMatrix<float> wide = ea::attention_decode(cache, s, Qf, opt);
+  check_rounded(out, wide);
+
+  // The _into forms take 16-bit query views and write a 16-bit attn (any layout, or a matrix with
+  // the heads side by side) and a float lse [1, H, T_q, 1]: the float result, rounded.
+  const std::int64_t cu[2] = {0, 3};
+  RowMatrix<float> lse_f;
+  ea::attention_decode_into(cache, &s, 1, ea::HeadsView<const float>::side_by_side(Qf, d), cu,
+                            RowMatrix<float>(3, H * d), lse_f, opt);
+  std::vector<T16> q_bhtd(static_cast<std::size_t>(H * 3 * d)), attn_bhtd(q_bhtd.size());
+  std::vector<float> lse_bhtd(static_cast<std::size_t>(H * 3));
+  for (Eigen::Index h = 0; h < H; ++h)
+    for (Eigen::Index t = 0; t < 3; ++t)
+      for (Eigen::Index c = 0; c < d; ++c)
+        q_bhtd[static_cast<std::size_t>((h * 3 + t) * d + c)] = Q(t, h * d + c);
+  ea::attention_decode_into(cache, &s, 1, ea::HeadsView<T16>::bhtd(q_bhtd.data(), 1, H, 3, d), cu,
+                            ea::HeadsView<T16>::bhtd(attn_bhtd.data(), 1, H, 3, d),
+                            ea::HeadsView<float>::bhtd(lse_bhtd.data(), 1, H, 3, 1), opt);
+  Row16<T16> attn_side(3, H * d);
+  for (Eigen::Index h = 0; h < H; ++h)
+    for (Eigen::Index t = 0; t < 3; ++t)
+      for (Eigen::Index c = 0; c < d; ++c)
+        attn_side(t, h * d + c) = attn_bhtd[static_cast<std::size_t>((h * 3 + t) * d + c)];
+  check_rounded(attn_side, wide);
+  for (Eigen::Index h = 0; h < H; ++h)
+    for (Eigen::Index t = 0; t < 3; ++t) CHECK(lse_bhtd[static_cast<std::size_t>(h * 3 + t)] == lse_f(t, h));
+  Row16<T16> attn_matrix;  // resized to T_q x (H d), heads side by side
+  ea::attention_decode_into(cache, &s, 1, ea::HeadsView<const T16>::side_by_side(Q, d), cu, attn_matrix, opt);
+  check_rounded(attn_matrix, wide);
 }
 
 TEST_CASE_TEMPLATE("low precision api: errors name the shapes", T16, Eigen::bfloat16, Eigen::half) {

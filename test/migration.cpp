@@ -185,35 +185,111 @@ TEST_CASE_TEMPLATE("migration: every 0.2 multi-head form gives the bits of its 0
   CHECK(same_bits(o_old, o_new));
 }
 
-TEST_CASE("migration: decode's 0.2 ALiBi pointer gives the bits of Masks::alibi_slopes") {
+namespace {
+
+/// attn [1, H, T_q, d] (BHTD, contiguous) against T_q x (H d), heads side by side, bit for bit.
+bool same_heads(const ea::RowMatrix<float>& side, const std::vector<float>& bhtd, Eigen::Index H) {
+  const Eigen::Index tq = side.rows(), d = side.cols() / H;
+  if (static_cast<Eigen::Index>(bhtd.size()) != H * tq * d) return false;
+  for (Eigen::Index h = 0; h < H; ++h)
+    for (Eigen::Index t = 0; t < tq; ++t)
+      for (Eigen::Index c = 0; c < d; ++c)
+        if (std::memcmp(&side(t, h * d + c), &bhtd[static_cast<std::size_t>((h * tq + t) * d + c)],
+                        sizeof(float)) != 0)
+          return false;
+  return true;
+}
+
+bool same_matrix(const ea::RowMatrix<float>& a, const ea::RowMatrix<float>& b) {
+  return a.rows() == b.rows() && a.cols() == b.cols() &&
+         std::memcmp(a.data(), b.data(), sizeof(float) * static_cast<std::size_t>(a.size())) == 0;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "migration: each 0.2 decode form gives the bits of its 0.3 form (views, LSE [1, H, T_q, 1], Masks)") {
   using M = ea::RowMatrix<float>;
-  const Eigen::Index H = 4, Hkv = 2, d = 8, tk = 11, tq = 3;
-  ea::PagedKVCache<float> cache(Hkv, d, d, /*page_size=*/16, /*capacity_tokens=*/64);
+  using V = ea::HeadsView<float>;
+  const Eigen::Index H = 4, Hkv = 2, d = 8, dv = 6, tk = 11, tq = 3;
+  ea::PagedKVCache<float> cache(Hkv, d, dv, /*page_size=*/16, /*capacity_tokens=*/64);
   const auto s = cache.create();
-  const std::vector<float> kv = filled<float>(static_cast<std::size_t>(tk * Hkv * d), 9),
+  const std::vector<float> kk = filled<float>(static_cast<std::size_t>(tk * Hkv * d), 9),
+                           vv = filled<float>(static_cast<std::size_t>(tk * Hkv * dv), 11),
                            q = filled<float>(static_cast<std::size_t>(tq * H * d), 10);
-  const Eigen::Map<const M> K(kv.data(), tk, Hkv * d), Q(q.data(), tq, H * d);
-  cache.append(s, K, K);
+  const Eigen::Map<const M> K(kk.data(), tk, Hkv * d), Vm(vv.data(), tk, Hkv * dv), Q(q.data(), tq, H * d);
+  cache.append(s, K, Vm);
   const float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
   ea::Masks<float> masks;
   masks.alibi_slopes = slopes;
   ea::Options opt;
   opt.causal = true;
-  const M by_masks = ea::attention_decode(cache, s, Q, opt, masks);
-  const M by_pointer = ea::attention_decode(cache, s, Q, opt, slopes);
-  CHECK(std::memcmp(by_masks.data(), by_pointer.data(), sizeof(float) * by_masks.size()) == 0);
-  const M plain = ea::attention_decode(cache, s, Q, opt);
-  CHECK(!plain.isApprox(by_masks));  // the slopes do act
-  M into_masks, into_pointer, lse_masks, lse_pointer;
   const std::int64_t cu[2] = {0, tq};
-  ea::attention_decode_into(cache, &s, 1, Q, cu, into_masks, lse_masks, opt, masks);
-  ea::attention_decode_into(cache, &s, 1, Q, cu, into_pointer, lse_pointer, opt, slopes);
-  CHECK(into_masks == into_pointer);
-  CHECK(lse_masks == lse_pointer);
+  const auto q_view = ea::HeadsView<const float>::side_by_side(Q, d);
+  // The page layout of the cache as a PagedKVView (one sequence).
+  const auto pages = cache.pages(s);
+  const std::int64_t length = tk;
+  const auto view =
+      ea::PagedKVView<float>::hnd(cache.key_pages(), cache.value_pages(), cache.num_pages(), 16, Hkv, d, dv,
+                                  pages.data(), static_cast<std::ptrdiff_t>(pages.size()), &length, 1);
+
+  // The 0.3 forms: views of [1, H, T_q, d] (BHTD buffers, not the heads side by side) and LSE
+  // [1, H, T_q, 1]; with and without the slopes.
+  for (const bool alibi : {false, true}) {
+    CAPTURE(alibi);
+    const ea::Masks<float> m = alibi ? masks : ea::Masks<float>{};
+    std::vector<float> attn(static_cast<std::size_t>(H * tq * dv)), lse(static_cast<std::size_t>(H * tq)),
+        attn_view(attn.size()), lse_view(lse.size()), attn_only(attn.size());
+    ea::attention_decode_into(cache, &s, 1, q_view, cu, V::bhtd(attn.data(), 1, H, tq, dv),
+                              V::bhtd(lse.data(), 1, H, tq, 1), opt, m);
+    ea::attention_decode_into(cache, &s, 1, q_view, cu, V::bhtd(attn_only.data(), 1, H, tq, dv), opt, m);
+    ea::attention_decode_into(view, q_view, cu, V::bhtd(attn_view.data(), 1, H, tq, dv),
+                              V::bhtd(lse_view.data(), 1, H, tq, 1), opt, m);
+    CHECK(same_bits(attn, attn_only));
+    CHECK(same_bits(attn, attn_view));
+    CHECK(same_bits(lse, lse_view));
+    // LSE [1, H, T_q, 1] contiguous is H x T_q: the 0.2 T_q x H transposed.
+    M lse_t(tq, H);
+    for (Eigen::Index h = 0; h < H; ++h)
+      for (Eigen::Index t = 0; t < tq; ++t) lse_t(t, h) = lse[static_cast<std::size_t>(h * tq + t)];
+
+    // 0.2: Q as a matrix, out T_q x (H d_v), lse T_q x H; the slopes as a pointer after Options.
+    M out1, lse1, out2, out3, lse3, out4;
+    if (alibi) {
+      ea::attention_decode_into(cache, &s, 1, Q, cu, out1, lse1, opt, slopes);
+      ea::attention_decode_into(cache, &s, 1, Q, cu, out2, opt, slopes);
+      ea::attention_decode_into(view, Q, cu, out3, lse3, opt, slopes);
+      ea::attention_decode_into(view, Q, cu, out4, opt, slopes);
+    } else {
+      ea::attention_decode_into(cache, &s, 1, Q, cu, out1, lse1, opt);
+      ea::attention_decode_into(cache, &s, 1, Q, cu, out2, opt);
+      ea::attention_decode_into(view, Q, cu, out3, lse3, opt);
+      ea::attention_decode_into(view, Q, cu, out4, opt);
+    }
+    CHECK(same_heads(out1, attn, H));
+    CHECK(same_heads(out2, attn, H));
+    CHECK(same_heads(out3, attn, H));
+    CHECK(same_heads(out4, attn, H));
+    CHECK(same_matrix(lse1, lse_t));
+    CHECK(same_matrix(lse3, lse_t));
+    // The returning forms (the 0.2 pointer ones and the 0.3 ones): heads side by side.
+    const M r1 =
+        alibi ? ea::attention_decode(cache, s, Q, opt, slopes) : ea::attention_decode(cache, s, Q, opt);
+    const M r2 = alibi ? ea::attention_decode(cache, std::vector<ea::SequenceId>{s}, Q, {0, tq}, opt, slopes)
+                       : ea::attention_decode(cache, std::vector<ea::SequenceId>{s}, Q, {0, tq}, opt);
+    const M r3 =
+        alibi ? ea::attention_decode(view, Q, cu, opt, slopes) : ea::attention_decode(view, Q, cu, opt);
+    CHECK(same_heads(r1, attn, H));
+    CHECK(same_heads(r2, attn, H));
+    CHECK(same_heads(r3, attn, H));
+    CHECK(same_heads(ea::attention_decode(cache, s, Q, opt, m), attn, H));
+  }
+  // The slopes do act.
+  CHECK(!ea::attention_decode(cache, s, Q, opt).isApprox(ea::attention_decode(cache, s, Q, opt, masks)));
   // Decode's keys are the cache's: a mask, bias or key lengths in its masks throw.
-  const std::int64_t length = 5;
+  const std::int64_t five = 5;
   ea::Masks<float> lengths;
-  lengths.key_lengths = &length;
+  lengths.key_lengths = &five;
   CHECK_THROWS_AS(ea::attention_decode(cache, s, Q, opt, lengths), std::invalid_argument);
 }
 

@@ -9,7 +9,8 @@
 #endif
 
 #include <cstddef>
-
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include <Eigen/Core>
@@ -98,6 +99,29 @@ struct HeadsView {
             0,
             static_cast<std::ptrdiff_t>(m.rowStride()),
             static_cast<std::ptrdiff_t>(m.colStride())};
+  }
+  /// A matrix whose rows are tokens and whose columns hold heads of `dim` elements side by side
+  /// (head h in columns h dim .. (h + 1) dim - 1: a transformer's T x (H d) activations, FlashAttention's
+  /// [1, T, H, d]) as the view [1, H, T, d] of the same elements. Any Matrix, Map, Ref or block
+  /// with direct access; a HeadsView of non-const Scalar needs a writable matrix.
+  /// \throws std::invalid_argument unless dim >= 1 divides its column count.
+  /// \code
+  /// // Q: T_q x (H * d_k), one row per token
+  /// auto q = EigenAttention::HeadsView<const float>::side_by_side(Q, d_k);  // [1, H, T_q, d_k]
+  /// \endcode
+  template <class Derived>
+  static HeadsView side_by_side(Derived&& matrix, std::ptrdiff_t dim) {
+    auto&& m = matrix.derived();
+    const auto cols = static_cast<std::ptrdiff_t>(m.cols());
+    if (dim < 1 || cols % dim != 0) {
+      throw std::invalid_argument("EigenAttention::HeadsView::side_by_side: " + std::to_string(cols) +
+                                  " columns are not heads of " + std::to_string(dim) +
+                                  " elements side by side");
+    }
+    const auto col_stride = static_cast<std::ptrdiff_t>(m.colStride());
+    return {m.data(),  1, cols / dim,       static_cast<std::ptrdiff_t>(m.rows()),
+            dim,       0, dim * col_stride, static_cast<std::ptrdiff_t>(m.rowStride()),
+            col_stride};
   }
   /// A rank-4 Eigen::Tensor or TensorMap whose four dimensions are in `layout`'s order.
   /// (Eigen's tensors are column-major unless declared RowMajor; both are handled.)

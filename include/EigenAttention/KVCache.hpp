@@ -72,101 +72,11 @@ static_assert(std::is_same_v<ComputeScalar<Eigen::bfloat16>, KVStorageTraits<Eig
                   std::is_same_v<ComputeScalar<Eigen::half>, KVStorageTraits<Eigen::half>::Compute>,
               "the cache computes in the compute type of its storage (Scalars.hpp)");
 
-namespace compiled {
-
-/// A PagedKVView without its type: what crosses into the compiled library (fields as there).
-struct RawPagedKV {
-  const void* k = nullptr;                 ///< PagedKVView::k_pages
-  const void* v = nullptr;                 ///< PagedKVView::v_pages
-  KVStorage storage = KVStorage::Float32;  ///< the element type of the pages
-  ///@{
-  /// Sizes, as PagedKVView's.
-  std::ptrdiff_t num_pages = 0, page_size = 0, kv_heads = 0, d_k = 0, d_v = 0;
-  ///@}
-  ///@{
-  /// Strides in elements, as PagedKVView's.
-  std::ptrdiff_t k_page_stride = 0, k_token_stride = 0, k_head_stride = 0;
-  std::ptrdiff_t v_page_stride = 0, v_token_stride = 0, v_head_stride = 0;
-  ///@}
-  const std::int32_t* block_tables = nullptr;  ///< PagedKVView::block_tables
-  std::ptrdiff_t block_table_stride = 0;       ///< PagedKVView::block_table_stride
-  const std::int64_t* lengths = nullptr;       ///< PagedKVView::lengths
-  std::ptrdiff_t batch = 0;                    ///< PagedKVView::batch
-};
-
-/// New tokens for PagedKVCache::append, without their type: element (t, h, c) at
-/// data[t * token_stride + h * head_stride + c * dim_stride].
-struct RawTokens {
-  const void* data = nullptr;           ///< element (0, 0, 0)
-  KVStorage type = KVStorage::Float32;  ///< its type: the cache's storage type or Float32
-  std::ptrdiff_t tokens = 0;            ///< T_new
-  std::ptrdiff_t heads = 0;             ///< kv_heads; -1: a matrix of another width; -2: batch != 1
-  std::ptrdiff_t dim = 0;               ///< d_k or d_v (the width when heads is -1)
-  std::ptrdiff_t token_stride = 0;      ///< elements between tokens
-  std::ptrdiff_t head_stride = 0;       ///< elements between heads
-  std::ptrdiff_t dim_stride = 1;        ///< elements between a head's elements
-};
-
-/// The queries, outputs and ALiBi slopes of one decode call.
-template <typename Scalar>
-struct DecodeArgs {
-  MatrixView<const Scalar> q;                  ///< T_q x (H d_k)
-  const std::int64_t* cu_seqlens_q = nullptr;  ///< batch + 1 offsets into q's rows
-  MatrixView<Scalar> out;                      ///< T_q x (H d_v)
-  MatrixView<Scalar> lse;                      ///< T_q x H, written when want_lse
-  bool want_lse = false;                       ///< is lse given?
-  const Scalar* alibi_slopes = nullptr;        ///< H slopes, or null
-  /// Check the keys, queries, offsets, options and the outputs given (data not null) only: the
-  /// front doors' check before they resize an output.
-  bool inputs_only = false;
-};
-
-struct KVPool;  ///< the state of a PagedKVCache, opaque here
-
-/// PagedKVCache's constructor. \throws std::invalid_argument, std::bad_alloc.
-EIGEN_ATTENTION_EXPORT KVPool* kv_pool_create(KVStorage storage, std::ptrdiff_t kv_heads, std::ptrdiff_t d_k,
-                                              std::ptrdiff_t d_v, std::ptrdiff_t page_size,
-                                              std::ptrdiff_t capacity_tokens);
-/// PagedKVCache's destructor.
-EIGEN_ATTENTION_EXPORT void kv_pool_destroy(KVPool* pool) noexcept;
-/// PagedKVCache::create.
-EIGEN_ATTENTION_EXPORT std::int32_t kv_pool_create_sequence(KVPool* pool);
-/// PagedKVCache::append.
-EIGEN_ATTENTION_EXPORT void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k,
-                                           const RawTokens& v);
-/// PagedKVCache::fork.
-EIGEN_ATTENTION_EXPORT std::int32_t kv_pool_fork(KVPool* pool, std::int32_t sequence);
-/// PagedKVCache::truncate.
-EIGEN_ATTENTION_EXPORT void kv_pool_truncate(KVPool* pool, std::int32_t sequence, std::int64_t length);
-/// PagedKVCache::release.
-EIGEN_ATTENTION_EXPORT void kv_pool_release(KVPool* pool, std::int32_t sequence);
-/// PagedKVCache::length.
-EIGEN_ATTENTION_EXPORT std::int64_t kv_pool_length(const KVPool* pool, std::int32_t sequence);
-/// PagedKVCache::free_pages.
-EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_free_pages(const KVPool* pool);
-/// PagedKVCache::pages_needed.
-EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_pages_needed(const KVPool* pool, std::int32_t sequence,
-                                                           std::int64_t tokens);
-/// Writes up to `capacity` of the sequence's page indices to `out`; returns how many it has.
-EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_pages(const KVPool* pool, std::int32_t sequence,
-                                                    std::int32_t* out, std::ptrdiff_t capacity);
-/// The pool's pages (pointers, sizes, strides; no sequences).
-EIGEN_ATTENTION_EXPORT RawPagedKV kv_pool_layout(const KVPool* pool);
-
-/// Decode over a PagedKVView (float queries: float, bfloat16 or half pages).
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<float>& args,
-                                   const Options& opt);
-/// Decode over a PagedKVView of double pages.
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<double>& args,
-                                   const Options& opt);
-/// Decode over sequences of a PagedKVCache (float queries).
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
-                                   std::ptrdiff_t batch, const DecodeArgs<float>& args, const Options& opt);
-/// Decode over sequences of a PagedKVCache of doubles.
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
-                                   std::ptrdiff_t batch, const DecodeArgs<double>& args, const Options& opt);
-
-}  // namespace compiled
+// What crosses into the compiled library, and the front doors' shared path (after KVStorage,
+// which the boundary's types name).
+}  // namespace EigenAttention
+#include <EigenAttention/detail/Decode.hpp>
+namespace EigenAttention {
 
 /// Keys and values in pages that the caller owns and manages (vLLM's and FlashInfer's paged
 /// layout): page p, slot t (0 <= t < page_size), KV head h, element c of a key is at
@@ -289,6 +199,7 @@ struct SequenceId {
   /// Different ids?
   friend bool operator!=(SequenceId a, SequenceId b) { return a.value != b.value; }
 };
+static_assert(sizeof(SequenceId) == sizeof(std::int32_t), "SequenceId must be a plain int32");
 
 /// A pool of fixed-size pages holding the keys and values of `kv_heads` heads for many
 /// sequences, which grow by appending without moving what they hold, share pages when forked
@@ -440,204 +351,114 @@ class PagedKVCache {
   compiled::RawPagedKV layout_;
 };
 
-namespace detail {
-
-template <typename Scalar, class DQ>
-compiled::DecodeArgs<Scalar> decode_inputs(const ConstStridedMap<Scalar>& q, const std::int64_t* cu,
-                                           const Scalar* alibi_slopes) {
-  compiled::DecodeArgs<Scalar> a;
-  a.q = compiled::view(q);
-  a.cu_seqlens_q = cu;
-  a.alibi_slopes = alibi_slopes;
-  return a;
-}
-
-/// Heads H of a query matrix T_q x (H d_k), or 0 when its width is not a multiple of d_k (the
-/// library then reports it, before any output is sized by it).
-inline std::ptrdiff_t decode_heads(std::ptrdiff_t q_cols, std::ptrdiff_t d_k) {
-  return d_k > 0 && q_cols % d_k == 0 ? q_cols / d_k : 0;
-}
-
-/// The decode calls' one path: validate the inputs, size the outputs, run.
-template <class Keys, class DQ, class DO, class DL>
-void decode_into(const char* api, const Keys& keys, const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu,
-                 DO&& out, DL* lse, const typename DQ::Scalar* alibi_slopes, std::ptrdiff_t d_k,
-                 std::ptrdiff_t d_v, const Options& opt) {
-  using Scalar = typename DQ::Scalar;
-  InputView<DQ> q(Q.derived());
-  compiled::DecodeArgs<Scalar> a = decode_inputs<Scalar, DQ>(q.map(), cu, alibi_slopes);
-  const std::ptrdiff_t heads = decode_heads(Q.cols(), d_k);
-  const bool resize_out = will_resize(out, Q.rows(), heads * d_v);
-  const bool resize_lse = lse != nullptr && will_resize(*lse, Q.rows(), heads);
-  if (resize_out || resize_lse) {
-    // Everything but the outputs to be resized is checked before any is resized.
-    a.inputs_only = true;
-    if (!resize_out) a.out = compiled::view(output_view(out, Q.rows(), heads * d_v));
-    if (lse != nullptr && !resize_lse) {
-      a.lse = compiled::view(output_view(*lse, Q.rows(), heads));
-      a.want_lse = true;
-    }
-    keys(api, a, opt);
-    a.inputs_only = false;
-    a.want_lse = false;
-    if (lse != nullptr) {
-      check_resizable_apart(api, {input_extent("Q", Q, q.map())},
-                            {output_extent("out", out), output_extent("lse", *lse)});
-    } else {
-      check_resizable_apart(api, {input_extent("Q", Q, q.map())}, {output_extent("out", out)});
-    }
-  }
-  a.out = compiled::view(output_view(out, Q.rows(), heads * d_v));
-  if (lse != nullptr) {
-    a.lse = compiled::view(output_view(*lse, Q.rows(), heads));
-    a.want_lse = true;
-  }
-  keys(api, a, opt);
-}
-
-template <typename T>
-struct CacheKeys {
-  const PagedKVCache<T>& cache;
-  const std::int32_t* sequences;
-  std::ptrdiff_t batch;
-  template <typename Scalar>
-  void operator()(const char* api, const compiled::DecodeArgs<Scalar>& a, const Options& opt) const {
-    compiled::decode(api, cache.pool(), sequences, batch, a, opt);
-  }
-};
-
-template <typename T>
-struct ViewKeys {
-  const PagedKVView<T>& view;
-  template <typename Scalar>
-  void operator()(const char* api, const compiled::DecodeArgs<Scalar>& a, const Options& opt) const {
-    compiled::decode(api, view.raw(), a, opt);
-  }
-};
-
-template <typename T, class DQ>
-struct DecodeCheck {
-  static_assert(std::is_same_v<typename DQ::Scalar, ComputeScalar<T>>,
-                "EigenAttention: decode queries (and outputs) are float for float, bfloat16 and half "
-                "caches, double for double caches");
-};
-
-/// The returning forms also take queries of a 16-bit cache's own type.
-template <typename T, class DQ>
-struct DecodeQueryCheck {
-  static_assert(std::is_same_v<typename DQ::Scalar, ComputeScalar<T>> ||
-                    std::is_same_v<typename DQ::Scalar, T>,
-                "EigenAttention: decode queries are of the cache's compute type (float for float, "
-                "bfloat16 and half caches, double for double caches) or, returned forms only, of its "
-                "storage type");
-};
-
-/// Queries of a 16-bit type are widened to float (T_q rows: small) and the result rounded back to
-/// their type; queries of the compute type are passed through. `decode(q)` returns the float result.
-template <typename T, class DQ, class Decode>
-RowMatrix<typename DQ::Scalar> decode_of_type(const Eigen::MatrixBase<DQ>& Q, const Decode& decode) {
-  using Scalar = typename DQ::Scalar;
-  if constexpr (std::is_same_v<Scalar, ComputeScalar<T>>) {
-    return decode(Q);
-  } else {
-    const RowMatrix<ComputeScalar<T>> q = Q.template cast<ComputeScalar<T>>();
-    return decode(q).template cast<Scalar>();
-  }
-}
-
-static_assert(sizeof(SequenceId) == sizeof(std::int32_t), "SequenceId must be a plain int32");
-
-/// The ALiBi slopes of a decode call's masks (null: none); a mask, bias or key lengths throw:
-/// decode's keys are each sequence's cached tokens, whose lengths the cache holds.
-template <typename Scalar>
-const Scalar* decode_alibi(const char* api, const Masks<Scalar>& masks) {
-  if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
-    throw std::invalid_argument(std::string("EigenAttention::") + api +
-                                ": decode takes ALiBi slopes only from masks (masks.mask, masks.bias and "
-                                "masks.key_lengths must be empty: each sequence's keys are the cache's)");
-  }
-  return masks.alibi_slopes;
-}
-
-/// Masks holding these ALiBi slopes only (the 0.2 forms' pointer).
-template <typename Scalar>
-Masks<Scalar> alibi_masks(const Scalar* alibi_slopes) {
-  Masks<Scalar> m;
-  m.alibi_slopes = alibi_slopes;
-  return m;
-}
-
-}  // namespace detail
-
-/// Writes decode attention for a batch of sequences of `cache` into out (and lse when not
-/// null): sequences[b]'s queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q (batch + 1
-/// offsets, from 0 to Q.rows(); null when batch is 1: all of Q). Q is T_q x (H d_k), heads side by side, H a
-/// multiple of kv_heads (query head h reads KV head h / (H / kv_heads)); out is T_q x (H d_v) and lse T_q x H
-/// (natural log of each row's softmax denominator; -inf for a row that sees no key). The new tokens are the
-/// last of each sequence's cached keys (append them first): query row i of a sequence with T_q queries and
-/// T_k keys is token T_k - T_q + i, and `opt.causal`, the window and ALiBi use that position (bottom-right
-/// alignment, whatever opt.alignment says). Options: scale, causal, window_left/right, softcap, kernel,
-/// threads. masks: ALiBi slopes only (masks.alibi_slopes, H of them, or null); a mask, bias or key
-/// lengths throw (each sequence's keys are the cache's). A resizable out (an Eigen::Matrix) is resized; other
-/// outputs must have the shape. Bitwise identical results for every opt.threads. \throws
-/// std::invalid_argument naming the argument and its shape; nothing is written then.
-template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
+/// Writes decode attention for a batch of sequences of `cache` into attn (and lse): sequences[b]'s
+/// queries are tokens cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q (batch + 1 offsets, from 0 to
+/// q.tokens; null when batch is 1: all of q). q is [1, H, T_q, d_k], every sequence's tokens packed
+/// (a matrix T_q x (H d_k) with the heads side by side is `HeadsView<const float>::side_by_side(Q,
+/// d_k)`), H a multiple of kv_heads (query head h reads KV head h / (H / kv_heads)); attn is
+/// [1, H, T_q, d_v] and lse [1, H, T_q, 1] (natural log of each row's softmax denominator; -inf for
+/// a row that sees no key). Each output is a HeadsView or an Eigen matrix holding the heads side by
+/// side (attn T_q x (H d_v), lse T_q x H): a resizable one (an Eigen::Matrix) is resized when
+/// needed, once every input and every other output has been checked; a Map, Ref or block must have
+/// the shape. q and attn are of the cache's compute type (float for float, bfloat16 and half caches)
+/// or of its 16-bit storage type (widened to float, the result rounded back); lse is of the compute
+/// type. The new tokens are the last of each sequence's cached keys (append them first): query
+/// token i of a sequence with T_q queries and T_k keys is token T_k - T_q + i, and `opt.causal`, the
+/// window and ALiBi use that position (bottom-right alignment, whatever opt.alignment says).
+/// Options: scale, causal, window_left/right, softcap, kernel, threads. masks: ALiBi slopes only
+/// (masks.alibi_slopes, H of them, or null); a mask, bias or key lengths throw (each sequence's
+/// keys are the cache's). Bitwise identical results for every opt.threads. \throws
+/// std::invalid_argument naming the argument and its shape; nothing is written or resized then.
+template <typename T, typename Q, class A, class L, detail::EnableIfDecodeOutputs<A, L> = 0>
 void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
-                           const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
-                           DL&& lse, const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeCheck<T, DQ>{};
-  (void)detail::OutputCheck<DO>{};
-  (void)detail::OutputCheck<DL>{};
+                           const HeadsView<Q>& q, const std::int64_t* cu_seqlens_q, A&& attn, L&& lse,
+                           const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
+  using S = std::remove_const_t<Q>;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  (void)detail::DecodeOutputCheck<S, A>{};
+  (void)detail::DecodeOutputCheck<ComputeScalar<S>, L>{};
   detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
-  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  detail::decode_into("attention_decode_into", keys, Q,
-                      cu_seqlens_q != nullptr ? cu_seqlens_q
-                      : batch == 1            ? whole
-                                              : nullptr,
-                      std::forward<DO>(out), &lse, detail::decode_alibi("attention_decode_into", masks),
-                      cache.d_k(), cache.d_v(), opt);
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
+  detail::decode_into<S>("attention_decode_into", keys, q,
+                         cu_seqlens_q != nullptr ? cu_seqlens_q
+                         : batch == 1            ? whole
+                                                 : nullptr,
+                         std::forward<A>(attn), &lse, masks, cache.d_v(), opt);
 }
 /// attention_decode_into() without the LSE output.
-template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
+template <typename T, typename Q, class A, detail::EnableIfDecodeOutputs<A> = 0>
 void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
-                           const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
+                           const HeadsView<Q>& q, const std::int64_t* cu_seqlens_q, A&& attn,
                            const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeCheck<T, DQ>{};
-  (void)detail::OutputCheck<DO>{};
+  using S = std::remove_const_t<Q>;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  (void)detail::DecodeOutputCheck<S, A>{};
   detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
-  RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  detail::decode_into("attention_decode_into", keys, Q,
-                      cu_seqlens_q != nullptr ? cu_seqlens_q
-                      : batch == 1            ? whole
-                                              : nullptr,
-                      std::forward<DO>(out), no_lse, detail::decode_alibi("attention_decode_into", masks),
-                      cache.d_k(), cache.d_v(), opt);
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
+  detail::decode_into<S>("attention_decode_into", keys, q,
+                         cu_seqlens_q != nullptr ? cu_seqlens_q
+                         : batch == 1            ? whole
+                                                 : nullptr,
+                         std::forward<A>(attn), detail::no_lse<S>(), masks, cache.d_v(), opt);
 }
 
-/// Decode attention of Q's rows (T_q x (H d_k), the newest T_q tokens of sequence s, appended
-/// already) against the cached keys of s: T_q x (H d_v). See attention_decode_into.
-/// Q may also be of the cache's 16-bit storage type (bfloat16 or half): it is widened to float and
-/// the result rounded to that type.
+/// Decode attention over pages the caller manages (PagedKVView): sequence b's queries are tokens
+/// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of q (null when view.batch is 1: all of q). Otherwise
+/// as attention_decode_into on a cache.
+template <typename T, typename Q, class A, class L, detail::EnableIfDecodeOutputs<A, L> = 0>
+void attention_decode_into(const PagedKVView<T>& kv, const HeadsView<Q>& q, const std::int64_t* cu_seqlens_q,
+                           A&& attn, L&& lse, const Options& opt = {},
+                           const Masks<ComputeScalar<T>>& masks = {}) {
+  using S = std::remove_const_t<Q>;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  (void)detail::DecodeOutputCheck<S, A>{};
+  (void)detail::DecodeOutputCheck<ComputeScalar<S>, L>{};
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
+  detail::ViewKeys<T> keys{kv};
+  detail::decode_into<S>("attention_decode_into", keys, q,
+                         cu_seqlens_q != nullptr ? cu_seqlens_q
+                         : kv.batch == 1         ? whole
+                                                 : nullptr,
+                         std::forward<A>(attn), &lse, masks, kv.d_v, opt);
+}
+/// attention_decode_into() over a PagedKVView, without the LSE output.
+template <typename T, typename Q, class A, detail::EnableIfDecodeOutputs<A> = 0>
+void attention_decode_into(const PagedKVView<T>& kv, const HeadsView<Q>& q, const std::int64_t* cu_seqlens_q,
+                           A&& attn, const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
+  using S = std::remove_const_t<Q>;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  (void)detail::DecodeOutputCheck<S, A>{};
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
+  detail::ViewKeys<T> keys{kv};
+  detail::decode_into<S>("attention_decode_into", keys, q,
+                         cu_seqlens_q != nullptr ? cu_seqlens_q
+                         : kv.batch == 1         ? whole
+                                                 : nullptr,
+                         std::forward<A>(attn), detail::no_lse<S>(), masks, kv.d_v, opt);
+}
+
+/// Decode attention of Q's rows (T_q x (H d_k), heads side by side: the newest T_q tokens of
+/// sequence s, appended already) against the cached keys of s, returned as T_q x (H d_v) with the
+/// heads side by side. See attention_decode_into. Q is of the cache's compute type or of its 16-bit
+/// storage type (widened to float, the result rounded to that type).
 template <typename T, class DQ>
 RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache, SequenceId s,
                                                 const Eigen::MatrixBase<DQ>& Q, const Options& opt = {},
                                                 const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeQueryCheck<T, DQ>{};
-  return detail::decode_of_type<T>(Q, [&](const auto& q) {
-    const std::int64_t cu[2] = {0, static_cast<std::int64_t>(q.rows())};
-    RowMatrix<ComputeScalar<T>> out;
-    detail::CacheKeys<T> keys{cache, &s.value, 1};
-    RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-    detail::decode_into("attention_decode", keys, q, cu, out, no_lse,
-                        detail::decode_alibi("attention_decode", masks), cache.d_k(), cache.d_v(), opt);
-    return out;
-  });
+  using S = typename DQ::Scalar;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  detail::InputView<DQ> q(Q.derived());
+  const std::int64_t cu[2] = {0, static_cast<std::int64_t>(Q.rows())};
+  RowMatrix<S> attn;
+  detail::CacheKeys<T> keys{cache, &s.value, 1};
+  detail::decode_into<S>("attention_decode", keys, detail::queries_of(q.map(), cache.d_k()), cu, attn,
+                         detail::no_lse<S>(), masks, cache.d_v(), opt);
+  return attn;
 }
 
 /// Decode attention of several sequences at once (continuous batching): sequences[b]'s queries
-/// are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q. See attention_decode_into. Q may be of
-/// the cache's 16-bit storage type, as for one sequence.
+/// are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q (heads side by side); returned as
+/// T_q x (H d_v), heads side by side. See attention_decode_into.
 template <typename T, class DQ>
 RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache,
                                                 const std::vector<SequenceId>& sequences,
@@ -645,105 +466,123 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache,
                                                 const std::vector<std::int64_t>& cu_seqlens_q,
                                                 const Options& opt = {},
                                                 const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeQueryCheck<T, DQ>{};
+  using S = typename DQ::Scalar;
+  (void)detail::DecodeQueryCheck<T, S>{};
   if (cu_seqlens_q.size() != sequences.size() + 1) {
     throw std::invalid_argument("EigenAttention::attention_decode: cu_seqlens_q has " +
                                 std::to_string(cu_seqlens_q.size()) +
                                 (cu_seqlens_q.size() == 1 ? " offset" : " offsets") + " but must have " +
                                 std::to_string(sequences.size() + 1) + " (sequences + 1)");
   }
-  return detail::decode_of_type<T>(Q, [&](const auto& q) {
-    RowMatrix<ComputeScalar<T>> out;
-    detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences.data()),
-                              static_cast<std::ptrdiff_t>(sequences.size())};
-    RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-    detail::decode_into("attention_decode", keys, q, cu_seqlens_q.data(), out, no_lse,
-                        detail::decode_alibi("attention_decode", masks), cache.d_k(), cache.d_v(), opt);
-    return out;
-  });
+  detail::InputView<DQ> q(Q.derived());
+  RowMatrix<S> attn;
+  detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences.data()),
+                            static_cast<std::ptrdiff_t>(sequences.size())};
+  detail::decode_into<S>("attention_decode", keys, detail::queries_of(q.map(), cache.d_k()),
+                         cu_seqlens_q.data(), attn, detail::no_lse<S>(), masks, cache.d_v(), opt);
+  return attn;
 }
 
-/// Decode attention over pages the caller manages (PagedKVView): sequence b's queries are rows
-/// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] of Q (null when view.batch is 1: all of Q). Otherwise
-/// as attention_decode_into on a cache.
-template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
-void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
-                           const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse, const Options& opt = {},
-                           const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeCheck<T, DQ>{};
-  (void)detail::OutputCheck<DO>{};
-  (void)detail::OutputCheck<DL>{};
-  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  detail::ViewKeys<T> keys{kv};
-  detail::decode_into("attention_decode_into", keys, Q,
-                      cu_seqlens_q != nullptr ? cu_seqlens_q
-                      : kv.batch == 1         ? whole
-                                              : nullptr,
-                      std::forward<DO>(out), &lse, detail::decode_alibi("attention_decode_into", masks),
-                      kv.d_k, kv.d_v, opt);
-}
-/// attention_decode_into() over a PagedKVView, without the LSE output.
-template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
-void attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
-                           const std::int64_t* cu_seqlens_q, DO&& out, const Options& opt = {},
-                           const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeCheck<T, DQ>{};
-  (void)detail::OutputCheck<DO>{};
-  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  detail::ViewKeys<T> keys{kv};
-  RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-  detail::decode_into("attention_decode_into", keys, Q,
-                      cu_seqlens_q != nullptr ? cu_seqlens_q
-                      : kv.batch == 1         ? whole
-                                              : nullptr,
-                      std::forward<DO>(out), no_lse, detail::decode_alibi("attention_decode_into", masks),
-                      kv.d_k, kv.d_v, opt);
-}
-/// Decode attention over a PagedKVView, returned (see attention_decode_into). Q may be of the
-/// view's 16-bit storage type, as for a cache.
+/// Decode attention over a PagedKVView, returned as T_q x (H d_v), heads side by side (see
+/// attention_decode_into). Q may be of the view's 16-bit storage type, as for a cache.
 template <typename T, class DQ>
 RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
                                                 const std::int64_t* cu_seqlens_q = nullptr,
                                                 const Options& opt = {},
                                                 const Masks<ComputeScalar<T>>& masks = {}) {
-  (void)detail::DecodeQueryCheck<T, DQ>{};
-  return detail::decode_of_type<T>(Q, [&](const auto& q) {
-    // As attention_decode_into, but its messages name this call.
-    RowMatrix<ComputeScalar<T>> out;
-    const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.rows())};
-    detail::ViewKeys<T> keys{kv};
-    RowMatrix<ComputeScalar<T>>* no_lse = nullptr;
-    detail::decode_into("attention_decode", keys, q,
-                        cu_seqlens_q != nullptr ? cu_seqlens_q
-                        : kv.batch == 1         ? whole
-                                                : nullptr,
-                        out, no_lse, detail::decode_alibi("attention_decode", masks), kv.d_k, kv.d_v, opt);
-    return out;
-  });
+  using S = typename DQ::Scalar;
+  (void)detail::DecodeQueryCheck<T, S>{};
+  detail::InputView<DQ> q(Q.derived());
+  RowMatrix<S> attn;
+  const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
+  detail::ViewKeys<T> keys{kv};
+  detail::decode_into<S>("attention_decode", keys, detail::queries_of(q.map(), kv.d_k),
+                         cu_seqlens_q != nullptr ? cu_seqlens_q
+                         : kv.batch == 1         ? whole
+                                                 : nullptr,
+                         attn, detail::no_lse<S>(), masks, kv.d_v, opt);
+  return attn;
 }
 
 /// \name The 0.2 forms of decode
-/// With the ALiBi slopes as a pointer after Options; forwarders to the calls above (their
-/// `masks.alibi_slopes`), removed in 0.4 (docs/migration.md).
+/// The `_into` forms with Q as a matrix T_q x (H d_k) (heads side by side; lse, if given, T_q x H),
+/// and the forms with the ALiBi slopes as a pointer after Options: forwarders to the calls above
+/// (q as `HeadsView::side_by_side(Q, d_k)`, the slopes as `masks.alibi_slopes`), removed in 0.4
+/// (docs/migration.md).
 ///@{
+
+/// 0.2's attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, out, lse, opt).
+template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
+[[deprecated(
+    "EigenAttention 0.3: decode's queries are a HeadsView [1, H, T_q, d_k]: pass "
+    "HeadsView<const float>::side_by_side(Q, d_k)")]] void
+attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
+                      const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse,
+                      const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(cache, sequences, batch, detail::queries_of(q.map(), cache.d_k()), cu_seqlens_q,
+                        std::forward<DO>(out), std::forward<DL>(lse), opt, masks);
+}
+/// 0.2's attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, out, opt).
+template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
+[[deprecated(
+    "EigenAttention 0.3: decode's queries are a HeadsView [1, H, T_q, d_k]: pass "
+    "HeadsView<const float>::side_by_side(Q, d_k)")]] void
+attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
+                      const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
+                      const Options& opt = {}, const Masks<ComputeScalar<T>>& masks = {}) {
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(cache, sequences, batch, detail::queries_of(q.map(), cache.d_k()), cu_seqlens_q,
+                        std::forward<DO>(out), opt, masks);
+}
+/// 0.2's attention_decode_into(view, Q, cu_seqlens_q, out, lse, opt).
+template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
+[[deprecated(
+    "EigenAttention 0.3: decode's queries are a HeadsView [1, H, T_q, d_k]: pass "
+    "HeadsView<const float>::side_by_side(Q, d_k)")]] void
+attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
+                      const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse, const Options& opt = {},
+                      const Masks<ComputeScalar<T>>& masks = {}) {
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(kv, detail::queries_of(q.map(), kv.d_k), cu_seqlens_q, std::forward<DO>(out),
+                        std::forward<DL>(lse), opt, masks);
+}
+/// 0.2's attention_decode_into(view, Q, cu_seqlens_q, out, opt).
+template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
+[[deprecated(
+    "EigenAttention 0.3: decode's queries are a HeadsView [1, H, T_q, d_k]: pass "
+    "HeadsView<const float>::side_by_side(Q, d_k)")]] void
+attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
+                      const std::int64_t* cu_seqlens_q, DO&& out, const Options& opt = {},
+                      const Masks<ComputeScalar<T>>& masks = {}) {
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(kv, detail::queries_of(q.map(), kv.d_k), cu_seqlens_q, std::forward<DO>(out), opt,
+                        masks);
+}
 
 /// 0.2's attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, out, lse, opt, alibi_slopes).
 template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
-[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+[[deprecated(
+    "EigenAttention 0.3: pass the queries as a HeadsView and the ALiBi slopes in Masks::alibi_slopes, after "
+    "Options")]] void
 attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
                       const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse,
                       const Options& opt, const ComputeScalar<T>* alibi_slopes) {
-  attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, std::forward<DO>(out),
-                        std::forward<DL>(lse), opt, detail::alibi_masks(alibi_slopes));
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(cache, sequences, batch, detail::queries_of(q.map(), cache.d_k()), cu_seqlens_q,
+                        std::forward<DO>(out), std::forward<DL>(lse), opt, detail::alibi_masks(alibi_slopes));
 }
 /// 0.2's attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, out, opt, alibi_slopes).
 template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
-[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+[[deprecated(
+    "EigenAttention 0.3: pass the queries as a HeadsView and the ALiBi slopes in Masks::alibi_slopes, after "
+    "Options")]] void
 attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,
                       const Eigen::MatrixBase<DQ>& Q, const std::int64_t* cu_seqlens_q, DO&& out,
                       const Options& opt, const ComputeScalar<T>* alibi_slopes) {
-  attention_decode_into(cache, sequences, batch, Q, cu_seqlens_q, std::forward<DO>(out), opt,
-                        detail::alibi_masks(alibi_slopes));
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(cache, sequences, batch, detail::queries_of(q.map(), cache.d_k()), cu_seqlens_q,
+                        std::forward<DO>(out), opt, detail::alibi_masks(alibi_slopes));
 }
 /// 0.2's attention_decode(cache, s, Q, opt, alibi_slopes).
 template <typename T, class DQ>
@@ -764,20 +603,27 @@ attention_decode(const PagedKVCache<T>& cache, const std::vector<SequenceId>& se
 }
 /// 0.2's attention_decode_into(view, Q, cu_seqlens_q, out, lse, opt, alibi_slopes).
 template <typename T, class DQ, class DO, class DL, detail::EnableIfMatrix<DO, DL> = 0>
-[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+[[deprecated(
+    "EigenAttention 0.3: pass the queries as a HeadsView and the ALiBi slopes in Masks::alibi_slopes, after "
+    "Options")]] void
 attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
                       const std::int64_t* cu_seqlens_q, DO&& out, DL&& lse, const Options& opt,
                       const ComputeScalar<T>* alibi_slopes) {
-  attention_decode_into(kv, Q, cu_seqlens_q, std::forward<DO>(out), std::forward<DL>(lse), opt,
-                        detail::alibi_masks(alibi_slopes));
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(kv, detail::queries_of(q.map(), kv.d_k), cu_seqlens_q, std::forward<DO>(out),
+                        std::forward<DL>(lse), opt, detail::alibi_masks(alibi_slopes));
 }
 /// 0.2's attention_decode_into(view, Q, cu_seqlens_q, out, opt, alibi_slopes).
 template <typename T, class DQ, class DO, detail::EnableIfMatrix<DO> = 0>
-[[deprecated("EigenAttention 0.3: pass the ALiBi slopes in Masks::alibi_slopes, after Options")]] void
+[[deprecated(
+    "EigenAttention 0.3: pass the queries as a HeadsView and the ALiBi slopes in Masks::alibi_slopes, after "
+    "Options")]] void
 attention_decode_into(const PagedKVView<T>& kv, const Eigen::MatrixBase<DQ>& Q,
                       const std::int64_t* cu_seqlens_q, DO&& out, const Options& opt,
                       const ComputeScalar<T>* alibi_slopes) {
-  attention_decode_into(kv, Q, cu_seqlens_q, std::forward<DO>(out), opt, detail::alibi_masks(alibi_slopes));
+  detail::InputView<DQ> q(Q.derived());
+  attention_decode_into(kv, detail::queries_of(q.map(), kv.d_k), cu_seqlens_q, std::forward<DO>(out), opt,
+                        detail::alibi_masks(alibi_slopes));
 }
 /// 0.2's attention_decode(view, Q, cu_seqlens_q, opt, alibi_slopes).
 template <typename T, class DQ>

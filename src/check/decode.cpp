@@ -22,23 +22,30 @@ Array pages_of(const char* name, const void* data, index_t bytes, const compiled
           Print::Heads};
 }
 
-template <typename T>
-Array matrix_of(const char* name, const MatrixView<T>& m) {
-  return {name,
-          reinterpret_cast<std::uintptr_t>(m.data),
-          static_cast<index_t>(sizeof(T)),
-          {1, 1, m.rows, m.cols},
-          {0, 0, m.row_stride, m.col_stride},
-          Print::Matrix};
+/// A [1, H, T_q, d] view of the queries or an output, printed as such.
+template <class View>
+Array heads_of(const char* name, const View& v) {
+  return array_of(name, v, Form::Heads);
+}
+
+/// Is `storage` the storage type of queries of S? (float queries go with float, bfloat16 and half
+/// pages; double with double; 16-bit queries with pages of their own type.)
+template <typename S>
+bool queries_go_with(KVStorage storage) {
+  if constexpr (std::is_same_v<S, double>) return storage == KVStorage::Float64;
+  if constexpr (std::is_same_v<S, BFloat16Bits>) return storage == KVStorage::BFloat16;
+  if constexpr (std::is_same_v<S, HalfBits>) return storage == KVStorage::Float16;
+  return storage != KVStorage::Float64;
 }
 
 /// The keys and values: storage, sizes, then the pages of each sequence in the pool.
-template <typename T>
+template <typename S>
 void check_pages(const char* api, const compiled::RawPagedKV& kv, const PagedSequence* sequences,
                  index_t batch, InputList& inputs) {
+  using T = ComputeScalar<S>;
   const index_t bytes = kv_storage_bytes(kv.storage);
   if (bytes == 0) fail(api, "unknown KV storage type " + std::to_string(static_cast<int>(kv.storage)));
-  if ((kv.storage == KVStorage::Float64) != std::is_same_v<T, double>)
+  if (!queries_go_with<S>(kv.storage))
     fail(api, "queries of this scalar type do not go with keys of this storage type");
   if (kv.kv_heads < 1 || kv.page_size < 1 || kv.d_k < 1 || kv.d_v < 0 || kv.num_pages < 0) {
     fail(api,
@@ -68,51 +75,52 @@ void check_pages(const char* api, const compiled::RawPagedKV& kv, const PagedSeq
   inputs.push_back(v_pages);
 }
 
-/// The queries, T_q x (H d_k), and the offsets of each sequence's rows.
-template <typename T>
+/// The queries, [1, H, T_q, d_k], and the offsets of each sequence's tokens.
+template <typename S, typename T>
 void check_queries(const char* api, const compiled::RawPagedKV& kv, index_t batch,
-                   const compiled::DecodeArgs<T>& a, DecodeProblem<T>& d, InputList& inputs) {
-  const Array q = matrix_of("Q", a.q);
+                   const compiled::DecodeArgs<S>& a, DecodeProblem<T>& d, InputList& inputs) {
+  const Array q = heads_of("Q", a.q);
   check_sizes(api, q);
-  if (a.q.cols % kv.d_k != 0 || a.q.cols == 0) {
-    fail(api, "Q is " + q.shape() + " but must be T_q x (H d_k) with H >= 1 query heads of d_k = " +
-                  num(kv.d_k) + " side by side");
+  if (a.q.batch != 1 || a.q.heads < 1 || a.q.dim != kv.d_k) {
+    fail(api, "Q is " + q.shape() + " but must be [1, H, T_q, d_k] with H >= 1 query heads of d_k = " +
+                  num(kv.d_k) + " (the tokens of every sequence packed, cu_seqlens_q)");
   }
-  d.heads = a.q.cols / kv.d_k;
+  d.heads = a.q.heads;
   if (d.heads % kv.kv_heads != 0) {
     fail(api, "query heads (" + num(d.heads) + ", Q is " + q.shape() + ") must be a multiple of KV heads (" +
                   num(kv.kv_heads) + ")");
   }
   d.group = d.heads / kv.kv_heads;
+  const index_t tokens = a.q.tokens;
   check_sequence_count(api, batch);
   if (batch > 0 && a.cu_seqlens_q == nullptr) {
     fail(api, batch > 1
                   ? "cu_seqlens_q is null: packed sequences need batch + 1 = " + num(batch + 1) +
-                        " offsets (sequence b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] "
+                        " offsets (sequence b's queries are tokens cu_seqlens_q[b] .. cu_seqlens_q[b + 1] "
                         "of Q; null is for one sequence only)"
                   : std::string("cu_seqlens_q is null"));
   }
   if (a.cu_seqlens_q != nullptr) {
-    check_offsets(api, "cu_seqlens_q", a.cu_seqlens_q, batch, a.q.rows);
-    if (a.cu_seqlens_q[batch] != a.q.rows) {
+    check_offsets(api, "cu_seqlens_q", a.cu_seqlens_q, batch, tokens);
+    if (a.cu_seqlens_q[batch] != tokens) {
       fail(api, "cu_seqlens_q[" + num(batch) + "] = " + std::to_string(a.cu_seqlens_q[batch]) +
-                    " but Q has " + counted(a.q.rows, "row") + " (every row belongs to a sequence)");
+                    " but Q has " + counted(tokens, "token") + " (every token belongs to a sequence)");
     }
-  } else if (a.q.rows != 0) {
-    fail(api, "Q has " + counted(a.q.rows, "row") + " but there is no sequence");
+  } else if (tokens != 0) {
+    fail(api, "Q has " + counted(tokens, "token") + " but there is no sequence");
   }
   inputs.push_back(q);
   if (a.alibi_slopes != nullptr) inputs.push_back(vector_of("alibi_slopes", a.alibi_slopes, d.heads));
   if (a.cu_seqlens_q != nullptr) inputs.push_back(vector_of("cu_seqlens_q", a.cu_seqlens_q, batch + 1));
-  d.q = a.q;
+  if constexpr (std::is_same_v<S, T>) d.q = a.q;
   d.cu_q = a.cu_seqlens_q;
   d.alibi_slopes = a.alibi_slopes;
 }
 
-template <typename T>
-void apply_options(const char* api, const compiled::RawPagedKV& kv, const compiled::DecodeArgs<T>& a,
+template <typename S, typename T>
+void apply_options(const char* api, const compiled::RawPagedKV& kv, const compiled::DecodeArgs<S>& a,
                    const Options& opt, DecodeProblem<T>& d) {
-  const Array q_head = {"Q", 0, 0, {1, 1, a.q.rows, kv.d_k}, {0, 0, 0, 0}, Print::Matrix};
+  const Array q_head = {"Q", 0, 0, {1, 1, a.q.tokens, kv.d_k}, {0, 0, 0, 0}, Print::Matrix};
   const ResolvedOptions<T> o = check_options<T>(api, opt, q_head);
   if (opt.diagonal_offset.has_value()) {
     fail(api,
@@ -125,31 +133,34 @@ void apply_options(const char* api, const compiled::RawPagedKV& kv, const compil
   d.threads = opt.threads;
 }
 
+/// One output's shape, [1, H, T_q, dim].
+template <class View>
+Array check_output(const char* api, const char* name, const View& v, index_t heads, index_t tokens,
+                   index_t dim, const char* what) {
+  const Array a = heads_of(name, v);
+  check_sizes(api, a);
+  if (v.batch != 1 || v.heads != heads || v.tokens != tokens || v.dim != dim) {
+    Array must = a;
+    must.size[0] = 1, must.size[1] = heads, must.size[2] = tokens, must.size[3] = dim;
+    fail(api, std::string(name) + " is " + a.shape() + " but must be " + must.shape() + " (" + what + ")");
+  }
+  return a;
+}
+
 /// The outputs' shapes (before sizing, of those given: the front door sizes the others after this
 /// check).
-template <typename T>
-void check_decode_outputs(const char* api, const compiled::RawPagedKV& kv, const compiled::DecodeArgs<T>& a,
+template <typename S, typename T>
+void check_decode_outputs(const char* api, const compiled::RawPagedKV& kv, const compiled::DecodeArgs<S>& a,
                           DecodeProblem<T>& d, OutputList& outputs) {
-  if (!a.inputs_only || a.out.data != nullptr) {
-    const Array out = matrix_of("out", a.out);
-    check_sizes(api, out);
-    if (a.out.rows != a.q.rows || a.out.cols != d.heads * kv.d_v) {
-      fail(api, "out is " + out.shape() + " but must be " + num(a.q.rows) + "x" + num(d.heads * kv.d_v) +
-                    " (T_q x H d_v)");
-    }
-    outputs.push_back(out);
-  }
-  if (a.want_lse) {
-    const Array lse = matrix_of("lse", a.lse);
-    check_sizes(api, lse);
-    if (a.lse.rows != a.q.rows || a.lse.cols != d.heads)
-      fail(api,
-           "lse is " + lse.shape() + " but must be " + num(a.q.rows) + "x" + num(d.heads) + " (T_q x H)");
-    outputs.push_back(lse);
+  const index_t tokens = a.q.tokens;
+  if (!a.inputs_only || !a.attn.empty())
+    outputs.push_back(check_output(api, "attn", a.attn, d.heads, tokens, kv.d_v, "[1, H, T_q, d_v]"));
+  if (!a.lse.empty()) {
+    outputs.push_back(check_output(api, "lse", a.lse, d.heads, tokens, 1, "[1, H, T_q, 1]"));
     d.lse = a.lse;
     d.want_lse = true;
   }
-  d.out = a.out;
+  if constexpr (std::is_same_v<S, T>) d.out = a.attn;
 }
 
 }  // namespace
@@ -176,34 +187,36 @@ void paged_view_sequences(const char* api, const compiled::RawPagedKV& kv,
   }
 }
 
-template <typename T>
-DecodeProblem<T> make_decode_problem(const char* api, const compiled::RawPagedKV& kv,
-                                     const PagedSequence* sequences, index_t batch,
-                                     const compiled::DecodeArgs<T>& a, const Options& opt) {
-  DecodeProblem<T> d;
+template <typename S>
+DecodeProblem<ComputeScalar<S>> make_decode_problem(const char* api, const compiled::RawPagedKV& kv,
+                                                    const PagedSequence* sequences, index_t batch,
+                                                    const compiled::DecodeArgs<S>& a, const Options& opt) {
+  DecodeProblem<ComputeScalar<S>> d;
   d.kv = kv;
   d.sequences = sequences;
   d.batch = batch;
   InputList pages, queries, inputs;  // inputs: Q, the pages, ALiBi slopes, offsets
   OutputList outputs;
-  check_pages<T>(api, kv, sequences, batch, pages);
+  check_pages<S>(api, kv, sequences, batch, pages);
   check_queries(api, kv, batch, a, d, queries);
   inputs.push_back(queries.items[0]);
   for (const Array& page : pages) inputs.push_back(page);
   for (std::size_t i = 1; i < queries.size; ++i) inputs.push_back(queries.items[i]);
   apply_options(api, kv, a, opt, d);
   check_decode_outputs(api, kv, a, d, outputs);
-  if (!a.inputs_only) check_memory(api, outputs, inputs);
+  check_memory(api, outputs, inputs);  // the outputs given: before any is resized, too
   return d;
 }
 
-template DecodeProblem<float> make_decode_problem<float>(const char*, const compiled::RawPagedKV&,
-                                                         const PagedSequence*, index_t,
-                                                         const compiled::DecodeArgs<float>&, const Options&);
-template DecodeProblem<double> make_decode_problem<double>(const char*, const compiled::RawPagedKV&,
-                                                           const PagedSequence*, index_t,
-                                                           const compiled::DecodeArgs<double>&,
-                                                           const Options&);
+#define EIGEN_ATTENTION_MAKE_DECODE_PROBLEM(S)                                 \
+  template DecodeProblem<ComputeScalar<S>> make_decode_problem<S>(             \
+      const char*, const compiled::RawPagedKV&, const PagedSequence*, index_t, \
+      const compiled::DecodeArgs<S>&, const Options&);
+EIGEN_ATTENTION_MAKE_DECODE_PROBLEM(float)
+EIGEN_ATTENTION_MAKE_DECODE_PROBLEM(double)
+EIGEN_ATTENTION_MAKE_DECODE_PROBLEM(BFloat16Bits)
+EIGEN_ATTENTION_MAKE_DECODE_PROBLEM(HalfBits)
+#undef EIGEN_ATTENTION_MAKE_DECODE_PROBLEM
 
 }  // namespace internal
 }  // namespace EigenAttention

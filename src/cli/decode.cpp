@@ -189,7 +189,8 @@ int generate(const Settings& s, Index storage_bytes) {
     }
     const Clock::time_point t1 = Clock::now();
     random.fill(q);
-    attention_decode_into(cache, ids.data(), B, q, cu.data(), out, opt);
+    attention_decode_into(cache, ids.data(), B, HeadsView<const float>::side_by_side(q, d), cu.data(), out,
+                          opt);
     const double t_decode = since(t1);
     append_times.push_back(std::chrono::duration<double>(t1 - t0).count());
     decode_times.push_back(t_decode);

@@ -62,8 +62,8 @@ void reference_decode(const DecodeProblem<T>& p) {
       }
       for (index_t h = g * p.group; h < (g + 1) * p.group; ++h) {
         RawProblem<T> r{};
-        r.q = raw_matrix<const T>(p.q.data + q0 * p.q.row_stride + h * dk * p.q.col_stride, tq, dk,
-                                  p.q.row_stride, p.q.col_stride);
+        r.q = raw_matrix<const T>(p.q.data + q0 * p.q.token_stride + h * p.q.head_stride, tq, dk,
+                                  p.q.token_stride, p.q.dim_stride);
         r.k = raw_matrix<const T>(K.data(), tk, dk, dk, 1);
         r.v = raw_matrix<const T>(V.data(), tk, dv, dv, 1);
         r.scale = p.scale;
@@ -78,10 +78,10 @@ void reference_decode(const DecodeProblem<T>& p) {
         r.mask = {nullptr, 0, 0, 0, 0};
         r.scores = {nullptr, 0, 0, 0, 0};
         r.attn = dv == 0 ? RawMatrix<T>{p.out.data, tq, 0, 0, 0}
-                         : raw_matrix<T>(p.out.data + q0 * p.out.row_stride + h * dv * p.out.col_stride, tq,
-                                         dv, p.out.row_stride, p.out.col_stride);
-        r.lse = p.want_lse ? raw_matrix<T>(p.lse.data + q0 * p.lse.row_stride + h * p.lse.col_stride, tq, 1,
-                                           p.lse.row_stride, p.lse.col_stride)
+                         : raw_matrix<T>(p.out.data + q0 * p.out.token_stride + h * p.out.head_stride, tq, dv,
+                                         p.out.token_stride, p.out.dim_stride);
+        r.lse = p.want_lse ? raw_matrix<T>(p.lse.data + q0 * p.lse.token_stride + h * p.lse.head_stride, tq,
+                                           1, p.lse.token_stride, p.lse.dim_stride)
                            : RawMatrix<T>{nullptr, 0, 0, 0, 0};
         r.want_scores = false;
         r.want_attn = true;

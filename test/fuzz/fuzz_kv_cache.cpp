@@ -165,7 +165,12 @@ void decode_one(Harness& h, Reader& r) {
     Eigen::Map<Rows> o(out.data(), tq, h.heads * h.d_v), l(lse.data(), tq, h.heads);
     const std::int64_t cu[2] = {0, tq};
     std::string message;
-    const bool ok = succeeds([&] { ea::attention_decode_into(h.cache, &s, 1, Q, cu, o, l, opt); }, message);
+    const bool ok = succeeds(
+        [&] {
+          ea::attention_decode_into(h.cache, &s, 1, ea::HeadsView<const float>::side_by_side(Q, h.d_k), cu, o,
+                                    l, opt);
+        },
+        message);
     EA_EXPECT(!ok, "decode of dead sequence %d returned", s.value);
     for (const float x : out) EA_EXPECT(x == kSentinel, "decode of dead sequence %d wrote out", s.value);
     for (const float x : lse) EA_EXPECT(x == kSentinel, "decode of dead sequence %d wrote lse", s.value);
@@ -184,8 +189,12 @@ void decode_two(Harness& h, Reader& r) {
   Rows out = Rows::Constant(t0 + t1, h.heads * h.d_v, kSentinel),
        lse = Rows::Constant(t0 + t1, h.heads, kSentinel);
   std::string message;
-  const bool ok =
-      succeeds([&] { ea::attention_decode_into(h.cache, ids, 2, Q, cu, out, lse, opt); }, message);
+  const bool ok = succeeds(
+      [&] {
+        ea::attention_decode_into(h.cache, ids, 2, ea::HeadsView<const float>::side_by_side(Q, h.d_k), cu,
+                                  out, lse, opt);
+      },
+      message);
   EA_EXPECT(ok == live, "batched decode %s (%s)", ok ? "returned with a dead sequence" : "threw",
             message.c_str());
   if (!ok) {

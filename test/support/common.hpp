@@ -24,6 +24,14 @@ using RowMatrix = ea::RowMatrix<T>;
 template <class T>
 using ColMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
 
+/// A matrix of one row per token with heads of d elements side by side, as the view [1, H, T, d]
+/// decode takes its queries in.
+template <class Derived>
+ea::HeadsView<const typename Derived::Scalar> side_by_side(const Eigen::MatrixBase<Derived>& m,
+                                                           std::ptrdiff_t d) {
+  return ea::HeadsView<const typename Derived::Scalar>::side_by_side(m.derived(), d);
+}
+
 /// Every kernel available here, then Kernel::Auto (which must behave like the first).
 inline std::vector<ea::Kernel> kernels_under_test() {
   std::vector<ea::Kernel> ks = ea::available_kernels();

@@ -283,7 +283,9 @@ Decoded<ea::ComputeScalar<S>> decode_sequence(const ea::PagedKVCache<S>& cache, 
                                               const Eigen::MatrixBase<DQ>& Q, const ea::Options& opt) {
   Decoded<ea::ComputeScalar<S>> r;
   const std::int64_t cu[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  ea::attention_decode_into(cache, &id, 1, Q, cu, r.out, r.lse, opt);
+  ea::attention_decode_into(cache, &id, 1,
+                            ea::HeadsView<const typename DQ::Scalar>::side_by_side(Q, cache.d_k()), cu, r.out,
+                            r.lse, opt);
   return r;
 }
 
