@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Debian packages with CPack: `cmake --build build --target package` (or `cpack -G DEB` in the
 # build tree) makes one .deb per install component (cmake/Install.cmake):
 #   libeigenattention<major>.<minor>  runtime: the shared library

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The compiled single-head entry points (Compiled.hpp): each call is the batch = 1, heads = 1
 // case of the one problem (problem.hpp), validated once by make_problem and run like any other.
 // (compiled::check_result_size is in validate.cpp with the other checks, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The compiled single-head backward entry points (Compiled.hpp): like the forward calls in
 // attention.cpp, each is the batch = 1, heads = 1 case of the one problem, validated once by
 // make_problem and run by execute_backward.

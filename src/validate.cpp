@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Argument validation: every check on user input lives here, for every public call (see
 // make_problem in validate.hpp for the order).
 #include "validate.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Argument validation: the one place where user input is checked, for every public call.
 // Internal to the library.
 #pragma once

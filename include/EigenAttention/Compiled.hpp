@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Compiled.hpp
 /// The compiled entry points behind the template front doors of Attention.hpp.
 ///

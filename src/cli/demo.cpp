@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The demo (demo.hpp): the attention of a six-token sentence, then a timing.
 #include "demo.hpp"
 

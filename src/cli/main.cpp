@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen-attention: the command-line tool of EigenAttention (see --help, and help.cpp).
 #include <EigenAttention/EigenAttention.hpp>
 #include <EigenAttention/Npy.hpp>

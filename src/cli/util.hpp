@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared pieces of the eigen-attention tool: its error type, output files written all or
 // nothing, the progress indicator, token files.
 #pragma once

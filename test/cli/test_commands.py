@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """The subcommands of `eigen-attention` as a user meets them: --help of each (exit 0, a usage
 text naming the options of the specification), unknown options and subcommands (non-zero, one
 line), `demo --quick` and `bench` (exit 0)."""

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The Debian packages, as a user gets them: builds them with CPack from a built tree, checks
 # their control data, unpacks them (dpkg -x, no root needed) into a staging root, and there
 #   - builds the consumer with CMake (find_package, the shared and the static library) and with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Installs a build tree into a fresh staging prefix and checks that the package files are there.
 # cmake -DBUILD_DIR=<build tree> -DPREFIX=<staging prefix> [-DCONFIG=<config>] -P install.cmake
 foreach(_var BUILD_DIR PREFIX)
