@@ -30,7 +30,9 @@ foreach(_file
     "${PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/eigen-attention.pc"
     "${PREFIX}/${CMAKE_INSTALL_LIBDIR}/libEigenAttention.a"
     "${PREFIX}/${CMAKE_INSTALL_LIBDIR}/libEigenAttention.so"
-    "${PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/EigenAttention/EigenAttention.hpp")
+    "${PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/EigenAttention/EigenAttention.hpp"
+    "${PREFIX}/${CMAKE_INSTALL_DATAROOTDIR}/doc/libeigenattention-dev/copyright"
+    "${PREFIX}/${CMAKE_INSTALL_DATAROOTDIR}/doc/libeigenattention-dev/changelog.gz")
   if(NOT EXISTS "${_file}")
     message(FATAL_ERROR "The install lacks ${_file}")
   endif()
