@@ -86,7 +86,7 @@ namespace {
 int run_main(int argc, char** argv) {
   CLI::App app{"", "eigen-attention"};
   help_text(&app, cli::kToolHelp);
-  app.set_version_flag("--version", std::string("eigen-attention ") + ea::version());
+  app.set_version_flag("--version", cli::version_text);
   app.allow_extras();
 
   // demo
