@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_bench: how fast EigenAttention is, against the naive Eigen expression and
 // Eigen's own GEMM, measured in one run on one machine. See bench/README.md.
 //

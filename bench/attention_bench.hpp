@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the sections of eigen_attention_bench share (attention_bench.cpp says what it measures):
 // the options, timing and formatting helpers, the deterministic inputs, and the entry points of
 // the sections, one file each:

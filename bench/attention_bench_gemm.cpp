@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_bench: Eigen GEMM reference rates, the square GEMM and the attention-shaped
 // products Q K^T and P V.
 #include "attention_bench.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_bench: the extra peak memory of one fused call, measured in a forked child;
 // --scaling (time and memory against T) and --memory-probe.
 #include "attention_bench.hpp"

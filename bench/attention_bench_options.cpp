@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_bench: the command line (--help lists it) and the description of the machine.
 #include "attention_bench.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_bench: the attention table, every (d, causal, kernel, threads, T) of one scalar
 // type: fused, dec-into, dec-value and naive.
 #include "attention_bench.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_backward_bench: how fast EigenAttention's backward is, against its own fused
 // forward, the naive Eigen backward and Eigen's GEMM, and how much memory it needs, in one run on
 // one machine. See bench/README.md.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the sections of eigen_attention_backward_bench share (backward_bench.cpp says what it
 // measures): the options, the results, and the entry points of the sections, one file each:
 //   backward_bench.cpp         the command line, the header, the summary table, main

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_backward_bench: the extra peak memory of one backward call, measured in a
 // forked child as eigen_attention_bench's --memory-probe measures the forward's.
 #include "backward_bench.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_backward_bench: the rates table. For every (d, causal, T) of one scalar type,
 // and every thread count, the fused forward with LSE and the backward; once per (d, causal, T)
 // the naive backward (single-threaded), whose gradients check ours.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The naive Eigen expression and Eigen's GEMM, compiled with the flags of
 // EIGEN_ATTENTION_BENCH_BASELINE_FLAGS (default -march=native) and a private copy of Eigen.
 // See baseline.hpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The yardsticks of eigen_attention_bench and eigen_attention_backward_bench: the naive Eigen
 // expression for attention, its naive backward, and Eigen's own GEMM. They live in baseline.cpp,
 // which is compiled with its own flags (by default -march=native, see bench/CMakeLists.txt) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_decode_bench: how close decode attention over a paged KV cache (KVCache.hpp)
 // comes to the machine's memory bandwidth, the one limit of a decode step.
 //

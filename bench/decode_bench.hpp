@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the sections of eigen_attention_decode_bench share (decode_bench.cpp says what it
 // measures): the options, the buffers and inputs, the timing of warm and cold calls, the
 // bandwidth yardstick, the caches with fragmented pages, and the entry points of the sections,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_decode_bench, section 1: the streaming read bandwidth of this machine, the
 // yardstick of every GB/s figure of the other sections. A buffer of the same bytes as a decode
 // step reads is summed: by a hand loop of SSE2 (the x86-64 baseline this file is compiled for)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_decode_bench, sections 3 and 4: one decode step of a batch of sequences of
 // mixed lengths in one batched call (continuous batching), beside one call per sequence; and the
 // time of appending one token, which must not grow with the sequence's length.

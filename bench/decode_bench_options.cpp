@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_decode_bench: the command line (--help lists it), the header (machine,
 // shapes, formulas), the buffers and the cache eviction.
 #include "decode_bench.hpp"

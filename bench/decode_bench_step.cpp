@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_decode_bench, section 2: one decode step (T_q = 1) of one long sequence, per
 // storage type, page size and thread count: attention_decode_into on a PagedKVCache whose pages
 // lie in random order in the pool, beside the same keys in one contiguous buffer seen through a

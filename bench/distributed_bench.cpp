@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_distributed_bench: sequence-parallel attention over MPI (EigenAttention::MPI,
 // <EigenAttention/Distributed.hpp>) on the ranks it is started with, against the single-process
 // call on the whole problem. See docs/distributed.md.

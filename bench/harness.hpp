@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the benchmark programs share: the command-line helpers, timing (warm-up, samples,
 // medians), and a description of the machine and the build for the header of their output.
 #pragma once

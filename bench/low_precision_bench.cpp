@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_low_precision_bench: how fast EigenAttention computes attention on bfloat16 and
 // half inputs (computed in float: each tile widened as it is loaded, results rounded once),
 // against its own float call in the same run, and why it widens rather than using the CPU's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the sections of eigen_attention_low_precision_bench share (low_precision_bench.cpp says
 // what it measures): the options, the rows, and the entry points of the sections, one file each:
 //   low_precision_bench.cpp        the command line, the header, the summary, main

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_low_precision_bench: the rates table. For every (T, d, causal), every thread
 // count and every kernel, the fused call attention_into(Q, K, V, O, opt) on float, bfloat16 and
 // half inputs of the same values, back to back; on Kernel::Auto also what a user does without

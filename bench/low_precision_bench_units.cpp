@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_low_precision_bench: the vector units that a 16-bit attention could use, one
 // core, each instruction in a loop of its own (inline assembly, so that the loop is exactly the
 // instructions named and nothing the compiler chose):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_multihead_bench: how fast the batched multi-head calls (MultiHead.hpp) are,
 // against the single-head call measured in the same run. See bench/README.md.
 //

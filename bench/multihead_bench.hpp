@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the sections of eigen_attention_multihead_bench share (multihead_bench.cpp says what it
 // measures): the options, timing, the deterministic inputs, the exact-softmax and library-vs-
 // library checks, and the entry points of the sections, one file each:

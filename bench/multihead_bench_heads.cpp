@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_multihead_bench, section 1: attention_heads_into (MHA and GQA, BHTD and BTHD)
 // against the single-head call.
 #include "multihead_bench.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_multihead_bench, section 3: attention_varlen_into on a packed batch against
 // attention_heads_into on the padded batch with key lengths.
 #include "multihead_bench.hpp"

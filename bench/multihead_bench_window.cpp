@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_multihead_bench, section 2: a sliding window against full causal attention.
 #include "multihead_bench.hpp"
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Install rules (included by the top-level CMakeLists.txt when EIGEN_ATTENTION_INSTALL is ON).
 #
 # Components, which are also the Debian packages (cmake/Package.cmake):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The warnings every target of this project is compiled with: the library's objects, the tool,
 # the tests, the benchmarks, the examples and the fuzz targets. Included from the root
 # CMakeLists.txt, before any target is made.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A toy generation loop on a paged KV cache: a tiny "model" (random projections) prefills two
 // prompts, forks the first one (a second sample sharing its prompt's pages), and generates
 // tokens one at a time for the three sequences with one batched decode per step. Then it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen_attention_demo: what EigenAttention computes, and how fast.
 //
 // 1. On a six-token sentence, prints the attention weights (SCORES) and the outputs (ATTN),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Batched multi-head attention as a transformer layer calls it: B sequences, H query heads
 // sharing H_kv key/value heads (GQA), right padding, a sliding window, and the log-sum-exp.
 // Also shows the exact merge of two partial results (split-K over the keys).

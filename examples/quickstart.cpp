@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The README's quick start: causal attention over three tokens, with and without the weights.
 #include <EigenAttention/EigenAttention.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Sequence-parallel attention over MPI: run with `mpirun -np 4 ./eigen_attention_ring_example`.
 // Every rank builds the same whole sequence (a fixed seed), keeps its zig-zag shard, runs ring
 // attention (forward and backward) on it, and checks its rows against the single-process call on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Training with the backward pass: a student attention layer learns the query, key and value
 // projections of a teacher's causal attention by gradient descent (Adam), its loss falling step
 // by step. Before training, one entry of each weight gradient is checked against a central finite

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shellcheck shell=bash
 # Shared by scripts/demo and scripts/test (sourced, not run). Bash; the callers set -euo pipefail.
 #

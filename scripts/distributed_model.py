@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """The scaling model of EigenAttention::MPI (docs/distributed.md): time per layer of one
 sequence's attention (all heads, forward) on P nodes, for ring attention (zig-zag and contiguous
 layouts) and Ulysses, and the sequence length above which the ring hides its communication.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Draws docs/distributed_scaling.png from the output of scripts/distributed_model.py.
 
   /usr/bin/python3 scripts/distributed_plot.py                  # runs the model with its defaults

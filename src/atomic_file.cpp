@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // EigenAttention::AtomicFile (AtomicFile.hpp): a temporary file beside the target, renamed over
 // it on commit, removed otherwise.
 #include <EigenAttention/AtomicFile.hpp>

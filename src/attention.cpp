@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The compiled single-head forward (detail/AbiSingleHead.hpp): the batch = 1, heads = 1 case of
 // the one problem (problem.hpp), validated by make_problem, its resizable outputs sized through
 // the caller's translation unit (outputs.hpp), and run like any other.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The compiled single-head backward (detail/AbiSingleHead.hpp): like the forward in
 // attention.cpp, the batch = 1, heads = 1 case of the one problem, validated by make_problem,
 // its resizable gradients sized through the caller's translation unit, and run by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Decode attention (KVCache.hpp): the PagedKVView front door, and how a validated decode
 // problem is split into chunk tasks, spread over threads and merged.
 //

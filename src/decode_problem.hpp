@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One validated decode call (KVCache.hpp): query rows of a batch of sequences against their
 // paged keys and values, as decode.cpp runs it. Both front doors (a PagedKVCache and a caller's
 // PagedKVView) become one DecodeProblem. Internal to the library.

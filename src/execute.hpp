@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Running a validated problem: every (sequence, query head) on the kernel it resolved to, split
 // over threads (run_problems in kernel.hpp). The one way every public call computes. Internal.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A hint for the large buffers the single-head calls size (outputs.hpp: the T_q x T_k SCORES).
 // A fresh T x T result otherwise costs one page fault per 4 KiB: at T = 4096 in float, 16384
 // faults, as long as the whole computation. Only whole 2 MiB pages inside the buffer are

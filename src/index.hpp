@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one index type of the library's sources and of the eigen-attention tool: index_t, the
 // type of Eigen::Index and of the sizes and strides that cross the boundary (std::ptrdiff_t).
 // Internal (src/, not installed).

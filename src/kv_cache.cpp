@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // PagedKVCache (KVCache.hpp): the pool of pages, its sequences and the decode call on them.
 //
 // Pages are allocated once, [num_pages, kv_heads, page_size, d] for keys and values alike, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The exact merge of partial attention results over disjoint key sets by their log-sum-exp:
 // what merge_attention_into (merge.cpp) does for two parts and decode's split-K (decode.cpp) for a
 // row's chunks. Internal to the library.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // merge_attention_into (MultiHead.hpp): combine two partial results over disjoint key sets.
 #include <EigenAttention/MultiHead.hpp>
 

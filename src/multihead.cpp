@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The batched multi-head entry points (MultiHead.hpp): one Call each, validated once by
 // make_problem and run by execute(), as the single-head calls are.
 #include <EigenAttention/MultiHead.hpp>

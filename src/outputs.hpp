@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The outputs of the single-head calls as they cross the boundary (abi::Output of
 // detail/AbiSingleHead.hpp): those of fixed shape are checked with the inputs; the caller's
 // resizable matrices are sized, through the caller's translation unit, only once everything else

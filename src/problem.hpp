@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One validated attention problem: a batch of sequences with H query heads each, as the
 // kernels run it. Every public call becomes one Problem: the single-head calls are the batch = 1,
 // heads = 1 case (Form::Matrix only changes how messages print shapes), attention_heads_into* a

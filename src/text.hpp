@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Text helpers shared by the library's npy reader and writer and the eigen-attention tool: one
 // definition each, inline. Internal (src/, not installed).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A small persistent pool of worker threads for splitting one call over query tiles. Internal.
 #pragma once
 

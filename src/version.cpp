@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include <EigenAttention/Version.hpp>
 
 #define EIGEN_ATTENTION_STR2(x) #x

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A validated problem on 16-bit arrays (BFloat16Bits, HalfBits) as the same problem on float
 // copies: what the backward pass of a bfloat16 or half call runs (its kernel reads and writes
 // float and double only). The copies are whole arrays (the inputs, the forward's results,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Accuracy may not pay for speed: against a long-double reference, the float result of every
 // kernel stays within 2x the error of the naive float expression on the same inputs.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The small parts of the API: the version and the kernel list.
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The float backward against the error of the naive float expression (the same error model as
 // the forward's accuracy test): on the same inputs, the largest error of each float gradient
 // against the long-double reference must be at most twice that of the plain Eigen expression a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backward pass at its edges and through its Eigen front doors: storage orders, maps and
 // blocks, resized and pre-sized outputs, T = 1, empty sizes; rows that see no key and keys no
 // row sees; non-finite inputs reaching only what depends on them; d_scores at masked positions;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The long-double reference of the gradients (support/reference_backward.hpp) against central
 // finite differences of the long-double forward reference (support/reference.hpp): every
 // element of dQ, dK, dV and dL/dbias, for L = sum(OUT o dOUT) + sum(SCORES o dSCORES), on small

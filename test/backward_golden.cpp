@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backward golden cases of test/data/backward/ (PyTorch autograd, float64; see
 // make_backward_golden.py there): dQ, dK, dV and dBIAS from attention_backward (one head, the
 // Eigen front door), attention_heads_backward_into (both buffer layouts) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Relations the gradients must satisfy, each between two calls of the library: the decomposed
 // and the fused forward give the same gradients; GQA's dK and dV are the sums of multi-head
 // attention's with K and V copied per query head; a batch of one head is the single-head call;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backward pass is bitwise identical for every thread count and from run to run
 // (Options::threads' guarantee, and what GPU implementations with atomics cannot give). The
 // problems cover both ways the work is split (kernels/backward.hpp): whole units per thread when

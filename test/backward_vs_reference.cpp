@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backward pass against the long-double reference (support/reference_backward.hpp): the
 // multi-head configurations that together use every forward option, then random ones, with and
 // without a loss on the weights (d_scores) and dL/dbias, on every kernel, one and several

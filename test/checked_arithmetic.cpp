@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // detail::checked_mul and detail::checked_add (detail/CheckedArithmetic.hpp): the portable,
 // builtin-free overflow checks of the inline stride and span arithmetic (StrideProduct.hpp,
 // FrontDoor.hpp). Every compiler runs this very code; on GCC and Clang it is also compared with

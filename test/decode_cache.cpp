@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // PagedKVCache's operations, each checked through decode results and through the cache's
 // bookkeeping (length, pages(), free_pages()) against a model of it (support/kv_cache_model.hpp):
 // fork (shared pages, copy-on-write of a partly filled last page) against independent copies,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every bad input to the decode calls (attention_decode, attention_decode_into, on a PagedKVCache
 // and on a PagedKVView) throws std::invalid_argument whose message names the argument and its
 // shape or value, and no output is written: every output is filled with a sentinel first and

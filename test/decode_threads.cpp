@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Decode and threads: split-K gives bitwise the same result for every thread count, on every
 // kernel and storage type, for one long sequence and for a batch of mixed lengths; and several
 // threads may decode different sequences of one cache at once (results as decoded one by one).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Decode attention on a PagedKVCache against the long-double reference and against
 // attention_heads_into on the same keys laid out contiguously: every page size, sequence lengths 0,
 // 1 and a page boundary +- 1 and several split-K chunks, T_q = 1 and a few tokens, GQA groups of

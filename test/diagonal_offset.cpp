@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Options::diagonal_offset: a block of a longer sequence computed with the masks of its global
 // positions. Rows of a block equal the whole call's rows; key blocks merged by their
 // log-sum-exps equal the whole call within the merge's rounding; the alignment and key lengths

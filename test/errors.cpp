@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every bad input throws std::invalid_argument whose message names the shapes or values at
 // fault, and no output is written (each output is filled with a sentinel first).
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Every C++ file of the repository is formatted as .clang-format says (clang-format 14, Debian
 # 12's, which scripts/test installs: other versions format some constructs differently).
 # To format: clang-format-14 -i $(git ls-files '*.cpp' '*.hpp')

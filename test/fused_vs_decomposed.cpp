@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // attention() never forms the T_q x T_k weights (an online softmax in tiled kernels);
 // attention_decomposed() normalises them first. Both must give the same ATTN (and LSE) to
 // within a few ulps, for every kernel.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the fuzzers (test/fuzz) found, one case per finding, each reduced to the smallest call
 // that showed it. The inputs that found them stay in test/fuzz/findings/, which scripts/fuzz
 // replays before every campaign; these cases keep the fixes in the ordinary test run (and in the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The golden cases of test/data/ (PyTorch, float64): SCORES, ATTN and LSE from every form of
 // the call, every kernel, in float and double.
 #include <doctest/doctest.h>

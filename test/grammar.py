@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The one grammar of the public calls (docs/api.md), checked on the headers themselves.
 
 Every function declared in include/EigenAttention/ (but the 0.2 forms kept as they were for one

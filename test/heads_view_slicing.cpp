@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // HeadsView::batch_slice, head_slice and token_slice: the same elements and strides along one
 // axis, any layout; a slice with no element takes no offset (a null view stays null).
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The _into forms: the same results as the by-value forms, written exactly where asked (blocks,
 // Maps with strides, Refs), nothing else touched; resizable outputs are resized.
 #include <doctest/doctest.h>

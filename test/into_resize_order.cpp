@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one _into contract: an output that would be resized is resized only once every input and
 // every other output has passed the checks. For every single-head call with two outputs or more,
 // a bad output that keeps its storage (a Map of the wrong shape, or one overlapping an input)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Properties that hold whatever the values: rows of SCORES sum to 1 (0 when fully masked),
 // masked weights are exact zeros, permuting keys permutes SCORES columns and leaves ATTN alone,
 // shifting every key by one vector leaves SCORES alone, and ATTN = SCORES V.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Checks that the instruction-set kernels share no inline (weak) code with the rest of the
 # library. The linker keeps one copy of each weak symbol; if an AVX-512 translation unit and a
 # baseline one both instantiated the same inline function, the AVX-512 copy could be the one

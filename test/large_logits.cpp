@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Logits around +-1e4 and far larger: the softmax must subtract the row maximum (exp(1e4)
 // overflows, exp(-1e4) underflows) and stay finite and accurate.
 #include <doctest/doctest.h>

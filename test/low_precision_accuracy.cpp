@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // bfloat16 and half inputs (computed in float): the error against the exact result on the
 // rounded inputs, within twice that of the naive float expression with P rounded to the 16-bit
 // type (low_precision.hpp); masked weights exact zeros, rows that see no key zeros, NaN confined

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every public call accepts Eigen::bfloat16 and Eigen::half, and each is the float call on the
 // widened inputs, rounded once: the 16-bit path is the float pipeline with tiles widened as they
 // load, so its results are bitwise those of the float call on the same (exactly widened)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The PyTorch golden cases of test/data/low_precision/ (bf16/ and fp16/): inputs rounded to the
 // 16-bit type by torch, results computed by torch in float64 on them. Every form and kernel on
 // the 16-bit inputs is within twice the naive P-rounded error (low_precision.hpp) of them.

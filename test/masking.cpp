@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The causal mask and the degenerate shapes: where the frontier sits for each alignment, rows
 // that see no key, T_k = 0, T_q = 0, d_v = 0, d_k = 0 with an explicit scale, and the
 // alignment being ignored without the mask.

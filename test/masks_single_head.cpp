@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The single-head calls take Masks after Options, as the multi-head calls do: each gives the bits
 // of attention_heads_into (and its backward) on the one-head views of the same matrices, a key
 // length is attention over that many keys, and bad masks are rejected naming them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The 0.2 forms of the multi-head calls (Deprecated.hpp) still compile and give the same bits as
 // the 0.3 calls they forward to (docs/migration.md), in every scalar type; and a non-const view,
 // 16-bit ones included, converts wherever a const one is taken.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What must not change a single bit: the number of threads (1, 2 and 0), and BHTD vs BTHD
 // buffers (the same problem, addressed differently).
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Degenerate problems: no query, no key, all keys padded: empty or zero results, never NaN.
 #include <doctest/doctest.h>
 

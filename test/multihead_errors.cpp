@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every bad input to the multi-head calls throws std::invalid_argument whose message names what
 // is wrong (the offending number, and for options and masks the word), and no output is written
 // (every output is filled with a sentinel first and checked afterwards).

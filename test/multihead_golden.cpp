@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The multi-head golden cases of test/data/multihead/ (PyTorch, float64; see
 // make_multihead_golden.py there): OUT, LSE, SCORES and the head-averaged SCORES from
 // attention_heads_into, attention_heads_decomposed_into and attention_varlen_into, for every kernel, both

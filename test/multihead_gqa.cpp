@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Grouped-query and multi-query attention: H_kv < H key/value heads == K/V copied per query
 // head.
 #include <doctest/doctest.h>

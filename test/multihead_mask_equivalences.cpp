@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Equivalent ways to write the same mask give the same results: causal == a boolean
 // lower-triangular mask (both alignments), ALiBi == the equivalent additive bias, a bias of -inf
 // == the boolean mask.

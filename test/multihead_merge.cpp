@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // merge_attention_into of the results over a split of the keys == attention over all keys.
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A packed variable-length batch (attention_varlen_into) == separate attention_heads_into calls per
 // sequence.
 #include <doctest/doctest.h>

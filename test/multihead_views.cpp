@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Other ways to describe the same tensors: views into one fused, padded QKV buffer (general
 // strides), and Eigen tensors through HeadsView::from_tensor, row- and column-major.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The multi-head calls against the long-double reference (support/reference.hpp): the
 // configurations that together use every feature, and random configurations, through
 // attention_heads_into and attention_heads_decomposed_into (which must also agree with each other).

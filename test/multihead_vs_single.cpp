@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The multi-head call == a loop of single-head attention calls, one per (sequence, head).
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // After one warm-up call, the _into forms with pre-sized outputs allocate nothing (forward and
 // backward).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // NaN and Inf in an input reach only the output rows that depend on it: a query row's own
 // outputs, and the rows of the queries that see the key (or value) row holding it. Every other
 // row stays finite and correct.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // .npy reading and writing (EigenAttention::npy): round trips of every dtype and shape; bytes
 // identical to NumPy's (embedded below, generated once with NumPy 1.24; the tests never run
 // Python); every malformed or hostile input rejected with npy::Error naming the file and the

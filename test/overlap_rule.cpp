@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one overlap rule, the same for every call: an output must share no element with an input or
 // another output. It is decided exactly for blocks of one parent array (equal, nested strides:
 // [Q | out] side by side in one buffer is accepted, by the single-head and the multi-head calls

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Random problems against the long-double reference (support/reference.hpp): odd shapes that do
 // not fit a tile, T = 1, d_v != d_k, T_q < T_k and T_q > T_k, every mask, custom scales, and
 // inputs of every layout the front door accepts.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Numerical robustness on adversarial inputs: for float and double and every kernel, the worst
 // error against the long-double reference (test/support/reference.hpp), held to the error model
 // of test/support/tolerance.hpp, and the numbers printed (MESSAGE lines starting with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Impossible sizes: shapes whose element or byte counts overflow Eigen::Index are rejected with
 // std::invalid_argument naming the sizes before anything is allocated or read; a result that is
 // representable but does not fit in memory surfaces as std::bad_alloc; the fused calls never

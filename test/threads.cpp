@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Options::threads: results are bitwise identical for every thread count, every run, and when
 // several user threads call the library at once.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A three-token example worked out by hand: integer Q, K, V, d_k = 4 so that the default
 // scale is exactly 1/2, every logit is a multiple of 1/2, and every weight is a closed form in
 // a = e^(1/2) and e = e^1.

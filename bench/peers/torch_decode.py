@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """PyTorch peer of eigen_attention_decode_bench: one decode step, the same shapes, the same bytes.
 
 One sequence, T_q = 1 new token, H query heads against T_k cached keys and values of H_kv KV

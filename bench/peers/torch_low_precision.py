@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """PyTorch peer of eigen_attention_low_precision_bench: attention on bfloat16 and float32 inputs.
 
 For T_q = T_k = T and d_k = d_v = d, batch 1 and one head (tensors shaped (1, T, d)), per

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """PyTorch peers of eigen_attention_bench: the same shapes, the same FLOP convention.
 
 Times, for T_q = T_k = T and d_k = d_v = d, batch 1 and one head (tensors shaped (1, T, d)):

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """PyTorch peer of eigen_attention_backward_bench: the backward of attention, same shapes, same FLOPs.
 
 For T_q = T_k = T and d_k = d_v = d, batch 1 and one head (tensors shaped (1, T, d)), per

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file AtomicFile.hpp
 /// A file written all or nothing: the one implementation behind npy::write and the
 /// eigen-attention tool's outputs (its .npy files and PNG heatmaps). Included by Npy.hpp.

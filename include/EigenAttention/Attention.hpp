@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Attention.hpp
 /// Scaled dot-product attention for one head: the calls.
 ///

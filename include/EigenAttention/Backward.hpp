@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Backward.hpp
 /// Training: the gradients of a scalar loss L through one attention head.
 ///

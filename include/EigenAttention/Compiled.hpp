@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Compiled.hpp
 /// Version 0.2's `compiled::` forms of the single-head calls, as inline forwarders for one minor
 /// version (removed in 0.4; the compiler warns at every use), and `compiled::view()`, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Deprecated.hpp
 /// The multi-head calls of version 0.2 under their old names and argument orders, as inline
 /// forwarders to the calls of version 0.3 (MultiHead.hpp), for one minor version: they are

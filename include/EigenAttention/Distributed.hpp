@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Distributed.hpp
 /// Sequence-parallel attention over MPI, for contexts that do not fit one process: the optional
 /// component EigenAttention::MPI (CMake: `find_package(EigenAttention COMPONENTS MPI)`, target

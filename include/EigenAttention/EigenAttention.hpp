@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file EigenAttention.hpp
 /// The umbrella header: include this one.
 ///

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file HeadsView.hpp
 /// Zero-copy views of batched multi-head tensors: [batch, heads, tokens, dim] in any strides.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file KVCache.hpp
 /// Serving: a paged key/value cache (PagedKVCache), a view of pages the caller manages itself
 /// (PagedKVView), and decode attention over either (attention_decode): new query tokens against

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Kernels.hpp
 /// The implementations of attention that the library holds, and which of them this CPU runs.
 #pragma once

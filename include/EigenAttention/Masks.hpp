@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Masks.hpp
 /// Per-call masks and biases of the multi-head calls: a boolean mask, an additive bias, key
 /// lengths (right padding) and ALiBi slopes. Window and soft-capping are in Options.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file MultiHead.hpp
 /// Batched multi-head attention, with grouped/multi-query K/V, masks, biases, key padding,
 /// packed variable-length batches, and the merge of partial results.

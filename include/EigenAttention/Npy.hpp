@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Npy.hpp
 /// Reading and writing NumPy .npy files (format versions 1.0, 2.0, 3.0), into and out of Eigen
 /// matrices and multi-head views. Part of the library (target EigenAttention::EigenAttention)

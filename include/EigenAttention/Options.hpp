@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Options.hpp
 /// How an attention call is computed: causal masking, its alignment, the scale, the kernel.
 #pragma once

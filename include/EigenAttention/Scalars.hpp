@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Scalars.hpp
 /// The scalar types every call accepts, and the type each computes in: float and double
 /// compute in themselves; Eigen::bfloat16 and Eigen::half are storage types, computed in float.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Types.hpp
 /// The matrix and view types that EigenAttention returns and takes.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file Version.hpp
 /// EigenAttention's version, and the check that the Eigen in use is new enough.
 #pragma once

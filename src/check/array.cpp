@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Arrays as the validator sees them (array.hpp).
 #include "check/array.hpp"
 

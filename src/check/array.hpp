@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Arrays as the validator sees them: up to four axes, sizes and byte strides, printed the way the
 // caller wrote them; the one prefix of every message (fail); overflow-checked index arithmetic.
 // Internal to the library (src/check/).

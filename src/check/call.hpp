@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A public call as the validator sees it, composed of parts, and the checks that turn it into
 // the one validated Problem (problem.hpp). Every family's front door fills a Call and calls
 // make_problem; nothing else checks user input. Internal to the library (src/check/).

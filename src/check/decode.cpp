@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The checks of a decode call over paged keys (decode_problem.hpp), in the order of make_problem:
 // the pages, the queries and their offsets, the options, the outputs, memory.
 #include <type_traits>

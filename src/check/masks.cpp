@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The masks of a call, or the offsets of a packed batch (masks.hpp).
 #include "check/masks.hpp"
 

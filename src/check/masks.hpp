@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The masks of a call (Masks: mask and bias, key lengths, ALiBi slopes) or the offsets of a
 // packed batch. Internal to the library (src/check/).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // merge_attention_into's checks (call.hpp).
 #include <algorithm>
 

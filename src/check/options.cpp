@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Options and the limits every call shares (options.hpp).
 #include "check/options.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Options, checked here and nowhere else; the limits every call's sizes share; packed-sequence
 // offsets. Internal to the library (src/check/).
 #pragma once

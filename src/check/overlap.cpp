@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one overlap rule (overlap.hpp).
 #include "check/overlap.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one overlap rule of the library: two arrays overlap when an element of one shares a byte
 // with an element of the other. Internal to the library (src/check/).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The packed weights of attention_varlen_decomposed_into (call.hpp).
 #include <vector>
 

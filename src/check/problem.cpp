@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // make_problem (call.hpp): a table of small checks, run in the order call.hpp documents, each
 // adding the arrays it checked to the lists the memory checks read last.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The size check of an output before the caller's translation unit sizes it (outputs.hpp).
 #include "check/array.hpp"
 #include "outputs.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // check_shard (shard.hpp): one rank's shard of a distributed call, as the real Call of the
 // multi-head call it computes, through make_problem.
 #include "check/shard.hpp"

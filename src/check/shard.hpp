@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The check of one rank's shard of a distributed call (EigenAttention::MPI, src/distributed/):
 // the library's own validator (make_problem, call.hpp) on the real call, so that a shard is held
 // to the same rules, messages, overlap rule and overflow-checked extents as a single-process

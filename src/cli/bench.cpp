@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen-attention bench: a short throughput table for this machine.
 #include <EigenAttention/EigenAttention.hpp>
 #include <EigenAttention/MultiHead.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The subcommands of eigen-attention: their arguments as given on the command line (numbers
 // still as text, parsed and checked by the command), and their entry points. Each returns the
 // exit status on success and throws Failure, npy::Error or std::invalid_argument otherwise.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen-attention decode: a synthetic generation loop on a paged KV cache (KVCache.hpp).
 #include <EigenAttention/EigenAttention.hpp>
 #include <EigenAttention/KVCache.hpp>

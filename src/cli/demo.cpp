@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The demo (demo.hpp): the attention of a six-token sentence, then a timing.
 #include "demo.hpp"
 
@@ -12,6 +13,8 @@
 #include <string>
 #include <vector>
 #include "../index.hpp"
+
+#include "util.hpp"
 
 namespace EigenAttention {
 namespace cli {
@@ -230,11 +233,8 @@ bool time_calls(index_t T, index_t d, int runs) {
 Sentence demo_sentence() { return {from_array(kQ), from_array(kK), from_array(kV), token_labels()}; }
 
 int run_demo(const DemoSettings& settings) {
-  std::string kernels;
-  for (const ea::Kernel k : ea::available_kernels())
-    kernels += std::string(kernels.empty() ? "" : ", ") + ea::kernel_name(k);
   std::printf("EigenAttention %s: softmax(Q K^T / sqrt(d_k)) V   (kernels on this CPU: %s)\n\n",
-              ea::version(), kernels.c_str());
+              ea::version(), kernels_on_this_cpu().c_str());
 
   const Sentence sentence = demo_sentence();
   const Eigen::MatrixXd &Q = sentence.q, &K = sentence.k, &V = sentence.v;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The demo: what EigenAttention computes, and how fast. Shared by `eigen-attention demo` and
 // the example program examples/demo.cpp (eigen_attention_demo, run as a test).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen-attention run --distributed ring|ulysses: the run under mpirun, on EigenAttention::MPI
 // (compiled only when the tool is built with MPI). Every rank reads the headers of Q, K and V
 // (run.cpp's plan_distributed checks them, and the command line, on every rank alike), then only

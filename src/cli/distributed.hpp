@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // `eigen-attention run --distributed`: what run.cpp checks from the command line and the .npy
 // headers before any data is read (plan_distributed, no MPI needed), and what distributed.cpp
 // (compiled only with MPI) reads, computes and writes from it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A 5x8 bitmap font for printable ASCII (0x20 space to 0x7E '~'), drawn for the heatmap renderer.
 // Each glyph is eight rows, top to bottom; in each row bit 4 is the leftmost pixel and bit 0 the
 // rightmost. Capitals, digits and lowercase letters stand on row 6 (a 5x7 body; lowercase x-height

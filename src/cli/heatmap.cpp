@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // PNG heatmaps of attention weights (heatmap.hpp): lay out (heatmap_layout), draw into an RGB
 // buffer (heatmap_raster, heatmap_text), encode with libpng (heatmap_png) into an AtomicFile.
 #include "heatmap.hpp"

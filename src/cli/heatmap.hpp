@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // PNG heatmaps of attention weights for the eigen-attention tool.
 #pragma once
 

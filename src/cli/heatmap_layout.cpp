@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The heatmap's layout (heatmap_layout.hpp).
 #include "heatmap_layout.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The heatmap's layout (heatmap.hpp): where the cells, labels, ticks, titles, colour bar and
 // legend go, for given dimensions and options (it does not depend on the values).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The heatmap's PNG encoding (heatmap_png.hpp). libpng reports errors by longjmp: nothing with a
 // destructor lives between its setjmp and its calls, and the write callback stores the file's
 // exception and leaves by png_error.

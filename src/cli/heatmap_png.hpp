@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The heatmap's PNG encoding (heatmap.hpp): an RGB image written with libpng to an open file.
 #pragma once
 

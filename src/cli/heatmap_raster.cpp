@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The heatmap's pixels (heatmap_raster.hpp): the canvas, the colour map, and the picture drawn
 // on them (cells pooled, frame, ticks, labels, colour bar, legend).
 #include "heatmap_raster.hpp"

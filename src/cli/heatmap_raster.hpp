@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The heatmap's pixels (heatmap.hpp): an RGB canvas with rectangles and frames, the picture of
 // the weights drawn on it, and the colour map (detail::colour_map, declared in heatmap.hpp).
 #pragma once

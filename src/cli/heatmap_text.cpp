@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The heatmap's text (heatmap_text.hpp).
 #include "heatmap_text.hpp"
 

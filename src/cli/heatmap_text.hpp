@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The heatmap's text (heatmap.hpp): the 5x8 font drawn at twice its size, its measures, labels
 // cut to fit, and text drawn on a canvas, across or reading upwards.
 #pragma once

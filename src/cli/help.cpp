@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The --help texts of eigen-attention and its commands.
 #include "help.hpp"
 
@@ -20,7 +21,7 @@ Commands:
 
 Options:
   -h, --help     show this help and exit
-      --version  show the version and exit
+      --version  show the version, the license and the kernels this CPU can run, and exit
 
 'eigen-attention COMMAND --help' describes a command.
 

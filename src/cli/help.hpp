@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The --help texts of eigen-attention and its commands.
 #pragma once
 

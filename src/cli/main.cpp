@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen-attention: the command-line tool of EigenAttention (see --help, and help.cpp).
 #include <EigenAttention/EigenAttention.hpp>
 #include <EigenAttention/Npy.hpp>
@@ -87,7 +88,7 @@ namespace {
 int run_main(int argc, char** argv) {
   CLI::App app{"", "eigen-attention"};
   help_text(&app, cli::kToolHelp);
-  app.set_version_flag("--version", std::string("eigen-attention ") + ea::version());
+  app.set_version_flag("--version", cli::version_text);
   app.allow_extras();
 
   // demo

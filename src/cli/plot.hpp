@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Drawing attention weights as a PNG (on heatmap.hpp's renderer), for `eigen-attention heatmap`
 // and `eigen-attention run --heatmap`.
 #pragma once

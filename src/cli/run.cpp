@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // eigen-attention run: attention of Q, K, V read from .npy files, on attention_heads_into() /
 // attention_heads_decomposed_into() (a 2-D input is a batch = heads = 1 view), in float, double,
 // bfloat16 or half (--compute; by default the inputs' own type). A 16-bit --compute that rounds

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared pieces of the eigen-attention tool: its error type, output files written all or
 // nothing, the progress indicator, token files.
 #pragma once
@@ -32,6 +33,14 @@ class Failure : public std::runtime_error {
  private:
   bool usage_;
 };
+
+/// The kernels this CPU can run, fastest first, as "avx512, avx2, portable, reference"
+/// (EigenAttention::available_kernels()).
+std::string kernels_on_this_cpu();
+
+/// What `eigen-attention --version` prints: the version, the license and the kernels this CPU can
+/// run, on three lines (no final newline).
+std::string version_text();
 
 /// A bad command line: exit status 2.
 inline Failure usage_error(const std::string& option, const std::string& problem) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The collective checks of the distributed calls, and the pieces every one of them uses
 // (collective.hpp).
 #include "distributed/collective.hpp"

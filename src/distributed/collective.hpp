@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What every distributed call shares: the arguments of one rank (Call), the collective checks
 // that turn them into one agreed Geometry or the same exception on every rank (agree), the
 // views of blocks of rows, and chunked non-blocking messages. Internal to EigenAttention::MPI.

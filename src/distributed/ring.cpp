@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Ring attention (Liu et al. 2023) over MPI: every rank keeps its queries, and the K/V blocks of
 // all ranks pass around the ring, the next one in flight while the current one is computed. Each
 // block's partial result (ATTN and LSE over its keys, masks at the block's global positions via

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Where the tokens of a sequence lie over the ranks: the balanced contiguous split and the
 // zig-zag layout (Distributed.hpp).
 #include <EigenAttention/Distributed.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Ulysses attention (DeepSpeed Ulysses, Jacobs et al. 2023) over MPI: one all-to-all re-shards
 // Q, K and V from tokens to heads (rank d gets every token of query heads
 // [d H/P, (d + 1) H/P) and of the K/V heads they read), each rank runs the single-process call

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The boundary between the dispatcher and the per-instruction-set kernels: plain pointers and
 // strides, no Eigen types. Each kernel translation unit compiles its own private copy of Eigen
 // (see tiled.hpp), so nothing Eigen-typed may cross this boundary. Internal.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // How the backward pass of a set of problems is spread over the kernels and threads, so that the
 // result is bitwise identical for every thread count. Internal to the library.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Conversions between the element types of the arrays a call reads and writes (float, double,
 // BFloat16Bits, HalfBits) and the type it computes in. The 16-bit types are storage only: a tile
 // is widened to float as it is loaded, and a result row is rounded (to nearest, ties to even;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The decode kernel: one split-K chunk of paged keys and values (RawDecodeChunk, abi.hpp) for
 // the query rows of one GQA group, compiled once per kernel of the table like tiled.hpp.
 // Internal.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Which kernels exist, which this CPU runs, and the dispatch to them (over threads). The tiled
 // kernels, their CPU tests and their names come from the table (kernels.cmake, table.hpp).
 #include <algorithm>

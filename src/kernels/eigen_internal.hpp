@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The only file that uses Eigen's internals (Eigen::internal, which Eigen does not promise to
 // keep): its GEMM with blocking and packing buffers we own, and its packet math. A future Eigen
 // that renames them breaks this file only. Included by tiled.hpp, in each kernel translation

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The one table of the tiled kernels: the tiled kernel (tiled.hpp) compiled once per instruction
 # set, chosen at run time. Included from the root CMakeLists.txt. Everything else follows from
 # the table:

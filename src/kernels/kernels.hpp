@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The kernels the library holds, and how a set of problems is spread over them and over
 // threads. Internal to the library.
 #pragma once

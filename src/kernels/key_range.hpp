@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Which keys each query row sees: the causal frontier and the sliding window about the diagonal
 // of row i, key i + offset. The one definition, read by the kernels (RawProblem::first_key and
 // end_key in abi.hpp) and by the MPI component (the visible pairs of a block); header-only.

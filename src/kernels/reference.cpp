@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The reference kernel: attention written as the formula, in plain Eigen expressions.
 // Slow and memory-hungry (it forms T_q x T_k even for the fused call), and meant to be read:
 // every fast kernel is tested against it.

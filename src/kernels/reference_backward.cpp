@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The reference backward kernel: the gradients of attention written as the formula, in plain
 // Eigen expressions and loops. It recomputes the whole T_q x T_k weights from Q and K (it does
 // not use the forward's LSE or ATTN) and is meant to be read: the tiled backward kernels are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The reference decode (decode_problem.hpp): each sequence's keys and values of each KV head
 // gathered from their pages into plain matrices of the compute type, then the forward's
 // reference kernel (reference.cpp, the formula in Eigen expressions) on every query head, with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The reference kernels' view of the ABI's strided matrices as Eigen maps (plain Eigen, compiled
 // with the library-wide flags: reference.cpp and reference_backward.cpp only). Internal.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The table of tiled kernels (kernels.cmake) as the C++ side sees it, checked against the public
 // enum Kernel. Internal; included by dispatch.cpp.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The tiled attention kernel, written once and compiled once per kernel of the table
 // (kernels.cmake generates a tiled_<name>.cpp for each from tiled_isa.cpp.in). Internal.
 //

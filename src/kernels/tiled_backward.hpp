@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The tiled backward kernel (FlashAttention-2's algorithm), written once and compiled once per
 // kernel of the table next to the forward (tiled_isa.cpp.in); same rules as tiled.hpp, whose
 // helpers it uses. Internal.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // EigenAttention::npy: reading and writing NumPy .npy files (see Npy.hpp).
 //
 // The reader treats every file as hostile: the header is parsed by a small recursive-descent

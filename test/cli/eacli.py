@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Shared support of the end-to-end tests of the `eigen-attention` tool.
 
 Every test script is run as

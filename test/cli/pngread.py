@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A small, strict PNG decoder (and, for its own test, an encoder), with zlib only: no PIL.
 
 decode(data) checks the signature, every chunk's length and CRC, the chunk order (IHDR first,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """A NumPy float64 reference of the attention that `eigen-attention run` computes, written from
 the table in include/EigenAttention/MultiHead.hpp, in the order it gives:
 

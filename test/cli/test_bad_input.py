@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Bad input to `eigen-attention`: malformed and hostile .npy files, shapes that do not fit
 together, bad option values, unreadable inputs and unwritable outputs.
 

@@ -1,9 +1,12 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """The subcommands of `eigen-attention` as a user meets them: --help of each (exit 0, a usage
-text naming the options of the specification), unknown options and subcommands (non-zero, one
-line), `demo --quick` and `bench` (exit 0)."""
+text naming the options of the specification), --version (the version of Version.hpp, the
+license, the kernels this CPU can run), unknown options and subcommands (non-zero, one line),
+`demo --quick` and `bench` (exit 0)."""
 
 import os
+import re
 import sys
 import time
 
@@ -29,6 +32,44 @@ def check_help(ctx, args, must_mention, what):
 @case
 def help_main(ctx):
     check_help(ctx, ["--help"], ["run", "heatmap", "demo", "bench"], "eigen-attention --help")
+
+
+def source_version():
+    """The version of include/EigenAttention/Version.hpp in this source tree."""
+    header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "EigenAttention",
+                          "Version.hpp")
+    with open(header) as f:
+        text = f.read()
+    return ".".join(re.search(r"^#define EIGEN_ATTENTION_VERSION_%s (\d+)$" % part, text, re.M).group(1)
+                    for part in ("MAJOR", "MINOR", "PATCH"))
+
+
+@case
+def version(ctx):
+    r = ctx.run_ok(["--version"], timeout=20)
+    lines = r.stdout.splitlines()
+    what = "eigen-attention --version:\n%s" % r.stdout
+    check(r.stderr == "", "%s\nwrote to stderr: %s" % (what, r.stderr))
+    check(len(lines) == 3, "%s\nexpected three lines (version, license, kernels)" % what)
+    check(lines[0] == "eigen-attention " + source_version(),
+          "%s\nthe first line is not 'eigen-attention %s'" % (what, source_version()))
+    check(lines[1].startswith("License: MIT"), "%s\nthe second line does not start 'License: MIT'" % what)
+    m = re.match(r"^Kernels on this CPU: ([a-z0-9_]+(?:, [a-z0-9_]+)*) \(", lines[2])
+    check(m is not None, "%s\nthe third line does not list the kernels" % what)
+    kernels = m.group(1).split(", ")
+    # available_kernels(): the fastest first, always ending with portable then reference.
+    check(kernels[-2:] == ["portable", "reference"], "%s\nthe kernels do not end with portable, reference" % what)
+    check(len(set(kernels)) == len(kernels), "%s\na kernel is listed twice" % what)
+    # An instruction-set kernel is listed only when the CPU has its instructions.
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(re.search(r"^flags\s*:(.*)$", f.read(), re.M).group(1).split())
+    except (OSError, AttributeError):
+        flags = None
+    if flags is not None:
+        for kernel, flag in (("avx2", "avx2"), ("avx512", "avx512f")):
+            check(kernel not in kernels or flag in flags, "%s\n%s is listed but the CPU has no %s" % (what, kernel, flag))
+    check(ctx.files() == [], "--version wrote files: %s" % ctx.files())
 
 
 @case

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """`eigen-attention run --compute float|double|bf16|half`: the type of the computation.
 
 - A wider type than the files' (float of float16, double of float32) converts the inputs

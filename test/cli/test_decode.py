@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """`eigen-attention decode`, the synthetic generation loop on a paged KV cache: its help, tiny runs
 of every storage type and of the smallest and largest page size (exit 0, the report's lines and
 their numbers consistent with the options), and bad options (exit 2, one line naming the option,

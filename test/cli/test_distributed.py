@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """`eigen-attention run --distributed ring|ulysses` under mpiexec (registered only when the tool
 was built with MPI): the output files, written collectively by 1, 2 and 3 ranks (rank 0 the
 header, every rank its rows), against the plain `run` on the same files, for causal and not,

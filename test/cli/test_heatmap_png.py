@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """The heatmaps of `eigen-attention heatmap` and `eigen-attention run --heatmap`, decoded with
 pngread.py (zlib only) and checked: a valid PNG (signature, CRCs, chunk order, the scanlines'
 filters), at least T_k x T_q pixels (keys along x: a wide matrix gives a wide image), several

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """`eigen-attention run` against NumPy: every option, 2-D and 4-D inputs, float32 and float64
 (and float16, case float16), both layouts, with the dtype, shape and layout of every output file checked (ATTN in the
 inputs' layout; SCORES [B, H, T_q, T_k] and LSE [B, H, T_q] in both).

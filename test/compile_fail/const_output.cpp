@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: an output given as a const object (attention_into would write into it).
 #include <EigenAttention/EigenAttention.hpp>
 

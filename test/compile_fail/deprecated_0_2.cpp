@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Compiled with -Werror=deprecated-declarations, must not compile: a 0.2 form of a multi-head
 // call (Deprecated.hpp) warns at its use, naming the 0.3 call that replaces it.
 #include <EigenAttention/EigenAttention.hpp>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # A compile-failure test: SOURCE must not compile, and the first line of the compiler's output
 # that reports an error must match EXPECT, with at most MAX_LINES_BEFORE lines of context
 # ("In file included from", "In instantiation of") before it: the library's own message comes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: Q, K and V hold integers (float, double, bfloat16 and half only).
 #include <EigenAttention/EigenAttention.hpp>
 

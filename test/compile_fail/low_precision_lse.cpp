@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: bfloat16 inputs with a bfloat16 LSE output (the log-sum-exps of a 16-bit
 // call are float, its compute type).
 #include <EigenAttention/EigenAttention.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: Q in float, K and V in double. The library's own message must be the first
 // error the compiler prints.
 #include <EigenAttention/EigenAttention.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: npy::as_matrix with an integer element type (float or double only).
 #include <EigenAttention/EigenAttention.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: an .npy array of an element type that npy::Array cannot hold (short).
 #include <EigenAttention/EigenAttention.hpp>
 

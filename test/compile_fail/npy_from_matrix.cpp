@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: npy::from_matrix of an integer matrix (float or double only).
 #include <EigenAttention/EigenAttention.hpp>
 

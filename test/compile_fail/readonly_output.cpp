@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Must not compile: the output is a read-only Map (a Map of const storage cannot be written).
 #include <EigenAttention/EigenAttention.hpp>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The backward passes of ring and Ulysses attention against attention_heads_backward_into on the whole
 // sequence, each from its own forward's OUT and LSE, on every case and split of the forward.
 #include "problem.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The calls use the communicator they are given, nothing else: the world split in two groups,
 // each with its ranks in reverse order, runs two different problems at the same time.
 #include "problem.hpp"

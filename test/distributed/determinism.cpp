@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Results are bitwise identical from call to call (whatever the timing of the messages) and for
 // every Options::threads, forward and backward, for both methods and every split.
 #include "problem.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Bad calls: a mismatch between the ranks (dims, head counts, options, masks, sharding, an output
 // view) or a bad argument on one rank or all must throw the same std::invalid_argument on every
 // rank, write nothing, and leave the communicator usable: no rank may hang or go on alone.

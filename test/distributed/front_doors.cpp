@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The single-head Eigen front doors (ring_attention, ring_attention_into, ring_attention_backward,
 // and ulysses_attention, ulysses_attention_into, ulysses_attention_backward on one rank)
 // on any dense expression of a rank's rows: blocks of a column-major matrix (strided) for uneven

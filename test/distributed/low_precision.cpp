@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Eigen::bfloat16 and Eigen::half: the ring and Ulysses calls, forward and backward, against the
 // single-process multi-head call of the same type on the same values. Both compute in float from
 // the same (exactly widened) 16-bit values and round each result once; they differ only in the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The runner of eigen_attention_mpi_tests, started by mpirun on every rank: runs every case (or
 // those whose name contains argv[1], the same on every rank) in name order, prints each rank's failures
 // through rank 0 after each case, and exits non-zero on every rank when any rank failed anywhere.

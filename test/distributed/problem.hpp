@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file problem.hpp
 /// A whole multi-head problem generated identically on every rank (same seed), this rank's
 /// shard of it, the single-process results on the whole sequence (attention_heads_into and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Ring attention against the single-process call on the whole sequence: every mask option,
 // T_q != T_k with either alignment, GQA/MQA, key lengths, balanced, uneven and empty shards and
 // ZigZag (problem.hpp's forward_cases and splits_for), in float and double.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Each rank's shard is checked by the library's own validator (src/check/shard.hpp): the exact
 // overlap rule (an output interleaved with an input, elements apart though their byte ranges
 // overlap, is accepted; a true overlap is rejected with the core's message, naming the rank) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The shard helpers: contiguous_rows, zigzag_rows and shard_segments against the layouts the
 // header states, shard() and unshard() as inverses (for every P locally, and over MPI with the
 // ranks' own shards), and their errors.

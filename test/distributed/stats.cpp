@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Config::stats: the visible pairs each rank computed (its own query rows with every key for the
 // ring, every row of its query heads for Ulysses), and ZigZag's balance of the causal work.
 #include <algorithm>

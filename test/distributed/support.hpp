@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file support.hpp
 /// The harness of eigen_attention_mpi_tests: test cases that every rank runs, in the same order
 /// (they call collectives), checks that record a failure on the rank that sees it, and the few

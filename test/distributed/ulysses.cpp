@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Ulysses attention against the single-process call on the whole sequence: the cases of the
 // ring (problem.hpp's forward_cases and splits_for), and K/V heads that the ranks share (H_kv
 // not divisible by P: a K/V head goes to every rank whose query heads read it).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: every attention call of EigenAttention on configurations decoded from the
 // fuzz input, checked against the documented contract.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fuzz_attention, the backward calls: attention_backward and attention_backward_into (single head,
 // with or without d_scores, on inputs given as strided Maps, column-major copies or expressions and
 // outputs as Maps or resizable matrices), attention_heads_backward_into (masks, bias, key lengths, ALiBi,

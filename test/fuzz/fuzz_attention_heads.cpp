@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fuzz_attention, the multi-head calls: attention_heads_into, attention_heads_decomposed_into,
 // attention_varlen_into, attention_varlen_decomposed_into, with masks, biases, key lengths, ALiBi slopes and
 // packed offsets (fuzz_attention.cpp: the input format and the contract).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fuzz_attention, merge_attention_into: its rows against its formula (fuzz_attention.cpp: the input
 // format and the contract).
 #include "fuzz_attention_model.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file fuzz_attention_model.hpp
 /// What every call family of fuzz_attention shares (fuzz_attention.cpp says what an input decodes
 /// into and which contract is checked): the memory model (buffers in an arena, tensors of any

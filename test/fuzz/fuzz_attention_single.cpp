@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // fuzz_attention, the single-head calls: attention, attention_into (+lse),
 // attention_decomposed, attention_decomposed_into (+lse), attention_scores, attention_scores_into
 // (+lse, through Compiled.hpp), on inputs given as strided Maps, column-major copies or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared pieces of the fuzz targets: a byte reader that never runs dry, a PRNG, and the way a
 // violated invariant is reported (a message with the decoded configuration, then a trap).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: PagedKVCache (KVCache.hpp) under a random series of operations, against a
 // model of it (test/support/kv_cache_model.hpp).
 //

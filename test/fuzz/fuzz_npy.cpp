@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target: npy::parse on arbitrary bytes.
 //
 // The contract checked (Npy.hpp):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file fuzz_overlap.hpp
 /// fuzz_attention's model of the library's one overlap rule (docs/guarantees.md), the same for
 /// every call family; every family decides "must throw because of memory" with these predicates

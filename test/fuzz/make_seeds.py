@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Writes the seed corpora of the fuzz targets: corpus/attention, corpus/npy and corpus/kv_cache.
 
   /usr/bin/python3 test/fuzz/make_seeds.py            # (re)writes every directory

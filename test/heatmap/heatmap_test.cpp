@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The heatmap renderer (src/cli/heatmap.cpp): render, decode the PNG back with libpng, check the
 // size, the format, the colours under known cells, the colour bar and legend, and that failures
 // throw and leave no file behind.

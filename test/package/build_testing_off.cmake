@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # CMake's standard BUILD_TESTING=OFF turns off the test suite and the benchmarks, and is used
 # (no "Manually-specified variables were not used" warning).
 # cmake -DSOURCE_DIR=<repository> -DWORK=<scratch build dir> -DGENERATOR=<gen> -P build_testing_off.cmake

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A consumer of the EigenAttention package, compiled the way users compile theirs: the package
 // tests build it against the installed static and shared libraries with many compilers and
 // flags (-O3 -march=native, -mavx2, -mavx512f, -O0 -g, -DEIGEN_DONT_VECTORIZE,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # One cell of the consumer matrix: builds test/package/consumer.cpp the way a user builds their
 # own code, against an installed EigenAttention (the staging prefix), and runs it linked to the
 # static and to the shared library.

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The Debian packages, as a user gets them: builds them with CPack from a built tree, checks
 # their control data, unpacks them (dpkg -x, no root needed) into a staging root, and there
 #   - builds the consumer with CMake (find_package, the shared and the static library) and with
 #     pkg-config, and runs it;
 #   - runs the packaged eigen-attention tool (it finds the packaged library through its RUNPATH);
-#   - checks that no installed file names the build tree (relocatable packages).
+#   - checks that no installed file names the build tree (relocatable packages);
+#   - checks that every package holds the license and the changelog where Debian puts them
+#     (/usr/share/doc/<package>/copyright, machine-readable, and changelog.gz).
 #
 #   deb.sh BUILD_DIR WORK_DIR SOURCE_DIR CXX
 set -euo pipefail
@@ -56,7 +59,17 @@ for package in "${runtime}" libeigenattention-dev eigen-attention; do
   if [[ "${package}" != "${runtime}" ]]; then
     check "${package}: Depends on ${runtime} (= ${version})" grep -qF "${runtime} (= ${version})" <<<"${depends}"
   fi
+  contents=$(dpkg-deb -c "${deb}")
+  for doc in copyright changelog.gz; do
+    check "${package}: /usr/share/doc/${package}/${doc}" \
+      grep -qE " \./usr/share/doc/${package}/${doc}\$" <<<"${contents}"
+  done
   dpkg -x "${deb}" "${work}/root"
+  check "${package}: copyright in Debian's machine-readable format, License: MIT" bash -c \
+    "head -n1 '${work}/root/usr/share/doc/${package}/copyright' | grep -qF 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' &&
+     grep -qx 'License: MIT' '${work}/root/usr/share/doc/${package}/copyright'"
+  check "${package}: changelog.gz is CHANGELOG.md" \
+    bash -c "zcat '${work}/root/usr/share/doc/${package}/changelog.gz' | cmp -s - '${source}/CHANGELOG.md'"
 done
 usr="${work}/root/usr"
 libdir=$(dirname "$(find "${usr}" -name eigen-attention.pc | head -n1)")/..
@@ -91,6 +104,7 @@ done
 # pkg-config.
 export PKG_CONFIG_PATH="${libdir}/pkgconfig"
 check "pkg-config: version ${version}" test "$(pkg-config --modversion eigen-attention)" = "${version}"
+check "pkg-config: the .pc file validates (its License field included)" pkg-config --validate eigen-attention
 read -r -a flags <<<"$(pkg-config --cflags --libs eigen-attention)"
 echo "      pkg-config --cflags --libs eigen-attention: ${flags[*]}"
 if "${cxx}" -std=c++17 -O2 "${source}/test/package/consumer.cpp" "${flags[@]}" -pthread \

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The shared library exports the EigenAttention API and nothing of Eigen; the static library
 # defines nothing in Eigen's own namespace (so none of its Eigen code can merge with a caller's).
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Installs a build tree into a fresh staging prefix and checks that the package files are there.
 # cmake -DBUILD_DIR=<build tree> -DPREFIX=<staging prefix> [-DCONFIG=<config>] -P install.cmake
 foreach(_var BUILD_DIR PREFIX)
@@ -29,7 +30,9 @@ foreach(_file
     "${PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/eigen-attention.pc"
     "${PREFIX}/${CMAKE_INSTALL_LIBDIR}/libEigenAttention.a"
     "${PREFIX}/${CMAKE_INSTALL_LIBDIR}/libEigenAttention.so"
-    "${PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/EigenAttention/EigenAttention.hpp")
+    "${PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}/EigenAttention/EigenAttention.hpp"
+    "${PREFIX}/${CMAKE_INSTALL_DATAROOTDIR}/doc/libeigenattention-dev/copyright"
+    "${PREFIX}/${CMAKE_INSTALL_DATAROOTDIR}/doc/libeigenattention-dev/changelog.gz")
   if(NOT EXISTS "${_file}")
     message(FATAL_ERROR "The install lacks ${_file}")
   endif()

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file backward_crosscheck.hpp
 /// What the backward tests (test/backward_*.cpp) share: one forward + backward of the library on
 /// a random multi-head problem (multihead_crosscheck.hpp's Config and Problem), as a user runs

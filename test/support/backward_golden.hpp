@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file backward_golden.hpp
 /// The backward golden cases of test/data/backward/ (PyTorch autograd, float64; written by
 /// test/data/backward/make_backward_golden.py): their loader, and the glue to the long-double

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file common.hpp
 /// Glue between the tests and the library: the kernels to test, Options built from a mask,
 /// and the long-double reference called with the same Options.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file decode.hpp
 /// Helpers of the decode tests: a sequence's keys, values and new queries as plain matrices
 /// (heads side by side, one row per token), a PagedKVCache filled with them in random pieces,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file errors.hpp
 /// Checking a bad call: it throws std::invalid_argument whose message holds the numbers and
 /// words that name what is wrong (for errors.cpp and multihead_errors.cpp).

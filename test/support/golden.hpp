@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file golden.hpp
 /// Loads the golden cases of test/data/ (computed by PyTorch in float64). Format:
 ///

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file golden_format.hpp
 /// What the text formats of the golden cases in test/data/ share: reading whitespace-separated
 /// tokens with errors that name the file (golden.hpp, multihead_golden.hpp,

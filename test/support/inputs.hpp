@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file inputs.hpp
 /// The sizes of one attention problem, and random inputs Q, K, V of those sizes.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file kv_cache_model.hpp
 /// A model of PagedKVCache (KVCache.hpp) for decode_cache.cpp and the fuzz target fuzz_kv_cache:
 /// each live sequence's tokens (its rows of K and V, in the storage type) and the pages it holds

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file low_precision.hpp
 /// The bfloat16 and half tests' error model. A 16-bit call computes in float on inputs that are
 /// already rounded, so its oracle is the exact result on those rounded inputs (long double), and

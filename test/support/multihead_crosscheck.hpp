@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file multihead_crosscheck.hpp
 /// What the multi-head cross-checks (test/multihead_*.cpp, one file per relation) share: random
 /// problems for the long-double reference (support/reference.hpp), one attention_heads_into or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file multihead_golden.hpp
 /// The multi-head golden cases of test/data/multihead/ (PyTorch, float64; written by
 /// test/data/multihead/make_multihead_golden.py), and the glue that lays the tests' arrays out

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file random.hpp
 /// Seeded, portable random numbers for the tests: the same values on every standard library
 /// (std::*_distribution is implementation-defined, so the transforms are written out here).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file reference.hpp
 /// The long-double reference of the tests: a naive attention written from the specification in
 /// loops that read like it, independent of the library (it includes nothing from EigenAttention).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file reference_backward.hpp
 /// The long-double reference of the backward pass: the gradients of L = sum(OUT o dOUT) +
 /// sum(SCORES o dSCORES) with respect to Q, K, V and the bias, written from the chain rule in

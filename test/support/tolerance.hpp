@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file tolerance.hpp
 /// How close is close enough, per scalar type, and matrix comparisons that say where they fail.
 ///

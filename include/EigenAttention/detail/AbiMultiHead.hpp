@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file detail/AbiMultiHead.hpp
 /// What the multi-head front doors of MultiHead.hpp call across the boundary into the compiled
 /// library: one exported function per call and per boundary scalar type (float, double,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file detail/AbiSingleHead.hpp
 /// What the single-head front doors of Attention.hpp and Backward.hpp call across the boundary
 /// into the compiled library: one exported forward and one backward per boundary scalar type

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file detail/CheckedArithmetic.hpp
 /// Overflow-checked std::ptrdiff_t arithmetic for the inline size and stride computations, in
 /// standard C++ (no compiler builtins: the installed headers build with any C++17 compiler).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file detail/Decode.hpp
 /// What the decode front doors of KVCache.hpp share: outputs given as a HeadsView or an Eigen
 /// matrix (the heads side by side), the one path that validates, sizes and runs a decode call,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file detail/Distributed.hpp
 /// What the front doors of Distributed.hpp use and do not document: the calls on 16-bit views
 /// across the boundary into the MPI component (abi::, on the boundary types BFloat16Bits and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file detail/FrontDoor.hpp
 /// Helpers of the template front doors: turn any Eigen dense expression into a strided view,
 /// and check scalar types at compile time. Not part of the documented API.

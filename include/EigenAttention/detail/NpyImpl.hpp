@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file NpyImpl.hpp
 /// The inline definitions of Npy.hpp (included at its end; not for direct use). The checks,
 /// the parser and the file I/O they call are compiled once in the library, and see pointers and

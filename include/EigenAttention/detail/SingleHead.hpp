@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file detail/SingleHead.hpp
 /// The front door of every single-head call (Attention.hpp, Backward.hpp): compile-time checks of
 /// the scalar types, views of the inputs, the check that no output to be resized is an input or

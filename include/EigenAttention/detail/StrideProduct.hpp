@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 /// \file detail/StrideProduct.hpp
 /// The checked stride arithmetic of the contiguous-view factories (HeadsView, BroadcastView).
 /// Not part of the documented API.

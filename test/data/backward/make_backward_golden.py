@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Golden cases of the backward calls (attention_backward, attention_heads_backward,
 attention_varlen_backward): the gradients dQ, dK, dV and dBIAS of a scalar loss, computed by
 PyTorch's autograd in float64.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Reference attention cases for bfloat16 and float16 inputs, computed in float64.
 
 Needs Debian's python3-torch (1.13) and numpy; regenerate (from the repository root) with

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: MIT
 """Golden cases of the multi-head calls (attention_heads, attention_heads_decomposed,
 attention_varlen), computed by PyTorch in float64.
 
