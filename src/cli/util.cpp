@@ -28,13 +28,6 @@ bool g_report_errors = true;
 void set_error_reporting(bool on) { g_report_errors = on; }
 bool error_reporting() { return g_report_errors; }
 
-std::string kernels_on_this_cpu() {
-  std::string kernels;
-  for (const Kernel k : available_kernels())
-    kernels += std::string(kernels.empty() ? "" : ", ") + kernel_name(k);
-  return kernels;
-}
-
 std::string version_text() {
   return std::string("eigen-attention ") + version() +
          "\nLicense: MIT (in the Debian package: /usr/share/doc/eigen-attention/copyright)"

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <EigenAttention/AtomicFile.hpp>
+#include <EigenAttention/Kernels.hpp>
 #include <EigenAttention/Npy.hpp>
 #include "../text.hpp"
 
@@ -36,7 +37,13 @@ class Failure : public std::runtime_error {
 
 /// The kernels this CPU can run, fastest first, as "avx512, avx2, portable, reference"
 /// (EigenAttention::available_kernels()).
-std::string kernels_on_this_cpu();
+/// Inline: the demo program of examples/ compiles demo.cpp without util.cpp.
+inline std::string kernels_on_this_cpu() {
+  std::string kernels;
+  for (const Kernel k : available_kernels())
+    kernels += std::string(kernels.empty() ? "" : ", ") + kernel_name(k);
+  return kernels;
+}
 
 /// What `eigen-attention --version` prints: the version, the license and the kernels this CPU can
 /// run, on three lines (no final newline).
