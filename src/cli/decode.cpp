@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "../index.hpp"
 #include "commands.hpp"
 #include "util.hpp"
 
@@ -22,25 +23,24 @@ namespace cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Index = Eigen::Index;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 /// The settings of a run, checked.
 struct Settings {
-  long sequences = 8, heads = 32, kv_heads = 8, dim = 128;
-  long prompt_min = 512, prompt_max = 8192, generate = 256;
-  long page_size = 16;
+  index_t sequences = 8, heads = 32, kv_heads = 8, dim = 128;
+  index_t prompt_min = 512, prompt_max = 8192, generate = 256;
+  index_t page_size = 16;
   int threads = 0;
   std::string storage = "float";
 };
 
-long positive(const std::string& option, const std::string& text, long max) {
+index_t positive(const std::string& option, const std::string& text, index_t max) {
   const long long v = parse_integer(option, text);
   if (v < 1 || v > max) {
     throw usage_error(option, "must be an integer from 1 to " + std::to_string(max) + ", got " + text);
   }
-  return static_cast<long>(v);
+  return static_cast<index_t>(v);
 }
 
 Settings check(const DecodeArgs& args) {
@@ -70,7 +70,7 @@ Settings check(const DecodeArgs& args) {
     if (p < 16 || p > 256 || (p & (p - 1)) != 0) {
       throw usage_error("--page-size", "must be a power of two from 16 to 256, got " + args.page_size);
     }
-    s.page_size = static_cast<long>(p);
+    s.page_size = static_cast<index_t>(p);
   }
   if (!args.threads.empty()) {
     const long long t = parse_integer("--threads", args.threads);
@@ -99,7 +99,7 @@ struct Random {
     return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
   }
   void fill(RowMatrix<float>& m) {
-    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = next();
+    for (index_t i = 0; i < m.size(); ++i) m.data()[i] = next();
   }
 };
 
@@ -111,21 +111,21 @@ double median(std::vector<double> v) {
 }
 
 template <typename T>
-int generate(const Settings& s, Index storage_bytes) {
-  const Index B = s.sequences, Hkv = s.kv_heads, d = s.dim, H = s.heads, width = Hkv * d;
+int generate(const Settings& s, index_t storage_bytes) {
+  const index_t B = s.sequences, Hkv = s.kv_heads, d = s.dim, H = s.heads, width = Hkv * d;
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
 
   // Prompt lengths: deterministic pseudo-random in [prompt_min, prompt_max] (xorshift64).
-  std::vector<Index> prompt(static_cast<std::size_t>(B));
+  std::vector<index_t> prompt(static_cast<std::size_t>(B));
   std::uint64_t x = 0x2545F4914F6CDD1Dull;
-  for (Index& p : prompt) {
+  for (index_t& p : prompt) {
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    p = s.prompt_min + Index((x >> 11) % std::uint64_t(s.prompt_max - s.prompt_min + 1));
+    p = s.prompt_min + index_t((x >> 11) % std::uint64_t(s.prompt_max - s.prompt_min + 1));
   }
-  Index capacity = 0, prompt_tokens = 0;
-  for (const Index p : prompt) {
+  index_t capacity = 0, prompt_tokens = 0;
+  for (const index_t p : prompt) {
     capacity += (p + s.generate + s.page_size - 1) / s.page_size * s.page_size;
     prompt_tokens += p;
   }
@@ -142,9 +142,9 @@ int generate(const Settings& s, Index storage_bytes) {
   PagedKVCache<T> cache(Hkv, d, d, s.page_size, capacity);
   Options opt;
   opt.threads = s.threads;
-  const std::string storage_name = s.storage == "float" ? "float" : s.storage == "bf16" ? "bfloat16" : "half";
+  const std::string storage_name = scalar_type_name(kScalarType<T>);
   std::printf(
-      "eigen-attention decode: %ld sequences, H = %ld, H_kv = %ld, d = %ld, %s storage, page size %ld, ",
+      "eigen-attention decode: %td sequences, H = %td, H_kv = %td, d = %td, %s storage, page size %td, ",
       s.sequences, s.heads, s.kv_heads, s.dim, storage_name.c_str(), s.page_size);
   std::printf("%u thread%s (kernel %s)\n", s.threads == 0 ? hardware : unsigned(s.threads),
               (s.threads == 0 ? hardware : unsigned(s.threads)) == 1 ? "" : "s",
@@ -157,7 +157,7 @@ int generate(const Settings& s, Index storage_bytes) {
   const Clock::time_point t_prefill = Clock::now();
   {
     RowMatrix<float> k, v;
-    for (const Index p : prompt) {
+    for (const index_t p : prompt) {
       k.resize(p, width);
       v.resize(p, width);
       random.fill(k);
@@ -168,20 +168,20 @@ int generate(const Settings& s, Index storage_bytes) {
   }
   const double prefill = since(t_prefill);
   std::string lengths;
-  for (const Index p : prompt) lengths += (lengths.empty() ? "" : ", ") + std::to_string(p);
-  std::printf("prompts:   %ld tokens appended in %.3f s (lengths %s; random keys and values, no attention)\n",
-              long(prompt_tokens), prefill, lengths.c_str());
+  for (const index_t p : prompt) lengths += (lengths.empty() ? "" : ", ") + std::to_string(p);
+  std::printf("prompts:   %td tokens appended in %.3f s (lengths %s; random keys and values, no attention)\n",
+              prompt_tokens, prefill, lengths.c_str());
   std::fflush(stdout);
 
   // Generation: per step, one new token per sequence (its key and value appended, then all
   // sequences decoded in one batched call).
   RowMatrix<float> q(B, H * d), out(B, H * d), k1(1, width), v1(1, width);
   std::vector<std::int64_t> cu(static_cast<std::size_t>(B + 1));
-  for (Index b = 0; b <= B; ++b) cu[static_cast<std::size_t>(b)] = b;
+  for (index_t b = 0; b <= B; ++b) cu[static_cast<std::size_t>(b)] = b;
   std::vector<double> decode_times, append_times;
   double bytes_read = 0, decode_total = 0, checksum = 0;
   const Clock::time_point t_generate = Clock::now();
-  for (long step = 0; step < s.generate; ++step) {
+  for (index_t step = 0; step < s.generate; ++step) {
     const Clock::time_point t0 = Clock::now();
     for (const SequenceId id : ids) {
       random.fill(k1);
@@ -196,7 +196,7 @@ int generate(const Settings& s, Index storage_bytes) {
     append_times.push_back(std::chrono::duration<double>(t1 - t0).count());
     decode_times.push_back(t_decode);
     decode_total += t_decode;
-    Index keys = 0;
+    index_t keys = 0;
     for (const SequenceId id : ids) keys += cache.length(id);
     bytes_read += 2.0 * double(keys) * double(width) * double(storage_bytes);
     checksum += double(out(0, 0));
@@ -204,17 +204,17 @@ int generate(const Settings& s, Index storage_bytes) {
   const double total = since(t_generate);
   if (!std::isfinite(checksum)) throw Failure("decode", "the outputs are not finite");
   const double tokens = double(B) * double(s.generate);
-  std::printf("generated: %.0f tokens (%ld steps of %ld) in %.3f s: %.1f tokens/s\n", tokens, s.generate,
+  std::printf("generated: %.0f tokens (%td steps of %td) in %.3f s: %.1f tokens/s\n", tokens, s.generate,
               s.sequences, total, tokens / total);
   std::printf("decode:    %.3f ms/step (median), %.2f GB/s (%.1f MiB read per step on average)\n",
               median(decode_times) * 1e3, bytes_read / decode_total / 1e9,
               bytes_read / double(s.generate) / 1048576.0);
-  std::printf("append:    %.3f ms/step (median, %ld one-token appends)\n", median(append_times) * 1e3,
+  std::printf("append:    %.3f ms/step (median, %td one-token appends)\n", median(append_times) * 1e3,
               s.sequences);
   std::printf(
       "tokens/s = generated tokens / the generation's time (appends and decodes); GB/s = the bytes the\n"
-      "decodes must read (2 x cached tokens x H_kv x d x %ld bytes, summed over the steps) / their time.\n",
-      long(storage_bytes));
+      "decodes must read (2 x cached tokens x H_kv x d x %td bytes, summed over the steps) / their time.\n",
+      storage_bytes);
   return 0;
 }
 

@@ -27,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../index.hpp"
 #include "commands.hpp"
 #include "distributed.hpp"
 #include "util.hpp"
@@ -34,7 +35,6 @@
 namespace EigenAttention {
 namespace cli {
 
-using I64 = std::int64_t;
 using npy::DType;
 namespace dist = EigenAttention::distributed;
 
@@ -145,10 +145,10 @@ void broadcast(MPI_Comm comm, std::string& s) {
 // (C order): 2-D [T, d] is 1 x T x d; bhtd [B, H, T, d] is B*H x T x d; bthd [B, T, H, d] is
 // B x T x H*d; LSE [B, H, T] is B*H x T x 1.
 struct Rows {
-  I64 outer = 1, tokens = 0, row = 0;
+  index_t outer = 1, tokens = 0, row = 0;
 };
 
-Rows rows_of(const DistributedPlan& p, I64 heads, I64 tokens, I64 dim) {
+Rows rows_of(const DistributedPlan& p, index_t heads, index_t tokens, index_t dim) {
   if (p.rank == 2) return {1, tokens, dim};
   if (p.layout == Layout::BHTD) return {p.B * heads, tokens, dim};
   return {p.B, tokens, heads * dim};
@@ -157,14 +157,14 @@ Rows rows_of(const DistributedPlan& p, I64 heads, I64 tokens, I64 dim) {
 // This rank's tokens of a sequence of `tokens`: its runs of consecutive tokens and their count.
 struct Shard {
   std::vector<dist::Segment> segments;
-  I64 rows = 0;
+  index_t rows = 0;
 };
 
-Shard shard_of(const DistributedPlan& p, I64 tokens, int ranks, int rank) {
+Shard shard_of(const DistributedPlan& p, index_t tokens, int ranks, int rank) {
   Shard s;
   s.segments = dist::shard_segments(p.zigzag ? dist::Sharding::ZigZag : dist::Sharding::Contiguous,
                                     static_cast<std::ptrdiff_t>(tokens), ranks, rank);
-  for (const dist::Segment& g : s.segments) s.rows += static_cast<I64>(g.count);
+  for (const dist::Segment& g : s.segments) s.rows += static_cast<index_t>(g.count);
   return s;
 }
 
@@ -172,17 +172,17 @@ Shard shard_of(const DistributedPlan& p, I64 tokens, int ranks, int rank) {
 // memory the runs follow one another (the rank's rows, outer block by outer block, in local row
 // order: the file's order too).
 struct Run {
-  I64 file = 0, bytes = 0;
+  index_t file = 0, bytes = 0;
 };
 
 std::vector<Run> runs_of(const Rows& r, const Shard& s, std::size_t element) {
   std::vector<Run> runs;
-  const I64 row_bytes = r.row * static_cast<I64>(element);
-  for (I64 o = 0; o < r.outer; ++o) {
+  const index_t row_bytes = r.row * static_cast<index_t>(element);
+  for (index_t o = 0; o < r.outer; ++o) {
     for (const dist::Segment& g : s.segments) {
       if (g.count == 0 || row_bytes == 0) continue;
-      runs.push_back({(o * r.tokens + static_cast<I64>(g.global_first)) * row_bytes,
-                      static_cast<I64>(g.count) * row_bytes});
+      runs.push_back({(o * r.tokens + static_cast<index_t>(g.global_first)) * row_bytes,
+                      static_cast<index_t>(g.count) * row_bytes});
     }
   }
   return runs;
@@ -217,7 +217,7 @@ template <typename T>
 std::vector<T> read_rows(const NpyHeader& h, const Rows& r, const Shard& s) {
   const std::size_t element = npy::dtype_size(h.dtype);
   const std::vector<Run> runs = runs_of(r, s, element);
-  I64 total = 0;
+  index_t total = 0;
   for (const Run& run : runs) total += run.bytes;
   const std::size_t n = static_cast<std::size_t>(total) / element;
   std::vector<T> values(std::max<std::size_t>(n, 1));
@@ -231,7 +231,7 @@ std::vector<T> read_rows(const NpyHeader& h, const Rows& r, const Shard& s) {
     const int e = errno;
     throw Failure(h.path, std::string("cannot open: ") + std::strerror(e));
   }
-  I64 next = 0;
+  index_t next = 0;
   for (const Run& run : runs) {
     in.seekg(static_cast<std::streamoff>(h.data_offset + static_cast<std::uint64_t>(run.file)));
     in.read(reinterpret_cast<char*>(into + next), static_cast<std::streamsize>(run.bytes));
@@ -253,7 +253,7 @@ std::vector<T> read_rows(const NpyHeader& h, const Rows& r, const Shard& s) {
 struct SharedOutput {
   std::string what, option, path;
   DType dtype = DType::Float32;
-  std::vector<I64> shape;
+  std::vector<index_t> shape;
   Rows rows;
   const Shard* shard = nullptr;
   std::string prefix;  // the header: magic, version, dict, padding
@@ -274,9 +274,9 @@ struct SharedOutput {
     const std::vector<Run> runs = runs_of(rows, *shard, element);
     std::vector<int> lengths;
     std::vector<MPI_Aint> offsets;
-    I64 total = 0;
+    index_t total = 0;
     for (const Run& run : runs) {
-      const I64 n = run.bytes / static_cast<I64>(element);
+      const index_t n = run.bytes / static_cast<index_t>(element);
       if (n > INT_MAX)
         throw Failure(path, "a run of " + std::to_string(n) + " elements is too long for MPI-IO");
       lengths.push_back(static_cast<int>(n));
@@ -332,7 +332,7 @@ std::vector<unsigned char> bytes_of(const std::vector<T>& values, std::size_t n,
 // ---------------------------------------------------------------------------------------------
 
 // "512 B", "3.2 KiB", "12.0 MiB", "1.5 GiB".
-std::string bytes_text(I64 bytes) {
+std::string bytes_text(index_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " B";
   const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
   double value = static_cast<double>(bytes) / 1024.0;
@@ -353,7 +353,7 @@ int run_typed(MPI_Comm comm, const DistributedPlan& p, double start) {
   // The outputs, created before any work (an unwritable directory fails first).
   std::vector<std::unique_ptr<SharedOutput>> outputs;
   const auto add = [&](const char* what, const char* option, const std::string& path, DType dtype,
-                       std::vector<I64> shape, Rows rows) {
+                       std::vector<index_t> shape, Rows rows) {
     auto o = std::make_unique<SharedOutput>();
     o->what = what, o->option = option, o->path = path, o->dtype = dtype, o->shape = std::move(shape);
     o->rows = rows, o->shard = &sq, o->prefix = npy::prefix(dtype, o->shape);
@@ -361,14 +361,15 @@ int run_typed(MPI_Comm comm, const DistributedPlan& p, double start) {
   };
   if (!p.out.empty()) {
     add("ATTN", "--out", p.out, p.out_dtype,
-        p.rank == 2                ? std::vector<I64>{p.Tq, p.dv}
-        : p.layout == Layout::BHTD ? std::vector<I64>{p.B, p.H, p.Tq, p.dv}
-                                   : std::vector<I64>{p.B, p.Tq, p.H, p.dv},
+        p.rank == 2                ? std::vector<index_t>{p.Tq, p.dv}
+        : p.layout == Layout::BHTD ? std::vector<index_t>{p.B, p.H, p.Tq, p.dv}
+                                   : std::vector<index_t>{p.B, p.Tq, p.H, p.dv},
         rows_of(p, p.H, p.Tq, p.dv));
   }
   if (!p.lse.empty()) {
     add("LSE", "--lse", p.lse, p.lse_dtype,
-        p.rank == 2 ? std::vector<I64>{p.Tq} : std::vector<I64>{p.B, p.H, p.Tq}, Rows{p.B * p.H, p.Tq, 1});
+        p.rank == 2 ? std::vector<index_t>{p.Tq} : std::vector<index_t>{p.B, p.H, p.Tq},
+        Rows{p.B * p.H, p.Tq, 1});
   }
   std::unique_ptr<OutputFiles> files;  // rank 0's; declared after the outputs: destroyed first
   together(
@@ -403,13 +404,13 @@ int run_typed(MPI_Comm comm, const DistributedPlan& p, double start) {
     v = read_rows<T>(p.v, rows_of(p, p.Hkv, p.Tk, p.dv), sk);
   });
 
-  const auto view = [&](auto* data, I64 heads, I64 tokens, I64 dim) {
+  const auto view = [&](auto* data, index_t heads, index_t tokens, index_t dim) {
     using V = HeadsView<std::remove_pointer_t<decltype(data)>>;
     if (p.rank == 2) return V::bhtd(data, 1, 1, tokens, dim);
     return V::contiguous(data, p.layout, p.B, heads, tokens, dim);
   };
-  std::vector<T> out(static_cast<std::size_t>(std::max<I64>(p.B * p.H * sq.rows * p.dv, 1)));
-  std::vector<T> lse(p.lse.empty() ? 0 : static_cast<std::size_t>(std::max<I64>(p.B * p.H * sq.rows, 1)));
+  std::vector<T> out(static_cast<std::size_t>(std::max<index_t>(p.B * p.H * sq.rows * p.dv, 1)));
+  std::vector<T> lse(p.lse.empty() ? 0 : static_cast<std::size_t>(std::max<index_t>(p.B * p.H * sq.rows, 1)));
   std::vector<T> slopes(p.alibi.size());
   for (std::size_t i = 0; i < slopes.size(); ++i) {
     // Those of the plain run: in the computation's type (float16 for float16 files).
@@ -455,8 +456,8 @@ int run_typed(MPI_Comm comm, const DistributedPlan& p, double start) {
   // The summary: the slowest rank's times, the bytes summed and per rank.
   double times[4] = {seconds, stats.seconds, stats.compute_seconds, stats.wait_seconds}, slowest[4] = {};
   double wait_sum = 0;
-  I64 counts[3] = {stats.bytes_sent, stats.messages, stats.visible_pairs}, sums[3] = {};
-  I64 sent_max = 0, pairs_min = 0, pairs_max = 0;
+  index_t counts[3] = {stats.bytes_sent, stats.messages, stats.visible_pairs}, sums[3] = {};
+  index_t sent_max = 0, pairs_min = 0, pairs_max = 0;
   MPI_Reduce(times, slowest, 4, MPI_DOUBLE, MPI_MAX, 0, comm);
   MPI_Reduce(&stats.wait_seconds, &wait_sum, 1, MPI_DOUBLE, MPI_SUM, 0, comm);
   MPI_Reduce(counts, sums, 3, MPI_INT64_T, MPI_SUM, 0, comm);

@@ -67,7 +67,7 @@ def check_report(r, what, sequences, generate, prompt_min, prompt_max, storage, 
 
 @case
 def decode_tiny(ctx):
-    for storage, name in (("float", "float"), ("bf16", "bfloat16"), ("half", "half")):
+    for storage, name in (("float", "float32"), ("bf16", "bfloat16"), ("half", "float16")):
         for page in (16, 256):
             args = ["decode"] + TINY + ["--storage", storage, "--page-size", str(page)]
             r = ctx.run_ok(args, timeout=60)
@@ -80,7 +80,7 @@ def decode_prompt_one_length_and_threads(ctx):
     args = ["decode", "--sequences", "2", "--heads", "8", "--kv-heads", "8", "--dim", "8", "--prompt", "17",
             "--generate", "3", "--threads", "0"]
     r = ctx.run_ok(args, timeout=60)
-    check_report(r, " ".join(args), 2, 3, 17, 17, "float", 16)
+    check_report(r, " ".join(args), 2, 3, 17, 17, "float32", 16)
 
 
 def expect_usage_error(ctx, args, what, mentions):
