@@ -46,7 +46,7 @@ struct StepCtx {
 // H_kv, d]), "HND" ([pages, H_kv, page_size, d]) or "other".
 std::string cache_layout(Idx kv_heads, Idx d) {
   const ea::PagedKVCache<float> probe(kv_heads, d, d, 16, 16);
-  const ea::compiled::RawPagedKV l = ea::compiled::kv_pool_layout(probe.pool());
+  const ea::abi::PagedKV l = ea::abi::kv_pool_layout(probe.pool());
   if (l.k_token_stride == kv_heads * d && l.k_head_stride == d) return "NHD";
   if (l.k_token_stride == d && l.k_head_stride == 16 * d) return "HND";
   return "other";

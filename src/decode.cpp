@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Decode attention (KVCache.hpp): the PagedKVView front door, and how a validated decode
-// problem is split into chunk tasks, spread over threads and merged.
+// Decode attention (KVCache.hpp): abi::decode, the one entry of every decode call (a cache's
+// sequences or a caller's PagedKVView), which makes the call a Call on paged keys, validates and
+// sizes it through the one pipeline (check/, outputs.hpp); and how the validated Problem is split
+// into chunk tasks, spread over threads and merged.
 //
 // Split-K. Each sequence's query rows go in blocks of one GQA group (the query heads that read
 // one KV head) and at most kDecodeRows rows; each block's keys are cut at the multiples of
@@ -11,12 +13,17 @@
 #include <EigenAttention/KVCache.hpp>
 
 #include <algorithm>
+#include <optional>
+#include <shared_mutex>
 #include <type_traits>
 #include <vector>
 
-#include "decode_problem.hpp"
+#include "check/array.hpp"
+#include "execute.hpp"
 #include "kernels/kernels.hpp"
 #include "lse_merge.hpp"
+#include "outputs.hpp"
+#include "paged_keys.hpp"
 #include "widen.hpp"
 
 namespace EigenAttention {
@@ -37,19 +44,19 @@ struct Task {
 /// The masks and logit options of sequence b's queries, as the forward's kernels see them:
 /// T_q query rows, T_k keys, bottom-right alignment.
 template <typename T>
-RawProblem<T> sequence_shape(const DecodeProblem<T>& p, index_t b) {
-  const index_t tq = p.cu_q[b + 1] - p.cu_q[b], tk = p.sequences[b].length;
+RawProblem<T> sequence_shape(const Problem<T>& p, index_t b) {
+  const index_t tq = p.cu_q[b + 1] - p.cu_q[b], tk = p.paged->sequences[b].length;
   RawProblem<T> s{};
-  s.q = {nullptr, tq, p.kv.d_k, 0, 0};
-  s.k = {nullptr, tk, p.kv.d_k, 0, 0};
-  s.v = {nullptr, tk, p.kv.d_v, 0, 0};
+  s.q = {nullptr, tq, p.paged->kv.d_k, 0, 0};
+  s.k = {nullptr, tk, p.paged->kv.d_k, 0, 0};
+  s.v = {nullptr, tk, p.paged->kv.d_v, 0, 0};
   s.scale = p.scale;
   s.causal = p.causal;
   s.offset = tk - tq;
   s.window_left = p.window_left;
   s.window_right = p.window_right;
   s.softcap = p.softcap;
-  s.has_alibi = p.alibi_slopes != nullptr;
+  s.has_alibi = p.paged->alibi_slopes != nullptr;
   s.alibi_slope = 0;
   s.bias = {nullptr, 0, 0, 0, 0};
   s.mask = {nullptr, 0, 0, 0, 0};
@@ -65,13 +72,14 @@ T* element(const HeadsView<T>& v, index_t h, index_t t, index_t c) {
 }  // namespace
 
 template <typename T>
-void execute_decode(const DecodeProblem<T>& p) {
+void execute_decode(const Problem<T>& p, int threads_asked) {
   if (p.kernel == Kernel::Reference) {
     reference_decode(p);
     return;
   }
   const DecodeKernel<T> kernel = decode_kernel<T>(p.kernel);
-  const index_t G = p.group, dk = p.kv.d_k, dv = p.kv.d_v, bytes = kv_storage_bytes(p.kv.storage);
+  const abi::PagedKV& kv = p.paged->kv;
+  const index_t G = p.q.heads / kv.kv_heads, dk = kv.d_k, dv = kv.d_v, bytes = scalar_type_bytes(kv.storage);
   // The calling thread's, kept from call to call (the pool's threads see them through these
   // references: a thread_local named in the tasks would be each worker's own).
   thread_local std::vector<Block> block_storage;
@@ -86,10 +94,10 @@ void execute_decode(const DecodeProblem<T>& p) {
   index_t q_size = 0, slots = 0;
   double work = 0;
   const index_t rows_per_block = std::max<index_t>(1, kDecodeRows / G);
-  for (index_t b = 0; b < p.batch; ++b) {
+  for (index_t b = 0; b < p.sequences; ++b) {
     const index_t tq = p.cu_q[b + 1] - p.cu_q[b];
     const RawProblem<T> shape = sequence_shape(p, b);
-    for (index_t g = 0; g < p.kv.kv_heads; ++g) {
+    for (index_t g = 0; g < kv.kv_heads; ++g) {
       for (index_t i0 = 0; i0 < tq; i0 += rows_per_block) {
         const index_t rows = std::min(rows_per_block, tq - i0), R = G * rows;
         Block blk{b, g, i0, rows, static_cast<index_t>(tasks.size()), 0, q_size};
@@ -123,29 +131,29 @@ void execute_decode(const DecodeProblem<T>& p) {
     }
   }
 
-  const int threads = useful_threads(p.threads, work);
+  const int threads = useful_threads(threads_asked, work);
   const T* const queries_data = queries.data();
   T* const partials_data = partials.data();
   for_tasks(static_cast<index_t>(tasks.size()), threads, [&](index_t t) {
     const Task& task = tasks[static_cast<std::size_t>(t)];
     const Block& blk = blocks[static_cast<std::size_t>(task.block)];
-    const PagedSequence& seq = p.sequences[blk.sequence];
+    const PagedSequence& seq = p.paged->sequences[blk.sequence];
     const index_t R = G * blk.rows;
     RawDecodeChunk<T> c;
     c.shape = sequence_shape(p, blk.sequence);
-    c.alibi = p.alibi_slopes != nullptr ? p.alibi_slopes + blk.kv_head * G : nullptr;
+    c.alibi = p.paged->alibi_slopes != nullptr ? p.paged->alibi_slopes + blk.kv_head * G : nullptr;
     c.q = queries_data + blk.q_offset;
     c.group = G;
     c.first_row = blk.first_row;
     c.rows = blk.rows;
-    c.storage = p.kv.storage;
-    c.k = static_cast<const char*>(p.kv.k) + blk.kv_head * p.kv.k_head_stride * bytes;
-    c.v = static_cast<const char*>(p.kv.v) + blk.kv_head * p.kv.v_head_stride * bytes;
-    c.page_size = p.kv.page_size;
-    c.k_page_stride = p.kv.k_page_stride;
-    c.k_token_stride = p.kv.k_token_stride;
-    c.v_page_stride = p.kv.v_page_stride;
-    c.v_token_stride = p.kv.v_token_stride;
+    c.storage = kv.storage;
+    c.k = static_cast<const char*>(kv.k) + blk.kv_head * kv.k_head_stride * bytes;
+    c.v = static_cast<const char*>(kv.v) + blk.kv_head * kv.v_head_stride * bytes;
+    c.page_size = kv.page_size;
+    c.k_page_stride = kv.k_page_stride;
+    c.k_token_stride = kv.k_token_stride;
+    c.v_page_stride = kv.v_page_stride;
+    c.v_token_stride = kv.v_token_stride;
     c.pages = seq.pages;
     c.first_key = task.first_key;
     c.end_key = task.end_key;
@@ -179,57 +187,111 @@ void execute_decode(const DecodeProblem<T>& p) {
   // rows whose block has no chunk were written above (zeros, -inf).
 }
 
+/// The validated decode problem of 16-bit queries, on float copies of them, the result rounded
+/// back (T_q tokens: small; the pages are widened in registers by the kernels).
 template <typename S>
-void decode(const char* api, const compiled::RawPagedKV& kv, const PagedSequence* sequences, index_t batch,
-            const compiled::DecodeArgs<S>& args, const Options& opt) {
-  DecodeProblem<ComputeScalar<S>> p = make_decode_problem(api, kv, sequences, batch, args, opt);
-  if (args.inputs_only) return;
-  if constexpr (std::is_same_v<S, ComputeScalar<S>>) {
-    execute_decode(p);
-  } else {
-    // 16-bit queries: widened to float (T_q tokens: small), the result rounded back.
-    const WideArray q(args.q), out(args.attn, true);
-    p.q = q.input();
-    p.out = out.view();
-    execute_decode(p);
-    narrow_into(out.view(), args.attn, 0, args.attn.tokens);
-  }
+void execute_decode_widened(const Problem<S>& p, int threads) {
+  std::vector<WideArray> keep;
+  Problem<float> f = widened(p, keep);
+  keep.emplace_back(p.out, true);
+  f.out = keep.back().view();
+  f.want_out = true;
+  f.lse = p.lse, f.want_lse = p.want_lse;
+  f.paged = p.paged;
+  execute_decode(f, threads);
+  narrow_into(f.out, p.out, 0, p.out.tokens);
 }
 
-template void execute_decode<float>(const DecodeProblem<float>&);
-template void execute_decode<double>(const DecodeProblem<double>&);
-#define EIGEN_ATTENTION_DECODE(S)                                                                  \
-  template void decode<S>(const char*, const compiled::RawPagedKV&, const PagedSequence*, index_t, \
-                          const compiled::DecodeArgs<S>&, const Options&);
-EIGEN_ATTENTION_DECODE(float)
-EIGEN_ATTENTION_DECODE(double)
-EIGEN_ATTENTION_DECODE(BFloat16Bits)
-EIGEN_ATTENTION_DECODE(HalfBits)
-#undef EIGEN_ATTENTION_DECODE
-
-}  // namespace internal
-
-namespace compiled {
 namespace {
 
-template <typename T>
-void decode_view(const char* api, const RawPagedKV& kv, const DecodeArgs<T>& args, const Options& opt) {
-  thread_local std::vector<internal::PagedSequence> sequences;
-  internal::paged_view_sequences(api, kv, sequences);
-  internal::decode(api, kv, sequences.data(), kv.batch, args, opt);
+/// The keys of a decode call with its sequences (`storage` keeps them) and ALiBi slopes.
+template <typename C>
+PagedKeys<C> paged_keys(const char* api, const abi::PagedKeys& keys, const C* alibi_slopes,
+                        std::vector<PagedSequence>& storage) {
+  PagedKeys<C> paged;
+  if (keys.view != nullptr) {
+    paged.kv = *keys.view;
+    paged_view_sequences(api, paged.kv, storage);
+    paged.batch = paged.kv.batch;
+  } else {
+    paged.kv = abi::kv_pool_layout(keys.pool);
+    pool_sequences(api, *keys.pool, keys.sequences, keys.batch, storage);
+    paged.batch = keys.batch;
+  }
+  paged.sequences = storage.data();
+  paged.alibi_slopes = alibi_slopes;
+  return paged;
+}
+
+/// A decode output as the validator sees it at `stage`: absent when it will be resized then; a
+/// matrix as the view [1, H, T_q, dim] of its heads side by side.
+template <typename S>
+std::optional<HeadsView<S>> decode_view(const abi::DecodeOutput<S>* out, const Slot<S>& slot, Stage stage,
+                                        index_t heads, index_t dim) {
+  if (out == nullptr) return std::nullopt;
+  if (out->matrix == nullptr) return out->view;
+  if (stage == Stage::BeforeSizing && slot.will_resize()) return std::nullopt;
+  const MatrixView<S>& m = out->matrix->view;
+  return detail::side_by_side<S>(m.data, m.rows, m.cols, m.row_stride, m.col_stride, heads, dim);
+}
+
+template <typename S, typename L>
+void decode_call(const char* api, const abi::PagedKeys& keys, HeadsView<const S> q, const std::int64_t* cu,
+                 abi::DecodeOutput<S>& attn, abi::DecodeOutput<L>* lse, const Options& opt,
+                 const Masks<L>& masks) {
+  if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
+    fail(api,
+         "decode takes ALiBi slopes only from masks (masks.mask, masks.bias and masks.key_lengths must be "
+         "empty: each sequence's keys are the cache's)");
+  }
+  thread_local std::vector<PagedSequence> sequences;
+  std::shared_lock<std::shared_mutex> lock;  // a cache's pool: held shared while the call reads it
+  if (keys.pool != nullptr) lock = pool_lock(*keys.pool);
+  const PagedKeys<L> paged = paged_keys(api, keys, masks.alibi_slopes, sequences);
+  const index_t H = q.heads, T = q.tokens, dv = paged.kv.d_v;
+  const Slot<S> attn_slot{attn.matrix, "attn", "T_q x (H d_v)", T, H * dv};
+  const Slot<L> lse_slot{lse != nullptr ? lse->matrix : nullptr, "lse", "T_q x H", T, H};
+  const auto call = [&](Stage stage) {
+    Call<S> c;
+    c.api = api;
+    c.in.q = q;
+    c.in.k = {nullptr, 1, paged.kv.kv_heads, 0, paged.kv.d_k, 0, 0, 0, 1};  // sizes only
+    c.in.v = HeadsView<const S>{nullptr, 1, paged.kv.kv_heads, 0, dv, 0, 0, 0, 1};
+    c.out.attn = decode_view(&attn, attn_slot, stage, H, dv);
+    c.out.lse = decode_view(lse, lse_slot, stage, H, 1);
+    c.packed = PackedSequences{cu, nullptr, paged.batch};
+    c.paged = paged;
+    c.stage = stage;
+    return c;
+  };
+  const Problem<S> p = with_outputs_sized<S>(opt, call, attn_slot, lse_slot);
+  if constexpr (kIsLowPrecision<S>) {
+    execute_decode_widened(p, opt.threads);
+  } else {
+    execute_decode(p, opt.threads);
+  }
 }
 
 }  // namespace
 
-#define EIGEN_ATTENTION_DECODE_VIEW(T)                                                                \
-  void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<T>& args, const Options& opt) { \
-    decode_view(api, kv, args, opt);                                                                  \
-  }
-EIGEN_ATTENTION_DECODE_VIEW(float)
-EIGEN_ATTENTION_DECODE_VIEW(double)
-EIGEN_ATTENTION_DECODE_VIEW(BFloat16Bits)
-EIGEN_ATTENTION_DECODE_VIEW(HalfBits)
-#undef EIGEN_ATTENTION_DECODE_VIEW
+template void execute_decode<float>(const Problem<float>&, int);
+template void execute_decode<double>(const Problem<double>&, int);
 
-}  // namespace compiled
+}  // namespace internal
+
+namespace abi {
+
+#define EIGEN_ATTENTION_ABI_DECODE(S, L)                                                     \
+  void decode(const char* api, const PagedKeys& keys, HeadsView<const S> q,                  \
+              const std::int64_t* cu_seqlens_q, DecodeOutput<S>& attn, DecodeOutput<L>* lse, \
+              const Options& opt, const Masks<L>& masks) {                                   \
+    internal::decode_call(api, keys, q, cu_seqlens_q, attn, lse, opt, masks);                \
+  }
+EIGEN_ATTENTION_ABI_DECODE(float, float)
+EIGEN_ATTENTION_ABI_DECODE(double, double)
+EIGEN_ATTENTION_ABI_DECODE(BFloat16Bits, float)
+EIGEN_ATTENTION_ABI_DECODE(HalfBits, float)
+#undef EIGEN_ATTENTION_ABI_DECODE
+
+}  // namespace abi
 }  // namespace EigenAttention

@@ -13,6 +13,16 @@
 namespace EigenAttention {
 namespace internal {
 
+/// Runs a validated decode problem (Problem::paged; decode.cpp): each sequence's query rows in
+/// blocks of a GQA group, their keys in split-K chunks over the threads, merged in key order.
+template <typename T>
+void execute_decode(const Problem<T>& p, int threads);
+
+/// The reference decode (kernels/reference_decode.cpp): each sequence's keys and values of each
+/// KV head gathered into plain matrices, and the forward's reference kernel on every query head.
+template <typename T>
+void reference_decode(const Problem<T>& p);
+
 template <typename T>
 void execute(const Problem<T>& p, int threads) {
   // A packed batch's sequences have their own query counts; otherwise every head has T_q rows.

@@ -14,7 +14,6 @@
 // that -1 names no sequence). release() advances the slot's generation, so an id kept after its
 // release, or after the slot went to another sequence, no longer matches and throws. Free slots
 // are reused oldest-released first.
-#include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/KVCache.hpp>
 
 #include <algorithm>
@@ -30,17 +29,19 @@
 
 #include <Eigen/Core>
 
-#include "decode_problem.hpp"
+#include "check/array.hpp"
+#include "kernels/convert.hpp"
 #include "outputs.hpp"
+#include "paged_keys.hpp"
 #include "text.hpp"
 
 namespace EigenAttention {
-namespace compiled {
+namespace abi {
 
 using internal::index_t;
 
 struct KVPool {
-  KVStorage storage;
+  ScalarType storage;
   index_t bytes;  // per element
   index_t kv_heads, d_k, d_v, page_size, num_pages;
   unsigned char* k = nullptr;
@@ -66,8 +67,8 @@ struct KVPool {
   }
   // Pages are [num_pages, kv_heads, page_size, d] ("HND"): the keys of one head in one page are
   // contiguous, so that a decode, which reads one head at a time, streams through memory.
-  RawPagedKV layout() const {
-    RawPagedKV l;
+  PagedKV layout() const {
+    PagedKV l;
     l.k = k;
     l.v = v;
     l.storage = storage;
@@ -76,12 +77,9 @@ struct KVPool {
     l.kv_heads = kv_heads;
     l.d_k = d_k;
     l.d_v = d_v;
-    l.k_page_stride = kv_heads * page_size * d_k;
-    l.k_token_stride = d_k;
-    l.k_head_stride = page_size * d_k;
-    l.v_page_stride = kv_heads * page_size * d_v;
-    l.v_token_stride = d_v;
-    l.v_head_stride = page_size * d_v;
+    const PageStrides ks = hnd_strides(kv_heads, page_size, d_k), vs = hnd_strides(kv_heads, page_size, d_v);
+    l.k_page_stride = ks.page, l.k_token_stride = ks.token, l.k_head_stride = ks.head;
+    l.v_page_stride = vs.page, l.v_token_stride = vs.token, l.v_head_stride = vs.head;
     return l;
   }
 };
@@ -94,20 +92,6 @@ namespace {
 
 std::string num(index_t n) { return std::to_string(n); }
 using internal::counted;
-
-const char* name_of(KVStorage s) {
-  switch (s) {
-    case KVStorage::Float32:
-      return "float";
-    case KVStorage::Float64:
-      return "double";
-    case KVStorage::BFloat16:
-      return "bfloat16";
-    case KVStorage::Float16:
-      return "half";
-  }
-  return "unknown";
-}
 
 constexpr int kSlotBits = 16, kGenerationBits = 15;
 static_assert(kSlotBits + kGenerationBits == 31, "an id is a non-negative int32");
@@ -155,54 +139,59 @@ const KVPool::Sequence& live(const char* api, const KVPool& pool, std::int32_t i
   return pool.sequences[static_cast<std::size_t>(slot_checked(api, pool, id))];
 }
 
-/// Rounds a float to the storage type, to nearest (ties to even): the bits of one element.
-void store(KVStorage s, float x, unsigned char* dst) {
+/// Rounds a float to the storage type, to nearest (ties to even; convert.hpp): the bits of one
+/// element.
+void store(ScalarType s, float x, unsigned char* dst) {
   switch (s) {
-    case KVStorage::Float32:
+    case ScalarType::Float32:
       std::memcpy(dst, &x, 4);
       return;
-    case KVStorage::Float64: {
+    case ScalarType::Float64: {
       const double d = x;
       std::memcpy(dst, &d, 8);
       return;
     }
-    case KVStorage::BFloat16: {
-      const Eigen::bfloat16 b(x);
-      std::memcpy(dst, &b, 2);
+    case ScalarType::BFloat16: {
+      const BFloat16Bits b = internal::from_compute<BFloat16Bits>(x);
+      std::memcpy(dst, &b.bits, 2);
       return;
     }
-    case KVStorage::Float16: {
-      const Eigen::half h(x);
-      std::memcpy(dst, &h, 2);
+    case ScalarType::Float16: {
+      const HalfBits h = internal::from_compute<HalfBits>(x);
+      std::memcpy(dst, &h.bits, 2);
       return;
     }
   }
 }
 
-/// Copies the tokens of `src` into the pool's pages (`base`; `dim` elements per head) from token
-/// `first` of sequence s on.
+/// The first element of head h of the pool's page `page`, slot `slot` (HND: hnd_strides).
+unsigned char* page_row(const KVPool& pool, unsigned char* base, index_t dim, index_t page, index_t h,
+                        index_t slot) {
+  const PageStrides st = hnd_strides(pool.kv_heads, pool.page_size, dim);
+  return base + (page * st.page + h * st.head + slot * st.token) * pool.bytes;
+}
+
+/// Copies the tokens of `src` ([1, kv_heads, T_new, dim], of the storage type or float) into the
+/// pool's pages (`base`) from token `first` of sequence s on.
+template <typename S>
 void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* base, index_t dim,
-                  index_t first, const RawTokens& src) {
-  const bool same = src.type == pool.storage;
+                  index_t first, const HeadsView<const S>& src) {
+  const bool same = kScalarType<S> == pool.storage;
   for (index_t t = 0; t < src.tokens; ++t) {
     const index_t pos = first + t;
     const index_t page = s.pages[static_cast<std::size_t>(pos / pool.page_size)], slot = pos % pool.page_size;
     for (index_t h = 0; h < src.heads; ++h) {
-      unsigned char* row = base + (((page * pool.kv_heads + h) * pool.page_size + slot) * dim) * pool.bytes;
+      unsigned char* row = page_row(pool, base, dim, page, h, slot);
+      const S* from = src.data + t * src.token_stride + h * src.head_stride;
       if (same && src.dim_stride == 1 && src.dim > 0) {  // a head's elements side by side: one copy
-        std::memcpy(row,
-                    static_cast<const unsigned char*>(src.data) +
-                        (t * src.token_stride + h * src.head_stride) * pool.bytes,
-                    static_cast<std::size_t>(src.dim * pool.bytes));
+        std::memcpy(row, from, static_cast<std::size_t>(src.dim * pool.bytes));
         continue;
       }
       for (index_t c = 0; c < src.dim; ++c) {
-        const index_t at = t * src.token_stride + h * src.head_stride + c * src.dim_stride;
         if (same) {
-          std::memcpy(row + c * pool.bytes, static_cast<const unsigned char*>(src.data) + at * pool.bytes,
-                      static_cast<std::size_t>(pool.bytes));
-        } else {  // float, rounded to the storage type
-          store(pool.storage, static_cast<const float*>(src.data)[at], row + c * pool.bytes);
+          std::memcpy(row + c * pool.bytes, from + c * src.dim_stride, static_cast<std::size_t>(pool.bytes));
+        } else if constexpr (std::is_same_v<S, float>) {  // float, rounded to the storage type
+          store(pool.storage, from[c * src.dim_stride], row + c * pool.bytes);
         }
       }
     }
@@ -219,16 +208,20 @@ void copy_page(const KVPool& pool, unsigned char* base, index_t dim, std::int32_
   }
 }
 
-void check_tokens(const char* api, const KVPool& pool, const char* name, const RawTokens& t, index_t dim,
-                  const char* dim_name) {
-  if (t.type != pool.storage && t.type != KVStorage::Float32) {
-    fail(api, std::string(name) + " is " + name_of(t.type) + " but the cache stores " +
-                  name_of(pool.storage) + " (append takes the storage type or float)");
+/// New keys or values: [1, kv_heads, T_new, dim] of the storage type or float; `matrix_cols`, the
+/// columns of the caller's matrix (heads side by side), or -1 for a view.
+template <typename S>
+void check_tokens(const char* api, const KVPool& pool, const char* name, const HeadsView<const S>& t,
+                  index_t matrix_cols, index_t dim, const char* dim_name) {
+  if (kScalarType<S> != pool.storage && kScalarType<S> != ScalarType::Float32) {
+    fail(api, std::string(name) + " is " + scalar_type_name(kScalarType<S>) + " but the cache stores " +
+                  scalar_type_name(pool.storage) + " (append takes the storage type or float32)");
   }
-  if (t.heads == -2) fail(api, std::string(name) + " must be a view of one sequence (batch 1)");
-  if (t.tokens < 0 || t.dim < 0 || t.heads < -1) fail(api, std::string(name) + " has a negative size");
-  if (t.heads == -1 || t.heads != pool.kv_heads || t.dim != dim) {
-    const index_t cols = t.heads == -1 ? t.dim : t.heads * t.dim;
+  if (matrix_cols < 0 && t.batch != 1)
+    fail(api, std::string(name) + " must be a view of one sequence (batch 1)");
+  if (t.tokens < 0 || t.dim < 0 || t.heads < 0) fail(api, std::string(name) + " has a negative size");
+  if (t.heads != pool.kv_heads || t.dim != dim) {
+    const index_t cols = matrix_cols >= 0 ? matrix_cols : t.heads * t.dim;
     fail(api, std::string(name) + " has " + counted(t.tokens, "row") + " of " + num(cols) +
                   " but must have rows of kv_heads x " + dim_name + " = " + num(pool.kv_heads) + " x " +
                   num(dim) + " = " + num(pool.kv_heads * dim) + " (heads side by side)");
@@ -286,10 +279,10 @@ void drop_pages(KVPool& pool, KVPool::Sequence& s, index_t keep) {
 
 }  // namespace
 
-KVPool* kv_pool_create(KVStorage storage, index_t kv_heads, index_t d_k, index_t d_v, index_t page_size,
+KVPool* kv_pool_create(ScalarType storage, index_t kv_heads, index_t d_k, index_t d_v, index_t page_size,
                        index_t capacity_tokens) {
   const char* api = "PagedKVCache";
-  if (internal::kv_storage_bytes(storage) == 0) fail(api, "unknown storage type");
+  if (scalar_type_bytes(storage) == 0) fail(api, "unknown storage type");
   if (kv_heads < 1 || d_k < 1 || d_v < 0) {
     fail(api, "needs kv_heads >= 1, d_k >= 1 and d_v >= 0; got kv_heads = " + num(kv_heads) +
                   ", d_k = " + num(d_k) + ", d_v = " + num(d_v));
@@ -299,7 +292,7 @@ KVPool* kv_pool_create(KVStorage storage, index_t kv_heads, index_t d_k, index_t
   }
   if (capacity_tokens < 0) fail(api, "capacity_tokens is negative: " + num(capacity_tokens));
   const index_t pages = (capacity_tokens + page_size - 1) / page_size;
-  const index_t bytes = internal::kv_storage_bytes(storage);
+  const index_t bytes = scalar_type_bytes(storage);
   index_t k_bytes = 0, v_bytes = 0;
   const auto product = [](std::initializer_list<index_t> f, index_t& r) {
     r = 1;
@@ -341,19 +334,23 @@ KVPool* kv_pool_create(KVStorage storage, index_t kv_heads, index_t d_k, index_t
 
 void kv_pool_destroy(KVPool* pool) noexcept { delete pool; }
 
-RawPagedKV kv_pool_layout(const KVPool* pool) { return pool->layout(); }
+PagedKV kv_pool_layout(const KVPool* pool) { return pool->layout(); }
 
 std::int32_t kv_pool_create_sequence(KVPool* pool) {
   std::unique_lock<std::shared_mutex> lock(pool->mutex);
   return adopt(*pool, next_slot(*pool), {}, 0);
 }
 
-void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k, const RawTokens& v) {
+namespace {
+
+template <typename S>
+void append(KVPool* pool, std::int32_t sequence, const HeadsView<const S>& k, index_t k_cols,
+            const HeadsView<const S>& v, index_t v_cols) {
   const char* api = "append";
   std::unique_lock<std::shared_mutex> lock(pool->mutex);
   KVPool::Sequence& s = live(api, *pool, sequence);
-  check_tokens(api, *pool, "K", k, pool->d_k, "d_k");
-  check_tokens(api, *pool, "V", v, pool->d_v, "d_v");
+  check_tokens(api, *pool, "K", k, k_cols, pool->d_k, "d_k");
+  check_tokens(api, *pool, "V", v, v_cols, pool->d_v, "d_v");
   if (k.tokens != v.tokens) {
     fail(api, "K has " + counted(k.tokens, "token") + " but V has " + num(v.tokens));
   }
@@ -399,6 +396,19 @@ void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k, con
   write_tokens(*pool, s, pool->v, pool->d_v, length, v);
   s.length = length + k.tokens;
 }
+
+}  // namespace
+
+#define EIGEN_ATTENTION_KV_POOL_APPEND(S)                                                               \
+  void kv_pool_append(KVPool* pool, std::int32_t sequence, HeadsView<const S> k, index_t k_matrix_cols, \
+                      HeadsView<const S> v, index_t v_matrix_cols) {                                    \
+    append(pool, sequence, k, k_matrix_cols, v, v_matrix_cols);                                         \
+  }
+EIGEN_ATTENTION_KV_POOL_APPEND(float)
+EIGEN_ATTENTION_KV_POOL_APPEND(double)
+EIGEN_ATTENTION_KV_POOL_APPEND(BFloat16Bits)
+EIGEN_ATTENTION_KV_POOL_APPEND(HalfBits)
+#undef EIGEN_ATTENTION_KV_POOL_APPEND
 
 std::int32_t kv_pool_fork(KVPool* pool, std::int32_t sequence) {
   std::unique_lock<std::shared_mutex> lock(pool->mutex);
@@ -468,41 +478,26 @@ index_t kv_pool_pages(const KVPool* pool, std::int32_t sequence, std::int32_t* o
   return n;
 }
 
-namespace {
+}  // namespace abi
 
-template <typename T>
-void decode_pool(const char* api, const KVPool* pool, const std::int32_t* ids, index_t batch,
-                 const DecodeArgs<T>& args, const Options& opt) {
-  std::shared_lock<std::shared_mutex> lock(pool->mutex);
-  if (batch < 0) throw std::invalid_argument(std::string("EigenAttention::") + api + ": batch is negative");
-  if (batch > 0 && ids == nullptr)
-    throw std::invalid_argument(std::string("EigenAttention::") + api + ": sequences is null");
-  thread_local std::vector<internal::PagedSequence> sequences;
+namespace internal {
+
+void pool_sequences(const char* api, const abi::KVPool& pool, const std::int32_t* ids, index_t batch,
+                    std::vector<PagedSequence>& sequences) {
+  if (batch < 0) fail(api, "batch is negative");
+  if (batch > 0 && ids == nullptr) fail(api, "sequences is null");
   sequences.resize(static_cast<std::size_t>(batch));
   for (index_t b = 0; b < batch; ++b) {
     const std::int32_t id = ids[b];
-    if (!holds(*pool, id)) {
-      throw std::invalid_argument(std::string("EigenAttention::") + api + ": sequences[" + num(b) +
-                                  "]: " + not_held(*pool, id));
-    }
-    const KVPool::Sequence& s = pool->sequences[static_cast<std::size_t>(slot_of(id))];
+    if (!abi::holds(pool, id)) fail(api, "sequences[" + num(b) + "]: " + abi::not_held(pool, id));
+    const abi::KVPool::Sequence& s = pool.sequences[static_cast<std::size_t>(abi::slot_of(id))];
     sequences[static_cast<std::size_t>(b)] = {s.pages.data(), s.length};
   }
-  internal::decode(api, pool->layout(), sequences.data(), batch, args, opt);
 }
 
-}  // namespace
+std::shared_lock<std::shared_mutex> pool_lock(const abi::KVPool& pool) {
+  return std::shared_lock<std::shared_mutex>(pool.mutex);
+}
 
-#define EIGEN_ATTENTION_DECODE_POOL(T)                                                           \
-  void decode(const char* api, const KVPool* pool, const std::int32_t* sequences, index_t batch, \
-              const DecodeArgs<T>& args, const Options& opt) {                                   \
-    decode_pool(api, pool, sequences, batch, args, opt);                                         \
-  }
-EIGEN_ATTENTION_DECODE_POOL(float)
-EIGEN_ATTENTION_DECODE_POOL(double)
-EIGEN_ATTENTION_DECODE_POOL(BFloat16Bits)
-EIGEN_ATTENTION_DECODE_POOL(HalfBits)
-#undef EIGEN_ATTENTION_DECODE_POOL
-
-}  // namespace compiled
+}  // namespace internal
 }  // namespace EigenAttention

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 
 #include <EigenAttention/HeadsView.hpp>
@@ -14,6 +15,7 @@
 
 #include "kernels/abi.hpp"
 #include "kernels/convert.hpp"
+#include "paged_keys.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -63,6 +65,9 @@ struct Problem {
   HeadsView<const T> fwd_out, d_out, d_scores;
   HeadsView<const Compute> fwd_lse;
   HeadsView<T> dq, dk, dv, d_bias;
+  // Decode (KVCache.hpp): keys and values in pages, `sequences` of them (cu_q: each one's query
+  // tokens; k and v then hold the sizes only: [1, kv_heads, 0, d_k] and [1, kv_heads, 0, d_v]).
+  std::optional<PagedKeys<Compute>> paged;
 
   index_t heads() const { return q.heads; }
   index_t problems() const { return sequences * q.heads; }

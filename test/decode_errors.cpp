@@ -73,7 +73,7 @@ const std::vector<std::string> kSequenceWords = {"not in the cache"};
 ea::PagedKVView<float> view_of_cache(const ea::PagedKVCache<float>& cache, const std::int32_t* tables,
                                      std::ptrdiff_t stride, const std::int64_t* lengths,
                                      std::ptrdiff_t batch) {
-  const ea::compiled::RawPagedKV l = ea::compiled::kv_pool_layout(cache.pool());
+  const ea::abi::PagedKV l = ea::abi::kv_pool_layout(cache.pool());
   ea::PagedKVView<float> v;
   v.k_pages = cache.key_pages();
   v.v_pages = cache.value_pages();

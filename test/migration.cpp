@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include <EigenAttention/EigenAttention.hpp>
@@ -349,6 +351,24 @@ TEST_CASE_TEMPLATE("migration: the 0.2 compiled:: single-head forms give the bit
   CHECK(same(dq, grads.dq));
   CHECK(same(dk_, grads.dk));
   CHECK(same(dv_, grads.dv));
+}
+
+// KVStorage and KVStorageTraits are 0.2's names of ScalarType and ScalarTraits/ComputeScalar.
+static_assert(std::is_same_v<ea::KVStorage, ea::ScalarType>, "KVStorage is ScalarType");
+static_assert(ea::KVStorage::Float32 == ea::ScalarType::Float32 &&
+                  ea::KVStorage::Float16 == ea::ScalarType::Float16,
+              "KVStorage's enumerators are ScalarType's");
+static_assert(ea::KVStorageTraits<Eigen::bfloat16>::storage == ea::ScalarType::BFloat16 &&
+                  ea::KVStorageTraits<double>::storage == ea::ScalarType::Float64 &&
+                  std::is_same_v<ea::KVStorageTraits<Eigen::half>::Compute, float> &&
+                  std::is_same_v<ea::KVStorageTraits<double>::Compute, double>,
+              "KVStorageTraits gives 0.2's tag and compute type");
+
+TEST_CASE("migration: a 0.2 KVStorage tag names the scalar type of its 0.3 ScalarType") {
+  // 0.2 code that named a storage type by KVStorageTraits<T>::storage keeps compiling, same meaning.
+  constexpr ea::KVStorage tag = ea::KVStorageTraits<Eigen::bfloat16>::storage;
+  CHECK(std::string(ea::scalar_type_name(tag)) == "bfloat16");
+  CHECK(ea::scalar_type_bytes(tag) == 2);
 }
 
 #pragma GCC diagnostic pop

@@ -28,56 +28,24 @@
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
+#include <EigenAttention/detail/Decode.hpp>
 #include <EigenAttention/detail/FrontDoor.hpp>
 #include <EigenAttention/export.hpp>
 
 namespace EigenAttention {
 
-/// The element type of cached keys and values.
-enum class KVStorage : std::int32_t {
-  Float32,   ///< float
-  Float64,   ///< double
-  BFloat16,  ///< Eigen::bfloat16, computed in float
-  Float16    ///< Eigen::half, computed in float
-};
+/// 0.2's name of the element type of cached keys and values: the library's one ScalarType
+/// (Scalars.hpp), whose enumerators it shares.
+using KVStorage [[deprecated("EigenAttention 0.3: KVStorage is ScalarType (Scalars.hpp)")]] = ScalarType;
 
-/// What a storage type T means to the cache: its KVStorage tag and the scalar type of queries,
-/// outputs and all arithmetic (float for float, bfloat16 and half; double for double).
+/// 0.2's traits of a storage type: its tag (ScalarTraits<T>::type) and compute type
+/// (ComputeScalar<T>).
 template <typename T>
-struct KVStorageTraits;
-/// float storage: computed in float.
-template <>
-struct KVStorageTraits<float> {
-  static constexpr KVStorage storage = KVStorage::Float32;  ///< the tag
-  using Compute = float;                                    ///< queries, outputs, arithmetic
+struct [[deprecated(
+    "EigenAttention 0.3: use ScalarTraits<T>::type and ComputeScalar<T> (Scalars.hpp)")]] KVStorageTraits {
+  static constexpr ScalarType storage = ScalarTraits<T>::type;  ///< the tag
+  using Compute = ComputeScalar<T>;                             ///< queries, outputs, arithmetic
 };
-/// double storage: computed in double.
-template <>
-struct KVStorageTraits<double> {
-  static constexpr KVStorage storage = KVStorage::Float64;  ///< the tag
-  using Compute = double;                                   ///< queries, outputs, arithmetic
-};
-/// bfloat16 storage: computed in float.
-template <>
-struct KVStorageTraits<Eigen::bfloat16> {
-  static constexpr KVStorage storage = KVStorage::BFloat16;  ///< the tag
-  using Compute = float;                                     ///< queries, outputs, arithmetic
-};
-/// half storage: computed in float.
-template <>
-struct KVStorageTraits<Eigen::half> {
-  static constexpr KVStorage storage = KVStorage::Float16;  ///< the tag
-  using Compute = float;                                    ///< queries, outputs, arithmetic
-};
-static_assert(std::is_same_v<ComputeScalar<Eigen::bfloat16>, KVStorageTraits<Eigen::bfloat16>::Compute> &&
-                  std::is_same_v<ComputeScalar<Eigen::half>, KVStorageTraits<Eigen::half>::Compute>,
-              "the cache computes in the compute type of its storage (Scalars.hpp)");
-
-// What crosses into the compiled library, and the front doors' shared path (after KVStorage,
-// which the boundary's types name).
-}  // namespace EigenAttention
-#include <EigenAttention/detail/Decode.hpp>
-namespace EigenAttention {
 
 /// Keys and values in pages that the caller owns and manages (vLLM's and FlashInfer's paged
 /// layout): page p, slot t (0 <= t < page_size), KV head h, element c of a key is at
@@ -141,30 +109,19 @@ struct PagedKVView {
                          std::ptrdiff_t kv_heads, std::ptrdiff_t d_k, std::ptrdiff_t d_v,
                          const std::int32_t* block_tables, std::ptrdiff_t block_table_stride,
                          const std::int64_t* lengths, std::ptrdiff_t batch) {
-    return {k,
-            v,
-            num_pages,
-            page_size,
-            kv_heads,
-            d_k,
-            d_v,
-            kv_heads * page_size * d_k,
-            d_k,
-            page_size * d_k,
-            kv_heads * page_size * d_v,
-            d_v,
-            page_size * d_v,
-            block_tables,
-            block_table_stride,
-            lengths,
-            batch};
+    const abi::PageStrides ks = abi::hnd_strides(kv_heads, page_size, d_k),
+                           vs = abi::hnd_strides(kv_heads, page_size, d_v);
+    return {k,       v,        num_pages, page_size,    kv_heads,
+            d_k,     d_v,      ks.page,   ks.token,     ks.head,
+            vs.page, vs.token, vs.head,   block_tables, block_table_stride,
+            lengths, batch};
   }
 
   /// The same view without its type (what the compiled library takes).
-  compiled::RawPagedKV raw() const {
+  abi::PagedKV raw() const {
     return {k_pages,
             v_pages,
-            KVStorageTraits<T>::storage,
+            kScalarType<T>,
             num_pages,
             page_size,
             kv_heads,
@@ -237,13 +194,12 @@ class PagedKVCache {
   /// \throws std::invalid_argument for sizes outside these ranges; std::bad_alloc.
   PagedKVCache(std::ptrdiff_t kv_heads, std::ptrdiff_t d_k, std::ptrdiff_t d_v, std::ptrdiff_t page_size,
                std::ptrdiff_t capacity_tokens)
-      : pool_(compiled::kv_pool_create(KVStorageTraits<T>::storage, kv_heads, d_k, d_v, page_size,
-                                       capacity_tokens)),
-        layout_(compiled::kv_pool_layout(pool_.get())) {}
+      : pool_(abi::kv_pool_create(kScalarType<T>, kv_heads, d_k, d_v, page_size, capacity_tokens)),
+        layout_(abi::kv_pool_layout(pool_.get())) {}
 
   /// A new, empty sequence, with an id no earlier sequence had (see SequenceId).
   /// \throws std::length_error when 65,536 sequences are live.
-  SequenceId create() { return {compiled::kv_pool_create_sequence(pool_.get())}; }
+  SequenceId create() { return {abi::kv_pool_create_sequence(pool_.get())}; }
 
   /// Appends T_new tokens to sequence s: k is T_new x (kv_heads d_k) and v T_new x (kv_heads
   /// d_v), one row per token with the heads side by side (what a K or V projection gives), of
@@ -257,37 +213,44 @@ class PagedKVCache {
     check_input_type<typename DK::Scalar>();
     detail::InputView<DK> kk(k.derived());
     detail::InputView<DV> vv(v.derived());
-    compiled::kv_pool_append(pool_.get(), s.value, tokens_of(kk.map(), layout_.kv_heads, layout_.d_k),
-                             tokens_of(vv.map(), layout_.kv_heads, layout_.d_v));
+    using S = typename DK::Scalar;
+    const auto km = kk.map();
+    const auto vm = vv.map();
+    abi::kv_pool_append(
+        pool_.get(), s.value,
+        detail::bits(detail::side_by_side<const S>(km.data(), km.rows(), km.cols(), km.outerStride(),
+                                                   km.innerStride(), layout_.kv_heads, layout_.d_k)),
+        km.cols(),
+        detail::bits(detail::side_by_side<const S>(vm.data(), vm.rows(), vm.cols(), vm.outerStride(),
+                                                   vm.innerStride(), layout_.kv_heads, layout_.d_v)),
+        vm.cols());
   }
   /// append() from [1, kv_heads, T_new, d] views (batch 1) of the storage type or of float.
   template <typename S>
   void append(SequenceId s, HeadsView<const S> k, HeadsView<const S> v) {
     check_input_type<S>();
-    compiled::kv_pool_append(pool_.get(), s.value, tokens_of(k), tokens_of(v));
+    abi::kv_pool_append(pool_.get(), s.value, detail::bits(k), -1, detail::bits(v), -1);
   }
 
   /// A new sequence that shares every page of s (no copy), with a new id.
   /// \throws std::invalid_argument when s is not in the cache; std::length_error as create().
-  SequenceId fork(SequenceId s) { return {compiled::kv_pool_fork(pool_.get(), s.value)}; }
+  SequenceId fork(SequenceId s) { return {abi::kv_pool_fork(pool_.get(), s.value)}; }
   /// Keeps the first `length` tokens of s (0 <= length <= this->length(s)).
-  void truncate(SequenceId s, std::int64_t length) {
-    compiled::kv_pool_truncate(pool_.get(), s.value, length);
-  }
+  void truncate(SequenceId s, std::int64_t length) { abi::kv_pool_truncate(pool_.get(), s.value, length); }
   /// Frees s and its pages that no other sequence shares. s (and every copy of it) is then stale:
   /// every use throws std::invalid_argument, even after create() reuses its slot.
-  void release(SequenceId s) { compiled::kv_pool_release(pool_.get(), s.value); }
+  void release(SequenceId s) { abi::kv_pool_release(pool_.get(), s.value); }
   /// Tokens held by s.
-  std::int64_t length(SequenceId s) const { return compiled::kv_pool_length(pool_.get(), s.value); }
+  std::int64_t length(SequenceId s) const { return abi::kv_pool_length(pool_.get(), s.value); }
   /// The page indices of s, in token order.
   std::vector<std::int32_t> pages(SequenceId s) const {
     std::vector<std::int32_t> p(
-        static_cast<std::size_t>(compiled::kv_pool_pages(pool_.get(), s.value, nullptr, 0)));
-    compiled::kv_pool_pages(pool_.get(), s.value, p.data(), static_cast<std::ptrdiff_t>(p.size()));
+        static_cast<std::size_t>(abi::kv_pool_pages(pool_.get(), s.value, nullptr, 0)));
+    abi::kv_pool_pages(pool_.get(), s.value, p.data(), static_cast<std::ptrdiff_t>(p.size()));
     return p;
   }
   /// Pages not held by any sequence: what appends can still take.
-  std::ptrdiff_t free_pages() const { return compiled::kv_pool_free_pages(pool_.get()); }
+  std::ptrdiff_t free_pages() const { return abi::kv_pool_free_pages(pool_.get()); }
   /// The free pages that appending n tokens to s would take: the new pages its tokens reach, plus
   /// one when its last page is partly filled and shared with another sequence (after fork()):
   /// that page is copied before it is written (copy-on-write). 0 for n = 0. The append succeeds
@@ -297,7 +260,7 @@ class PagedKVCache {
   /// if (cache.pages_needed(s, 1) > cache.free_pages()) preempt_some_sequence();
   /// \endcode
   std::ptrdiff_t pages_needed(SequenceId s, std::int64_t n) const {
-    return compiled::kv_pool_pages_needed(pool_.get(), s.value, n);
+    return abi::kv_pool_pages_needed(pool_.get(), s.value, n);
   }
 
   std::ptrdiff_t kv_heads() const { return layout_.kv_heads; }    ///< KV heads
@@ -312,44 +275,19 @@ class PagedKVCache {
   const T* value_pages() const { return static_cast<const T*>(layout_.v); }
 
   /// The pool behind this cache, for the compiled library.
-  const compiled::KVPool* pool() const { return pool_.get(); }
+  const abi::KVPool* pool() const { return pool_.get(); }
 
  private:
   struct Deleter {
-    void operator()(compiled::KVPool* p) const noexcept { compiled::kv_pool_destroy(p); }
+    void operator()(abi::KVPool* p) const noexcept { abi::kv_pool_destroy(p); }
   };
   template <typename S>
   static void check_input_type() {
     static_assert(std::is_same_v<S, T> || std::is_same_v<S, float>,
                   "EigenAttention: append takes keys and values of the cache's storage type or float");
   }
-  template <typename S>
-  static compiled::RawTokens tokens_of(const ConstStridedMap<S>& m, std::ptrdiff_t heads,
-                                       std::ptrdiff_t dim) {
-    // T_new x (heads * dim): token = row, head h's element c = column h * dim + c. Another
-    // width is passed as heads = -1, dim = its columns, for the library to report.
-    const std::ptrdiff_t cols = m.cols();
-    const bool split = cols == heads * dim;
-    return {m.data(),
-            KVStorageTraits<S>::storage,
-            m.rows(),
-            split ? heads : -1,
-            split ? dim : cols,
-            m.outerStride(),
-            split ? dim * m.innerStride() : 0,
-            m.innerStride()};
-  }
-  template <typename S>
-  static compiled::RawTokens tokens_of(const HeadsView<const S>& v) {
-    // The batch axis must be 1 (one sequence); a view with another batch is reported as heads -2.
-    return {v.data,        KVStorageTraits<S>::storage,
-            v.tokens,      v.batch == 1 ? v.heads : -2,
-            v.dim,         v.token_stride,
-            v.head_stride, v.dim_stride};
-  }
-
-  std::unique_ptr<compiled::KVPool, Deleter> pool_;
-  compiled::RawPagedKV layout_;
+  std::unique_ptr<abi::KVPool, Deleter> pool_;
+  abi::PagedKV layout_;
 };
 
 /// Writes decode attention for a batch of sequences of `cache` into attn (and lse): sequences[b]'s
@@ -378,13 +316,13 @@ void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* seque
   (void)detail::DecodeQueryCheck<T, S>{};
   (void)detail::DecodeOutputCheck<S, A>{};
   (void)detail::DecodeOutputCheck<ComputeScalar<S>, L>{};
-  detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
+  const abi::PagedKeys keys = detail::cache_keys(cache, sequences, batch);
   const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
   detail::decode_into<S>("attention_decode_into", keys, q,
                          cu_seqlens_q != nullptr ? cu_seqlens_q
                          : batch == 1            ? whole
                                                  : nullptr,
-                         std::forward<A>(attn), &lse, masks, cache.d_v(), opt);
+                         attn, &lse, masks, cache.d_v(), opt);
 }
 /// attention_decode_into() without the LSE output.
 template <typename T, typename Q, class A, detail::EnableIfDecodeOutputs<A> = 0>
@@ -394,13 +332,13 @@ void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* seque
   using S = std::remove_const_t<Q>;
   (void)detail::DecodeQueryCheck<T, S>{};
   (void)detail::DecodeOutputCheck<S, A>{};
-  detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences), batch};
+  const abi::PagedKeys keys = detail::cache_keys(cache, sequences, batch);
   const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
   detail::decode_into<S>("attention_decode_into", keys, q,
                          cu_seqlens_q != nullptr ? cu_seqlens_q
                          : batch == 1            ? whole
                                                  : nullptr,
-                         std::forward<A>(attn), detail::no_lse<S>(), masks, cache.d_v(), opt);
+                         attn, detail::no_lse<S>(), masks, cache.d_v(), opt);
 }
 
 /// Decode attention over pages the caller manages (PagedKVView): sequence b's queries are tokens
@@ -415,12 +353,13 @@ void attention_decode_into(const PagedKVView<T>& kv, const HeadsView<Q>& q, cons
   (void)detail::DecodeOutputCheck<S, A>{};
   (void)detail::DecodeOutputCheck<ComputeScalar<S>, L>{};
   const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
-  detail::ViewKeys<T> keys{kv};
+  const abi::PagedKV raw = kv.raw();
+  const abi::PagedKeys keys{nullptr, nullptr, 0, &raw};
   detail::decode_into<S>("attention_decode_into", keys, q,
                          cu_seqlens_q != nullptr ? cu_seqlens_q
                          : kv.batch == 1         ? whole
                                                  : nullptr,
-                         std::forward<A>(attn), &lse, masks, kv.d_v, opt);
+                         attn, &lse, masks, kv.d_v, opt);
 }
 /// attention_decode_into() over a PagedKVView, without the LSE output.
 template <typename T, typename Q, class A, detail::EnableIfDecodeOutputs<A> = 0>
@@ -430,12 +369,13 @@ void attention_decode_into(const PagedKVView<T>& kv, const HeadsView<Q>& q, cons
   (void)detail::DecodeQueryCheck<T, S>{};
   (void)detail::DecodeOutputCheck<S, A>{};
   const std::int64_t whole[2] = {0, static_cast<std::int64_t>(q.tokens)};
-  detail::ViewKeys<T> keys{kv};
+  const abi::PagedKV raw = kv.raw();
+  const abi::PagedKeys keys{nullptr, nullptr, 0, &raw};
   detail::decode_into<S>("attention_decode_into", keys, q,
                          cu_seqlens_q != nullptr ? cu_seqlens_q
                          : kv.batch == 1         ? whole
                                                  : nullptr,
-                         std::forward<A>(attn), detail::no_lse<S>(), masks, kv.d_v, opt);
+                         attn, detail::no_lse<S>(), masks, kv.d_v, opt);
 }
 
 /// Decode attention of Q's rows (T_q x (H d_k), heads side by side: the newest T_q tokens of
@@ -451,7 +391,7 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache, Se
   detail::InputView<DQ> q(Q.derived());
   const std::int64_t cu[2] = {0, static_cast<std::int64_t>(Q.rows())};
   RowMatrix<S> attn;
-  detail::CacheKeys<T> keys{cache, &s.value, 1};
+  const abi::PagedKeys keys = detail::cache_keys(cache, &s, 1);
   detail::decode_into<S>("attention_decode", keys, detail::queries_of(q.map(), cache.d_k()), cu, attn,
                          detail::no_lse<S>(), masks, cache.d_v(), opt);
   return attn;
@@ -477,8 +417,8 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVCache<T>& cache,
   }
   detail::InputView<DQ> q(Q.derived());
   RowMatrix<S> attn;
-  detail::CacheKeys<T> keys{cache, reinterpret_cast<const std::int32_t*>(sequences.data()),
-                            static_cast<std::ptrdiff_t>(sequences.size())};
+  const abi::PagedKeys keys =
+      detail::cache_keys(cache, sequences.data(), static_cast<std::ptrdiff_t>(sequences.size()));
   detail::decode_into<S>("attention_decode", keys, detail::queries_of(q.map(), cache.d_k()),
                          cu_seqlens_q.data(), attn, detail::no_lse<S>(), masks, cache.d_v(), opt);
   return attn;
@@ -496,7 +436,8 @@ RowMatrix<typename DQ::Scalar> attention_decode(const PagedKVView<T>& kv, const 
   detail::InputView<DQ> q(Q.derived());
   RowMatrix<S> attn;
   const std::int64_t whole[2] = {0, static_cast<std::int64_t>(Q.rows())};
-  detail::ViewKeys<T> keys{kv};
+  const abi::PagedKV raw = kv.raw();
+  const abi::PagedKeys keys{nullptr, nullptr, 0, &raw};
   detail::decode_into<S>("attention_decode", keys, detail::queries_of(q.map(), kv.d_k),
                          cu_seqlens_q != nullptr ? cu_seqlens_q
                          : kv.batch == 1         ? whole

@@ -63,6 +63,9 @@ struct PackedSequences {
 /// with every output in place.
 enum class Stage { BeforeSizing, Complete };
 
+/// A call's parts: the inputs (for a decode call, Q alone: its keys are `paged`), the outputs, the
+/// backward's gradients, the offsets of a packed batch (of a decode call, cu_seqlens_q alone: its
+/// cu_k is null), the masks, paged keys and values (decode), and the stage of the check.
 template <typename T>
 struct Call {
   const char* api = "";
@@ -72,6 +75,7 @@ struct Call {
   std::optional<Gradients<T>> backward;
   std::optional<PackedSequences> packed;
   Masks<T> masks;
+  std::optional<PagedKeys<ComputeScalar<T>>> paged;
   Stage stage = Stage::Complete;
 };
 

@@ -8,6 +8,7 @@
 #include "check/masks.hpp"
 #include "check/options.hpp"
 #include "check/overlap.hpp"
+#include "check/paged.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -56,6 +57,7 @@ void check_wanted(const Call<T>& c) {
          c.form == Form::Matrix ? "neither SCORES nor ATTN is asked for" : "neither out nor scores is given");
   }
   if (c.out.attn && !c.in.v) fail(c.api, "ATTN is asked for without V");
+  if (c.paged && (c.backward || scores)) fail(c.api, "decode computes ATTN and LSE only");
   if (c.out.scores && c.out.compute_scores)
     fail(c.api, "SCORES are asked for twice (scores and float_scores)");
 }
@@ -170,6 +172,7 @@ Problem<T> assemble(const Call<T>& c, const ResolvedOptions<ComputeScalar<T>>& o
   p.masks = c.masks;
   p.sequences = c.packed ? c.packed->sequences : c.in.q.batch;
   if (c.packed) p.cu_q = c.packed->cu_q, p.cu_k = c.packed->cu_k;
+  p.paged = c.paged;
   p.want_out = c.out.attn.has_value(), p.out = c.out.attn.value_or(HeadsView<T>{});
   p.want_lse = c.out.lse.has_value(), p.lse = c.out.lse.value_or(HeadsView<ComputeScalar<T>>{});
   p.want_scores = c.out.scores || c.out.compute_scores;
@@ -193,10 +196,15 @@ template <typename T>
 Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   check_wanted(c);
   InputList inputs;
-  check_inputs(c, inputs);
-  check_gradient_inputs(c, inputs);
-  check_masks(c, inputs);
-  const auto resolved = check_options<ComputeScalar<T>>(c.api, opt, array_of("Q", c.in.q, c.form));
+  if (c.paged) {  // a decode call: K and V in pages, each sequence's offsets into Q, ALiBi
+    check_paged_inputs(c, inputs);
+  } else {
+    check_inputs(c, inputs);
+    check_gradient_inputs(c, inputs);
+    check_masks(c, inputs);
+  }
+  const auto resolved = c.paged ? check_paged_options(c, opt)
+                                : check_options<ComputeScalar<T>>(c.api, opt, array_of("Q", c.in.q, c.form));
   OutputList outputs;
   check_outputs(c, outputs);
   check_gradient_outputs(c, outputs);

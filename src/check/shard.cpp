@@ -46,17 +46,20 @@ void backward(const char* api, HeadsView<const T> q, HeadsView<const T> k, Heads
 }
 
 }  // namespace
+}  // namespace internal
+
+namespace abi {
 
 #define EIGEN_ATTENTION_DEFINE_SHARD_CHECK(T, L)                                                          \
   void check_shard(const char* api, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,     \
                    HeadsView<T> attn, HeadsView<L> lse, const Options& opt, const Masks<T>& masks) {      \
-    forward(api, q, k, v, attn, lse, opt, masks);                                                         \
+    internal::forward(api, q, k, v, attn, lse, opt, masks);                                               \
   }                                                                                                       \
   void check_shard_backward(const char* api, HeadsView<const T> q, HeadsView<const T> k,                  \
                             HeadsView<const T> v, HeadsView<const T> attn, HeadsView<const L> lse,        \
                             HeadsView<const T> d_attn, HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, \
                             const Options& opt, const Masks<T>& masks) {                                  \
-    backward(api, q, k, v, attn, lse, d_attn, dq, dk, dv, opt, masks);                                    \
+    internal::backward(api, q, k, v, attn, lse, d_attn, dq, dk, dv, opt, masks);                          \
   }
 
 EIGEN_ATTENTION_DEFINE_SHARD_CHECK(float, float)
@@ -65,5 +68,5 @@ EIGEN_ATTENTION_DEFINE_SHARD_CHECK(BFloat16Bits, float)
 EIGEN_ATTENTION_DEFINE_SHARD_CHECK(HalfBits, float)
 #undef EIGEN_ATTENTION_DEFINE_SHARD_CHECK
 
-}  // namespace internal
+}  // namespace abi
 }  // namespace EigenAttention

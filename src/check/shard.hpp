@@ -2,8 +2,8 @@
 // The check of one rank's shard of a distributed call (EigenAttention::MPI, src/distributed/):
 // the library's own validator (make_problem, call.hpp) on the real call, so that a shard is held
 // to the same rules, messages, overlap rule and overflow-checked extents as a single-process
-// call. Exported from the core library for the component, which may link its shared form; not
-// installed, not part of the API.
+// call. Exported from the core library, in its abi:: namespace, for the component, which may link
+// its shared form; not installed, not part of the API.
 #pragma once
 
 #include <EigenAttention/HeadsView.hpp>
@@ -13,7 +13,7 @@
 #include <EigenAttention/export.hpp>
 
 namespace EigenAttention {
-namespace internal {
+namespace abi {
 
 // check_shard: the forward on this rank's views, q [B, H, T_q,r, d_k], k and v, attn required,
 // lse wanted when not empty, as attention_heads_into() checks them. check_shard_backward: the
@@ -36,5 +36,5 @@ EIGEN_ATTENTION_SHARD_CHECK(BFloat16Bits, float)
 EIGEN_ATTENTION_SHARD_CHECK(HalfBits, float)
 #undef EIGEN_ATTENTION_SHARD_CHECK
 
-}  // namespace internal
+}  // namespace abi
 }  // namespace EigenAttention

@@ -102,10 +102,10 @@ std::string shard_error(const Call<T>& c, int rank) {
   }
   try {
     if (c.backward) {
-      EigenAttention::internal::check_shard_backward(who.c_str(), c.q, c.k, c.v, c.fwd_out, c.fwd_lse,
-                                                     c.d_out, c.dq, c.dk, c.dv, c.opt, c.masks);
+      EigenAttention::abi::check_shard_backward(who.c_str(), c.q, c.k, c.v, c.fwd_out, c.fwd_lse, c.d_out,
+                                                c.dq, c.dk, c.dv, c.opt, c.masks);
     } else {
-      EigenAttention::internal::check_shard(who.c_str(), c.q, c.k, c.v, c.out, c.lse, c.opt, c.masks);
+      EigenAttention::abi::check_shard(who.c_str(), c.q, c.k, c.v, c.out, c.lse, c.opt, c.masks);
     }
   } catch (const std::invalid_argument& e) {
     return e.what();

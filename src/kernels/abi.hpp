@@ -16,8 +16,6 @@
 
 namespace EigenAttention {
 
-enum class KVStorage : std::int32_t;  // KVCache.hpp
-
 namespace internal {
 
 /// The kernels' per-thread scratch holds fewer than kScratchRows rows of max(d_k, d_v, T_k)
@@ -127,7 +125,7 @@ struct BackwardKernel {
 /// Query rows of one tile of the backward pass, and keys of one key tile.
 /// Decode attention (KVCache.hpp): one split-K chunk of one sequence's keys for the query rows
 /// of one GQA group (the `group` query heads that read one KV head), on paged keys and values of
-/// any KVStorage, computed in T. Row r of q, out and lse is query head r / rows of the group,
+/// any storage type, computed in T. Row r of q, out and lse is query head r / rows of the group,
 /// token first_row + r % rows of the sequence. out gets the chunk's normalised attention, lse its
 /// log-sum-exp (-inf for a row that sees no key of the chunk); decode.cpp merges the chunks.
 template <typename T>
@@ -136,7 +134,7 @@ struct RawDecodeChunk {
   const T* alibi;       // the group's ALiBi slopes, when shape.has_alibi
   const T* q;           // group * rows rows of d_k, contiguous
   index_t group, first_row, rows;
-  KVStorage storage;
+  ScalarType storage;
   const void* k;  // element 0 of the KV head in page 0
   const void* v;
   index_t page_size, k_page_stride, k_token_stride, v_page_stride, v_token_stride;

@@ -378,10 +378,10 @@ void decode_chunk(const RawDecodeChunk<T>& c) {
     decode_chunk_as<T, double>(c);
   } else {
     switch (c.storage) {
-      case KVStorage::BFloat16:
+      case ScalarType::BFloat16:
         decode_chunk_as<T, BFloat16Bits>(c);
         return;
-      case KVStorage::Float16:
+      case ScalarType::Float16:
         decode_chunk_as<T, HalfBits>(c);
         return;
       default:

@@ -164,10 +164,10 @@ class CacheModel {
 
 /// Element `col` (head col / d, element col % d) of slot `slot` of page `page` of the cache's
 /// keys (or values, `keys` false), wherever the pool's layout puts it (its strides, from
-/// compiled::kv_pool_layout: NHD or HND alike).
+/// abi::kv_pool_layout: NHD or HND alike).
 template <typename S>
 S stored_element(const ea::PagedKVCache<S>& cache, bool keys, Index page, Index slot, Index col) {
-  const ea::compiled::RawPagedKV l = ea::compiled::kv_pool_layout(cache.pool());
+  const ea::abi::PagedKV l = ea::abi::kv_pool_layout(cache.pool());
   const Index d = keys ? l.d_k : l.d_v;
   const Index at =
       keys ? page * l.k_page_stride + slot * l.k_token_stride + (col / d) * l.k_head_stride + col % d

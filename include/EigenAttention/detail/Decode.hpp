@@ -3,8 +3,7 @@
 /// What the decode front doors of KVCache.hpp share: outputs given as a HeadsView or an Eigen
 /// matrix (the heads side by side), the one path that validates, sizes and runs a decode call,
 /// and the compile-time checks of its scalar types. Not part of the documented API: call
-/// attention_decode and attention_decode_into. Included by KVCache.hpp after KVStorage, which the
-/// boundary's types name.
+/// attention_decode and attention_decode_into.
 #pragma once
 
 #ifndef EIGEN_ATTENTION_PUBLIC_HEADER
@@ -27,6 +26,7 @@
 #include <EigenAttention/detail/AbiMultiHead.hpp>
 #include <EigenAttention/detail/CheckedArithmetic.hpp>
 #include <EigenAttention/detail/FrontDoor.hpp>
+#include <EigenAttention/detail/SingleHead.hpp>
 #include <EigenAttention/export.hpp>
 
 namespace EigenAttention {
@@ -36,13 +36,24 @@ class PagedKVCache;
 template <typename T>
 struct PagedKVView;
 
-namespace compiled {
+namespace abi {
 
-/// A PagedKVView without its type: what crosses into the compiled library (fields as there).
-struct RawPagedKV {
-  const void* k = nullptr;                 ///< PagedKVView::k_pages
-  const void* v = nullptr;                 ///< PagedKVView::v_pages
-  KVStorage storage = KVStorage::Float32;  ///< the element type of the pages
+/// The strides, in elements, of pages laid out [num_pages, kv_heads, page_size, dim]
+/// (FlashInfer's "HND", a PagedKVCache's layout): the one definition of that layout.
+struct PageStrides {
+  std::ptrdiff_t page, token, head;  ///< between pages, slots (tokens) and heads
+};
+/// The HND strides of pages of `kv_heads` heads, `page_size` slots and `dim` elements.
+constexpr PageStrides hnd_strides(std::ptrdiff_t kv_heads, std::ptrdiff_t page_size, std::ptrdiff_t dim) {
+  return {kv_heads * page_size * dim, dim, page_size * dim};
+}
+
+/// A PagedKVView as it crosses into the compiled library: its fields, and the element type of
+/// the pages as the library's one scalar name.
+struct PagedKV {
+  const void* k = nullptr;                   ///< PagedKVView::k_pages
+  const void* v = nullptr;                   ///< PagedKVView::v_pages
+  ScalarType storage = ScalarType::Float32;  ///< the element type of the pages
   ///@{
   /// Sizes, as PagedKVView's.
   std::ptrdiff_t num_pages = 0, page_size = 0, kv_heads = 0, d_k = 0, d_v = 0;
@@ -58,47 +69,46 @@ struct RawPagedKV {
   std::ptrdiff_t batch = 0;                    ///< PagedKVView::batch
 };
 
-/// New tokens for PagedKVCache::append, without their type: element (t, h, c) at
-/// data[t * token_stride + h * head_stride + c * dim_stride].
-struct RawTokens {
-  const void* data = nullptr;           ///< element (0, 0, 0)
-  KVStorage type = KVStorage::Float32;  ///< its type: the cache's storage type or Float32
-  std::ptrdiff_t tokens = 0;            ///< T_new
-  std::ptrdiff_t heads = 0;             ///< kv_heads; -1: a matrix of another width; -2: batch != 1
-  std::ptrdiff_t dim = 0;               ///< d_k or d_v (the width when heads is -1)
-  std::ptrdiff_t token_stride = 0;      ///< elements between tokens
-  std::ptrdiff_t head_stride = 0;       ///< elements between heads
-  std::ptrdiff_t dim_stride = 1;        ///< elements between a head's elements
-};
-
-/// The queries, outputs and ALiBi slopes of one decode call, on Scalar: float, double,
-/// BFloat16Bits or HalfBits (16-bit queries and attn go with a 16-bit cache and compute in float).
-template <typename Scalar>
-struct DecodeArgs {
-  using Compute = ComputeScalar<Scalar>;       ///< the type of lse and the ALiBi slopes
-  HeadsView<const Scalar> q;                   ///< [1, H, T_q, d_k]
-  const std::int64_t* cu_seqlens_q = nullptr;  ///< batch + 1 offsets into q's tokens
-  HeadsView<Scalar> attn;                      ///< [1, H, T_q, d_v]
-  HeadsView<Compute> lse;                      ///< [1, H, T_q, 1]; empty: not wanted
-  const Compute* alibi_slopes = nullptr;       ///< H slopes, or null
-  /// Check the keys, queries, offsets, options and the outputs given (not empty) only: the
-  /// front doors' check before they resize an output.
-  bool inputs_only = false;
-};
-
 struct KVPool;  ///< the state of a PagedKVCache, opaque here
 
+/// The keys and values of a decode call, the paged input form of the one pipeline: `batch`
+/// sequences of a cache's pool (`pool`, `sequences`), or a caller's view (`view`; pool null).
+struct PagedKeys {
+  const KVPool* pool = nullptr;
+  const std::int32_t* sequences = nullptr;  ///< SequenceId values, batch of them
+  std::ptrdiff_t batch = 0;
+  const PagedKV* view = nullptr;
+};
+
+/// An output of a decode call: a view [1, H, T_q, d] (matrix null), or the caller's Eigen matrix
+/// holding the heads side by side, T_q x (H d) (Output of detail/AbiSingleHead.hpp: resized by
+/// the call, through the caller's translation unit, once everything else has passed).
+template <typename S>
+struct DecodeOutput {
+  HeadsView<S> view{};
+  Output<S>* matrix = nullptr;
+};
+
 /// PagedKVCache's constructor. \throws std::invalid_argument, std::bad_alloc.
-EIGEN_ATTENTION_EXPORT KVPool* kv_pool_create(KVStorage storage, std::ptrdiff_t kv_heads, std::ptrdiff_t d_k,
+EIGEN_ATTENTION_EXPORT KVPool* kv_pool_create(ScalarType storage, std::ptrdiff_t kv_heads, std::ptrdiff_t d_k,
                                               std::ptrdiff_t d_v, std::ptrdiff_t page_size,
                                               std::ptrdiff_t capacity_tokens);
 /// PagedKVCache's destructor.
 EIGEN_ATTENTION_EXPORT void kv_pool_destroy(KVPool* pool) noexcept;
 /// PagedKVCache::create.
 EIGEN_ATTENTION_EXPORT std::int32_t kv_pool_create_sequence(KVPool* pool);
-/// PagedKVCache::append.
-EIGEN_ATTENTION_EXPORT void kv_pool_append(KVPool* pool, std::int32_t sequence, const RawTokens& k,
-                                           const RawTokens& v);
+/// PagedKVCache::append: k and v are [1, kv_heads, T_new, d] of the storage type or float (a view
+/// of another shape is reported as the caller's matrix when `matrix_cols` >= 0: T_new x
+/// matrix_cols).
+#define EIGEN_ATTENTION_KV_POOL_APPEND(S)                                                               \
+  EIGEN_ATTENTION_EXPORT void kv_pool_append(KVPool* pool, std::int32_t sequence, HeadsView<const S> k, \
+                                             std::ptrdiff_t k_matrix_cols, HeadsView<const S> v,        \
+                                             std::ptrdiff_t v_matrix_cols);
+EIGEN_ATTENTION_KV_POOL_APPEND(float)
+EIGEN_ATTENTION_KV_POOL_APPEND(double)
+EIGEN_ATTENTION_KV_POOL_APPEND(BFloat16Bits)
+EIGEN_ATTENTION_KV_POOL_APPEND(HalfBits)
+#undef EIGEN_ATTENTION_KV_POOL_APPEND
 /// PagedKVCache::fork.
 EIGEN_ATTENTION_EXPORT std::int32_t kv_pool_fork(KVPool* pool, std::int32_t sequence);
 /// PagedKVCache::truncate.
@@ -116,36 +126,23 @@ EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_pages_needed(const KVPool* pool, s
 EIGEN_ATTENTION_EXPORT std::ptrdiff_t kv_pool_pages(const KVPool* pool, std::int32_t sequence,
                                                     std::int32_t* out, std::ptrdiff_t capacity);
 /// The pool's pages (pointers, sizes, strides; no sequences).
-EIGEN_ATTENTION_EXPORT RawPagedKV kv_pool_layout(const KVPool* pool);
+EIGEN_ATTENTION_EXPORT PagedKV kv_pool_layout(const KVPool* pool);
 
-/// Decode over a PagedKVView (float queries: float, bfloat16 or half pages).
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<float>& args,
-                                   const Options& opt);
-/// Decode over sequences of a PagedKVCache (float queries: float, bfloat16 or half pages).
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
-                                   std::ptrdiff_t batch, const DecodeArgs<float>& args, const Options& opt);
-/// Decode over a PagedKVView (double queries and pages).
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<double>& args,
-                                   const Options& opt);
-/// Decode over sequences of a PagedKVCache (double queries and pages).
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
-                                   std::ptrdiff_t batch, const DecodeArgs<double>& args, const Options& opt);
-/// Decode over a PagedKVView (bfloat16 queries and pages).
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv,
-                                   const DecodeArgs<BFloat16Bits>& args, const Options& opt);
-/// Decode over sequences of a PagedKVCache (bfloat16 queries and pages).
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
-                                   std::ptrdiff_t batch, const DecodeArgs<BFloat16Bits>& args,
-                                   const Options& opt);
-/// Decode over a PagedKVView (half queries and pages).
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const RawPagedKV& kv, const DecodeArgs<HalfBits>& args,
-                                   const Options& opt);
-/// Decode over sequences of a PagedKVCache (half queries and pages).
-EIGEN_ATTENTION_EXPORT void decode(const char* api, const KVPool* pool, const std::int32_t* sequences,
-                                   std::ptrdiff_t batch, const DecodeArgs<HalfBits>& args,
-                                   const Options& opt);
+/// Decode attention of the queries q ([1, H, T_q, d_k], element type S; sequence b's are tokens
+/// cu_seqlens_q[b] .. cu_seqlens_q[b + 1]) against `keys`, into attn (and lse when not null), with
+/// the ALiBi slopes of `masks` (of the compute type L; a mask, bias or key lengths throw). Validates
+/// everything, sizes the outputs that are the caller's resizable matrices, then computes.
+#define EIGEN_ATTENTION_ABI_DECODE(S, L)                                                           \
+  EIGEN_ATTENTION_EXPORT void decode(const char* api, const PagedKeys& keys, HeadsView<const S> q, \
+                                     const std::int64_t* cu_seqlens_q, DecodeOutput<S>& attn,      \
+                                     DecodeOutput<L>* lse, const Options& opt, const Masks<L>& masks);
+EIGEN_ATTENTION_ABI_DECODE(float, float)
+EIGEN_ATTENTION_ABI_DECODE(double, double)
+EIGEN_ATTENTION_ABI_DECODE(BFloat16Bits, float)
+EIGEN_ATTENTION_ABI_DECODE(HalfBits, float)
+#undef EIGEN_ATTENTION_ABI_DECODE
 
-}  // namespace compiled
+}  // namespace abi
 
 namespace detail {
 
@@ -192,19 +189,6 @@ bool decode_will_resize(const O& out, std::ptrdiff_t heads, std::ptrdiff_t token
   }
 }
 
-/// An output of a decode call as the view [1, H, T_q, dim]: a HeadsView as it is, an Eigen matrix
-/// as T_q x (H dim), heads side by side (a resizable one resized to that first).
-template <typename S, class O>
-HeadsView<S> decode_output(O&& out, std::ptrdiff_t heads, std::ptrdiff_t tokens, std::ptrdiff_t dim) {
-  if constexpr (kIsHeadsView<O>) {
-    (void)heads, (void)tokens, (void)dim;
-    return out;
-  } else {
-    auto m = output_view(std::forward<O>(out), tokens, heads * dim);
-    return side_by_side<S>(m.data(), m.rows(), m.cols(), m.outerStride(), m.innerStride(), heads, dim);
-  }
-}
-
 /// The Extent of a view (its byte span; none when it does not fit std::ptrdiff_t: the library
 /// rejects it, naming it).
 template <typename S>
@@ -238,46 +222,34 @@ Extent decode_extent(const char* name, const O& out) {
   }
 }
 
-/// The ALiBi slopes of a decode call's masks (null: none); a mask, bias or key lengths throw:
-/// decode's keys are each sequence's cached tokens, whose lengths the cache holds.
-template <typename Scalar>
-const Scalar* decode_alibi(const char* api, const Masks<Scalar>& masks) {
-  if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
-    throw std::invalid_argument(std::string("EigenAttention::") + api +
-                                ": decode takes ALiBi slopes only from masks (masks.mask, masks.bias and "
-                                "masks.key_lengths must be empty: each sequence's keys are the cache's)");
-  }
-  return masks.alibi_slopes;
-}
-
 /// No LSE output.
 template <typename S>
 HeadsView<ComputeScalar<S>>* no_lse() {
   return nullptr;
 }
 
-/// The decode calls' one path: validate the inputs and the fixed outputs, size the resizable
-/// outputs, run. `keys(api, args, opt)` calls the library on the cache or the view.
-template <typename S, class Keys, class A, class L>
-void decode_into(const char* api, const Keys& keys, const HeadsView<const S>& q, const std::int64_t* cu,
-                 A&& attn, L* lse, const Masks<ComputeScalar<S>>& masks, std::ptrdiff_t d_v,
-                 const Options& opt) {
+/// An output argument as it crosses the boundary: a HeadsView as it is; an Eigen matrix (heads
+/// side by side) as its abi::Output, kept in `matrix`.
+template <typename S, class O>
+abi::DecodeOutput<AbiScalar<S>> decode_output(O& out, abi::Output<AbiScalar<S>>& matrix) {
+  if constexpr (kIsHeadsView<O>) {
+    return {bits(HeadsView<S>(out)), nullptr};
+  } else {
+    matrix = abi_output(out);
+    return {HeadsView<AbiScalar<S>>{}, &matrix};
+  }
+}
+
+/// The decode calls' one path: the check that no output to be resized is an input or another
+/// output, then one call into the library, which validates, sizes the resizable outputs through
+/// this translation unit and computes. d_v: the keys' value dim (for the resize check).
+template <typename S, class A, class L>
+void decode_into(const char* api, const abi::PagedKeys& keys, const HeadsView<const S>& q,
+                 const std::int64_t* cu, A& attn, L* lse, const Masks<ComputeScalar<S>>& masks,
+                 std::ptrdiff_t d_v, const Options& opt) {
   using C = ComputeScalar<S>;
-  compiled::DecodeArgs<AbiScalar<S>> a;
-  a.q = bits<const S>(q);
-  a.cu_seqlens_q = cu;
-  a.alibi_slopes = decode_alibi(api, masks);
   const std::ptrdiff_t H = q.heads, T = q.tokens;
-  const bool resize_attn = decode_will_resize(attn, H, T, d_v);
-  const bool resize_lse = lse != nullptr && decode_will_resize(*lse, H, T, 1);
-  if (resize_attn || resize_lse) {
-    // Everything but the outputs to be resized is checked before any is resized.
-    a.inputs_only = true;
-    if (!resize_attn) a.attn = bits(decode_output<S>(attn, H, T, d_v));
-    if (lse != nullptr && !resize_lse) a.lse = decode_output<C>(*lse, H, T, 1);
-    keys(api, a, opt);
-    a.inputs_only = false;
-    a.lse = {};
+  if (decode_will_resize(attn, H, T, d_v) || (lse != nullptr && decode_will_resize(*lse, H, T, 1))) {
     if (lse != nullptr) {
       check_resizable_apart(api, {view_extent("Q", q)},
                             {decode_extent("attn", attn), decode_extent("lse", *lse)}, mask_extents(masks));
@@ -285,30 +257,23 @@ void decode_into(const char* api, const Keys& keys, const HeadsView<const S>& q,
       check_resizable_apart(api, {view_extent("Q", q)}, {decode_extent("attn", attn)}, mask_extents(masks));
     }
   }
-  a.attn = bits(decode_output<S>(std::forward<A>(attn), H, T, d_v));
-  if (lse != nullptr) a.lse = decode_output<C>(*lse, H, T, 1);
-  keys(api, a, opt);
+  abi::Output<AbiScalar<S>> attn_matrix;
+  abi::Output<AbiScalar<C>> lse_matrix;
+  abi::DecodeOutput<AbiScalar<S>> a = decode_output<S>(attn, attn_matrix);
+  if (lse != nullptr) {
+    abi::DecodeOutput<AbiScalar<C>> l = decode_output<C>(*lse, lse_matrix);
+    abi::decode(api, keys, bits(q), cu, a, &l, opt, masks);
+  } else {
+    abi::decode(api, keys, bits(q), cu, a, nullptr, opt, masks);
+  }
 }
 
-template <typename T>
-struct CacheKeys {
-  const PagedKVCache<T>& cache;
-  const std::int32_t* sequences;
-  std::ptrdiff_t batch;
-  template <typename Scalar>
-  void operator()(const char* api, const compiled::DecodeArgs<Scalar>& a, const Options& opt) const {
-    compiled::decode(api, cache.pool(), sequences, batch, a, opt);
-  }
-};
-
-template <typename T>
-struct ViewKeys {
-  const PagedKVView<T>& view;
-  template <typename Scalar>
-  void operator()(const char* api, const compiled::DecodeArgs<Scalar>& a, const Options& opt) const {
-    compiled::decode(api, view.raw(), a, opt);
-  }
-};
+/// The keys of a decode call on `batch` sequences of a cache.
+template <typename T, typename Id>
+abi::PagedKeys cache_keys(const PagedKVCache<T>& cache, const Id* sequences, std::ptrdiff_t batch) {
+  static_assert(sizeof(Id) == sizeof(std::int32_t), "a SequenceId is a plain int32");
+  return {cache.pool(), reinterpret_cast<const std::int32_t*>(sequences), batch, nullptr};
+}
 
 /// Decode queries (and attn) are of the cache's compute type, or of its 16-bit storage type.
 template <typename T, typename S>
