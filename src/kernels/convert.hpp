@@ -50,6 +50,38 @@ T from_compute(ComputeScalar<T> x) {
   }
 }
 
+// Packets of 16-bit elements widened to floats in registers, where the instruction set has a
+// packet of floats that wide: bfloat16 with AVX-512 (16) or AVX2 (8), half with AVX-512 (16) or
+// F16C (8). widen() below and the decode kernel's rows (kernels/decode.hpp) read through these.
+#if defined(__AVX512F__)
+/// src[0, 16) as 16 floats.
+inline __m512 widen_packet(const BFloat16Bits* src) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));  // exact: bf16 is a float's top half
+}
+/// src[0, 16) as 16 floats.
+inline __m512 widen_packet(const HalfBits* src) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+}
+constexpr index_t kWidePacketBFloat16 = 16, kWidePacketHalf = 16;
+#else
+#if defined(__AVX2__)
+/// src[0, 8) as 8 floats.
+inline __m256 widen_packet(const BFloat16Bits* src) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));  // exact: bf16 is a float's top half
+}
+constexpr index_t kWidePacketBFloat16 = 8;
+#endif
+#if defined(__F16C__)
+/// src[0, 8) as 8 floats.
+inline __m256 widen_packet(const HalfBits* src) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+}
+constexpr index_t kWidePacketHalf = 8;
+#endif
+#endif
+
 /// dst[0, n) = src[0, n * stride) widened to float (stride in elements).
 template <typename T>
 void widen(const T* src, index_t stride, index_t n, float* dst) {
@@ -57,25 +89,17 @@ void widen(const T* src, index_t stride, index_t n, float* dst) {
   if (stride == 1) {
     if constexpr (std::is_same_v<T, BFloat16Bits>) {
 #if defined(__AVX512F__)
-      for (; j + 16 <= n; j += 16) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j));
-        _mm512_storeu_ps(dst + j, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
-      }
+      for (; j + kWidePacketBFloat16 <= n; j += kWidePacketBFloat16)
+        _mm512_storeu_ps(dst + j, widen_packet(src + j));
 #elif defined(__AVX2__)
-      for (; j + 8 <= n; j += 8) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j));
-        _mm256_storeu_ps(dst + j, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
-      }
+      for (; j + kWidePacketBFloat16 <= n; j += kWidePacketBFloat16)
+        _mm256_storeu_ps(dst + j, widen_packet(src + j));
 #endif
-    } else {
+    } else if constexpr (std::is_same_v<T, HalfBits>) {
 #if defined(__AVX512F__)
-      for (; j + 16 <= n; j += 16)
-        _mm512_storeu_ps(dst + j,
-                         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j))));
+      for (; j + kWidePacketHalf <= n; j += kWidePacketHalf) _mm512_storeu_ps(dst + j, widen_packet(src + j));
 #elif defined(__F16C__)
-      for (; j + 8 <= n; j += 8)
-        _mm256_storeu_ps(dst + j,
-                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + j))));
+      for (; j + kWidePacketHalf <= n; j += kWidePacketHalf) _mm256_storeu_ps(dst + j, widen_packet(src + j));
 #endif
     }
   }

@@ -75,41 +75,29 @@ struct StoredRow {  // S == T, or converted into the buffer
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 template <>
-struct StoredRow<float, BFloat16Bits> {
-  const std::uint16_t* bits = nullptr;
+struct StoredRow<float, BFloat16Bits> {  // widen_packet of convert.hpp: 16 (AVX-512) or 8 (AVX2)
+  const BFloat16Bits* data = nullptr;
   StoredRow() = default;
-  StoredRow(const BFloat16Bits* data, index_t, float*) : bits(reinterpret_cast<const std::uint16_t*>(data)) {}
+  StoredRow(const BFloat16Bits* d, index_t, float*) : data(d) {}
   template <class Packet>
   Packet packet(index_t c) const {
-#if defined(__AVX512F__)
-    const __m512i wide =
-        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + c)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-#else
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + c)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-#endif
+    return widen_packet(data + c);
   }
-  float at(index_t c) const {
-    const std::uint32_t u = static_cast<std::uint32_t>(bits[c]) << 16;
-    float f;
-    std::memcpy(&f, &u, sizeof f);
-    return f;
-  }
+  float at(index_t c) const { return to_compute(data[c]); }
 };
 #endif
 
 #if defined(__AVX512F__)
 template <>
-struct StoredRow<float, HalfBits> {
-  const std::uint16_t* bits = nullptr;
+struct StoredRow<float, HalfBits> {  // widen_packet of convert.hpp: 16
+  const HalfBits* data = nullptr;
   StoredRow() = default;
-  StoredRow(const HalfBits* data, index_t, float*) : bits(reinterpret_cast<const std::uint16_t*>(data)) {}
+  StoredRow(const HalfBits* d, index_t, float*) : data(d) {}
   template <class Packet>
   Packet packet(index_t c) const {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + c)));
+    return widen_packet(data + c);
   }
-  float at(index_t c) const { return static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(bits[c])); }
+  float at(index_t c) const { return to_compute(data[c]); }
 };
 #endif
 
