@@ -176,6 +176,7 @@ unsigned char* page_row(const KVPool& pool, unsigned char* base, index_t dim, in
 template <typename S>
 void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* base, index_t dim,
                   index_t first, const HeadsView<const S>& src) {
+  if (src.dim == 0) return;  // d = 0: nothing to store (and src.data may be null: no offsets from it)
   const bool same = kScalarType<S> == pool.storage;
   for (index_t t = 0; t < src.tokens; ++t) {
     const index_t pos = first + t;
@@ -183,7 +184,7 @@ void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* 
     for (index_t h = 0; h < src.heads; ++h) {
       unsigned char* row = page_row(pool, base, dim, page, h, slot);
       const S* from = src.data + t * src.token_stride + h * src.head_stride;
-      if (same && src.dim_stride == 1 && src.dim > 0) {  // a head's elements side by side: one copy
+      if (same && src.dim_stride == 1) {  // a head's elements side by side: one copy
         std::memcpy(row, from, static_cast<std::size_t>(src.dim * pool.bytes));
         continue;
       }

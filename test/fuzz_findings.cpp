@@ -398,3 +398,20 @@ TEST_CASE("fuzz finding as-heads-overflow: view factories whose strides overflow
   CHECK_THROWS_AS((void)npy::as_heads<float>(a, ea::Layout::BHTD, "a"), npy::Error);
   CHECK_THROWS_AS((void)npy::as_heads<float>(a, ea::Layout::BTHD, "a"), npy::Error);
 }
+
+TEST_CASE("fuzz finding append-null-values-d0: a cache with d_v = 0 appends values of no element") {
+  // With d_v = 0, an append's V view ([1, kv_heads, T_new, 0]: no element, a null pointer, strides
+  // of the caller's layout) was read at null + token * token_stride (undefined behaviour: UBSan's
+  // "applying non-zero offset to null pointer", which clang reports: the fuzz build; GCC does not check it).
+  ea::PagedKVCache<float> cache(2, 4, 0, 16, 64);
+  const ea::SequenceId s = cache.create();
+  std::vector<float> keys(3 * 2 * 4, 0.5f);
+  const ea::HeadsView<const float> k{keys.data(), 1, 2, 3, 4, 0, 4, 8, 1};  // [1, 2, 3, 4], BTHD
+  const ea::HeadsView<const float> v{nullptr, 1, 2, 3, 0, 0, 0, 4, 1};      // [1, 2, 3, 0]
+  cache.append(s, k, v);
+  CHECK(cache.length(s) == 3);
+  const Eigen::MatrixXf q = Eigen::MatrixXf::Ones(1, 8);  // H = 2 heads of d_k = 4
+  const auto attn = ea::attention_decode(cache, s, q);
+  CHECK(attn.rows() == 1);
+  CHECK(attn.cols() == 0);
+}
