@@ -58,18 +58,10 @@ EIGEN_ATTENTION_ABI_DISTRIBUTED(HalfBits, float)
 
 namespace detail {
 
-/// A matrix map as the [1, 1, T, d] view of one head.
+/// A matrix map as the [1, 1, T, d] view of one head (HeadsView::single).
 template <class Derived>
 HeadsView<const typename Derived::Scalar> single(const ConstStridedMap<typename Derived::Scalar>& m) {
-  return {m.data(),
-          1,
-          1,
-          static_cast<std::ptrdiff_t>(m.rows()),
-          static_cast<std::ptrdiff_t>(m.cols()),
-          0,
-          0,
-          static_cast<std::ptrdiff_t>(m.rowStride()),
-          static_cast<std::ptrdiff_t>(m.colStride())};
+  return HeadsView<const typename Derived::Scalar>::single(m);
 }
 /// Enables a multi-head distributed front door for views of float or double (const or not).
 template <typename Q>
