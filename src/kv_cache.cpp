@@ -30,6 +30,7 @@
 #include <Eigen/Core>
 
 #include "check/array.hpp"
+#include "check/options.hpp"
 #include "kernels/convert.hpp"
 #include "outputs.hpp"
 #include "paged_keys.hpp"
@@ -485,7 +486,7 @@ namespace internal {
 
 void pool_sequences(const char* api, const abi::KVPool& pool, const std::int32_t* ids, index_t batch,
                     std::vector<PagedSequence>& sequences) {
-  if (batch < 0) fail(api, "batch is negative");
+  check_sequence_count(api, batch);  // as a view's batch: negative or too large, before any resize
   if (batch > 0 && ids == nullptr) fail(api, "sequences is null");
   sequences.resize(static_cast<std::size_t>(batch));
   for (index_t b = 0; b < batch; ++b) {
