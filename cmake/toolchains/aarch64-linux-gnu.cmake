@@ -10,6 +10,12 @@ set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
 set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
 set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
+# Programs are linked statically: under qemu-aarch64 7.2 (Debian 12) a dynamically linked program
+# spins inside glibc's pthread_create (libc.so.6 + 0x823c8, a lock it takes again and again) and
+# never starts its thread, while the same program linked statically runs.
+set(CMAKE_EXE_LINKER_FLAGS_INIT -static)
+set(EIGEN_ATTENTION_STATIC_PROGRAMS ON)  # the tests and the tool link the static library (and
+# scripts/cross gives the static libpng and zlib)
 # ctest runs every test program through qemu, with the cross sysroot's loader and libraries.
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
 set(CMAKE_FIND_ROOT_PATH /usr/aarch64-linux-gnu /)
