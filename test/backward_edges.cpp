@@ -9,6 +9,8 @@
 
 #include "backward_crosscheck.hpp"
 
+namespace test_backward_edges {
+
 using namespace ea_test;
 using namespace ea_test::backward;
 
@@ -318,3 +320,5 @@ TEST_CASE_TEMPLATE("backward edges: bad shapes throw std::invalid_argument namin
   HeadsBuffer<T> gk_wrong(mh::Layout::BHTD, 2, 2, 7, 4, sentinel);
   heads_throws({}, {}, gk_wrong.view(), "dk is [2, 2, 7, 4] but must be [2, 1, 7, 4]");
 }
+
+}  // namespace test_backward_edges

@@ -18,6 +18,8 @@
 
 #include <EigenAttention/Npy.hpp>
 
+namespace test_fuzz_findings {
+
 using namespace ea_test;
 
 namespace {
@@ -415,3 +417,5 @@ TEST_CASE("fuzz finding append-null-values-d0: a cache with d_v = 0 appends valu
   CHECK(attn.rows() == 1);
   CHECK(attn.cols() == 0);
 }
+
+}  // namespace test_fuzz_findings

@@ -5,6 +5,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_bitwise {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -78,3 +80,5 @@ TEST_CASE_TEMPLATE("multihead crosscheck: BHTD and BTHD buffers give bitwise the
     }
   }
 }
+
+}  // namespace test_multihead_bitwise

@@ -4,6 +4,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_empty {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -46,3 +48,5 @@ TEST_CASE_TEMPLATE("multihead crosscheck: no query, no key, all keys padded: emp
     }
   }
 }
+
+}  // namespace test_multihead_empty

@@ -15,6 +15,8 @@
 #include "multihead_golden.hpp"
 #include "random.hpp"
 
+namespace test_multihead_errors {
+
 using namespace ea_test;
 
 namespace {
@@ -507,3 +509,5 @@ TEST_CASE("multihead errors: a broadcast size of 1 is printed once, and a count 
   for (const float x : scores) CHECK(x == 7.0f);
   for (const float x : out_data) CHECK(x == 7.0f);
 }
+
+}  // namespace test_multihead_errors

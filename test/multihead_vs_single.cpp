@@ -4,6 +4,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_vs_single {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -53,3 +55,5 @@ TEST_CASE_TEMPLATE("multihead crosscheck: multi-head == a loop of single-head at
     }
   }
 }
+
+}  // namespace test_multihead_vs_single

@@ -23,6 +23,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+namespace test_npy {
+
 namespace {
 
 namespace ea = EigenAttention;
@@ -945,3 +947,5 @@ TEST_CASE("npy: a count of one byte is written in the singular") {
         }).find("cannot write: the array holds 1 byte but shape (1, 1)") != std::string::npos);
   CHECK_FALSE(fs::exists(path));
 }
+
+}  // namespace test_npy
