@@ -51,6 +51,12 @@ EA_SLOW_RUNNER_EXCLUDED=(
   'decode vs reference: options*' 'low precision: SCORES, ATTN and LSE within*'
   'low precision: the bound holds*')
 
+# The tests that check the sources, not a build (formatting, grammar, licence lines, the version,
+# the README's example, the docs, what must not compile, the packages), as a ctest regular
+# expression: the release step runs them; the sanitizer and cross steps leave them out.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+EA_SOURCE_CHECKS='^(format|grammar|spdx|version|readme_example|docs\.|compile_fail\.|package\.)'
+
 # EA_SLOW_RUNNER_EXCLUDED as one doctest filter (comma-separated, commas in a name escaped).
 ea_slow_cases_doctest_filter() {
   local joined="" pattern
