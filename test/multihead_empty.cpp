@@ -16,7 +16,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: no query, no key, all keys padded: emp
   for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
-    for (const auto& [tq, tk] : {std::pair<Eigen::Index, Eigen::Index>{0, 6}, {4, 0}, {0, 0}}) {
+    for (const auto& shape : {std::pair<Eigen::Index, Eigen::Index>{0, 6}, {4, 0}, {0, 0}}) {
+      const Eigen::Index tq = shape.first, tk = shape.second;  // CAPTURE cannot name bindings (C++17)
       CAPTURE(tq);
       CAPTURE(tk);
       Problem p;

@@ -135,7 +135,8 @@ TEST_CASE_TEMPLATE(
       mh::Options o2 = op;
       o2.kernel = kernel;
       const auto kv = k.cview(), vv = v.cview();
-      const auto ov = o.view(), lv = lse.view(), qv = Q.cview();
+      const auto ov = o.view(), lv = lse.view();
+      const auto qv = Q.cview();
       return [=] { mh::attention_heads_into(qv, kv, vv, ov, lv, o2, m); };
     };
     auto opt_with = [&](auto set) {

@@ -903,10 +903,11 @@ TEST_CASE("npy: read_header() and prefix(): a file's header without its data, ch
       {"fortran", make_file(header_of("<f8", "(1, 2)", "True"), f8x2)},
       {"dtype", make_file(header_of(">f8", "(2,)"), f8x2)},
       {"header beyond the end", Bytes(numpy.begin(), numpy.begin() + 40)}};
-  for (const auto& [name, bytes] : bad) {
+  for (const auto& entry : bad) {
+    const std::string& name = entry.first;  // not a structured binding: CAPTURE's lambda uses it
     CAPTURE(name);
     const std::string path = dir / "bad.npy";
-    spit(path, bytes);
+    spit(path, entry.second);
     const std::string read_error = error_of([&] { npy::read(path); });
     REQUIRE(read_error != "(no error)");
     CHECK(error_of([&] { npy::read_header(path); }) == read_error);
