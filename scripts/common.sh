@@ -49,7 +49,8 @@ EA_SLOW_RUNNER_EXCLUDED=(
   'random: one long problem*' 'size safety: the fused calls never form*' 'robustness: worst errors*'
   'backward crosscheck*' 'backward accuracy*' 'backward threads*' 'backward finite differences*'
   'decode vs reference: options*' 'low precision: SCORES, ATTN and LSE within*'
-  'low precision: the bound holds*')
+  'low precision: the bound holds*' 'multihead crosscheck: random configurations*'
+  'random: odd shapes*')
 
 # The tests that check the sources, not a build (formatting, grammar, licence lines, the version,
 # the README's example, the docs, what must not compile, the packages), as a ctest regular

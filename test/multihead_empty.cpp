@@ -32,6 +32,18 @@ TEST_CASE_TEMPLATE("multihead crosscheck: no query, no key, all keys padded: emp
         CHECK(r.out.all_equal_to(T(0)));
         CHECK(r.lse.all_equal_to(-std::numeric_limits<T>::infinity()));
       }
+      // The same with a boolean mask and a bias (each head's is an empty block: no offset is taken
+      // from them), and more threads than there is work.
+      Config c{"", B, H, Hkv, tq, tk, dk, dv};
+      c.mask = "BxH";
+      c.bias = "Bx1";
+      const Problem pm = make_problem<T>(c, rng);
+      for (const bool decomposed : {false, true}) {
+        CAPTURE(decomposed);
+        const Run<T> r = run_heads<T>(pm, options_for(pm.spec, kernel, 2), mh::Layout::BHTD, decomposed);
+        CHECK(r.out.all_equal_to(T(0)));
+        CHECK(r.lse.all_equal_to(-std::numeric_limits<T>::infinity()));
+      }
     }
     // key_lengths all 0
     Config c{"", B, H, Hkv, 4, 6, dk, dv};
