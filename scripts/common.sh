@@ -7,8 +7,9 @@
 #   BUILD_DIR  the build directory: $BUILD_DIR from the environment (relative to the directory
 #              the script was started from), or ./build in the repository root
 #   EA_JOBS    parallel build jobs (nproc)
-# and EA_PACKAGES, EA_TEST_PACKAGES and the functions ea_require_packages, ea_configure and
-# ea_build are defined.
+# and EA_PACKAGES, EA_TOOL_PACKAGES, EA_TEST_PACKAGES, EA_SLOW_RUNNER_EXCLUDED and the functions
+# ea_require_packages, ea_install_missing, ea_configure, ea_build, ea_build_dir and
+# ea_slow_cases_* are defined.
 
 EA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ -n "${BUILD_DIR:-}" && "${BUILD_DIR}" != /* ]]; then
@@ -25,6 +26,9 @@ cd "${EA_ROOT}" || exit 1
 # --distributed mode (libopenmpi-dev openmpi-bin).
 EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev libpng-dev libcli11-dev python3-numpy pkgconf
              libopenmpi-dev openmpi-bin)
+# What the tool alone needs (scripts/demo): the library's packages, libpng and CLI11.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+EA_TOOL_PACKAGES=(cmake g++ make libeigen3-dev libpng-dev libcli11-dev)
 # What the whole test suite needs on top (scripts/test, scripts/memcheck, scripts/fuzz): clang and
 # its libFuzzer runtime for the fuzzers (clang++ is also a compiler of the consumer matrix, whose
 # clang cells are skipped without it), valgrind for memcheck, doxygen for the API reference
@@ -33,17 +37,72 @@ EA_PACKAGES=(cmake g++ make libeigen3-dev doctest-dev libpng-dev libcli11-dev py
 # shellcheck disable=SC2034  # used by the scripts that source this file
 EA_TEST_PACKAGES=(clang libclang-rt-14-dev clang-format valgrind doxygen dpkg-dev file)
 
+# The doctest cases that the steps under a slow runner leave out (scripts/memcheck: valgrind;
+# scripts/cross: qemu-user): numerics over many shapes or configurations against the long-double
+# reference, and long repeats of paths that the cases kept there cover. Every call family, option,
+# kernel, storage type and page walk still runs in a case that stays; scripts/memcheck says why
+# each is here. The release and sanitizer steps run every case. Patterns as doctest takes them.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+EA_SLOW_RUNNER_EXCLUDED=(
+  'accuracy:*' 'threads: every thread count*' 'threads: a forked child*' 'fused vs decomposed*'
+  'multihead crosscheck: the long-double reference*' 'multihead crosscheck: threads*'
+  'random: one long problem*' 'size safety: the fused calls never form*' 'robustness: worst errors*'
+  'backward crosscheck*' 'backward accuracy*' 'backward threads*' 'backward finite differences*'
+  'decode vs reference: options*' 'low precision: SCORES, ATTN and LSE within*'
+  'low precision: the bound holds*' 'multihead crosscheck: random configurations*'
+  'random: odd shapes*')
+
+# The tests that check the sources, not a build (formatting, grammar, licence lines, the version,
+# the README's example, the docs, what must not compile, the packages), as a ctest regular
+# expression: the release step runs them; the sanitizer and cross steps leave them out.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+EA_SOURCE_CHECKS='^(format|grammar|spdx|version|readme_example|docs\.|compile_fail\.|package\.)'
+
+# EA_SLOW_RUNNER_EXCLUDED as one doctest filter (comma-separated, commas in a name escaped).
+ea_slow_cases_doctest_filter() {
+  local joined="" pattern
+  for pattern in "${EA_SLOW_RUNNER_EXCLUDED[@]}"; do
+    joined+="${joined:+,}${pattern//,/\\,}"
+  done
+  echo "${joined}"
+}
+
+# EA_SLOW_RUNNER_EXCLUDED as a ctest -E regular expression (doctest_discover_tests names a test
+# after its case).
+ea_slow_cases_ctest_regex() {
+  local joined="" pattern
+  for pattern in "${EA_SLOW_RUNNER_EXCLUDED[@]}"; do
+    pattern="$(sed -e 's/[][\\.^$+?(){}|]/\\&/g' -e 's/[*]/.*/g' <<<"${pattern}")"
+    joined+="${joined:+|}^${pattern}"
+  done
+  echo "${joined}"
+}
+
 # Installs the packages of EA_PACKAGES, and of any package names given as arguments, that are
 # missing (as root), or says how to (otherwise).
 ea_require_packages() {
-  local wanted=("${EA_PACKAGES[@]}" "$@")
+  ea_install_missing "${EA_PACKAGES[@]}" "$@"
+}
+
+# Installs the packages named as arguments that are missing (as root), or says how to (otherwise).
+ea_install_missing() {
+  local wanted=("$@")
   if ! command -v dpkg-query >/dev/null 2>&1; then
     echo "note: not a Debian system; assuming ${wanted[*]} (or their equivalents) are installed" >&2
     return 0
   fi
-  local missing=() package
+  local missing=() package native installed
+  native="$(dpkg --print-architecture)"
   for package in "${wanted[@]}"; do
-    if [[ "$(dpkg-query -W -f='${Status}' "${package}" 2>/dev/null || true)" != "install ok installed" ]]; then
+    # A name without an architecture means the machine's own (or "all"): once another
+    # architecture is added (scripts/cross), dpkg-query answers for each one it knows.
+    if [[ "${package}" == *:* ]]; then
+      installed="$(dpkg-query -W -f='${Status}\n' "${package}" 2>/dev/null || true)"
+    else
+      installed="$(dpkg-query -W -f='${Architecture} ${Status}\n' "${package}" 2>/dev/null |
+                   sed -n "s/^\(${native}\|all\) //p" || true)"
+    fi
+    if [[ "${installed}" != "install ok installed" ]]; then
       missing+=("${package}")
     fi
   done
@@ -67,5 +126,18 @@ ea_configure() {
 
 # Builds BUILD_DIR with EA_JOBS jobs; extra arguments go to cmake --build (e.g. --target X).
 ea_build() {
-  cmake --build "${BUILD_DIR}" --parallel "${EA_JOBS}" "$@"
+  ea_build_dir "${BUILD_DIR}" "$@"
+}
+
+# Builds the build directory $1 with EA_JOBS jobs; further arguments go to cmake --build. The
+# seconds it took are added to the file $EA_BUILD_SECONDS_FILE when that is set (scripts/test
+# splits each step's time into building and running with it).
+ea_build_dir() {
+  local dir=$1 start=${SECONDS} status=0
+  shift
+  cmake --build "${dir}" --parallel "${EA_JOBS}" "$@" || status=$?
+  if [[ -n "${EA_BUILD_SECONDS_FILE:-}" ]]; then
+    echo $((SECONDS - start)) >>"${EA_BUILD_SECONDS_FILE}"
+  fi
+  return "${status}"
 }

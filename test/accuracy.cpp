@@ -12,6 +12,8 @@
 #include "common.hpp"
 #include "random.hpp"
 
+namespace test_accuracy {
+
 namespace ea = EigenAttention;
 using namespace ea_test;
 
@@ -78,3 +80,5 @@ TEST_CASE("accuracy: every kernel's float ATTN is within 2x the naive float expr
     }
   }
 }
+
+}  // namespace test_accuracy

@@ -8,6 +8,8 @@
 #include <set>
 #include <string>
 
+namespace test_api {
+
 namespace ea = EigenAttention;
 
 TEST_CASE("version: the library matches the header macros") {
@@ -69,3 +71,5 @@ TEST_CASE("Options::kernel: a kernel this build does not know throws std::invali
   CHECK_THROWS_WITH_AS(ea::attention(Q, K, V, opt), doctest::Contains("not available"),
                        std::invalid_argument);
 }
+
+}  // namespace test_api

@@ -8,6 +8,8 @@
 
 #include "backward_crosscheck.hpp"
 
+namespace test_backward_accuracy {
+
 using namespace ea_test;
 using namespace ea_test::backward;
 
@@ -81,3 +83,5 @@ TEST_CASE("backward accuracy: float error within twice the naive float expressio
     }
   }
 }
+
+}  // namespace test_backward_accuracy

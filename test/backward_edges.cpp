@@ -9,6 +9,8 @@
 
 #include "backward_crosscheck.hpp"
 
+namespace test_backward_edges {
+
 using namespace ea_test;
 using namespace ea_test::backward;
 
@@ -178,8 +180,10 @@ TEST_CASE_TEMPLATE("backward edges: NaN reaches only the gradients that depend o
       CAPTURE(kname);
       for (const int threads : {1, 2}) {
         const Gradients<T> g = run_backward<T>(p, s, options_for(p.spec, kernel, threads));
-        for (const auto& [a, b, name] : {std::tuple{&g.dq, &ref.dq, "dQ"}, std::tuple{&g.dk, &ref.dk, "dK"},
-                                         std::tuple{&g.dv, &ref.dv, "dV"}}) {
+        for (const auto& [a, b, gradient] :
+             {std::tuple{&g.dq, &ref.dq, "dQ"}, std::tuple{&g.dk, &ref.dk, "dK"},
+              std::tuple{&g.dv, &ref.dv, "dV"}}) {
+          const char* const name = gradient;  // CAPTURE cannot name a structured binding (C++17)
           CAPTURE(name);
           bool pattern = true;
           for (size_t e = 0; e < a->data.size(); ++e)
@@ -318,3 +322,5 @@ TEST_CASE_TEMPLATE("backward edges: bad shapes throw std::invalid_argument namin
   HeadsBuffer<T> gk_wrong(mh::Layout::BHTD, 2, 2, 7, 4, sentinel);
   heads_throws({}, {}, gk_wrong.view(), "dk is [2, 2, 7, 4] but must be [2, 1, 7, 4]");
 }
+
+}  // namespace test_backward_edges

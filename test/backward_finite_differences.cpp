@@ -10,6 +10,8 @@
 
 #include "backward_crosscheck.hpp"
 
+namespace test_backward_finite_differences {
+
 using namespace ea_test;
 using namespace ea_test::backward;
 
@@ -98,3 +100,5 @@ TEST_CASE("backward finite differences: the long-double reference gradients") {
     }
   }
 }
+
+}  // namespace test_backward_finite_differences

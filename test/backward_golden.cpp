@@ -21,6 +21,8 @@
 #include "backward_golden.hpp"
 #include "common.hpp"
 
+namespace test_backward_golden {
+
 using namespace ea_test;
 
 namespace {
@@ -327,3 +329,5 @@ TEST_CASE_TEMPLATE(
     });
   });
 }
+
+}  // namespace test_backward_golden

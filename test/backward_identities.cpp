@@ -9,6 +9,8 @@
 
 #include "backward_crosscheck.hpp"
 
+namespace test_backward_identities {
+
 using namespace ea_test;
 using namespace ea_test::backward;
 
@@ -179,3 +181,5 @@ TEST_CASE_TEMPLATE("backward identities: attention_varlen_backward_into is its s
   CHECK(untouched(dkv, cu_k.back()));
   CHECK(untouched(dvv, cu_k.back()));
 }
+
+}  // namespace test_backward_identities

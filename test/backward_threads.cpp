@@ -8,6 +8,8 @@
 
 #include "backward_crosscheck.hpp"
 
+namespace test_backward_threads {
+
 using namespace ea_test;
 using namespace ea_test::backward;
 
@@ -45,3 +47,5 @@ TEST_CASE_TEMPLATE("backward threads: every thread count and every run give the 
     }
   }
 }
+
+}  // namespace test_backward_threads

@@ -7,6 +7,8 @@
 
 #include "backward_crosscheck.hpp"
 
+namespace test_backward_vs_reference {
+
 using namespace ea_test;
 using namespace ea_test::backward;
 
@@ -56,3 +58,5 @@ TEST_CASE_TEMPLATE("backward crosscheck: random configurations vs the long-doubl
                   "attention_heads_backward_into vs reference");
   }
 }
+
+}  // namespace test_backward_vs_reference

@@ -11,6 +11,8 @@
 
 #include <EigenAttention/EigenAttention.hpp>  // the detail header comes through a public one
 
+namespace test_checked_arithmetic {
+
 namespace {
 
 using EigenAttention::detail::checked_add;
@@ -167,3 +169,5 @@ TEST_CASE("checked_mul and checked_add agree with the compiler's overflow builti
   }
 }
 #endif
+
+}  // namespace test_checked_arithmetic

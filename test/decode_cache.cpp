@@ -25,6 +25,8 @@
 #include "errors.hpp"
 #include "kv_cache_model.hpp"
 
+namespace test_decode_cache {
+
 using namespace ea_test;
 using namespace ea_test::decode;
 using namespace ea_test::kv_model;
@@ -917,3 +919,5 @@ TEST_CASE_TEMPLATE("decode cache: bfloat16 and half storage against float storag
     }
   }
 }
+
+}  // namespace test_decode_cache

@@ -14,6 +14,8 @@
 #include "errors.hpp"
 #include "random.hpp"
 
+namespace test_decode_errors {
+
 using namespace ea_test;
 
 namespace {
@@ -480,3 +482,5 @@ TEST_CASE("decode errors: messages name the call made, the missing offsets, stal
                                      std::vector<std::int64_t>{0});
         }) == "EigenAttention::attention_decode: cu_seqlens_q has 1 offset but must have 2 (sequences + 1)");
 }
+
+}  // namespace test_decode_errors

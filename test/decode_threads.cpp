@@ -9,6 +9,8 @@
 #include "common.hpp"
 #include "decode.hpp"
 
+namespace test_decode_threads {
+
 using namespace ea_test;
 using namespace ea_test::decode;
 
@@ -166,3 +168,5 @@ TEST_CASE("decode threads: appends and decodes of different sequences from sever
     }
   }
 }
+
+}  // namespace test_decode_threads

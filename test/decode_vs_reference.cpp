@@ -8,6 +8,8 @@
 #include "common.hpp"
 #include "decode.hpp"
 
+namespace test_decode_vs_reference {
+
 using namespace ea_test;
 using namespace ea_test::decode;
 
@@ -113,3 +115,5 @@ TEST_CASE_TEMPLATE("decode vs reference: options, GQA and MQA", S, float, double
     check_case<S>(rng, c, kernel);
   }
 }
+
+}  // namespace test_decode_vs_reference

@@ -14,6 +14,8 @@
 #include "common.hpp"
 #include "random.hpp"
 
+namespace test_diagonal_offset {
+
 using namespace ea_test;
 
 namespace {
@@ -181,3 +183,5 @@ TEST_CASE("diagonal_offset: outside +-2^60 is rejected, and decoding rejects it"
   CHECK_THROWS_WITH_AS(ea::attention_decode(cache, s, Q.topRows(1), opt),
                        doctest::Contains("diagonal_offset is not used by decoding"), std::invalid_argument);
 }
+
+}  // namespace test_diagonal_offset

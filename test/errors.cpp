@@ -14,6 +14,8 @@
 #include "errors.hpp"
 #include "random.hpp"
 
+namespace test_errors {
+
 using namespace ea_test;
 
 namespace {
@@ -366,3 +368,5 @@ TEST_CASE("errors: a count of one is written in the singular") {
   CHECK(invalid_argument_message([&] { (void)ea::attention(Q, K, V1); }) ==
         "EigenAttention::attention: V has 1 row but K has 2 (T_k must match); K is 2x2, V is 1x2");
 }
+
+}  // namespace test_errors

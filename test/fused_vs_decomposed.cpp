@@ -10,6 +10,8 @@
 #include "common.hpp"
 #include "random.hpp"
 
+namespace test_fused_vs_decomposed {
+
 using namespace ea_test;
 
 namespace {
@@ -82,3 +84,5 @@ TEST_CASE_TEMPLATE("fused vs decomposed: the same ATTN and LSE within a few ulps
     }
   }
 }
+
+}  // namespace test_fused_vs_decomposed

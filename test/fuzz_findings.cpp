@@ -18,6 +18,8 @@
 
 #include <EigenAttention/Npy.hpp>
 
+namespace test_fuzz_findings {
+
 using namespace ea_test;
 
 namespace {
@@ -54,9 +56,10 @@ TEST_CASE_TEMPLATE("fuzz finding window-overflow: windows up to PTRDIFF_MAX are 
         plain.alignment = alignment;
         plain.kernel = kernel;
         const auto expected = ea::attention_decomposed(Q, K, V, plain);
-        for (const auto& [left, right] :
-             {std::pair{kHuge, kHuge}, std::pair{kHuge, std::ptrdiff_t{-1}},
-              std::pair{std::ptrdiff_t{-1}, kHuge}, std::pair{kHuge - 1, kHuge - 7}}) {
+        for (const auto& window : {std::pair{kHuge, kHuge}, std::pair{kHuge, std::ptrdiff_t{-1}},
+                                   std::pair{std::ptrdiff_t{-1}, kHuge}, std::pair{kHuge - 1, kHuge - 7}}) {
+          // Variables, not structured bindings: C++17 does not let CAPTURE's lambda name those.
+          const std::ptrdiff_t left = window.first, right = window.second;
           CAPTURE(left);
           CAPTURE(right);
           ea::Options opt = plain;
@@ -415,3 +418,5 @@ TEST_CASE("fuzz finding append-null-values-d0: a cache with d_v = 0 appends valu
   CHECK(attn.rows() == 1);
   CHECK(attn.cols() == 0);
 }
+
+}  // namespace test_fuzz_findings

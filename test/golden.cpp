@@ -9,6 +9,8 @@
 #include "common.hpp"
 #include "golden.hpp"
 
+namespace test_golden {
+
 using namespace ea_test;
 
 TEST_CASE("golden: the data directory holds all 11 expected cases") {
@@ -76,3 +78,5 @@ TEST_CASE_TEMPLATE("golden: every case, every form, every kernel", T, float, dou
     }
   }
 }
+
+}  // namespace test_golden

@@ -9,6 +9,8 @@
 
 #include <EigenAttention/EigenAttention.hpp>
 
+namespace test_heads_view_slicing {
+
 namespace ea = EigenAttention;
 
 TEST_CASE_TEMPLATE("heads view slicing: batches, heads and tokens of either layout", T, float, double) {
@@ -72,3 +74,5 @@ TEST_CASE_TEMPLATE("LSE-only form: the log-sum-exps of attention_heads_into, wit
                        doctest::Contains("EigenAttention::attention_heads_lse_into: lse is"),
                        std::invalid_argument);
 }
+
+}  // namespace test_heads_view_slicing

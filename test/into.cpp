@@ -9,6 +9,8 @@
 #include "inputs.hpp"
 #include "random.hpp"
 
+namespace test_into {
+
 using namespace ea_test;
 
 namespace {
@@ -214,3 +216,5 @@ TEST_CASE_TEMPLATE("into: inputs and outputs may be disjoint blocks of one matri
   EA_CHECK_NEAR(QA.col(dk + dv), ref.lse, b.lse);
   EA_CHECK_EQUAL(QA.leftCols(dk), Q);
 }
+
+}  // namespace test_into

@@ -12,6 +12,8 @@
 
 #include <EigenAttention/EigenAttention.hpp>
 
+namespace test_into_resize_order {
+
 namespace ea = EigenAttention;
 
 namespace {
@@ -149,3 +151,5 @@ TEST_CASE_TEMPLATE("into resize order: decode's attn is not resized when lse is 
     CHECK(lse.cols() == H);
   }
 }
+
+}  // namespace test_into_resize_order

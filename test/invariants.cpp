@@ -12,6 +12,8 @@
 #include "inputs.hpp"
 #include "random.hpp"
 
+namespace test_invariants {
+
 using namespace ea_test;
 
 namespace {
@@ -195,3 +197,5 @@ TEST_CASE_TEMPLATE("invariants: ATTN equals SCORES times V", T, float, double) {
     }
   }
 }
+
+}  // namespace test_invariants

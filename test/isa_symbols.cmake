@@ -18,8 +18,10 @@ function(weak_symbols out)
     string(REGEX MATCHALL "[0-9a-f]+ [WVu] [^\n]+" lines "${text}")
     foreach(line IN LISTS lines)
       string(REGEX REPLACE "^[0-9a-f]+ [WVu] " "" symbol "${line}")
-      # The C++ personality routine's reference is data, the same in every object.
-      if(NOT symbol MATCHES "^DW\\.ref\\.")
+      # The C++ personality routine's reference, and the type descriptions (typeinfo and its name,
+      # which UndefinedBehaviorSanitizer emits for function types) are data, the same bytes in
+      # every object: no instruction of an instruction set is in them.
+      if(NOT symbol MATCHES "^(DW\\.ref\\.|_ZTI|_ZTS)")
         list(APPEND all "${symbol}")
       endif()
     endforeach()

@@ -9,6 +9,8 @@
 #include "common.hpp"
 #include "random.hpp"
 
+namespace test_large_logits {
+
 using namespace ea_test;
 
 namespace {
@@ -146,3 +148,5 @@ TEST_CASE_TEMPLATE("large logits: scale 1e30 makes every row one-hot", T, float,
     }
   }
 }
+
+}  // namespace test_large_logits

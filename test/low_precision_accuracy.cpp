@@ -12,6 +12,8 @@
 #include "inputs.hpp"
 #include "low_precision.hpp"
 
+namespace test_low_precision_accuracy {
+
 using namespace ea_test;
 
 namespace {
@@ -180,3 +182,5 @@ TEST_CASE_TEMPLATE("low precision threads: bitwise the same for every thread cou
     }
   }
 }
+
+}  // namespace test_low_precision_accuracy

@@ -15,6 +15,8 @@
 #include "inputs.hpp"
 #include "low_precision.hpp"
 
+namespace test_low_precision_api {
+
 using namespace ea_test;
 
 namespace {
@@ -357,3 +359,5 @@ TEST_CASE_TEMPLATE("low precision api: errors name the shapes", T16, Eigen::bflo
   CHECK_THROWS_WITH_AS(ea::attention(Q, K2, V, opt), doctest::Contains("scale must be finite and > 0"),
                        std::invalid_argument);
 }
+
+}  // namespace test_low_precision_api

@@ -11,6 +11,8 @@
 #include "golden.hpp"
 #include "low_precision.hpp"
 
+namespace test_low_precision_golden {
+
 using namespace ea_test;
 
 namespace {
@@ -58,3 +60,5 @@ TEST_CASE_TEMPLATE("low precision golden: every case, every form, every kernel",
     }
   }
 }
+
+}  // namespace test_low_precision_golden

@@ -12,6 +12,8 @@
 #include "inputs.hpp"
 #include "random.hpp"
 
+namespace test_masking {
+
 using namespace ea_test;
 
 namespace {
@@ -288,3 +290,5 @@ TEST_CASE_TEMPLATE("masking: the alignment is ignored without the mask, and equa
     }
   }
 }
+
+}  // namespace test_masking

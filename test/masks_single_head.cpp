@@ -11,6 +11,8 @@
 
 #include <EigenAttention/EigenAttention.hpp>
 
+namespace test_masks_single_head {
+
 namespace ea = EigenAttention;
 
 namespace {
@@ -175,3 +177,5 @@ TEST_CASE("single-head masks: bad masks are rejected, naming them, before any ou
   lengths.key_lengths = &too_long;
   CHECK_THROWS_AS(ea::attention(Q, K, V, {}, lengths), std::invalid_argument);
 }
+
+}  // namespace test_masks_single_head

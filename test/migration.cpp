@@ -13,6 +13,8 @@
 
 #include <EigenAttention/EigenAttention.hpp>
 
+namespace test_migration {
+
 namespace ea = EigenAttention;
 
 namespace {
@@ -404,3 +406,5 @@ TEST_CASE_TEMPLATE("migration: non-const views of every scalar type convert to t
   CHECK(same_bits(dk_, dk2));
   CHECK(same_bits(dv_, dv2));
 }
+
+}  // namespace test_migration

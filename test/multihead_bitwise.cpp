@@ -5,6 +5,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_bitwise {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -57,6 +59,28 @@ TEST_CASE_TEMPLATE("multihead crosscheck: threads 1, 2 and 0 give bitwise the sa
   }
 }
 
+TEST_CASE_TEMPLATE("multihead crosscheck: more threads than tasks give the one-thread bits", T, float,
+                   double) {
+  Rng rng(18);
+  // One head, one query tile: one task, with enough work (1100 keys) that more threads would be used.
+  Config c{"", 1, 1, 1, 100, 1100, 64, 32};
+  c.causal = true;
+  const Problem p = make_problem<T>(c, rng);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    for (const bool decomposed : {false, true}) {
+      CAPTURE(decomposed);
+      const Run<T> r1 = run_heads<T>(p, options_for(p.spec, kernel, 1), mh::Layout::BHTD, decomposed);
+      for (const int threads : {4, 0}) {
+        CAPTURE(threads);
+        check_runs_equal(run_heads<T>(p, options_for(p.spec, kernel, threads), mh::Layout::BHTD, decomposed),
+                         r1, "attention_heads_into");
+      }
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("multihead crosscheck: BHTD and BTHD buffers give bitwise the same results", T, float,
                    double) {
   Rng rng(18);
@@ -78,3 +102,5 @@ TEST_CASE_TEMPLATE("multihead crosscheck: BHTD and BTHD buffers give bitwise the
     }
   }
 }
+
+}  // namespace test_multihead_bitwise

@@ -4,6 +4,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_empty {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -14,7 +16,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: no query, no key, all keys padded: emp
   for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
-    for (const auto& [tq, tk] : {std::pair<Eigen::Index, Eigen::Index>{0, 6}, {4, 0}, {0, 0}}) {
+    for (const auto& shape : {std::pair<Eigen::Index, Eigen::Index>{0, 6}, {4, 0}, {0, 0}}) {
+      const Eigen::Index tq = shape.first, tk = shape.second;  // CAPTURE cannot name bindings (C++17)
       CAPTURE(tq);
       CAPTURE(tk);
       Problem p;
@@ -26,6 +29,18 @@ TEST_CASE_TEMPLATE("multihead crosscheck: no query, no key, all keys padded: emp
       for (const bool decomposed : {false, true}) {
         CAPTURE(decomposed);
         const Run<T> r = run_heads<T>(p, options_for(p.spec, kernel), mh::Layout::BTHD, decomposed);
+        CHECK(r.out.all_equal_to(T(0)));
+        CHECK(r.lse.all_equal_to(-std::numeric_limits<T>::infinity()));
+      }
+      // The same with a boolean mask and a bias (each head's is an empty block: no offset is taken
+      // from them), and more threads than there is work.
+      Config c{"", B, H, Hkv, tq, tk, dk, dv};
+      c.mask = "BxH";
+      c.bias = "Bx1";
+      const Problem pm = make_problem<T>(c, rng);
+      for (const bool decomposed : {false, true}) {
+        CAPTURE(decomposed);
+        const Run<T> r = run_heads<T>(pm, options_for(pm.spec, kernel, 2), mh::Layout::BHTD, decomposed);
         CHECK(r.out.all_equal_to(T(0)));
         CHECK(r.lse.all_equal_to(-std::numeric_limits<T>::infinity()));
       }
@@ -46,3 +61,5 @@ TEST_CASE_TEMPLATE("multihead crosscheck: no query, no key, all keys padded: emp
     }
   }
 }
+
+}  // namespace test_multihead_empty

@@ -15,6 +15,8 @@
 #include "multihead_golden.hpp"
 #include "random.hpp"
 
+namespace test_multihead_errors {
+
 using namespace ea_test;
 
 namespace {
@@ -133,7 +135,8 @@ TEST_CASE_TEMPLATE(
       mh::Options o2 = op;
       o2.kernel = kernel;
       const auto kv = k.cview(), vv = v.cview();
-      const auto ov = o.view(), lv = lse.view(), qv = Q.cview();
+      const auto ov = o.view(), lv = lse.view();
+      const auto qv = Q.cview();
       return [=] { mh::attention_heads_into(qv, kv, vv, ov, lv, o2, m); };
     };
     auto opt_with = [&](auto set) {
@@ -507,3 +510,5 @@ TEST_CASE("multihead errors: a broadcast size of 1 is printed once, and a count 
   for (const float x : scores) CHECK(x == 7.0f);
   for (const float x : out_data) CHECK(x == 7.0f);
 }
+
+}  // namespace test_multihead_errors

@@ -15,6 +15,8 @@
 #include "common.hpp"
 #include "multihead_golden.hpp"
 
+namespace test_multihead_golden {
+
 using namespace ea_test;
 
 namespace {
@@ -157,3 +159,5 @@ TEST_CASE_TEMPLATE("multihead golden: attention_varlen_into, every kernel, both 
     });
   });
 }
+
+}  // namespace test_multihead_golden

@@ -5,6 +5,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_gqa {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -49,3 +51,5 @@ TEST_CASE_TEMPLATE("multihead crosscheck: GQA/MQA == K/V copied per query head",
     }
   }
 }
+
+}  // namespace test_multihead_gqa

@@ -6,6 +6,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_mask_equivalences {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -144,3 +146,5 @@ TEST_CASE_TEMPLATE(
     }
   }
 }
+
+}  // namespace test_multihead_mask_equivalences

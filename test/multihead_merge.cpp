@@ -4,6 +4,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_merge {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -108,3 +110,5 @@ TEST_CASE_TEMPLATE("multihead crosscheck: merge of a split of the keys == attent
     }
   }
 }
+
+}  // namespace test_multihead_merge

@@ -5,6 +5,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_varlen {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -106,3 +108,5 @@ TEST_CASE_TEMPLATE("multihead crosscheck: varlen == separate attention_heads_int
     }
   }
 }
+
+}  // namespace test_multihead_varlen

@@ -7,6 +7,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_views {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -136,3 +138,5 @@ TEST_CASE_TEMPLATE(
     }
   }
 }
+
+}  // namespace test_multihead_views

@@ -6,6 +6,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_vs_reference {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -75,3 +77,5 @@ TEST_CASE_TEMPLATE("multihead crosscheck: random configurations vs the long-doub
     check_against(run_heads<T>(p, opt, layout, true), ref, 1, "attention_heads_decomposed_into vs reference");
   }
 }
+
+}  // namespace test_multihead_vs_reference

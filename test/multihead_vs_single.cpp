@@ -4,6 +4,8 @@
 
 #include "multihead_crosscheck.hpp"
 
+namespace test_multihead_vs_single {
+
 using namespace ea_test;
 using namespace ea_test::crosscheck;
 
@@ -11,7 +13,8 @@ TEST_CASE_TEMPLATE("multihead crosscheck: multi-head == a loop of single-head at
                    double) {
   Rng rng(14);
   for (const int mode : {0, 1, 2}) {  // no mask, causal top-left, causal bottom-right
-    for (const auto& [tq, tk] : {std::pair<Eigen::Index, Eigen::Index>{9, 9}, {6, 13}, {13, 6}}) {
+    for (const auto& shape : {std::pair<Eigen::Index, Eigen::Index>{9, 9}, {6, 13}, {13, 6}}) {
+      const Eigen::Index tq = shape.first, tk = shape.second;  // CAPTURE cannot name bindings (C++17)
       CAPTURE(mode);
       CAPTURE(tq);
       CAPTURE(tk);
@@ -53,3 +56,5 @@ TEST_CASE_TEMPLATE("multihead crosscheck: multi-head == a loop of single-head at
     }
   }
 }
+
+}  // namespace test_multihead_vs_single

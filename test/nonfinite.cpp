@@ -12,6 +12,8 @@
 #include "inputs.hpp"
 #include "random.hpp"
 
+namespace test_nonfinite {
+
 using namespace ea_test;
 
 namespace {
@@ -228,3 +230,5 @@ TEST_CASE_TEMPLATE("nonfinite: NaN or Inf in a value row reaches only that colum
         check_propagation<T>(Q, K, V, mask, clean, {"-Inf in V(j, 4)", Reach::VColumn, false, 4, affected});
       });
 }
+
+}  // namespace test_nonfinite

@@ -23,6 +23,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+namespace test_npy {
+
 namespace {
 
 namespace ea = EigenAttention;
@@ -901,10 +903,11 @@ TEST_CASE("npy: read_header() and prefix(): a file's header without its data, ch
       {"fortran", make_file(header_of("<f8", "(1, 2)", "True"), f8x2)},
       {"dtype", make_file(header_of(">f8", "(2,)"), f8x2)},
       {"header beyond the end", Bytes(numpy.begin(), numpy.begin() + 40)}};
-  for (const auto& [name, bytes] : bad) {
+  for (const auto& entry : bad) {
+    const std::string& name = entry.first;  // not a structured binding: CAPTURE's lambda uses it
     CAPTURE(name);
     const std::string path = dir / "bad.npy";
-    spit(path, bytes);
+    spit(path, entry.second);
     const std::string read_error = error_of([&] { npy::read(path); });
     REQUIRE(read_error != "(no error)");
     CHECK(error_of([&] { npy::read_header(path); }) == read_error);
@@ -945,3 +948,5 @@ TEST_CASE("npy: a count of one byte is written in the singular") {
         }).find("cannot write: the array holds 1 byte but shape (1, 1)") != std::string::npos);
   CHECK_FALSE(fs::exists(path));
 }
+
+}  // namespace test_npy

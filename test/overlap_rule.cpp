@@ -15,6 +15,8 @@
 #include "common.hpp"
 #include "random.hpp"
 
+namespace test_overlap_rule {
+
 using namespace ea_test;
 using Eigen::Index;
 
@@ -144,3 +146,5 @@ TEST_CASE_TEMPLATE("overlap rule: views with different strides are apart when th
     if (bytes_apart) CHECK_FALSE(threw);  // never rejected when apart
   }
 }
+
+}  // namespace test_overlap_rule

@@ -11,6 +11,8 @@
 #include "inputs.hpp"
 #include "random.hpp"
 
+namespace test_reference_random {
+
 using namespace ea_test;
 
 namespace {
@@ -167,3 +169,5 @@ TEST_CASE("random: a row-major float Map over a plain buffer") {
     check_against_reference<float>(Q, K, V, opt, reference_for(Q, K, V, opt));
   }
 }
+
+}  // namespace test_reference_random

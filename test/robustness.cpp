@@ -29,6 +29,8 @@
 #include "common.hpp"
 #include "random.hpp"
 
+namespace test_robustness {
+
 using namespace ea_test;
 
 namespace {
@@ -464,3 +466,5 @@ TEST_CASE_TEMPLATE("robustness: the fused ATTN overflows when T_k * max|V| excee
             << static_cast<double>(fused(0, 0)));
   }
 }
+
+}  // namespace test_robustness

@@ -24,6 +24,8 @@
 #include "common.hpp"
 #include "random.hpp"
 
+namespace test_size_safety {
+
 using namespace ea_test;
 
 // Under AddressSanitizer or ThreadSanitizer an allocation of terabytes is reported and ends the
@@ -483,3 +485,5 @@ TEST_CASE_TEMPLATE("size safety: packed varlen weights past Eigen::Index are rej
                                           huge_heads<T>(1, 4, Index{1} << 31, 8, 0, 0, 0)),
                 batch);
 }
+
+}  // namespace test_size_safety

@@ -9,8 +9,15 @@
 #include <thread>
 #include <vector>
 
+#if defined(__unix__)
+#include <sys/wait.h>
+#include <unistd.h>
+#endif
+
 #include "common.hpp"
 #include "random.hpp"
+
+namespace test_threads {
 
 namespace ea = EigenAttention;
 using namespace ea_test;
@@ -98,9 +105,6 @@ TEST_CASE("threads: a negative count throws std::invalid_argument naming it") {
 }
 
 #if defined(__unix__)
-#include <sys/wait.h>
-#include <unistd.h>
-
 TEST_CASE("threads: a forked child can use threads after the parent did") {
   Rng rng(5);
   const auto Q = random_matrix<RowMatrix<float>>(rng, 400, 16);
@@ -158,3 +162,5 @@ TEST_CASE_TEMPLATE("determinism: Kernel::Auto and the storage order of the input
     }
   }
 }
+
+}  // namespace test_threads

@@ -16,6 +16,8 @@
 
 #include "common.hpp"
 
+namespace test_worked_example {
+
 using namespace ea_test;
 
 namespace {
@@ -172,3 +174,5 @@ TEST_CASE_TEMPLATE("worked example: explicit scale 1 (logits are the integers of
   opt.scale = 1.0;
   check_all_forms<T>(x.Q, x.K, x.V, opt, scores, attn, lse);
 }
+
+}  // namespace test_worked_example

@@ -103,6 +103,13 @@ struct Random {
   }
 };
 
+// The decimals that show x (> 0) with 3 significant digits in fixed notation, at least 1: a rate
+// stays readable when it is tiny (an emulator, a tiny cache) without an exponent.
+int decimals_for(double x) {
+  if (!(x > 0) || !std::isfinite(x)) return 1;
+  return std::clamp(2 - int(std::floor(std::log10(x))), 1, 12);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -204,10 +211,11 @@ int generate(const Settings& s, index_t storage_bytes) {
   const double total = since(t_generate);
   if (!std::isfinite(checksum)) throw Failure("decode", "the outputs are not finite");
   const double tokens = double(B) * double(s.generate);
-  std::printf("generated: %.0f tokens (%td steps of %td) in %.3f s: %.1f tokens/s\n", tokens, s.generate,
-              s.sequences, total, tokens / total);
-  std::printf("decode:    %.3f ms/step (median), %.2f GB/s (%.1f MiB read per step on average)\n",
-              median(decode_times) * 1e3, bytes_read / decode_total / 1e9,
+  const double tokens_per_s = tokens / total, gb_per_s = bytes_read / decode_total / 1e9;
+  std::printf("generated: %.0f tokens (%td steps of %td) in %.3f s: %.*f tokens/s\n", tokens, s.generate,
+              s.sequences, total, decimals_for(tokens_per_s), tokens_per_s);
+  std::printf("decode:    %.3f ms/step (median), %.*f GB/s (%.1f MiB read per step on average)\n",
+              median(decode_times) * 1e3, decimals_for(gb_per_s), gb_per_s,
               bytes_read / double(s.generate) / 1048576.0);
   std::printf("append:    %.3f ms/step (median, %td one-token appends)\n", median(append_times) * 1e3,
               s.sequences);

@@ -86,18 +86,22 @@ struct RawProblem {
   bool scores_compute = false;
 
   /// The keys each query row sees (key_range.hpp, the one definition).
-  KeyRange key_range() const { return {k.rows, offset, causal, window_left, window_right}; }
+  EIGEN_ATTENTION_SHARED_INLINE KeyRange key_range() const {
+    return {k.rows, offset, causal, window_left, window_right};
+  }
   /// The first key query i may see.
-  index_t first_key(index_t i) const { return key_range().first_key(i); }
+  EIGEN_ATTENTION_SHARED_INLINE index_t first_key(index_t i) const { return key_range().first_key(i); }
   /// One past the last key query i may see (never below first_key(i)).
-  index_t end_key(index_t i) const { return key_range().end_key(i); }
+  EIGEN_ATTENTION_SHARED_INLINE index_t end_key(index_t i) const { return key_range().end_key(i); }
   /// Does some query row of [i0, i0 + rows) see some key of [j0, j0 + cols)? (Both ends of the
   /// key range grow with the row, so the rows' keys lie in [first_key(i0), end_key(last)).)
-  bool sees(index_t i0, index_t rows, index_t j0, index_t cols) const {
+  EIGEN_ATTENTION_SHARED_INLINE bool sees(index_t i0, index_t rows, index_t j0, index_t cols) const {
     return rows > 0 && cols > 0 && first_key(i0) < j0 + cols && end_key(i0 + rows - 1) > j0;
   }
   /// Does any logit need more than scale * q.k and the key range?
-  bool has_extras() const { return softcap > 0 || has_alibi || bias.data != nullptr || mask.data != nullptr; }
+  EIGEN_ATTENTION_SHARED_INLINE bool has_extras() const {
+    return softcap > 0 || has_alibi || bias.data != nullptr || mask.data != nullptr;
+  }
 };
 
 /// A tiled kernel compiled for one instruction set: computes every output row of

@@ -287,8 +287,8 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   RawProblem<T> head = p;
   const auto span = [&](index_t r, index_t& a, index_t& b) {
     const index_t i = c.first_row + r % c.rows;
-    a = std::clamp<index_t>(p.first_key(i), ub, ue) - ub;
-    b = std::clamp<index_t>(p.end_key(i), ub + a, ue) - ub;
+    a = clamp_index(p.first_key(i), ub, ue) - ub;
+    b = clamp_index(p.end_key(i), ub + a, ue) - ub;
   };
   for (index_t r = 0; r < R; ++r) {
     index_t a, b;

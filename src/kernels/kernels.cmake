@@ -52,6 +52,21 @@ if(EIGEN_ATTENTION_ISA_KERNELS AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD6
   set(EIGEN_ATTENTION_HAS_ISA_KERNELS ON)
 endif()
 
+# A build whose tests run only on the machine that builds it (the sanitizer steps of
+# scripts/test) can leave out the kernels this CPU cannot run: they would be compiled, slowly under
+# a sanitizer, and never run. Read from /proc/cpuinfo (Linux): its flags spell the features as -m
+# does.
+option(EIGEN_ATTENTION_HOST_KERNELS_ONLY "Build only the kernels this machine's CPU can run" OFF)
+set(_ea_host_flags)
+if(EIGEN_ATTENTION_HOST_KERNELS_ONLY AND EIGEN_ATTENTION_HAS_ISA_KERNELS)
+  if(NOT EXISTS /proc/cpuinfo)
+    message(FATAL_ERROR "EIGEN_ATTENTION_HOST_KERNELS_ONLY reads /proc/cpuinfo, which this system lacks")
+  endif()
+  file(STRINGS /proc/cpuinfo _ea_host_flags REGEX "^flags[ \t]*:" LIMIT_COUNT 1)
+  string(REGEX REPLACE "^flags[ \t]*:" "" _ea_host_flags "${_ea_host_flags}")
+  separate_arguments(_ea_host_flags UNIX_COMMAND "${_ea_host_flags}")
+endif()
+
 set(_ea_kernels_dir ${CMAKE_CURRENT_BINARY_DIR}/src/kernels)
 set(EIGEN_ATTENTION_BASELINE_KERNEL_SOURCES)  # compiled with the baseline objects
 set(EIGEN_ATTENTION_ISA_KERNEL_SOURCES)       # compiled last, each with its own flags
@@ -68,6 +83,18 @@ foreach(_ea_name IN LISTS _ea_kernels)
   string(APPEND _ea_all_list " \\\n  X(${EA_ENUMERATOR}, ${_ea_name}, ${_ea_value})")
   if(_ea_features AND NOT EIGEN_ATTENTION_HAS_ISA_KERNELS)
     continue()
+  endif()
+  if(_ea_features AND EIGEN_ATTENTION_HOST_KERNELS_ONLY)
+    set(_ea_missing)
+    foreach(_ea_feature IN LISTS _ea_features)
+      if(NOT _ea_feature IN_LIST _ea_host_flags)
+        list(APPEND _ea_missing ${_ea_feature})
+      endif()
+    endforeach()
+    if(_ea_missing)
+      message(STATUS "EigenAttention: kernel ${_ea_name} left out (this CPU lacks ${_ea_missing})")
+      continue()
+    endif()
   endif()
 
   # Flags, the checks that they were given, and the CPU test.

@@ -8,8 +8,28 @@
 #include <algorithm>
 #include <cstddef>
 
+// The inline code that the instruction-set kernels share with the rest of the library (this
+// file, RawProblem in abi.hpp) is always inlined: an out-of-line (weak) copy compiled in a
+// kernel's translation unit, with AVX2 or AVX-512, could be the one copy the linker keeps for
+// every caller, and crash a CPU without those units (test/isa_symbols.cmake checks the objects;
+// GCC at -O3 inlined these anyway, Clang at -O1 under the sanitizers did not). For the same
+// reason the kernels' own code is in anonymous namespaces, and Eigen is renamed per kernel.
+#if defined(__GNUC__) || defined(__clang__)
+#define EIGEN_ATTENTION_SHARED_INLINE inline __attribute__((always_inline))
+#elif defined(_MSC_VER)
+#define EIGEN_ATTENTION_SHARED_INLINE __forceinline
+#else
+#define EIGEN_ATTENTION_SHARED_INLINE inline
+#endif
+
 namespace EigenAttention {
 namespace internal {
+
+/// std::clamp(x, lo, hi) for indices (lo <= hi), always inlined.
+EIGEN_ATTENTION_SHARED_INLINE std::ptrdiff_t clamp_index(std::ptrdiff_t x, std::ptrdiff_t lo,
+                                                         std::ptrdiff_t hi) {
+  return x < lo ? lo : (hi < x ? hi : x);
+}
 
 /// Query row i of a problem with `keys` keys sees the keys [first_key(i), end_key(i)) (both
 /// non-decreasing in i), before any boolean mask.
@@ -21,18 +41,19 @@ struct KeyRange {
 
   /// The first key query i may see. (Written so that no window size, up to PTRDIFF_MAX, can
   /// overflow: |i + offset| is at most 2^60 + T_q, as validation bounds diagonal_offset.)
-  std::ptrdiff_t first_key(std::ptrdiff_t i) const {
+  EIGEN_ATTENTION_SHARED_INLINE std::ptrdiff_t first_key(std::ptrdiff_t i) const {
     const std::ptrdiff_t c = i + offset;
     if (window_left < 0 || window_left >= c) return 0;
-    return std::min<std::ptrdiff_t>(c - window_left, keys);
+    return c - window_left < keys ? c - window_left : keys;
   }
   /// One past the last key query i may see (never below first_key(i)).
-  std::ptrdiff_t end_key(std::ptrdiff_t i) const {
+  EIGEN_ATTENTION_SHARED_INLINE std::ptrdiff_t end_key(std::ptrdiff_t i) const {
     const std::ptrdiff_t c = i + offset;
     std::ptrdiff_t end = keys;
-    if (causal) end = std::min(end, c + 1);
-    if (window_right >= 0 && window_right < keys - c) end = std::min(end, c + window_right + 1);
-    return std::clamp<std::ptrdiff_t>(end, first_key(i), keys);
+    if (causal && c + 1 < end) end = c + 1;
+    if (window_right >= 0 && window_right < keys - c && c + window_right + 1 < end)
+      end = c + window_right + 1;
+    return clamp_index(end, first_key(i), keys);
   }
 };
 

@@ -250,8 +250,8 @@ struct Span {
 };
 template <typename T>
 Span span_in_tile(const RawProblem<T>& p, index_t i, index_t j0, index_t cols) {
-  const index_t a = std::clamp<index_t>(p.first_key(i) - j0, 0, cols);
-  const index_t b = std::clamp<index_t>(p.end_key(i) - j0, a, cols);
+  const index_t a = clamp_index(p.first_key(i) - j0, 0, cols);
+  const index_t b = clamp_index(p.end_key(i) - j0, a, cols);
   return {a, b};
 }
 
@@ -410,7 +410,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   const bool v_finite = values_finite(p, first, count);
   // A narrow window slides along the diagonal: a tall row tile would compute many keys that
   // most of its rows do not see, so take shorter row tiles (window / 4 rows, at least 16).
-  const index_t row_step = p.window_left >= 0 ? std::clamp<index_t>(p.window_left / 4, 16, kRows) : kRows;
+  const index_t row_step = p.window_left >= 0 ? clamp_index(p.window_left / 4, 16, kRows) : kRows;
 
   for (index_t i0 = first; i0 < first + count; i0 += row_step) {
     const index_t rows = std::min(row_step, first + count - i0);

@@ -68,7 +68,10 @@ class Context:
     def run(self, args, timeout=60, cwd=None):
         """Runs the tool with `args` (a list of strings) and returns the CompletedProcess
         (text mode). Never raises for a non-zero exit; a timeout is a failure."""
-        cmd = [self.tool] + [str(a) for a in args]
+        # A cross build runs the tool under its emulator (scripts/cross: EA_TOOL_EMULATOR, e.g.
+        # "qemu-aarch64 -L /usr/aarch64-linux-gnu"; the log shows the command as run).
+        emulator = shlex.split(os.environ.get("EA_TOOL_EMULATOR", ""))
+        cmd = emulator + [self.tool] + [str(a) for a in args]
         env = dict(os.environ)
         env["LC_ALL"] = "C"
         self.log.append("cd %s && %s" % (shlex.quote(cwd or self.dir), " ".join(shlex.quote(c) for c in cmd)))

@@ -4,6 +4,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_backward {
 
 EA_MPI_CASE(backward_ring_float, "backward: ring vs the single-process call (float)") {
   std::uint64_t seed = 700;
@@ -25,4 +26,5 @@ EA_MPI_CASE(backward_ulysses_double, "backward: ulysses vs the single-process ca
   for (const Case& c : forward_cases(world().size)) check_case<double>(Method::Ulysses, c, true, seed++);
 }
 
+}  // namespace test_backward
 }  // namespace ea_mpi

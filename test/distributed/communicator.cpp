@@ -4,6 +4,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_communicator {
 
 EA_MPI_CASE(communicator_split, "communicator: two groups in reverse rank order, two problems at once") {
   const World& w = world();
@@ -39,4 +40,5 @@ EA_MPI_CASE(communicator_split, "communicator: two groups in reverse rank order,
   MPI_Comm_free(&sub);
 }
 
+}  // namespace test_communicator
 }  // namespace ea_mpi

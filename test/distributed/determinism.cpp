@@ -4,6 +4,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_determinism {
 namespace {
 
 template <class T>
@@ -53,4 +54,5 @@ EA_MPI_CASE(determinism_ulysses,
   check_determinism<double>(Method::Ulysses);
 }
 
+}  // namespace test_determinism
 }  // namespace ea_mpi

@@ -10,6 +10,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_errors {
 namespace {
 
 /// Everything one rank passes to a distributed call; a scenario changes it on the bad rank(s).
@@ -348,4 +349,5 @@ EA_MPI_CASE(errors_ulysses_double, "errors: ulysses, the same std::invalid_argum
   check_errors<double>(Method::Ulysses, true);
 }
 
+}  // namespace test_errors
 }  // namespace ea_mpi

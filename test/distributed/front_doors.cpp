@@ -7,6 +7,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_front_doors {
 namespace {
 
 template <class T, class Derived>
@@ -134,4 +135,5 @@ EA_MPI_CASE(front_doors, "front doors: ring_attention, ring_attention_into, ring
   check_front_doors<double>();
 }
 
+}  // namespace test_front_doors
 }  // namespace ea_mpi

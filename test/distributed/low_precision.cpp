@@ -22,6 +22,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_low_precision {
 namespace {
 
 template <class H>
@@ -153,4 +154,5 @@ EA_MPI_CASE(low_precision_half, "16-bit: half ring and Ulysses against the singl
   all_of_type<Eigen::half>();
 }
 
+}  // namespace test_low_precision
 }  // namespace ea_mpi

@@ -5,6 +5,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_ring {
 
 EA_MPI_CASE(ring_forward_float, "ring: forward vs the single-process call (float)") {
   std::uint64_t seed = 100;
@@ -16,4 +17,5 @@ EA_MPI_CASE(ring_forward_double, "ring: forward vs the single-process call (doub
   for (const Case& c : forward_cases(world().size)) check_case<double>(Method::Ring, c, false, seed++);
 }
 
+}  // namespace test_ring
 }  // namespace ea_mpi

@@ -11,6 +11,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_shard_checks {
 namespace {
 
 /// H = P query heads (Ulysses needs H divisible by P) reading one K/V head, T_q = T_k = 3P
@@ -122,4 +123,5 @@ EA_MPI_CASE(shard_checks_overflow, "shard checks: a view whose span overflows Ei
   overflowing(Method::Ulysses);
 }
 
+}  // namespace test_shard_checks
 }  // namespace ea_mpi

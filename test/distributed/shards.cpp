@@ -7,6 +7,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_shards {
 namespace {
 
 /// Chunk c of the 2P ZigZag chunks of `tokens` tokens: its first token and its size.
@@ -145,4 +146,5 @@ EA_MPI_CASE(shards_errors, "shards: the helpers reject bad ranks and counts with
   });
 }
 
+}  // namespace test_shards
 }  // namespace ea_mpi

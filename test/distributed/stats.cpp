@@ -6,6 +6,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_stats {
 namespace {
 
 template <class T>
@@ -74,4 +75,5 @@ EA_MPI_CASE(stats_zigzag_balance,
   }
 }
 
+}  // namespace test_stats
 }  // namespace ea_mpi

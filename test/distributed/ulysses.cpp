@@ -5,6 +5,7 @@
 #include "problem.hpp"
 
 namespace ea_mpi {
+namespace test_ulysses {
 
 EA_MPI_CASE(ulysses_forward_float, "ulysses: forward vs the single-process call (float)") {
   std::uint64_t seed = 300;
@@ -47,4 +48,5 @@ EA_MPI_CASE(ulysses_shared_kv_double,
   check_shared_kv_heads<double>(true, 600);
 }
 
+}  // namespace test_ulysses
 }  // namespace ea_mpi
