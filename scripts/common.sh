@@ -8,8 +8,8 @@
 #              the script was started from), or ./build in the repository root
 #   EA_JOBS    parallel build jobs (nproc)
 # and EA_PACKAGES, EA_TOOL_PACKAGES, EA_TEST_PACKAGES, EA_SLOW_RUNNER_EXCLUDED and the functions
-# ea_require_packages, ea_install_missing, ea_configure, ea_build, ea_build_dir and
-# ea_slow_cases_* are defined.
+# ea_require_packages, ea_install_missing, ea_configure, ea_build, ea_build_dir, ea_slow_cases_*
+# and ea_each_parallel are defined.
 
 EA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ -n "${BUILD_DIR:-}" && "${BUILD_DIR}" != /* ]]; then
@@ -76,6 +76,32 @@ ea_slow_cases_ctest_regex() {
     joined+="${joined:+|}^${pattern}"
   done
   echo "${joined}"
+}
+
+# ea_each_parallel RUN REPORT ITEM...: runs `RUN ITEM` for every item in the background, EA_JOBS
+# at a time (valgrind and libFuzzer each use one core), and calls `REPORT ITEM STATUS` as each
+# ends. Fails when any RUN failed.
+ea_each_parallel() {
+  local run=$1 report=$2 item failed=0
+  local -A running=()  # pid -> item (ea_reap_one reads and updates these)
+  shift 2
+  for item in "$@"; do
+    while ((${#running[@]} >= EA_JOBS)); do ea_reap_one; done
+    "${run}" "${item}" &
+    running[$!]="${item}"
+  done
+  while ((${#running[@]} > 0)); do ea_reap_one; done
+  return "${failed}"
+}
+
+# Waits for one job of the calling ea_each_parallel (its locals: running, report, failed) and
+# reports it.
+ea_reap_one() {
+  local pid rc=0
+  wait -n -p pid || rc=$?
+  ((rc == 0)) || failed=1
+  "${report}" "${running[${pid}]}" "${rc}"
+  unset "running[${pid}]"
 }
 
 # Installs the packages of EA_PACKAGES, and of any package names given as arguments, that are
