@@ -75,7 +75,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: more threads than tasks give the one-t
       for (const int threads : {4, 0}) {
         CAPTURE(threads);
         check_runs_equal(run_heads<T>(p, options_for(p.spec, kernel, threads), mh::Layout::BHTD, decomposed),
-                         r1, "attention_heads_into");
+                         r1, decomposed ? "attention_heads_decomposed_into" : "attention_heads_into");
       }
     }
   }
