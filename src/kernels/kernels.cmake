@@ -67,6 +67,16 @@ if(EIGEN_ATTENTION_HOST_KERNELS_ONLY AND EIGEN_ATTENTION_HAS_ISA_KERNELS)
   separate_arguments(_ea_host_flags UNIX_COMMAND "${_ea_host_flags}")
 endif()
 
+# Under Clang's UndefinedBehaviorSanitizer, its object-size check keeps small inline functions out
+# of line (std::bad_alloc's constructor, thrown by Eigen's allocator and ours): emitted as weak
+# symbols in a kernel and in the baseline alike, which the isa_kernels test rejects (one copy is
+# kept, perhaps the kernel's). The kernels leave that one check out; AddressSanitizer, on in the
+# same build, checks each of their accesses against its allocation's bounds.
+set(_ea_sanitizer_flags)
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND EIGEN_ATTENTION_SANITIZE MATCHES "undefined")
+  set(_ea_sanitizer_flags -fno-sanitize=object-size)
+endif()
+
 set(_ea_kernels_dir ${CMAKE_CURRENT_BINARY_DIR}/src/kernels)
 set(EIGEN_ATTENTION_BASELINE_KERNEL_SOURCES)  # compiled with the baseline objects
 set(EIGEN_ATTENTION_ISA_KERNEL_SOURCES)       # compiled last, each with its own flags
@@ -128,7 +138,8 @@ foreach(_ea_name IN LISTS _ea_kernels)
   set(_ea_source ${_ea_kernels_dir}/tiled_${_ea_name}.cpp)
   configure_file(${CMAKE_CURRENT_LIST_DIR}/tiled_isa.cpp.in ${_ea_source} @ONLY)
   if(_ea_features)
-    set_source_files_properties(${_ea_source} PROPERTIES COMPILE_OPTIONS "${_ea_flags};${_ea_extra_flags}")
+    set_source_files_properties(${_ea_source} PROPERTIES
+      COMPILE_OPTIONS "${_ea_flags};${_ea_extra_flags};${_ea_sanitizer_flags}")
     list(APPEND EIGEN_ATTENTION_ISA_KERNEL_SOURCES ${_ea_source})
     list(APPEND _ea_isa_names ${_ea_name})
   else()
