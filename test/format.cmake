@@ -18,14 +18,22 @@ file(GLOB_RECURSE files RELATIVE ${ROOT}
      ${ROOT}/bench/*.cpp ${ROOT}/bench/*.hpp ${ROOT}/examples/*.cpp ${ROOT}/examples/*.hpp)
 list(SORT files)
 list(LENGTH files count)
+# One clang-format for all the files (one per file took 27 s, nearly all of it starting the
+# program): it checks every file and names each unformatted one in its diagnostics.
+execute_process(COMMAND ${CLANG_FORMAT} --style=file --dry-run --Werror ${files}
+                WORKING_DIRECTORY ${ROOT} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE diagnostics)
 set(unformatted "")
-foreach(file IN LISTS files)
-  execute_process(COMMAND ${CLANG_FORMAT} --style=file --dry-run --Werror ${file}
-                  WORKING_DIRECTORY ${ROOT} RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
-  if(NOT rc EQUAL 0)
+if(NOT rc EQUAL 0)
+  string(REGEX MATCHALL "[^\n]+:[0-9]+:[0-9]+: error: code should be clang-formatted" hits "${diagnostics}")
+  foreach(hit IN LISTS hits)
+    string(REGEX REPLACE ":[0-9]+:[0-9]+: error: .*" "" file "${hit}")
     list(APPEND unformatted ${file})
+  endforeach()
+  list(REMOVE_DUPLICATES unformatted)
+  if(NOT unformatted)
+    message(FATAL_ERROR "${CLANG_FORMAT} failed (exit status ${rc}):\n${diagnostics}")
   endif()
-endforeach()
+endif()
 if(unformatted)
   list(JOIN unformatted "\n  " shown)
   message(FATAL_ERROR "Not formatted as .clang-format says (clang-format-14 -i <file>):\n  ${shown}")
