@@ -69,6 +69,7 @@ BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, con
   if (spec.bias) r.d_bias = r.d_bias_tol = Array4(spec.bias->n[0], spec.bias->n[1], tq, tk);
 
   std::vector<long double> dp(static_cast<size_t>(tk)), dp_abs(static_cast<size_t>(tk));
+  std::vector<Logit> logits(static_cast<size_t>(tk));
   for (Eigen::Index b = 0; b < B; ++b) {
     for (Eigen::Index h = 0; h < H; ++h) {
       const Eigen::Index kh = h / group;
@@ -79,13 +80,16 @@ BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, con
       const long double cap_error = spec.softcap > 0 ? 2 * (delta / spec.softcap + 8 * u) : 0;
       for (Eigen::Index i = 0; i < tq; ++i) {
         long double D = 0, D_abs = 0;
+        const long double* g_out = d_out.row(b, h, i);
         for (Eigen::Index j = 0; j < tk; ++j) {
           const size_t js = static_cast<size_t>(j);
           dp[js] = dp_abs[js] = 0;
-          if (!reference_logit(Q, K, spec, scale, b, h, i, j).visible) continue;
+          logits[js] = reference_logit(Q, K, spec, scale, b, h, i, j);
+          if (!logits[js].visible) continue;
+          const long double* v = V.row(b, kh, j);
           for (Eigen::Index c = 0; c < dv; ++c) {
-            dp[js] += d_out(b, h, i, c) * V(b, kh, j, c);
-            dp_abs[js] += std::fabs(d_out(b, h, i, c) * V(b, kh, j, c));
+            dp[js] += g_out[c] * v[c];
+            dp_abs[js] += std::fabs(g_out[c] * v[c]);
           }
           if (d_scores) {
             dp[js] += (*d_scores)(b, h, i, j);
@@ -94,10 +98,12 @@ BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, con
           D += f.scores(b, h, i, j) * dp[js];
           D_abs += f.scores(b, h, i, j) * dp_abs[js];
         }
+        const long double* q = Q.row(b, h, i);
+        long double *dq = r.dq.row(b, h, i), *dq_tol = r.dq_tol.row(b, h, i);
         for (Eigen::Index j = 0; j < tk; ++j) {
-          const Logit l = reference_logit(Q, K, spec, scale, b, h, i, j);
-          if (!l.visible) continue;
           const size_t js = static_cast<size_t>(j);
+          const Logit& l = logits[js];
+          if (!l.visible) continue;
           const long double p = f.scores(b, h, i, j);
           const long double p_error = factor * p + tiny;  // a weight's error, underflow included
           const long double dz = p * (dp[js] - D), dz_error = p_error * (dp_abs[js] + D_abs);
@@ -109,15 +115,18 @@ BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, con
           const long double ds = scale * l.cap_slope * dz;
           const long double ds_error =
               std::fabs(scale) * (dz_error * l.cap_slope + p * (dp_abs[js] + D_abs) * cap_error);
+          const long double* k = K.row(b, kh, j);
+          long double *dk_j = r.dk.row(b, kh, j), *dk_tol = r.dk_tol.row(b, kh, j);
           for (Eigen::Index c = 0; c < dk; ++c) {
-            r.dq(b, h, i, c) += ds * K(b, kh, j, c);
-            r.dq_tol(b, h, i, c) += ds_error * std::fabs(K(b, kh, j, c));
-            r.dk(b, kh, j, c) += ds * Q(b, h, i, c);
-            r.dk_tol(b, kh, j, c) += ds_error * std::fabs(Q(b, h, i, c));
+            dq[c] += ds * k[c];
+            dq_tol[c] += ds_error * std::fabs(k[c]);
+            dk_j[c] += ds * q[c];
+            dk_tol[c] += ds_error * std::fabs(q[c]);
           }
+          long double *dv_j = r.dv.row(b, kh, j), *dv_tol = r.dv_tol.row(b, kh, j);
           for (Eigen::Index c = 0; c < dv; ++c) {
-            r.dv(b, kh, j, c) += p * d_out(b, h, i, c);
-            r.dv_tol(b, kh, j, c) += p_error * std::fabs(d_out(b, h, i, c));
+            dv_j[c] += p * g_out[c];
+            dv_tol[c] += p_error * std::fabs(g_out[c]);
           }
         }
       }
