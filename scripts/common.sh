@@ -40,7 +40,8 @@ EA_TEST_PACKAGES=(clang libclang-rt-14-dev clang-format valgrind doxygen dpkg-de
 # The doctest cases that the steps under a slow runner leave out (scripts/memcheck: valgrind;
 # scripts/cross: qemu-user): numerics over many shapes or configurations against the long-double
 # reference, and long repeats of paths that the cases kept there cover. Every call family, option,
-# kernel, storage type and page walk still runs in a case that stays; scripts/memcheck says why
+# kernel, storage type and page walk still runs in a case that stays (a few paths only the sweeps
+# reach: docs/testing.md, "On ARM", names them, measured with gcov); scripts/memcheck says why
 # each is here. The release and sanitizer steps run every case. Patterns as doctest takes them.
 # shellcheck disable=SC2034  # used by the scripts that source this file
 EA_SLOW_RUNNER_EXCLUDED=(
