@@ -12,21 +12,17 @@
 
 #include "../index.hpp"
 #include "commands.hpp"
+#include "util.hpp"
 
 namespace EigenAttention {
 namespace cli {
 namespace {
 
-// Uniform in [-1, 1), the same numbers everywhere (splitmix64).
+// Uniform in [-1, 1), the same numbers everywhere (SplitMix64).
 std::vector<float> random_values(std::size_t n, std::uint64_t seed) {
   std::vector<float> v(n);
-  for (float& x : v) {
-    std::uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    x = static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
-  }
+  SplitMix64 random(seed);
+  for (float& x : v) x = random.next();
   return v;
 }
 

@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 /// The settings of a run, checked.
-struct Settings {
+struct DecodeSettings {
   index_t sequences = 8, heads = 32, kv_heads = 8, dim = 128;
   index_t prompt_min = 512, prompt_max = 8192, generate = 256;
   index_t page_size = 16;
@@ -43,8 +43,8 @@ index_t positive(const std::string& option, const std::string& text, index_t max
   return static_cast<index_t>(v);
 }
 
-Settings check(const DecodeArgs& args) {
-  Settings s;
+DecodeSettings check(const DecodeArgs& args) {
+  DecodeSettings s;
   if (!args.sequences.empty()) s.sequences = positive("--sequences", args.sequences, 1 << 16);
   if (!args.heads.empty()) s.heads = positive("--heads", args.heads, 1 << 12);
   if (!args.kv_heads.empty()) s.kv_heads = positive("--kv-heads", args.kv_heads, 1 << 12);
@@ -88,20 +88,10 @@ Settings check(const DecodeArgs& args) {
   return s;
 }
 
-/// Uniform in [-1, 1), deterministic (splitmix64), as `bench` draws its inputs.
-struct Random {
-  std::uint64_t state;
-  float next() {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
-  }
-  void fill(RowMatrix<float>& m) {
-    for (index_t i = 0; i < m.size(); ++i) m.data()[i] = next();
-  }
-};
+/// Fills m with SplitMix64's numbers, as `bench` draws its inputs.
+void fill(SplitMix64& random, RowMatrix<float>& m) {
+  for (index_t i = 0; i < m.size(); ++i) m.data()[i] = random.next();
+}
 
 // The decimals that show x (> 0) with 3 significant digits in fixed notation, at least 1: a rate
 // stays readable when it is tiny (an emulator, a tiny cache) without an exponent.
@@ -118,7 +108,7 @@ double median(std::vector<double> v) {
 }
 
 template <typename T>
-int generate(const Settings& s, index_t storage_bytes) {
+int generate(const DecodeSettings& s, index_t storage_bytes) {
   const index_t B = s.sequences, Hkv = s.kv_heads, d = s.dim, H = s.heads, width = Hkv * d;
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
 
@@ -159,7 +149,7 @@ int generate(const Settings& s, index_t storage_bytes) {
   std::fflush(stdout);
 
   // Prefill: each sequence's prompt keys and values (random), appended in one call each.
-  Random random{1};
+  SplitMix64 random(1);
   std::vector<SequenceId> ids;
   const Clock::time_point t_prefill = Clock::now();
   {
@@ -167,8 +157,8 @@ int generate(const Settings& s, index_t storage_bytes) {
     for (const index_t p : prompt) {
       k.resize(p, width);
       v.resize(p, width);
-      random.fill(k);
-      random.fill(v);
+      fill(random, k);
+      fill(random, v);
       ids.push_back(cache.create());
       cache.append(ids.back(), k, v);
     }
@@ -191,12 +181,12 @@ int generate(const Settings& s, index_t storage_bytes) {
   for (index_t step = 0; step < s.generate; ++step) {
     const Clock::time_point t0 = Clock::now();
     for (const SequenceId id : ids) {
-      random.fill(k1);
-      random.fill(v1);
+      fill(random, k1);
+      fill(random, v1);
       cache.append(id, k1, v1);
     }
     const Clock::time_point t1 = Clock::now();
-    random.fill(q);
+    fill(random, q);
     attention_decode_into(cache, ids.data(), B, HeadsView<const float>::side_by_side(q, d), cu.data(), out,
                           opt);
     const double t_decode = since(t1);
@@ -229,7 +219,7 @@ int generate(const Settings& s, index_t storage_bytes) {
 }  // namespace
 
 int decode_command(const DecodeArgs& args) {
-  const Settings s = check(args);
+  const DecodeSettings s = check(args);
   if (s.storage == "bf16") return generate<Eigen::bfloat16>(s, 2);
   if (s.storage == "half") return generate<Eigen::half>(s, 2);
   return generate<float>(s, 4);

@@ -147,24 +147,7 @@ bool show_sentence(const Eigen::MatrixXd& Q, const Eigen::MatrixXd& K, const Eig
 // ---------------------------------------------------------------------------------------------
 // Part 2: timing.
 
-// splitmix64: the same numbers on every platform (std:: distributions are not specified exactly).
-class Random {
- public:
-  explicit Random(std::uint64_t seed) : state_(seed) {}
-  // Uniform in [-1, 1).
-  float next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
-  }
-
- private:
-  std::uint64_t state_;
-};
-
-ea::RowMatrix<float> random_matrix(index_t rows, index_t cols, Random& rng) {
+ea::RowMatrix<float> random_matrix(index_t rows, index_t cols, SplitMix64& rng) {
   ea::RowMatrix<float> m(rows, cols);
   for (index_t i = 0; i < m.size(); ++i) m.data()[i] = rng.next();
   return m;
@@ -172,7 +155,7 @@ ea::RowMatrix<float> random_matrix(index_t rows, index_t cols, Random& rng) {
 
 // Median wall time of `runs` calls of f, in seconds, after one untimed warm-up call.
 template <class F>
-double median_seconds(int runs, F&& f) {
+double median_of_runs(int runs, F&& f) {
   f();
   std::vector<double> t;
   for (int i = 0; i < runs; ++i) {
@@ -186,7 +169,7 @@ double median_seconds(int runs, F&& f) {
 
 // Times both calls without and with the mask; returns false when they disagree.
 bool time_calls(index_t T, index_t d, int runs) {
-  Random rng(20240607);
+  SplitMix64 rng(20240607);
   const ea::RowMatrix<float> Q = random_matrix(T, d, rng), K = random_matrix(T, d, rng),
                              V = random_matrix(T, d, rng);
   const std::vector<ea::Kernel> kernels = ea::available_kernels();
@@ -204,9 +187,9 @@ bool time_calls(index_t T, index_t d, int runs) {
 
     ea::RowMatrix<float> fused;
     ea::DecomposedResult<float> decomposed;
-    const double t_fused = median_seconds(runs, [&] { fused = ea::attention(Q, K, V, opt); });
+    const double t_fused = median_of_runs(runs, [&] { fused = ea::attention(Q, K, V, opt); });
     const double t_decomposed =
-        median_seconds(runs, [&] { decomposed = ea::attention_decomposed(Q, K, V, opt); });
+        median_of_runs(runs, [&] { decomposed = ea::attention_decomposed(Q, K, V, opt); });
     // Both compute the same function; float rounding is all that may differ.
     const double difference = (fused - decomposed.attn).cwiseAbs().maxCoeff();
     const char* mask = causal ? "causal" : "none";

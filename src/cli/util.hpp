@@ -35,6 +35,23 @@ class Failure : public std::runtime_error {
   bool usage_;
 };
 
+/// Uniform numbers in [-1, 1), the same on every platform (splitmix64; std:: distributions are
+/// not specified exactly): the inputs of `bench`, `decode --generate` and the demo's timing.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
+  float next() {
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
 /// The kernels this CPU can run, fastest first, as "avx512, avx2, portable, reference"
 /// (EigenAttention::available_kernels()).
 /// Inline: the demo program of examples/ compiles demo.cpp without util.cpp.
