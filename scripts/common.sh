@@ -37,34 +37,31 @@ EA_TOOL_PACKAGES=(cmake g++ make libeigen3-dev libpng-dev libcli11-dev)
 # shellcheck disable=SC2034  # used by the scripts that source this file
 EA_TEST_PACKAGES=(clang libclang-rt-14-dev clang-format valgrind doxygen dpkg-dev file)
 
-# The doctest cases that the steps under a slow runner leave out (scripts/memcheck: valgrind;
-# scripts/cross: qemu-user): numerics over many shapes or configurations against the long-double
-# reference, and long repeats of paths that the cases kept there cover. Every call family, option,
-# kernel, storage type and page walk still runs in a case that stays (a few paths only the sweeps
-# reach: docs/testing.md, "On ARM", names them, measured with gcov); scripts/memcheck says why
-# each is here. The release step runs every case, the ASan step all but EA_ASAN_EXCLUDED (below).
-# Patterns as doctest takes them.
-# shellcheck disable=SC2034  # used by the scripts that source this file
-EA_SLOW_RUNNER_EXCLUDED=(
-  'accuracy:*' 'threads: every thread count*' 'threads: a forked child*' 'fused vs decomposed*'
-  'multihead crosscheck: the long-double reference*' 'multihead crosscheck: threads*'
-  'random: one long problem*' 'size safety: the fused calls never form*' 'robustness: worst errors*'
-  'backward crosscheck*' 'backward accuracy*' 'backward threads*' 'backward finite differences*'
-  'decode vs reference: options*' 'low precision: SCORES, ATTN and LSE within*'
-  'low precision: the bound holds*' 'multihead crosscheck: random configurations*'
-  'random: odd shapes*')
-
 # The doctest cases the ASan step of scripts/test leaves out (the release step runs them): sweeps
 # that execute no line and no branch outcome of the library (src/, include/, per object file)
 # that the cases it runs leave unexecuted: `./scripts/coverage_selection asan` checks it with
-# gcov. Under ASan they took 74 of the doctest cases' 211 s (summed). The other sweeps of
-# EA_SLOW_RUNNER_EXCLUDED stay in that step: each reaches a path no other case does.
+# gcov. Under ASan they took 74 of the doctest cases' 211 s (summed). Patterns as doctest takes
+# them.
 # shellcheck disable=SC2034  # used by the scripts that source this file
 EA_ASAN_EXCLUDED=(
   'accuracy:*' 'threads: every thread count*' 'multihead crosscheck: the long-double reference*'
   'random: one long problem*' 'size safety: the fused calls never form*' 'robustness: worst errors*'
   'backward accuracy*' 'backward finite differences*' 'multihead crosscheck: random configurations*'
   'random: odd shapes*')
+
+# The doctest cases that the steps under a slow runner leave out (scripts/memcheck: valgrind;
+# scripts/cross: qemu-user): those of EA_ASAN_EXCLUDED, and further sweeps that the ASan step
+# keeps because each reaches a path no other case does: numerics over many shapes or
+# configurations against the long-double reference, and long repeats. Every call family, option,
+# kernel, storage type and page walk still runs in a case that stays (a few paths only the sweeps
+# reach: docs/testing.md, "On ARM", names them, measured with gcov); scripts/memcheck says why
+# each is here. The release step runs every case.
+# shellcheck disable=SC2034  # used by the scripts that source this file
+EA_SLOW_RUNNER_EXCLUDED=(
+  "${EA_ASAN_EXCLUDED[@]}"
+  'threads: a forked child*' 'fused vs decomposed*' 'multihead crosscheck: threads*'
+  'backward crosscheck*' 'backward threads*' 'decode vs reference: options*'
+  'low precision: SCORES, ATTN and LSE within*' 'low precision: the bound holds*')
 
 # The tests that check the sources, not a build (formatting, grammar, licence lines, the version,
 # the README's example, the docs, what must not compile, the packages), as a ctest regular
