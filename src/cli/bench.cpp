@@ -21,8 +21,7 @@ namespace {
 // Uniform in [-1, 1), the same numbers everywhere (SplitMix64).
 std::vector<float> random_values(std::size_t n, std::uint64_t seed) {
   std::vector<float> v(n);
-  SplitMix64 random(seed);
-  for (float& x : v) x = random.next();
+  SplitMix64(seed).fill(v);
   return v;
 }
 

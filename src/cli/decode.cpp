@@ -88,11 +88,6 @@ DecodeSettings check(const DecodeArgs& args) {
   return s;
 }
 
-/// Fills m with SplitMix64's numbers, as `bench` draws its inputs.
-void fill(SplitMix64& random, RowMatrix<float>& m) {
-  for (index_t i = 0; i < m.size(); ++i) m.data()[i] = random.next();
-}
-
 // The decimals that show x (> 0) with 3 significant digits in fixed notation, at least 1: a rate
 // stays readable when it is tiny (an emulator, a tiny cache) without an exponent.
 int decimals_for(double x) {
@@ -157,8 +152,8 @@ int generate(const DecodeSettings& s, index_t storage_bytes) {
     for (const index_t p : prompt) {
       k.resize(p, width);
       v.resize(p, width);
-      fill(random, k);
-      fill(random, v);
+      random.fill(k);
+      random.fill(v);
       ids.push_back(cache.create());
       cache.append(ids.back(), k, v);
     }
@@ -181,12 +176,12 @@ int generate(const DecodeSettings& s, index_t storage_bytes) {
   for (index_t step = 0; step < s.generate; ++step) {
     const Clock::time_point t0 = Clock::now();
     for (const SequenceId id : ids) {
-      fill(random, k1);
-      fill(random, v1);
+      random.fill(k1);
+      random.fill(v1);
       cache.append(id, k1, v1);
     }
     const Clock::time_point t1 = Clock::now();
-    fill(random, q);
+    random.fill(q);
     attention_decode_into(cache, ids.data(), B, HeadsView<const float>::side_by_side(q, d), cu.data(), out,
                           opt);
     const double t_decode = since(t1);

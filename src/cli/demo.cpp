@@ -149,7 +149,7 @@ bool show_sentence(const Eigen::MatrixXd& Q, const Eigen::MatrixXd& K, const Eig
 
 ea::RowMatrix<float> random_matrix(index_t rows, index_t cols, SplitMix64& rng) {
   ea::RowMatrix<float> m(rows, cols);
-  for (index_t i = 0; i < m.size(); ++i) m.data()[i] = rng.next();
+  rng.fill(m);
   return m;
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -46,6 +47,11 @@ class SplitMix64 {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
     return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
+  }
+  /// Sets every entry of m (a dense Eigen matrix or a std::vector of float), in storage order.
+  template <class M>
+  void fill(M& m) {
+    for (std::size_t i = 0; i < static_cast<std::size_t>(m.size()); ++i) m.data()[i] = next();
   }
 
  private:
