@@ -68,9 +68,10 @@ void gemm_atb(index_t m, index_t n, index_t k, const T* a, index_t lda, const T*
 }
 
 /// row[t] = exp(row[t] - shift) for t in [e0, e1), and exactly 0 where row[t] is -inf, in whole
-/// packets: row, e0 and e1 must lie on 64-byte boundaries (tiled.hpp's exp_in_packets).
+/// packets: row, e0 and e1 must lie on 64-byte boundaries (tiled.hpp's exp_in_packets). Returns
+/// the sum of the new row[e0, e1), added packet by packet in order, then across the packet.
 template <typename T>
-void exp_shifted_in_packets(T* row, index_t e0, index_t e1, T shift) {
+T exp_shifted_in_packets(T* row, index_t e0, index_t e1, T shift) {
   constexpr index_t kLanes = 64 / static_cast<index_t>(sizeof(T));
   const T minus_inf = -std::numeric_limits<T>::infinity();
   // exp(-inf) must be exactly 0 (Eigen's exp clamps its argument, which gives a subnormal): a
@@ -82,12 +83,21 @@ void exp_shifted_in_packets(T* row, index_t e0, index_t e1, T shift) {
     constexpr index_t kSize = ei::packet_traits<T>::size;
     static_assert(kLanes % kSize == 0, "a 64-byte line holds whole packets");
     const Packet vshift = ei::pset1<Packet>(shift), vminus_inf = ei::pset1<Packet>(minus_inf);
+    Packet sum = ei::pset1<Packet>(T(0));
     for (index_t t = e0; t < e1; t += kSize) {
       const Packet x = ei::pload<Packet>(row + t);
-      ei::pstore(row + t, ei::pandnot(ei::pexp(ei::psub(x, vshift)), ei::pcmp_eq(x, vminus_inf)));
+      const Packet e = ei::pandnot(ei::pexp(ei::psub(x, vshift)), ei::pcmp_eq(x, vminus_inf));
+      ei::pstore(row + t, e);
+      sum = ei::padd(sum, e);
     }
+    return ei::predux(sum);
   } else {
-    for (index_t t = e0; t < e1; ++t) row[t] = row[t] == minus_inf ? T(0) : std::exp(row[t] - shift);
+    T sum = 0;
+    for (index_t t = e0; t < e1; ++t) {
+      row[t] = row[t] == minus_inf ? T(0) : std::exp(row[t] - shift);
+      sum += row[t];
+    }
+    return sum;
   }
 }
 

@@ -7,31 +7,37 @@
 // translation unit; everything here is in an anonymous namespace for the same reason. Only
 // abi.hpp's plain types cross the boundary.
 //
-// Fused call (ATTN only). For each tile of kRows query rows, stream over tiles of kCols keys,
-// keeping for each row a running maximum m, a running sum l of exp(logit - m) and an
-// accumulator acc = sum_j exp(logit_j - m) V_j, rescaled by exp(m_old - m_new) whenever m grows
-// (the online softmax). Nothing of size T_q x T_k exists: the working set per thread is
-// O((kRows + kCols) * d + kRows * kCols).
+// Fused call (ATTN only). For each tile of kRows query rows, stream over key tiles (their size
+// from the tile policy, tile_policy.hpp: K and V of one tile stay in L2), keeping for each row a
+// running maximum m, a running sum l of exp(logit - m) and an accumulator acc = sum_j exp(logit_j
+// - m) V_j, rescaled by exp(m_old - m_new) whenever m grows (the online softmax). Each key tile's
+// K is packed once into the micro-kernel's panels (KeyTile) and read by every strip of MR query
+// rows of the tile (micro_kernel.hpp): the strip's logits (MR x keys, in L1) come from the
+// register-blocked micro-kernel, the softmax update runs on them row by row, and the same
+// micro-kernel adds the strip's weights times V into its accumulator rows. Nothing of size
+// T_q x T_k exists: the working set per thread is a few tiles whatever T is.
 //
 // Decomposed call (SCORES too). For kDecRows query rows at a time, their whole rows of logits
-// are formed in per-thread scratch, normalised in place, written once into SCORES, and
-// multiplied by V tile by tile. The scratch (rather than SCORES itself) keeps the rounding
-// independent of where the caller's SCORES lie.
+// are formed in per-thread scratch by the same micro-kernel, normalised in place, written once
+// into SCORES, and multiplied by V key tile by key tile. The scratch (rather than SCORES itself)
+// keeps the rounding independent of where the caller's SCORES lie.
 //
 // Masking. Each query row i sees the keys [first_key(i), end_key(i)) (causal frontier, sliding
 // window, key length; both ends non-decreasing in i), less those a boolean mask hides. Key
-// tiles outside the range of a row tile are never computed. Within a tile, each row's softmax
-// runs over its range only (the same as setting the others to -inf first), after the per-logit
-// extras (soft-cap, ALiBi, bias, then -inf where the boolean mask says no), and every hidden key
-// gets weight exactly 0. The product with V then runs as one GEMM when the V rows the task may
-// see are finite (exact zeros times finite values add nothing), else row by row over the
-// visible keys, so that a hidden NaN or Inf in V never reaches a row that does not see it.
-// Narrow windows take shorter row tiles (window / 4 rows), so that a tile computes few keys its
-// rows do not see.
+// tiles outside the range of a row tile are never computed, nor panels outside the range of a
+// strip. Within a tile, each row's softmax runs over its range only (the same as setting the
+// others to -inf first), after the per-logit extras (soft-cap, ALiBi, bias, then -inf where the
+// boolean mask says no), and every hidden key gets weight exactly 0. The product with V then
+// runs as one micro-kernel product when the strip hides no key or the tile's V rows are finite
+// (exact zeros times finite values add nothing), else row by row over the visible keys, so that
+// a hidden NaN or Inf in V never reaches a row that does not see it. Narrow windows take
+// shorter row tiles (window / 4 rows), so that a tile computes few keys its rows do not see.
 //
-// The tile products use Eigen's GEMM (general_matrix_matrix_product) with packing buffers taken
-// from per-thread scratch, so that no call allocates once the scratch has grown. What this file
-// takes from Eigen's internals (the GEMM, its blocking, packet exp) is in eigen_internal.hpp.
+// Every element of a result is one chain of operations in a fixed order that depends on the
+// problem, the tile policy and the instruction set only, never on the thread count or on which
+// rows share a task. The per-thread scratch is taken once and kept, so a call allocates nothing
+// once it has grown. What this file takes from Eigen's internals (packet math, packet exp) is
+// in eigen_internal.hpp and micro_kernel.hpp.
 #pragma once
 
 #include <algorithm>
@@ -53,21 +59,23 @@
 #include "kernels/abi.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/eigen_internal.hpp"
+#include "kernels/micro_kernel.hpp"
+#include "kernels/tile_policy.hpp"
 
 namespace EigenAttention {
 namespace internal {
 namespace {
 
 constexpr index_t kRows = 128;    // query rows per tile
-constexpr index_t kCols = 512;    // keys per tile
 constexpr index_t kDecRows = 64;  // query rows whose whole logit rows the decomposed call holds
 // Validation bounds d_k, d_v and T_k so that kScratchRows rows of them fit Eigen::Index
-// (abi.hpp); Scratch below must take fewer rows than that. Fused: Q, K, V, acc tiles
-// (kRows + 2 kCols + kRows rows of d_k or d_v), m and l, S (kRows x kCols, a constant).
-// Decomposed: Q, K, V, acc tiles and kDecRows rows of T_k logits. The GEMM packing buffers
-// are bounded by Eigen's cache-sized blocking, far below either.
-static_assert(2 * kRows + 2 * kCols + 2 < kScratchRows, "fused tiles too large for the scratch size limit");
-static_assert(2 * kDecRows + 2 * kCols + kDecRows < kScratchRows,
+// (abi.hpp); Scratch below must take fewer rows than that. Fused: Q and acc tiles (kRows rows
+// of d_k or d_v, rounded up to whole packets), K rows and panels and V rows (3 kMaxKeyTile
+// rows), m and l, and one strip of logits (a constant).
+// Decomposed: Q and acc tiles, the same key tile, and kDecRows rows of T_k logits (whole panels).
+static_assert(2 * kRows + 3 * kMaxKeyTile + 2 < kScratchRows,
+              "fused tiles too large for the scratch size limit");
+static_assert(3 * kDecRows + 3 * kMaxKeyTile < kScratchRows,
               "decomposed tiles too large for the scratch size limit");
 
 template <typename T>
@@ -121,32 +129,6 @@ class Arena {
 
  private:
   T* next_;
-};
-
-/// The per-thread buffers of one kernel call, laid out once in the thread's Arena: tiles of
-/// Q (rows x d_k), K (kCols x d_k) and V (kCols x d_v), the logits S (s_size elements), the ATTN
-/// accumulator (rows x d_v), `extra` elements for the caller, and the GEMM packing buffers,
-/// which `qk` and `pv` share (they never run at once).
-template <typename T>
-struct Scratch {
-  T *q, *k, *v, *s, *acc, *extra;
-  Scratch(index_t rows, index_t s_size, index_t extra_size, index_t dk, index_t dv, Blocking<T>& qk,
-          Blocking<T>& pv) {
-    const index_t pack_a = std::max(qk.size_a(), pv.size_a()), pack_b = std::max(qk.size_b(), pv.size_b());
-    Arena<T> arena(Arena<T>::round(rows * dk) + Arena<T>::round(kCols * dk) + Arena<T>::round(kCols * dv) +
-                   Arena<T>::round(s_size) + Arena<T>::round(rows * dv) + Arena<T>::round(extra_size) +
-                   Arena<T>::round(pack_a) + Arena<T>::round(pack_b));
-    q = arena.take(rows * dk);
-    k = arena.take(kCols * dk);
-    v = arena.take(kCols * dv);
-    s = arena.take(s_size);
-    acc = arena.take(rows * dv);
-    extra = arena.take(extra_size);
-    T* const block_a = arena.take(pack_a);
-    T* const block_b = arena.take(pack_b);
-    qk.use(block_a, block_b);
-    pv.use(block_a, block_b);
-  }
 };
 
 /// Rows [first, first + n) of m as a row-major block with unit column stride: in place when the
@@ -297,15 +279,15 @@ void apply_extras(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& 
 /// the extra elements are fed -inf, which gives them exactly 0. Eigen would otherwise run its exp scalar on
 /// the unaligned head and tail of every row, which costs as much as the rest when a window
 /// makes every row start elsewhere; and each element's rounding would depend on where its row
-/// segment starts.
+/// segment starts. Returns the sum of row[a, b) (taken in the same pass, in packets).
 template <typename T>
-void exp_in_packets(T* row, index_t a, index_t b, T shift) {
+T exp_in_packets(T* row, index_t a, index_t b, T shift) {
   constexpr index_t kLanes = 64 / static_cast<index_t>(sizeof(T));
   const index_t e0 = a / kLanes * kLanes, e1 = (b + kLanes - 1) / kLanes * kLanes;
   const T minus_inf = -std::numeric_limits<T>::infinity();
   std::fill(row + e0, row + a, minus_inf);
   std::fill(row + b, row + e1, minus_inf);
-  exp_shifted_in_packets(row, e0, e1, shift);  // exp(-inf) gives exactly 0 (eigen_internal.hpp)
+  return exp_shifted_in_packets(row, e0, e1, shift);  // exp(-inf) gives exactly 0 (eigen_internal.hpp)
 }
 
 /// After the division by the row sum: keys the boolean mask hides weigh exactly 0 even when the
@@ -319,12 +301,10 @@ void zero_masked(const RawProblem<S>& p, index_t i, index_t j_first, Segment&& w
   }
 }
 
-/// Are all V rows that query rows [first, first + count) may see finite? One pass over them
-/// per call, so that tiles with hidden keys can still use one GEMM.
+/// Are the V rows [begin, end) all finite? One pass over them, so that tiles with hidden keys can
+/// still use one product.
 template <typename S>
-bool values_finite(const RawProblem<S>& p, index_t first, index_t count) {
-  if (count <= 0) return true;
-  const index_t begin = p.first_key(first), end = p.end_key(first + count - 1);
+bool values_finite(const RawProblem<S>& p, index_t begin, index_t end) {
   if constexpr (kIsLowPrecision<S>) {
     // NaN and +-inf have every exponent bit set: the largest magnitude (sign cleared) of a row
     // reaches the exponent mask exactly when the row holds one. A max over 16-bit integers,
@@ -376,38 +356,131 @@ void for_each_visible(const RawProblem<T>& p, index_t i0, index_t rows, index_t 
   }
 }
 
-/// acc (rows x d_v) += P (rows x cols) V (cols x d_v) over keys [j0, j0 + cols) of query rows
-/// [i0, i0 + rows). Hidden keys weigh exactly 0, so one GEMM is exact unless a hidden V row
-/// holds a NaN or Inf (0 * NaN); then each row sums over its visible keys only. `v_finite`:
-/// every V row the caller's rows may see is known to be finite.
-template <typename S, typename T, class PTile, class VTile>
-void accumulate(const RawProblem<S>& p, index_t i0, index_t j0, const PTile& P, index_t ldp, const VTile& V,
-                bool v_finite, T* acc, index_t dv, Blocking<T>& blocking) {
-  const index_t rows = P.rows(), cols = P.cols();
+/// O (rows x ldo) += P V for a strip of rows <= MR query rows i0, i0 + 1, ... (weights P, row
+/// stride ldp, column t for key j0 + t) over the keys [lo, hi) of the key tile it may see: one
+/// micro-kernel product when the strip hides none of them or when the tile's V rows are finite
+/// (asked only then; hidden keys weigh exactly 0), else row by row over each row's visible keys,
+/// so that a hidden NaN in V reaches no row.
+template <typename S, typename T, class Tile>
+void accumulate_strip(const RawProblem<S>& p, index_t i0, index_t rows, index_t j0, index_t lo, index_t hi,
+                      const T* P, index_t ldp, Tile& tile, T* o, index_t ldo) {
   bool hides_keys = p.mask.data != nullptr;
-  for (index_t r = 0; r < rows && !hides_keys && !v_finite; ++r) {
-    const Span span = span_in_tile(p, i0 + r, j0, cols);
-    hides_keys = span.a > 0 || span.b < cols;
+  for (index_t r = 0; r < rows && !hides_keys; ++r) {
+    const Span span = span_in_tile(p, i0 + r, j0 + lo, hi - lo);
+    hides_keys = span.a > 0 || span.b < hi - lo;
   }
-  if (v_finite || !hides_keys) {
-    gemm_ab(rows, dv, cols, P.data(), ldp, V.data(), V.outerStride(), acc, dv, blocking);
+  const T* vb = tile.v();
+  const index_t ldv = tile.ldv();
+  if (!hides_keys || tile.v_finite()) {
+    product_strip(rows, ldo, hi - lo, P + lo, ldp, vb + lo * ldv, ldv, o, ldo);
     return;
   }
-  Eigen::Map<RowMat<T>> A(acc, rows, dv);
-  for_each_visible(p, i0, rows, j0, cols,
-                   [&](index_t r, index_t t) { A.row(r).noalias() += P(r, t) * V.row(t); });
+  for_each_visible(p, i0, rows, j0 + lo, hi - lo, [&](index_t r, index_t t) {
+    Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(o + r * ldo, ldo).noalias() +=
+        P[r * ldp + lo + t] * Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(vb + (lo + t) * ldv, ldo);
+  });
+}
+
+/// One key tile [j0, j0 + cols) as the micro-kernel reads it (micro_kernel.hpp), in buffers
+/// taken once per kernel call for tiles of up to `keys` keys: K packed into panels, and the V
+/// rows with ld() elements between rows, in place when they are whole packets of contiguous
+/// compute-type elements, else widened, gathered or padded (the padding 0) into the buffer.
+template <typename E>
+class KeyTile {
+ public:
+  using T = ComputeScalar<E>;
+  /// ldo: d_v rounded up to whole packets (0 when the call wants no V).
+  KeyTile(const RawProblem<E>& p, index_t keys, index_t ldo, Arena<T>& arena)
+      : p_(p),
+        ldo_(ldo),
+        k_buf_(arena.take(keys * p.k.cols)),
+        panels_(arena.take(keys * p.k.cols)),
+        v_buf_(arena.take(keys * ldo)) {
+    if constexpr (std::is_same_v<E, T>) {
+      const index_t dv = p.v.cols;
+      v_in_place_ =
+          dv == ldo && (p.v.col_stride == 1 || dv <= 1) && p.v.row_stride >= dv && p.v.row_stride > 0;
+    }
+  }
+  /// Buffer sizes (elements, each rounded as Arena::take rounds it) for tiles of `keys` keys.
+  static std::size_t scratch(index_t keys, index_t dk, index_t ldo) {
+    return Arena<T>::round(keys * dk) * 2 + Arena<T>::round(keys * ldo);
+  }
+
+  /// Packs the tile's keys into panels().
+  void load_keys(index_t j0, index_t cols) {
+    const auto K = tile_rows(p_.k, j0, cols, k_buf_);
+    pack_panels(K.data(), K.outerStride(), cols, p_.k.cols, panels_);
+  }
+  /// Makes the tile's V rows v(), ldv() apart (only when the call wants V).
+  void load_values(index_t j0, index_t cols) {
+    j0_ = j0;
+    cols_ = cols;
+    v_finite_ = -1;
+    if constexpr (std::is_same_v<E, T>) {
+      if (v_in_place_) {
+        v_ = p_.v.data + j0 * p_.v.row_stride;
+        ldv_ = p_.v.row_stride;
+        return;
+      }
+    }
+    const index_t dv = p_.v.cols;
+    const auto V = tile_rows(p_.v, j0, cols, v_buf_);
+    for (index_t t = cols; t-- > 0;) {  // from the last row: the rows may move within the buffer
+      const T* src = V.data() + t * V.outerStride();
+      T* dst = v_buf_ + t * ldo_;
+      std::fill(dst + dv, dst + ldo_, T(0));
+      if (dst != src) std::copy_backward(src, src + dv, dst + dv);
+    }
+    v_ = v_buf_;
+    ldv_ = ldo_;
+  }
+  const T* panels() const { return panels_; }
+  const T* v() const { return v_; }
+  index_t ldv() const { return ldv_; }
+  /// Are the tile's V rows all finite? Found out on the first question.
+  bool v_finite() {
+    if (v_finite_ < 0) v_finite_ = values_finite(p_, j0_, j0_ + cols_) ? 1 : 0;
+    return v_finite_ == 1;
+  }
+
+ private:
+  const RawProblem<E>& p_;
+  index_t ldo_;
+  T *k_buf_, *panels_, *v_buf_;
+  bool v_in_place_ = false;
+  const T* v_ = nullptr;
+  index_t ldv_ = 0, j0_ = 0, cols_ = 0;
+  int v_finite_ = -1;
+};
+
+/// The keys [lo, hi) of the key tile [j0, j0 + cols) that the strip of query rows
+/// [i, i + rows) may see, lo rounded down to a whole panel (lo == hi: none).
+template <typename T>
+Span strip_keys(const RawProblem<T>& p, index_t i, index_t rows, index_t j0, index_t cols, index_t panel) {
+  const index_t lo = clamp_index(p.first_key(i) - j0, 0, cols) / panel * panel;
+  return {lo, clamp_index(p.end_key(i + rows - 1) - j0, lo, cols)};
 }
 
 template <typename E>
 void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   using T = ComputeScalar<E>;  // E: the arrays' element type
+  using MK = Micro<T>;
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const index_t dk = p.q.cols, dv = p.v.cols;
-  const bool extras = p.has_extras();
-  Blocking<T> qk(kRows, kCols, dk), pv(kRows, dv, kCols);
-  const Scratch<T> buf(kRows, kRows * kCols, 2 * kRows, dk, dv, qk, pv);  // extra: m and l
-  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> m(buf.extra, kRows), l(buf.extra + kRows, kRows);
-  const bool v_finite = values_finite(p, first, count);
+  const index_t ldo = (dv + MK::kLanes - 1) / MK::kLanes * MK::kLanes;  // O rows: whole packets
+  const index_t kc =
+      forward_tiles(cache_sizes(), dk, ldo, MK::kRows, MK::kCols, static_cast<index_t>(sizeof(T))).keys;
+  const index_t lds = static_cast<index_t>(Arena<T>::round(kc));  // strip rows start 64-byte aligned
+  Arena<T> arena(Arena<T>::round(kRows * dk) + KeyTile<E>::scratch(kc, dk, ldo) +
+                 Arena<T>::round(MK::kRows * lds) + Arena<T>::round(kRows * ldo) +
+                 Arena<T>::round(2 * kRows));
+  T* const q_buf = arena.take(kRows * dk);
+  KeyTile<E> tile(p, kc, ldo, arena);
+  T* const s = arena.take(MK::kRows * lds);  // one strip's logits, then weights
+  T* const acc = arena.take(kRows * ldo);
+  T* const m = arena.take(kRows);
+  T* const l = arena.take(kRows);
   // A narrow window slides along the diagonal: a tall row tile would compute many keys that
   // most of its rows do not see, so take shorter row tiles (window / 4 rows, at least 16).
   const index_t row_step = p.window_left >= 0 ? clamp_index(p.window_left / 4, 16, kRows) : kRows;
@@ -416,52 +489,63 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
     const index_t rows = std::min(row_step, first + count - i0);
     // The keys some row of the tile may see; tiles outside are never computed.
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
-    const auto Q = tile_rows(p.q, i0, rows, buf.q);
-    Eigen::Map<RowMat<T>> acc(buf.acc, rows, dv);
-    acc.setZero();
-    m.head(rows).setConstant(minus_inf);
-    l.head(rows).setZero();
+    const auto Q = tile_rows(p.q, i0, rows, q_buf);
+    std::fill_n(acc, rows * ldo, T(0));
+    std::fill_n(m, rows, minus_inf);
+    std::fill_n(l, rows, T(0));
 
-    for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
-      const index_t cols = std::min(kCols, key_end - j0);
-      const auto K = tile_rows(p.k, j0, cols, buf.k);
-      const auto V = tile_rows(p.v, j0, cols, buf.v);
-      const index_t lds = static_cast<index_t>(Arena<T>::round(cols));  // rows start 64-byte aligned
-      TileMap<T> S(buf.s, rows, cols, Eigen::OuterStride<>(lds));
-      S.setZero();
-      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), buf.s, lds, p.scale, qk);
-
-      for (index_t r = 0; r < rows; ++r) {
-        // The key range: keys this row does not see take no part, and weigh exactly 0.
-        const Span span = span_in_tile(p, i0 + r, j0, cols);
-        S.row(r).head(span.a).setZero();
-        S.row(r).tail(cols - span.b).setZero();
-        auto row = S.row(r).segment(span.a, span.b - span.a);
-        if (extras) apply_extras(p, i0 + r, j0 + span.a, row);
-        const T tile_max = row_max(row);
-        const T new_max = std::isnan(tile_max) || tile_max > m(r) ? tile_max : m(r);
-        if (new_max == minus_inf) {  // nothing visible to this row yet
-          row.setZero();
-          continue;
+    for (index_t j0 = key_begin; j0 < key_end; j0 += kc) {
+      const index_t cols = std::min(kc, key_end - j0);
+      tile.load_keys(j0, cols);
+      tile.load_values(j0, cols);
+      // Strip by strip (MR rows): logits of the keys it may see, in whole panels, the online
+      // softmax row by row, then the strip's share of P V.
+      for (index_t s0 = 0; s0 < rows; s0 += MK::kRows) {
+        const index_t srows = std::min<index_t>(MK::kRows, rows - s0), is = i0 + s0;
+        const Span keys = strip_keys(p, is, srows, j0, cols, MK::kCols);
+        if (keys.a >= keys.b) continue;
+        logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
+                     tile.panels() + keys.a * dk, s + keys.a, lds, p.scale);
+        for (index_t r = 0; r < srows; ++r) {
+          const index_t i = is + r;
+          T* const row_data = s + r * lds;
+          // The key range: keys this row does not see take no part, and weigh exactly 0.
+          const Span span = span_in_tile(p, i, j0, keys.b);  // span.a >= keys.a: the strip's first row
+          Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> S(row_data, keys.b);
+          S.segment(keys.a, span.a - keys.a).setZero();
+          S.tail(keys.b - span.b).setZero();
+          if (span.a >= span.b) continue;
+          auto row = S.segment(span.a, span.b - span.a);
+          if (p.has_extras()) apply_extras(p, i, j0 + span.a, row);
+          const T tile_max = row_max(row);
+          T& mr = m[s0 + r];
+          const T new_max = std::isnan(tile_max) || tile_max > mr ? tile_max : mr;
+          if (new_max == minus_inf) {  // nothing visible to this row yet
+            row.setZero();
+            continue;
+          }
+          // 0 on the row's first visible tile; exactly 1 (exp(0)) while the maximum stays
+          const T rescale = mr == new_max ? T(1) : std::exp(mr - new_max);
+          const T sum = exp_in_packets(row_data, span.a, span.b, new_max);  // masked keys (-inf): exactly 0
+          l[s0 + r] = rescale * l[s0 + r] + sum;
+          if (rescale != T(1))
+            Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(acc + (s0 + r) * ldo, ldo) *= rescale;
+          mr = new_max;
         }
-        const T rescale = std::exp(m(r) - new_max);                // 0 on the row's first visible tile
-        exp_in_packets(buf.s + r * lds, span.a, span.b, new_max);  // masked keys (-inf) give exactly 0
-        l(r) = rescale * l(r) + row.sum();
-        if (rescale != T(1)) acc.row(r) *= rescale;
-        m(r) = new_max;
+        accumulate_strip(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo);
       }
-      accumulate(p, i0, j0, S, lds, V, v_finite, buf.acc, dv, pv);
     }
 
     for (index_t r = 0; r < rows; ++r) {
-      if (m(r) == minus_inf) {  // the row sees no key
-        acc.row(r).setZero();
+      T* const o = acc + r * ldo;
+      if (m[r] == minus_inf) {  // the row sees no key
+        std::fill_n(o, ldo, T(0));
         if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = minus_inf;
       } else {
-        acc.row(r) /= l(r);
-        if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = m(r) + std::log(l(r));
+        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(o, ldo) /= l[r];
+        if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = m[r] + std::log(l[r]);
       }
-      store_row(p.attn, i0 + r, buf.acc + r * dv);
+      store_row(p.attn, i0 + r, o);
     }
   }
 }
@@ -469,48 +553,60 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
 template <typename E>
 void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
   using T = ComputeScalar<E>;  // E: the arrays' element type
+  using MK = Micro<T>;
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const index_t tk = p.k.rows, dk = p.q.cols;
   const index_t dv = p.want_attn ? p.v.cols : 0;
-  const bool extras = p.has_extras();
-  // The logits of kDecRows query rows at a time, in scratch whose rows start 64-byte aligned:
-  // Eigen's vectorised exp and sums peel scalar steps up to the first aligned element, so doing
-  // them on the caller's SCORES would make the last bits depend on where SCORES lies.
-  const index_t lds = static_cast<index_t>(Arena<T>::round(std::max<index_t>(tk, 1)));
-  Blocking<T> qk(kDecRows, kCols, dk), pv(kDecRows, dv, kCols);
-  const Scratch<T> buf(kDecRows, kDecRows * lds, 0, dk, dv, qk, pv);
-  const bool v_finite = !p.want_attn || values_finite(p, first, count);
+  const index_t ldo = (dv + MK::kLanes - 1) / MK::kLanes * MK::kLanes;
+  const index_t kc =
+      forward_tiles(cache_sizes(), dk, ldo, MK::kRows, MK::kCols, static_cast<index_t>(sizeof(T))).keys;
+  // The logits of kDecRows query rows at a time, in scratch whose rows start 64-byte aligned and
+  // hold whole panels: Eigen's vectorised exp and sums peel scalar steps up to the first aligned
+  // element, so doing them on the caller's SCORES would make the last bits depend on where
+  // SCORES lies.
+  const index_t lds = static_cast<index_t>(
+      Arena<T>::round((std::max<index_t>(tk, 1) + MK::kCols - 1) / MK::kCols * MK::kCols));
+  Arena<T> arena(Arena<T>::round(kDecRows * dk) + KeyTile<E>::scratch(kc, dk, ldo) +
+                 Arena<T>::round(kDecRows * lds) + Arena<T>::round(kDecRows * ldo));
+  T* const q_buf = arena.take(kDecRows * dk);
+  KeyTile<E> tile(p, kc, ldo, arena);
+  T* const s = arena.take(kDecRows * lds);
+  T* const acc = arena.take(kDecRows * ldo);
 
   for (index_t i0 = first; i0 < first + count; i0 += kDecRows) {
     const index_t rows = std::min(kDecRows, first + count - i0);
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
     const index_t width = key_end - key_begin;
-    const auto Q = tile_rows(p.q, i0, rows, buf.q);
-    TileMap<T> S(buf.s, rows, width, Eigen::OuterStride<>(lds));  // keys [key_begin, key_end)
+    const auto Q = tile_rows(p.q, i0, rows, q_buf);
+    TileMap<T> S(s, rows, width, Eigen::OuterStride<>(lds));  // keys [key_begin, key_end)
 
-    // Scaled logits, tile by tile.
-    S.setZero();
-    for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
-      const index_t cols = std::min(kCols, key_end - j0);
-      const auto K = tile_rows(p.k, j0, cols, buf.k);
-      gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), buf.s + (j0 - key_begin),
-               lds, p.scale, qk);
+    // Scaled logits, key tile by key tile, strip by strip: only the panels a strip may see.
+    for (index_t j0 = key_begin; j0 < key_end; j0 += kc) {
+      const index_t cols = std::min(kc, key_end - j0);
+      tile.load_keys(j0, cols);
+      for (index_t s0 = 0; s0 < rows; s0 += MK::kRows) {
+        const index_t srows = std::min<index_t>(MK::kRows, rows - s0);
+        const Span keys = strip_keys(p, i0 + s0, srows, j0, cols, MK::kCols);
+        if (keys.a < keys.b)
+          logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
+                       tile.panels() + keys.a * dk, s + s0 * lds + (j0 - key_begin) + keys.a, lds, p.scale);
+      }
     }
-    // Masks and row softmax in place: keys a row does not see weigh exactly 0.
+    // Masks and row softmax in place: keys a row does not see weigh exactly 0 (the logits outside
+    // its range were never computed, or belong to another row's range).
     for (index_t r = 0; r < rows; ++r) {
       const index_t i = i0 + r;
       const Span span = span_in_tile(p, i, key_begin, width);
       S.row(r).head(span.a).setZero();
       S.row(r).tail(width - span.b).setZero();
       auto row = S.row(r).segment(span.a, span.b - span.a);
-      if (extras) apply_extras(p, i, key_begin + span.a, row);
+      if (p.has_extras()) apply_extras(p, i, key_begin + span.a, row);
       const T max = row_max(row);
       T lse = minus_inf;
       if (max == minus_inf) {
         row.setZero();
       } else {
-        exp_in_packets(buf.s + r * lds, span.a, span.b, max);
-        const T sum = row.sum();
+        const T sum = exp_in_packets(s + r * lds, span.a, span.b, max);
         row /= sum;
         // After the division, so that a NaN sum (a NaN logit this row sees) leaves the keys the
         // mask hides at exactly 0.
@@ -525,7 +621,7 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
         for (index_t r = 0; r < rows; ++r) {
           T* dst = out.data + (i0 + r) * out.row_stride;
           stream_row<T>(dst, nullptr, key_begin);
-          stream_row(dst + key_begin, buf.s + r * lds, width);
+          stream_row(dst + key_begin, s + r * lds, width);
           stream_row<T>(dst + key_end, nullptr, tk - key_end);
         }
       } else {
@@ -543,20 +639,25 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
       for (index_t r = 0; r < rows; ++r) {
         E* dst = p.scores.data + (i0 + r) * p.scores.row_stride;
         for (index_t j = 0; j < key_begin; ++j) dst[j * p.scores.col_stride] = E{0};
-        narrow(buf.s + r * lds, width, dst + key_begin * p.scores.col_stride, p.scores.col_stride);
+        narrow(s + r * lds, width, dst + key_begin * p.scores.col_stride, p.scores.col_stride);
         for (index_t j = key_end; j < tk; ++j) dst[j * p.scores.col_stride] = E{0};
       }
     }
 
     if (!p.want_attn) continue;
-    Eigen::Map<RowMat<T>> acc(buf.acc, rows, dv);
-    acc.setZero();
-    for (index_t j0 = key_begin; j0 < key_end; j0 += kCols) {
-      const index_t cols = std::min(kCols, key_end - j0);
-      const auto V = tile_rows(p.v, j0, cols, buf.v);
-      accumulate(p, i0, j0, S.middleCols(j0 - key_begin, cols), lds, V, v_finite, buf.acc, dv, pv);
+    std::fill_n(acc, rows * ldo, T(0));
+    for (index_t j0 = key_begin; j0 < key_end; j0 += kc) {
+      const index_t cols = std::min(kc, key_end - j0);
+      tile.load_values(j0, cols);
+      for (index_t s0 = 0; s0 < rows; s0 += MK::kRows) {
+        const index_t srows = std::min<index_t>(MK::kRows, rows - s0);
+        const Span keys = strip_keys(p, i0 + s0, srows, j0, cols, MK::kCols);
+        if (keys.a < keys.b)
+          accumulate_strip(p, i0 + s0, srows, j0, keys.a, keys.b, s + s0 * lds + (j0 - key_begin), lds, tile,
+                           acc + s0 * ldo, ldo);
+      }
     }
-    for (index_t r = 0; r < rows; ++r) store_row(p.attn, i0 + r, buf.acc + r * dv);
+    for (index_t r = 0; r < rows; ++r) store_row(p.attn, i0 + r, acc + r * ldo);
   }
   finish_streams();
 }

@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: MIT
+// The tile sizes of the tiled kernels, in one place: chosen at run time from the CPU's cache
+// sizes and the head dims, never from constants fitted to one host. Plain arithmetic on plain
+// types, so that every kernel translation unit computes the same tiles (abi.hpp). Internal.
+//
+// The fused forward works on one strip of MR query rows (micro_kernel.hpp) at a time against a
+// key tile of `keys` keys, whose K panels (keys x d_k) and V rows (keys x d_v) every strip of the
+// query tile reads again: they are sized to stay in L2 together (half of it, the rest for the
+// query tile, its accumulator and the next tile's inputs), and the strip's logits (MR x keys)
+// to stay in L1 (a quarter of it, the rest for the rows of K and V streaming through).
+#pragma once
+
+#include <algorithm>
+
+#include "kernels/abi.hpp"
+
+namespace EigenAttention {
+namespace internal {
+
+/// The data cache sizes of the CPU we run on, in bytes: Eigen's l1CacheSize() and
+/// l2CacheSize(), which read CPUID's cache leaves on Intel and AMD (with Eigen's defaults
+/// elsewhere). Queried once (tile_policy.cpp).
+struct CacheSizes {
+  index_t l1, l2;
+};
+CacheSizes cache_sizes();
+
+/// The most keys of one key tile (the kernels' scratch holds a few such tiles: tiled.hpp).
+constexpr index_t kMaxKeyTile = 1024;
+
+/// The fused forward's tiles for one call.
+struct ForwardTiles {
+  index_t keys;  ///< keys per key tile: a whole number of panels (`panel` keys each)
+};
+
+/// The fused forward's tiles for head dims d_k and d_v (d_v rounded up to whole packets), strips
+/// of `strip_rows` rows and key panels of `panel` keys, elements of `element` bytes, on a CPU
+/// with caches `c`. At least one panel, at most kMaxKeyTile keys.
+inline ForwardTiles forward_tiles(const CacheSizes& c, index_t dk, index_t dv, index_t strip_rows,
+                                  index_t panel, index_t element) {
+  const index_t by_l2 = c.l2 / 2 / std::max<index_t>((dk + dv) * element, 1);
+  const index_t by_l1 = c.l1 / 4 / std::max<index_t>(strip_rows * element, 1);
+  const index_t keys = std::min<index_t>({by_l2, by_l1, kMaxKeyTile}) / panel * panel;
+  return {std::max(keys, panel)};
+}
+
+}  // namespace internal
+}  // namespace EigenAttention
