@@ -53,8 +53,10 @@ void write_csv(const Args& a, const Csv& csv) {
   std::string text =
       "# kind=attn: kind,type,d,causal,kernel,threads,T,fused_s,fused_gflops,decinto_s,decinto_gflops,"
       "decvalue_s,decvalue_gflops,naive_s,naive_gflops,gemm_square_gflops,fused_over_naive,fused_over_gemm,"
-      "decinto_over_fused,decvalue_over_naive,max_abs_diff,reps,inner\n"
+      "decinto_over_fused,decvalue_over_naive,max_abs_diff,reps,inner,fma_peak_gflops,fused_over_peak,"
+      "decinto_over_peak\n"
       "# kind=gemm: kind,type,shape,m,n,k,seconds,gflops,over_square\n"
+      "# kind=peak: kind,type,threads,gflops\n"
       "# kind=scaling: "
       "kind,type,d,causal,kernel,threads,T,seconds,gflops,time_over_T2_vs_first,extra_peak_mib,"
       "qkvo_mib,naive_s_mib\n"
@@ -153,12 +155,30 @@ int run(Args a) {
     }
   }
 
+  // The host's FMA peak, per thread count of the table, in this run.
+  std::map<std::string, Yardsticks> yardsticks;
+  std::printf("\nhost FMA peak (%s, 12 independent accumulators per thread):\n", eabench::fma_unit().c_str());
+  for (int thr : a.threads) {
+    const int n = thr > 0 ? thr : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const eabench::FmaPeak p = eabench::measure_fma_peak(n, a.smoke ? 0.01 : 1.0);
+    yardsticks["float"].peak[thr] = p.float_gflops;
+    yardsticks["double"].peak[thr] = p.double_gflops;
+    std::printf("  %d thread%s: float %s GFLOP/s, double %s GFLOP/s\n", n, n == 1 ? "" : "s",
+                fmt(p.float_gflops).c_str(), fmt(p.double_gflops).c_str());
+    csv.add("peak,float," + std::to_string(n) + "," + csv_num(p.float_gflops));
+    csv.add("peak,double," + std::to_string(n) + "," + csv_num(p.double_gflops));
+  }
+  std::fflush(stdout);
+
   std::printf(
-      "\nattention (GFLOP/s; ratios: fus/nai = fused/naive, fus/gem = fused/square GEMM (1 thread),\n"
-      "into/fu = dec-into/fused, val/nai = dec-value/naive; max|diff| = fused vs naive ATTN)\n");
+      "\nattention (GFLOP/s; ratios: fus/pk = fused/host FMA peak (same threads), into/pk =\n"
+      "dec-into/peak, fus/nai = fused/naive, fus/gem = fused/square GEMM (1 thread), into/fu =\n"
+      "dec-into/fused, val/nai = dec-value/naive; max|diff| = fused vs naive ATTN)\n");
   for (const std::string& type : a.types) {
-    ok = (type == "float" ? attention_table<float>(a, "float", kernels, rates.square[type], csv)
-                          : attention_table<double>(a, "double", kernels, rates.square[type], csv)) &&
+    Yardsticks& y = yardsticks[type];
+    y.gemm = rates.square[type];
+    ok = (type == "float" ? attention_table<float>(a, "float", kernels, y, csv)
+                          : attention_table<double>(a, "double", kernels, y, csv)) &&
          ok;
   }
   std::printf("\nload at end: %s\n", load_average().c_str());

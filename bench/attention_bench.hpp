@@ -34,10 +34,12 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "baseline.hpp"
+#include "fma_peak.hpp"
 
 namespace ea = EigenAttention;
 using Clock = bench::Clock;
@@ -172,6 +174,17 @@ struct GemmRates {
   std::map<std::string, double> square;  // type -> GFLOP/s of the square GEMM (1 thread)
 };
 
+/// What a row's rates are judged against, measured in the same run: the square GEMM of its
+/// type (1 thread) and the host's FMA peak of its type for each thread count.
+struct Yardsticks {
+  double gemm = kNaN;
+  std::map<int, double> peak;  // threads -> GFLOP/s
+  double peak_at(int threads) const {
+    const auto it = peak.find(threads);
+    return it == peak.end() ? kNaN : it->second;
+  }
+};
+
 struct ChildReport {
   int ok = 0;
   long before_kib = 0, after_kib = 0;
@@ -200,7 +213,7 @@ void shaped_gemms(const Args& a, const char* type, Idx d, double square, Csv& cs
 // The attention table (attention_bench_table.cpp).
 template <typename T>
 bool attention_table(const Args& a, const char* type, const std::vector<ea::Kernel>& kernels,
-                     double gemm_rate, Csv& csv);
+                     const Yardsticks& y, Csv& csv);
 
 // Peak memory, --scaling and --memory-probe (attention_bench_memory.cpp).
 template <typename T>

@@ -20,18 +20,18 @@ std::map<std::tuple<Idx, Idx, bool>, NaiveEntry>& naive_cache() {
 }
 
 void print_attention_header() {
-  std::printf("%-6s %4s %3s %-9s %3s %6s | %9s %9s %9s %9s %9s | %7s %7s %7s %7s | %8s\n", "type", "d", "cau",
-              "kernel", "thr", "T", "fused ms", "fused", "dec-into", "dec-value", "naive", "fus/nai",
-              "fus/gem", "into/fu", "val/nai", "max|diff|");
-  std::printf("%-6s %4s %3s %-9s %3s %6s | %9s %9s %9s %9s %9s | %7s %7s %7s %7s | %8s\n", "", "", "", "", "",
-              "", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "", "", "", "", "");
+  std::printf("%-6s %4s %3s %-9s %3s %6s | %9s %9s %9s %9s %9s | %7s %7s %7s %7s %7s %7s | %8s\n", "type",
+              "d", "cau", "kernel", "thr", "T", "fused ms", "fused", "dec-into", "dec-value", "naive",
+              "fus/pk", "into/pk", "fus/nai", "fus/gem", "into/fu", "val/nai", "max|diff|");
+  std::printf("%-6s %4s %3s %-9s %3s %6s | %9s %9s %9s %9s %9s | %7s %7s %7s %7s %7s %7s | %8s\n", "", "", "",
+              "", "", "", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "", "", "", "", "", "", "");
   std::fflush(stdout);
 }
 
 // One row; returns false when a result check failed.
 template <typename T>
 bool attention_row(const Args& a, const char* type, Idx d, bool causal, ea::Kernel kernel, int threads, Idx t,
-                   double gemm_rate, Csv& csv) {
+                   const Yardsticks& y, Csv& csv) {
   const Inputs<T> in(t, d);
   ea::Options opt;
   opt.causal = causal;
@@ -92,27 +92,30 @@ bool attention_row(const Args& a, const char* type, Idx d, bool causal, ea::Kern
   const double g_into = a.m_into ? gflops(flops, into) : kNaN;
   const double g_value = a.m_value ? gflops(flops, value) : kNaN;
   const double g_naive = naive ? gflops(flops, naive->timing) : kNaN;
-  const double r_fn = g_fused / g_naive, r_fg = g_fused / gemm_rate, r_if = g_into / g_fused,
-               r_vn = g_value / g_naive;
-  print_row("%-6s %4ld %3d %-9s %3d %6ld | %9s %9s %9s %9s %9s | %7s %7s %7s %7s | %8s%s\n", type, long(d),
-            int(causal), resolved_name(kernel), threads, long(t), fmt(fused.median * 1e3, 2).c_str(),
+  const double peak = y.peak_at(threads);
+  const double r_fn = g_fused / g_naive, r_fg = g_fused / y.gemm, r_if = g_into / g_fused,
+               r_vn = g_value / g_naive, r_fp = g_fused / peak, r_ip = g_into / peak;
+  print_row("%-6s %4ld %3d %-9s %3d %6ld | %9s %9s %9s %9s %9s | %7s %7s %7s %7s %7s %7s | %8s%s\n", type,
+            long(d), int(causal), resolved_name(kernel), threads, long(t), fmt(fused.median * 1e3, 2).c_str(),
             fmt(g_fused).c_str(), fmt(g_into).c_str(), fmt(g_value).c_str(), fmt(g_naive).c_str(),
-            fmt(r_fn, 2).c_str(), fmt(r_fg, 2).c_str(), fmt(r_if, 2).c_str(), fmt(r_vn, 2).c_str(),
-            fmt_e(diff).c_str(), (diff > tolerance<T>()) ? " !" : "");
+            fmt(r_fp, 2).c_str(), fmt(r_ip, 2).c_str(), fmt(r_fn, 2).c_str(), fmt(r_fg, 2).c_str(),
+            fmt(r_if, 2).c_str(), fmt(r_vn, 2).c_str(), fmt_e(diff).c_str(),
+            (diff > tolerance<T>()) ? " !" : "");
   std::ostringstream line;
   line << "attn," << type << ',' << d << ',' << int(causal) << ',' << resolved_name(kernel) << ',' << threads
        << ',' << t << ',' << csv_num(fused.median) << ',' << csv_num(g_fused) << ',' << csv_num(into.median)
        << ',' << csv_num(g_into) << ',' << csv_num(value.median) << ',' << csv_num(g_value) << ','
-       << csv_num(naive ? naive->timing.median : kNaN) << ',' << csv_num(g_naive) << ',' << csv_num(gemm_rate)
+       << csv_num(naive ? naive->timing.median : kNaN) << ',' << csv_num(g_naive) << ',' << csv_num(y.gemm)
        << ',' << csv_num(r_fn) << ',' << csv_num(r_fg) << ',' << csv_num(r_if) << ',' << csv_num(r_vn) << ','
-       << csv_num(diff) << ',' << fused.reps << ',' << fused.inner;
+       << csv_num(diff) << ',' << fused.reps << ',' << fused.inner << ',' << csv_num(peak) << ','
+       << csv_num(r_fp) << ',' << csv_num(r_ip);
   csv.add(line.str());
   return !(diff > tolerance<T>());
 }
 
 template <typename T>
 bool attention_table(const Args& a, const char* type, const std::vector<ea::Kernel>& kernels,
-                     double gemm_rate, Csv& csv) {
+                     const Yardsticks& y, Csv& csv) {
   bool ok = true;
   for (Idx d : a.ds) {
     for (int c : a.causal) {
@@ -120,7 +123,7 @@ bool attention_table(const Args& a, const char* type, const std::vector<ea::Kern
       print_attention_header();
       for (ea::Kernel k : kernels) {
         for (int thr : a.threads) {
-          for (Idx t : a.ts) ok = attention_row<T>(a, type, d, c != 0, k, thr, t, gemm_rate, csv) && ok;
+          for (Idx t : a.ts) ok = attention_row<T>(a, type, d, c != 0, k, thr, t, y, csv) && ok;
         }
       }
     }
@@ -129,7 +132,9 @@ bool attention_table(const Args& a, const char* type, const std::vector<ea::Kern
   return ok;
 }
 
-template bool attention_table<float>(const Args&, const char*, const std::vector<ea::Kernel>&, double, Csv&);
-template bool attention_table<double>(const Args&, const char*, const std::vector<ea::Kernel>&, double, Csv&);
+template bool attention_table<float>(const Args&, const char*, const std::vector<ea::Kernel>&,
+                                     const Yardsticks&, Csv&);
+template bool attention_table<double>(const Args&, const char*, const std::vector<ea::Kernel>&,
+                                      const Yardsticks&, Csv&);
 
 }  // namespace ea_attention_bench
