@@ -132,19 +132,25 @@ class Arena {
 };
 
 /// Rows [first, first + n) of m as a row-major block with unit column stride: in place when the
-/// input has one, else copied into `scratch` (n x m.cols).
+/// input has one (and, when `dense`, no gap between rows: rows far apart, such as a head's rows in
+/// a [B, T, H, D] buffer, share cache sets and pages), else copied into `scratch` (n x m.cols).
 template <typename T>
 Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> rows_of(const RawMatrix<const T>& m,
                                                                             index_t first, index_t n,
-                                                                            T* scratch) {
+                                                                            T* scratch, bool dense = false) {
   using Result = Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
-  if ((m.col_stride == 1 || m.cols <= 1) && (m.row_stride >= m.cols || n <= 1)) {
+  if ((m.col_stride == 1 || m.cols <= 1) &&
+      (dense ? m.row_stride == m.cols : m.row_stride >= m.cols || n <= 1)) {
     const index_t ld = n <= 1 ? std::max<index_t>(m.cols, 1) : m.row_stride;
     return Result(m.data + first * m.row_stride, n, m.cols, Eigen::OuterStride<>(ld));
   }
   for (index_t i = 0; i < n; ++i) {
     const T* src = m.data + (first + i) * m.row_stride;
-    for (index_t j = 0; j < m.cols; ++j) scratch[i * m.cols + j] = src[j * m.col_stride];
+    if (m.col_stride == 1) {
+      std::copy(src, src + m.cols, scratch + i * m.cols);
+    } else {
+      for (index_t j = 0; j < m.cols; ++j) scratch[i * m.cols + j] = src[j * m.col_stride];
+    }
   }
   return Result(scratch, n, m.cols, Eigen::OuterStride<>(std::max<index_t>(m.cols, 1)));
 }
@@ -154,9 +160,10 @@ Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> rows_of(cons
 template <typename S, typename T>
 Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> tile_rows(const RawMatrix<const S>& m,
                                                                               index_t first, index_t n,
-                                                                              T* scratch) {
+                                                                              T* scratch,
+                                                                              bool dense = false) {
   if constexpr (std::is_same_v<S, T>) {
-    return rows_of(m, first, n, scratch);
+    return rows_of(m, first, n, scratch, dense);
   } else {
     for (index_t i = 0; i < n; ++i)
       widen(m.data + (first + i) * m.row_stride, m.col_stride, m.cols, scratch + i * m.cols);
@@ -383,8 +390,8 @@ void accumulate_strip(const RawProblem<S>& p, index_t i0, index_t rows, index_t 
 
 /// One key tile [j0, j0 + cols) as the micro-kernel reads it (micro_kernel.hpp), in buffers
 /// taken once per kernel call for tiles of up to `keys` keys: K packed into panels, and the V
-/// rows with ld() elements between rows, in place when they are whole packets of contiguous
-/// compute-type elements, else widened, gathered or padded (the padding 0) into the buffer.
+/// rows with ldv() elements between rows, in place when they are dense rows of whole packets of
+/// the compute type, else widened, gathered or padded (the padding 0) into the buffer.
 template <typename E>
 class KeyTile {
  public:
@@ -398,8 +405,9 @@ class KeyTile {
         v_buf_(arena.take(keys * ldo)) {
     if constexpr (std::is_same_v<E, T>) {
       const index_t dv = p.v.cols;
-      v_in_place_ =
-          dv == ldo && (p.v.col_stride == 1 || dv <= 1) && p.v.row_stride >= dv && p.v.row_stride > 0;
+      // In place only when the rows are dense: rows far apart (a head of a [B, T, H, D] buffer)
+      // would cost a page walk per row in every strip's product.
+      v_in_place_ = dv == ldo && dv > 0 && p.v.col_stride == 1 && p.v.row_stride == dv;
     }
   }
   /// Buffer sizes (elements, each rounded as Arena::take rounds it) for tiles of `keys` keys.
@@ -489,7 +497,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
     const index_t rows = std::min(row_step, first + count - i0);
     // The keys some row of the tile may see; tiles outside are never computed.
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
-    const auto Q = tile_rows(p.q, i0, rows, q_buf);
+    const auto Q = tile_rows(p.q, i0, rows, q_buf, true);
     std::fill_n(acc, rows * ldo, T(0));
     std::fill_n(m, rows, minus_inf);
     std::fill_n(l, rows, T(0));
@@ -577,7 +585,7 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
     const index_t rows = std::min(kDecRows, first + count - i0);
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
     const index_t width = key_end - key_begin;
-    const auto Q = tile_rows(p.q, i0, rows, q_buf);
+    const auto Q = tile_rows(p.q, i0, rows, q_buf, true);
     TileMap<T> S(s, rows, width, Eigen::OuterStride<>(lds));  // keys [key_begin, key_end)
 
     // Scaled logits, key tile by key tile, strip by strip: only the panels a strip may see.
