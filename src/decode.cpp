@@ -77,7 +77,7 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
     reference_decode(p);
     return;
   }
-  const DecodeKernel<T> kernel = decode_kernel<T>(p.kernel);
+  const DecodeKernel<T> kernel = decode_kernel<T>(kernel_set(p.kernel));
   const abi::PagedKV& kv = p.paged->kv;
   const index_t G = p.q.heads / kv.kv_heads, dk = kv.d_k, dv = kv.d_v, bytes = scalar_type_bytes(kv.storage);
   // The calling thread's, kept from call to call (the pool's threads see them through these

@@ -106,7 +106,7 @@ void run_backward(Kernel kernel, index_t units, index_t unit_size, const Problem
     }
     return;
   }
-  const BackwardKernel<T> tiled = tiled_backward_kernel<T>(kernel);
+  const BackwardKernel<T> tiled = backward_kernel<T>(kernel_set(kernel));
   double work = 0;  // multiply-adds: five products of T_q T_k d
   for (index_t u = 0; u < units; ++u) {
     for (index_t t = 0; t < unit_size; ++t) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include <EigenAttention/Kernels.hpp>
@@ -36,15 +37,29 @@ void reference_backward(const RawProblem<T>& p);
 /// Throws std::invalid_argument when it is not available here.
 Kernel resolve_kernel(const char* api, Kernel requested);
 
-/// The tiled kernel compiled for `kernel`, one of the table's that this build holds (kernels.cmake).
-template <typename T>
-RowsKernel<T> tiled_kernel(Kernel kernel);
+/// The entry points of `kernel`, one of the table's that this build holds (kernels.cmake); the
+/// portable kernel's for any other (Kernel::Reference has no tiled entry points).
+const KernelSet& kernel_set(Kernel kernel);
 
-/// The tiled backward kernel compiled for `kernel` (see BackwardKernel in abi.hpp).
+/// A KernelSet's forward, backward and decode entry points for element type T: the one place
+/// that maps a type to its field.
 template <typename T>
-BackwardKernel<T> tiled_backward_kernel(Kernel kernel);
+RowsKernel<T> rows_kernel(const KernelSet& s) {
+  if constexpr (std::is_same_v<T, float>) return s.rows_float;
+  if constexpr (std::is_same_v<T, double>) return s.rows_double;
+  if constexpr (std::is_same_v<T, BFloat16Bits>) return s.rows_bfloat16;
+  if constexpr (std::is_same_v<T, HalfBits>) return s.rows_half;
+}
 template <typename T>
-DecodeKernel<T> decode_kernel(Kernel kernel);
+BackwardKernel<T> backward_kernel(const KernelSet& s) {
+  if constexpr (std::is_same_v<T, float>) return s.backward_float;
+  if constexpr (std::is_same_v<T, double>) return s.backward_double;
+}
+template <typename T>
+DecodeKernel<T> decode_kernel(const KernelSet& s) {
+  if constexpr (std::is_same_v<T, float>) return s.decode_float;
+  if constexpr (std::is_same_v<T, double>) return s.decode_double;
+}
 
 /// Query rows per task handed to a thread.
 constexpr index_t kTaskRows = 128;
@@ -81,7 +96,7 @@ void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& p
     for (index_t i = 0; i < count; ++i) reference_kernel(problem(i));
     return;
   }
-  const RowsKernel<T> run_rows = tiled_kernel<T>(kernel);
+  const RowsKernel<T> run_rows = rows_kernel<T>(kernel_set(kernel));
   // Tiles per problem: uniform, or prefix sums over the problems' own row counts.
   std::vector<index_t> first_task;
   index_t tiles_each = 0, tasks = 0;
