@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Which kernels exist, which this CPU runs, and the dispatch to them (over threads). The tiled
+// Which kernels exist, which this CPU runs, and the dispatch to them. The tiled
 // kernels, their CPU tests and their names come from the table (kernels.cmake, table.hpp);
 // kernel_set() is the one switch from a Kernel to its entry points.
 #include <algorithm>
@@ -9,7 +9,6 @@
 #include "kernels/abi.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/table.hpp"
-#include "thread_pool.hpp"
 
 namespace EigenAttention {
 namespace {
@@ -71,12 +70,6 @@ Kernel resolve_kernel(const char* api, Kernel requested) {
   if (std::find(available.begin(), available.end(), requested) != available.end()) return requested;
   throw std::invalid_argument(std::string("EigenAttention::") + api + ": kernel '" + kernel_name(requested) +
                               "' is not available on this CPU or in this build");
-}
-
-int useful_threads(int requested, double work) {
-  constexpr double kMinWorkPerThread = 1 << 20;
-  const double useful = std::min<double>(work / kMinWorkPerThread + 1, 1 << 16);
-  return std::max(1, std::min(resolve_threads(requested), static_cast<int>(useful)));
 }
 
 }  // namespace internal

@@ -11,7 +11,7 @@
 #include <EigenAttention/Types.hpp>
 
 #include "kernels/abi.hpp"
-#include "thread_pool.hpp"
+#include "scheduler.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -64,31 +64,12 @@ DecodeKernel<T> decode_kernel(const KernelSet& s) {
 /// Query rows per task handed to a thread.
 constexpr index_t kTaskRows = 128;
 
-/// How many threads to use for `work` multiply-adds when `requested` were asked for: below
-/// about a million multiply-adds per thread, another thread costs more than it saves.
-int useful_threads(int requested, double work);
-
 /// Runs `count` problems, problem(p) returning the p-th RawProblem (all with T_q = `rows`
 /// query rows, or any when rows < 0), with `kernel` (already resolved) on up to `threads`
-/// threads. Tasks are (problem, tile of kTaskRows query rows); with a causal mask each
-/// problem's last tiles, which see the most keys, are handed out first. Each output row is
-/// computed the same way however the tasks fall, so results do not depend on `threads`.
-/// task(t) for t in [0, count): on the calling thread alone when threads is 1, else as
-/// `threads` pool tasks, task k taking t = k, k + threads, ... (the pool hands task k to the
-/// same thread from one call to the next as a rule, so that the key tiles' weights, written in
-/// one step and read in the next, and their dK and dV rows stay in that thread's cache).
-template <class Task>
-void for_tasks(index_t count, int threads, const Task& task) {
-  if (threads <= 1 || count <= 1) {
-    for (index_t t = 0; t < count; ++t) task(t);
-  } else {
-    const index_t n = std::min<index_t>(threads, count);
-    ThreadPool::instance().run(n, static_cast<int>(n), [&](index_t k) {
-      for (index_t t = k; t < count; t += n) task(t);
-    });
-  }
-}
-
+/// threads (Options::threads), as many as their work gives (scheduler.hpp). Tasks are (problem,
+/// tile of kTaskRows query rows); with a causal mask each problem's last tiles, which see the
+/// most keys, come first. Each output row is computed the same way however the tasks fall, so
+/// results do not depend on `threads`.
 template <typename T, class ProblemAt>
 void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& problem, int threads) {
   if (count == 0) return;
@@ -100,24 +81,21 @@ void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& p
   // Tiles per problem: uniform, or prefix sums over the problems' own row counts.
   std::vector<index_t> first_task;
   index_t tiles_each = 0, tasks = 0;
-  double work = 0;
   if (rows >= 0) {
     tiles_each = (rows + kTaskRows - 1) / kTaskRows;
     tasks = tiles_each * count;
-    const RawProblem<T> p0 = problem(0);
-    work = static_cast<double>(count) * rows * p0.k.rows * (p0.q.cols + p0.v.cols + 1);
   } else {
     first_task.resize(count + 1);
-    for (index_t i = 0; i < count; ++i) {
-      const RawProblem<T> p = problem(i);
-      first_task[i + 1] = first_task[i] + (p.q.rows + kTaskRows - 1) / kTaskRows;
-      work += static_cast<double>(p.q.rows) * p.k.rows * (p.q.cols + p.v.cols + 1);
-    }
-    tasks = first_task[count];
   }
+  double work = 0;
+  for (index_t i = 0; i < count; ++i) {
+    const RawProblem<T> p = problem(i);
+    work += problem_work(p, Pass::Forward);
+    if (rows < 0) first_task[i + 1] = first_task[i] + (p.q.rows + kTaskRows - 1) / kTaskRows;
+  }
+  if (rows < 0) tasks = first_task[count];
   if (tasks == 0) return;
-  const int n_threads = useful_threads(threads, work);
-  ThreadPool::instance().run(tasks, n_threads, [&](index_t task) {
+  for_tasks(tasks, threads_for(threads, work), [&](index_t task) {
     index_t which, tile, tiles;
     if (rows >= 0) {
       which = task / tiles_each;
