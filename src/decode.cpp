@@ -77,7 +77,7 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
     reference_decode(p);
     return;
   }
-  const DecodeKernel<T> kernel = decode_kernel<T>(p.kernel);
+  const DecodeKernel<T> kernel = decode_kernel<T>(kernel_set(p.kernel));
   const abi::PagedKV& kv = p.paged->kv;
   const index_t G = p.q.heads / kv.kv_heads, dk = kv.d_k, dv = kv.d_v, bytes = scalar_type_bytes(kv.storage);
   // The calling thread's, kept from call to call (the pool's threads see them through these
@@ -109,8 +109,11 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
           slots += R * (dv + 1);
           ++blk.tasks;
         }
-        // Weighted by the bytes read per key as well as the arithmetic.
-        if (ke > kb) work += static_cast<double>(ke - kb) * ((R + bytes) * (dk + dv));
+        // The R rows' arithmetic on each key, and the bytes of its key and value rows.
+        if (ke > kb) {
+          const double keys = static_cast<double>(ke - kb);
+          work += work_of(keys * R, per_pair(Pass::Decode, dk, dv), keys * bytes * (dk + dv));
+        }
         blocks.push_back(blk);
       }
     }
@@ -131,7 +134,7 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
     }
   }
 
-  const int threads = useful_threads(threads_asked, work);
+  const int threads = threads_for(threads_asked, work);
   const T* const queries_data = queries.data();
   T* const partials_data = partials.data();
   for_tasks(static_cast<index_t>(tasks.size()), threads, [&](index_t t) {
@@ -199,7 +202,7 @@ void execute_decode_widened(const Problem<S>& p, int threads) {
   f.lse = p.lse, f.want_lse = p.want_lse;
   f.paged = p.paged;
   execute_decode(f, threads);
-  narrow_into(f.out, p.out, 0, p.out.tokens);
+  narrow_into(f.out, p.out, 0, p.out.tokens, threads);
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Running a validated problem: every (sequence, query head) on the kernel it resolved to, split
-// over threads (run_problems in kernel.hpp). The one way every public call computes. Internal.
+// over threads (run_problems in kernels/kernels.hpp, on the one scheduler of scheduler.hpp). The
+// one way every public call computes. Internal.
 #pragma once
 
 #include <type_traits>
@@ -33,12 +34,17 @@ void execute(const Problem<T>& p, int threads) {
   if (p.want_scores && p.masks.key_lengths != nullptr) {
     const auto zero_padded = [&](const auto& scores) {
       using E = std::remove_const_t<std::remove_pointer_t<decltype(scores.data)>>;
-      for (index_t b = 0; b < scores.batch; ++b)
-        for (index_t h = 0; h < scores.heads; ++h)
-          for (index_t i = 0; i < scores.tokens; ++i)
-            for (index_t j = p.masks.key_lengths[b]; j < scores.dim; ++j)
-              scores.data[b * scores.batch_stride + h * scores.head_stride + i * scores.token_stride +
-                          j * scores.dim_stride] = E{};
+      const index_t rows = scores.batch * scores.heads * scores.tokens;
+      const double bytes = static_cast<double>(scores.dim) * sizeof(E);  // at most
+      for_row_blocks(rows, threads, bytes, [&](index_t first, index_t count) {
+        for (index_t r = first; r < first + count; ++r) {
+          const index_t bh = r / scores.tokens, i = r % scores.tokens;
+          const index_t b = bh / scores.heads, h = bh % scores.heads;
+          for (index_t j = p.masks.key_lengths[b]; j < scores.dim; ++j)
+            scores.data[b * scores.batch_stride + h * scores.head_stride + i * scores.token_stride +
+                        j * scores.dim_stride] = E{};
+        }
+      });
     };
     if (p.scores_compute) {
       zero_padded(p.compute_scores);
@@ -71,10 +77,10 @@ void execute_backward_widened(const Problem<T>& p, int threads) {
   execute_backward(f, threads);
   const index_t q_rows = p.varlen() ? p.cu_q[p.sequences] : p.dq.tokens;
   const index_t k_rows = p.varlen() ? p.cu_k[p.sequences] : p.dk.tokens;
-  narrow_into(f.dq, p.dq, 0, q_rows);
-  narrow_into(f.dk, p.dk, 0, k_rows);
-  narrow_into(f.dv, p.dv, 0, k_rows);
-  if (p.d_bias.data != nullptr) narrow_into(f.d_bias, p.d_bias, 0, p.d_bias.tokens);
+  narrow_into(f.dq, p.dq, 0, q_rows, threads);
+  narrow_into(f.dk, p.dk, 0, k_rows, threads);
+  narrow_into(f.dv, p.dv, 0, k_rows, threads);
+  if (p.d_bias.data != nullptr) narrow_into(f.d_bias, p.d_bias, 0, p.d_bias.tokens, threads);
 }
 
 template <typename T>

@@ -8,6 +8,7 @@
 #include "check/call.hpp"
 #include "execute.hpp"
 #include "kernels/convert.hpp"
+#include "scheduler.hpp"
 
 namespace EigenAttention {
 namespace {
@@ -55,11 +56,15 @@ void heads_lse(HeadsView<const T> q, HeadsView<const T> k, HeadsView<C> lse, con
   internal::execute(internal::make_problem(c, opt), opt.threads);
 }
 
-// The mean over heads of scores, summed in head order (the same result for every thread count).
+// The mean over heads of scores, summed in head order: rows (b, i) over up to `threads` threads
+// (scheduler.hpp), each element the same sum however the rows fall.
 template <typename T, typename C = ComputeScalar<T>>
-void average_over_heads(HeadsView<const T> scores, HeadsView<T> average) {
-  for (index_t b = 0; b < scores.batch; ++b) {
-    for (index_t i = 0; i < scores.tokens; ++i) {
+void average_over_heads(HeadsView<const T> scores, HeadsView<T> average, int threads) {
+  const index_t rows = scores.batch * scores.tokens;
+  const double bytes = static_cast<double>(scores.heads + 1) * scores.dim * sizeof(T);
+  internal::for_row_blocks(rows, threads, bytes, [&](index_t first, index_t count) {
+    for (index_t r = first; r < first + count; ++r) {
+      const index_t b = r / scores.tokens, i = r % scores.tokens;
       for (index_t j = 0; j < scores.dim; ++j) {
         C sum = 0;
         for (index_t h = 0; h < scores.heads; ++h) sum += internal::to_compute(at(scores, b, h, i, j));
@@ -67,7 +72,7 @@ void average_over_heads(HeadsView<const T> scores, HeadsView<T> average) {
             internal::from_compute<T>(scores.heads > 0 ? sum / static_cast<C>(scores.heads) : C(0));
       }
     }
-  }
+  });
 }
 
 template <typename T, typename C = ComputeScalar<T>>
@@ -81,7 +86,7 @@ void heads_decomposed(HeadsView<const T> q, HeadsView<const T> k, HeadsView<cons
   }
   if (!average.empty()) c.out.average_scores = average;
   internal::execute(internal::make_problem(c, opt), opt.threads);
-  if (!average.empty()) average_over_heads<T>(scores, average);
+  if (!average.empty()) average_over_heads<T>(scores, average, opt.threads);
 }
 
 template <typename T, typename C = ComputeScalar<T>>

@@ -12,6 +12,7 @@
 
 #include "kernels/convert.hpp"
 #include "problem.hpp"
+#include "scheduler.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -54,15 +55,20 @@ class WideArray {
 };
 
 /// Rounds tokens [first, first + count) of every (batch, head) of the float view `src` into `out`
-/// (of the same shape).
+/// (of the same shape), row by row over up to `threads` threads (scheduler.hpp).
 template <typename T>
-void narrow_into(const HeadsView<float>& src, const HeadsView<T>& out, index_t first, index_t count) {
+void narrow_into(const HeadsView<float>& src, const HeadsView<T>& out, index_t first, index_t count,
+                 int threads) {
   if (out.dim == 0) return;  // an empty view's data may be null: no offsets from it
-  for (index_t b = 0; b < out.batch; ++b)
-    for (index_t h = 0; h < out.heads; ++h)
-      for (index_t t = first; t < first + count; ++t)
-        narrow(src.data + b * src.batch_stride + h * src.head_stride + t * src.token_stride, out.dim,
-               out.data + b * out.batch_stride + h * out.head_stride + t * out.token_stride, out.dim_stride);
+  const index_t rows = out.batch * out.heads * count;
+  const double bytes = static_cast<double>(out.dim) * (sizeof(float) + sizeof(T));
+  for_row_blocks(rows, threads, bytes, [&](index_t begin, index_t n) {
+    for (index_t r = begin; r < begin + n; ++r) {
+      const index_t bh = r / count, t = first + r % count, b = bh / out.heads, h = bh % out.heads;
+      narrow(src.data + b * src.batch_stride + h * src.head_stride + t * src.token_stride, out.dim,
+             out.data + b * out.batch_stride + h * out.head_stride + t * out.token_stride, out.dim_stride);
+    }
+  });
 }
 
 /// The float problem of a 16-bit problem p, on widened copies that `keep` owns.

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
-// What must not change a single bit: the number of threads (1, 2 and 0), and BHTD vs BTHD
-// buffers (the same problem, addressed differently).
+// What must not change a single bit: the number of threads (1, 2 and 0; the forward, the
+// head-averaged SCORES and the merge), and BHTD vs BTHD buffers (the same problem, addressed
+// differently).
 #include <doctest/doctest.h>
+
+#include <limits>
 
 #include "multihead_crosscheck.hpp"
 
@@ -56,6 +59,33 @@ TEST_CASE_TEMPLATE("multihead crosscheck: threads 1, 2 and 0 give bitwise the sa
         check_runs_equal(varlen(threads), v1, "attention_varlen_into");
       }
     }
+  }
+}
+
+TEST_CASE_TEMPLATE("multihead crosscheck: merge_attention_into gives the same bits for every thread count", T,
+                   float, double) {
+  Rng rng(19);
+  // 2 x 4 x 600 rows of d_v = 96: enough to be spread over several threads. Row 0 of the second
+  // part saw no key (lse -inf); the first part is BTHD, the rest BHTD.
+  const Eigen::Index B = 2, H = 4, tq = 600, dv = 96;
+  const HeadsBuffer<T> a(random_array<T>(rng, B, H, tq, dv), mh::Layout::BTHD),
+      b(random_array<T>(rng, B, H, tq, dv), mh::Layout::BHTD);
+  const HeadsBuffer<T> la(random_array<T>(rng, B, H, tq, 1), mh::Layout::BTHD);
+  HeadsBuffer<T> lb(random_array<T>(rng, B, H, tq, 1), mh::Layout::BHTD);
+  lb.view().data[0] = -std::numeric_limits<T>::infinity();
+  const auto merged = [&](int threads) {
+    Run<T> r;
+    r.out = HeadsBuffer<T>(mh::Layout::BHTD, B, H, tq, dv, kSentinel<T>);
+    r.lse = HeadsBuffer<T>(mh::Layout::BHTD, B, H, tq, 1, kSentinel<T>);
+    mh::Options opt;
+    opt.threads = threads;
+    mh::merge_attention_into(a.cview(), la.cview(), b.cview(), lb.cview(), r.out.view(), r.lse.view(), opt);
+    return r;
+  };
+  const Run<T> r1 = merged(1);
+  for (const int threads : {2, 3, 0}) {
+    CAPTURE(threads);
+    check_runs_equal(merged(threads), r1, "merge_attention_into");
   }
 }
 

@@ -240,13 +240,15 @@ void attention_varlen_backward_into(const HeadsView<Q>& q, detail::In<T> k, deta
 /// row with lse = -inf on one side takes the other side; on both, zeros and -inf. This is what
 /// chunked prefill, split-K decoding and sequence-parallel attention need. attn/lse may be the
 /// very views attn_a/lse_a or attn_b/lse_b (merging in place); any other overlap throws.
-/// Shapes: attn_* [B, H, T, d_v], lse_* [B, H, T, 1]; the 16-bit types merge in float.
+/// Shapes: attn_* [B, H, T, d_v], lse_* [B, H, T, 1]; the 16-bit types merge in float. Of `opt`
+/// only `threads` is used: the rows are spread over up to that many threads (the same bits for
+/// every count; a negative count throws std::invalid_argument).
 template <typename A, typename T = std::remove_const_t<A>, detail::EnableIfHeadsScalar<A> = 0>
 void merge_attention_into(const HeadsView<A>& attn_a, detail::In<detail::LseOf<T>> lse_a,
                           detail::In<T> attn_b, detail::In<detail::LseOf<T>> lse_b, detail::Out<T> attn,
-                          detail::Out<detail::LseOf<T>> lse) {
+                          detail::Out<detail::LseOf<T>> lse, const Options& opt = {}) {
   abi::merge_attention_into(detail::bits<const T>(attn_a), lse_a, detail::bits(attn_b), lse_b,
-                            detail::bits(attn), lse);
+                            detail::bits(attn), lse, opt);
 }
 ///@}
 

@@ -101,12 +101,13 @@ template <typename T>
 void check_packed_scores(const char* api, const T* scores, std::size_t size, std::size_t required,
                          const Problem<T>& p);
 
-/// merge_attention_into's checks: equal shapes, LSE [B, H, T, 1], and outputs that are either the
-/// very views of an input (merging in place) or apart from every input and each other.
+/// merge_attention_into's checks: equal shapes, LSE [B, H, T, 1], outputs that are either the
+/// very views of an input (merging in place) or apart from every input and each other, and
+/// Options::threads.
 template <typename T>
 void check_merge(const char* api, HeadsView<const T> attn_a, HeadsView<const ComputeScalar<T>> lse_a,
                  HeadsView<const T> attn_b, HeadsView<const ComputeScalar<T>> lse_b, HeadsView<T> attn,
-                 HeadsView<ComputeScalar<T>> lse);
+                 HeadsView<ComputeScalar<T>> lse, const Options& opt);
 
 }  // namespace internal
 }  // namespace EigenAttention

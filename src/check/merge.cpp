@@ -4,6 +4,7 @@
 
 #include "check/array.hpp"
 #include "check/call.hpp"
+#include "check/options.hpp"
 #include "check/overlap.hpp"
 
 namespace EigenAttention {
@@ -12,7 +13,8 @@ namespace internal {
 template <typename T>
 void check_merge(const char* api, HeadsView<const T> attn_a, HeadsView<const ComputeScalar<T>> lse_a,
                  HeadsView<const T> attn_b, HeadsView<const ComputeScalar<T>> lse_b, HeadsView<T> attn,
-                 HeadsView<ComputeScalar<T>> lse) {
+                 HeadsView<ComputeScalar<T>> lse, const Options& opt) {
+  check_threads(api, opt);
   const Form f = Form::Heads;
   const Array oa = array_of("attn_a", attn_a, f), la = array_of("lse_a", lse_a, f),
               ob = array_of("attn_b", attn_b, f), lb = array_of("lse_b", lse_b, f),
@@ -52,16 +54,16 @@ void check_merge(const char* api, HeadsView<const T> attn_a, HeadsView<const Com
 
 template void check_merge<float>(const char*, HeadsView<const float>, HeadsView<const float>,
                                  HeadsView<const float>, HeadsView<const float>, HeadsView<float>,
-                                 HeadsView<float>);
+                                 HeadsView<float>, const Options&);
 template void check_merge<double>(const char*, HeadsView<const double>, HeadsView<const double>,
                                   HeadsView<const double>, HeadsView<const double>, HeadsView<double>,
-                                  HeadsView<double>);
+                                  HeadsView<double>, const Options&);
 template void check_merge<BFloat16Bits>(const char*, HeadsView<const BFloat16Bits>, HeadsView<const float>,
                                         HeadsView<const BFloat16Bits>, HeadsView<const float>,
-                                        HeadsView<BFloat16Bits>, HeadsView<float>);
+                                        HeadsView<BFloat16Bits>, HeadsView<float>, const Options&);
 template void check_merge<HalfBits>(const char*, HeadsView<const HalfBits>, HeadsView<const float>,
                                     HeadsView<const HalfBits>, HeadsView<const float>, HeadsView<HalfBits>,
-                                    HeadsView<float>);
+                                    HeadsView<float>, const Options&);
 
 }  // namespace internal
 }  // namespace EigenAttention

@@ -46,12 +46,16 @@ C resolve_softcap(const char* api, double softcap) {
 
 }  // namespace
 
+void check_threads(const char* api, const Options& opt) {
+  if (opt.threads < 0)
+    fail(api, "threads must be >= 0 (0 means all hardware threads), got " + std::to_string(opt.threads));
+}
+
 template <typename C>
 ResolvedOptions<C> check_options(const char* api, const Options& opt, const Array& q) {
   ResolvedOptions<C> r;
   r.scale = resolve_scale<C>(api, opt, q);
-  if (opt.threads < 0)
-    fail(api, "threads must be >= 0 (0 means all hardware threads), got " + std::to_string(opt.threads));
+  check_threads(api, opt);
   if (opt.window_left < -1 || opt.window_right < -1) {
     fail(api, "window sizes must be >= 0, or -1 for unbounded; got window_left = " +
                   std::to_string(opt.window_left) + ", window_right = " + std::to_string(opt.window_right));

@@ -26,6 +26,10 @@ struct ResolvedOptions {
   Kernel kernel = Kernel::Auto;
 };
 
+/// Checks Options::threads (>= 0): the only option of a call that takes no other
+/// (merge_attention_into); check_options checks it too.
+void check_threads(const char* api, const Options& opt);
+
 /// Checks scale (or d_k, the last size of `q`, for the default 1/sqrt(d_k)), threads, window,
 /// soft-cap, diagonal offset and kernel.
 template <typename C>

@@ -158,28 +158,28 @@ constexpr index_t kDecodeRows = 64;    // query rows (heads x tokens) per chunk 
 constexpr index_t kBackwardRows = 128;
 constexpr index_t kBackwardCols = 256;
 
-/// <name>_rows and <name>_backward_{weights,terms,pair}: the tiled kernels of each table
-/// entry this build holds (kernels.cmake), defined in its generated tiled_<name>.cpp. The
-/// forward kernel (<name>_rows) also reads and writes the 16-bit types; the backward pass and
-/// decode compute on float or double arrays only (16-bit calls are widened before them).
-#define EIGEN_ATTENTION_DECLARE_TILED_FOR(name, T)                                                          \
-  void name##_rows(const RawProblem<T>& p, index_t first_row, index_t rows);                                \
-  void name##_backward_weights(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, T* w, \
-                               T* cap, index_t ldw, T* partial);                                            \
-  void name##_backward_terms(const RawProblem<T>& p, index_t tile, const T* partials, index_t tiles,        \
-                             T* terms);                                                                     \
-  void name##_backward_pair(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, T* w,    \
-                            const T* cap, index_t ldw, const T* terms, T* dq_tile);                         \
-  void name##_decode_chunk(const RawDecodeChunk<T>& c);
-#define EIGEN_ATTENTION_DECLARE_TILED(Enumerator, name, cpu_supports)                   \
-  EIGEN_ATTENTION_DECLARE_TILED_FOR(name, float)                                        \
-  EIGEN_ATTENTION_DECLARE_TILED_FOR(name, double)                                       \
-  void name##_rows(const RawProblem<BFloat16Bits>& p, index_t first_row, index_t rows); \
-  void name##_rows(const RawProblem<HalfBits>& p, index_t first_row, index_t rows);
+/// Every entry point of one kernel of the table (kernels.cmake), compiled for its instruction
+/// set: the forward on each storage type (16-bit tiles widened to float as they load), the
+/// backward pass and decode on float and double (16-bit calls are widened before them). Each
+/// generated tiled_<name>.cpp defines its set, <name>_kernel_set (tiled_isa.cpp.in), and
+/// kernel_set() in dispatch.cpp is the one switch over the table; kernels.hpp has the typed
+/// accessors. A new entry point is a field here and its line in tiled_isa.cpp.in. Only function
+/// pointers to the plain types above are in it.
+struct KernelSet {
+  RowsKernel<float> rows_float;
+  RowsKernel<double> rows_double;
+  RowsKernel<BFloat16Bits> rows_bfloat16;
+  RowsKernel<HalfBits> rows_half;
+  BackwardKernel<float> backward_float;
+  BackwardKernel<double> backward_double;
+  DecodeKernel<float> decode_float;
+  DecodeKernel<double> decode_double;
+};
 
-EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_DECLARE_TILED)
-#undef EIGEN_ATTENTION_DECLARE_TILED
-#undef EIGEN_ATTENTION_DECLARE_TILED_FOR
+#define EIGEN_ATTENTION_DECLARE_KERNEL_SET(Enumerator, name, cpu_supports) \
+  extern const KernelSet name##_kernel_set;
+EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_DECLARE_KERNEL_SET)
+#undef EIGEN_ATTENTION_DECLARE_KERNEL_SET
 
 }  // namespace internal
 }  // namespace EigenAttention

@@ -106,15 +106,11 @@ void run_backward(Kernel kernel, index_t units, index_t unit_size, const Problem
     }
     return;
   }
-  const BackwardKernel<T> tiled = tiled_backward_kernel<T>(kernel);
-  double work = 0;  // multiply-adds: five products of T_q T_k d
-  for (index_t u = 0; u < units; ++u) {
-    for (index_t t = 0; t < unit_size; ++t) {
-      const RawProblem<T> p = problem(u, t);
-      work += 2.5 * static_cast<double>(p.q.rows) * p.k.rows * (p.q.cols + p.v.cols);
-    }
-  }
-  const int n = useful_threads(threads, work);
+  const BackwardKernel<T> tiled = backward_kernel<T>(kernel_set(kernel));
+  double work = 0;
+  for (index_t u = 0; u < units; ++u)
+    for (index_t t = 0; t < unit_size; ++t) work += problem_work(problem(u, t), Pass::Backward);
+  const int n = threads_for(threads, work);
   if (n == 1 || units >= 2 * n || units % n == 0) {
     for_tasks(units, n, [&](index_t u) {
       prepare(u);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Which kernels exist, which this CPU runs, and the dispatch to them (over threads). The tiled
-// kernels, their CPU tests and their names come from the table (kernels.cmake, table.hpp).
+// Which kernels exist, which this CPU runs, and the dispatch to them. The tiled
+// kernels, their CPU tests and their names come from the table (kernels.cmake, table.hpp);
+// kernel_set() is the one switch from a Kernel to its entry points.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -8,7 +9,6 @@
 #include "kernels/abi.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/table.hpp"
-#include "thread_pool.hpp"
 
 namespace EigenAttention {
 namespace {
@@ -52,55 +52,17 @@ const char* kernel_name(Kernel kernel) {
 
 namespace internal {
 
-template <typename T>
-RowsKernel<T> tiled_kernel(Kernel kernel) {
+const KernelSet& kernel_set(Kernel kernel) {
   switch (kernel) {
 #define EIGEN_ATTENTION_CASE(Enumerator, name, cpu_supports) \
   case Kernel::Enumerator:                                   \
-    return &name##_rows;
+    return name##_kernel_set;
     EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_CASE)
 #undef EIGEN_ATTENTION_CASE
     default:
-      return &portable_rows;
+      return portable_kernel_set;
   }
 }
-
-template RowsKernel<float> tiled_kernel<float>(Kernel);
-template RowsKernel<double> tiled_kernel<double>(Kernel);
-template RowsKernel<BFloat16Bits> tiled_kernel<BFloat16Bits>(Kernel);
-template RowsKernel<HalfBits> tiled_kernel<HalfBits>(Kernel);
-
-template <typename T>
-BackwardKernel<T> tiled_backward_kernel(Kernel kernel) {
-  switch (kernel) {
-#define EIGEN_ATTENTION_CASE(Enumerator, name, cpu_supports) \
-  case Kernel::Enumerator:                                   \
-    return {&name##_backward_weights, &name##_backward_terms, &name##_backward_pair};
-    EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_CASE)
-#undef EIGEN_ATTENTION_CASE
-    default:
-      return {&portable_backward_weights, &portable_backward_terms, &portable_backward_pair};
-  }
-}
-
-template BackwardKernel<float> tiled_backward_kernel<float>(Kernel);
-template BackwardKernel<double> tiled_backward_kernel<double>(Kernel);
-
-template <typename T>
-DecodeKernel<T> decode_kernel(Kernel kernel) {
-  switch (kernel) {
-#define EIGEN_ATTENTION_CASE(Enumerator, name, cpu_supports) \
-  case Kernel::Enumerator:                                   \
-    return &name##_decode_chunk;
-    EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_CASE)
-#undef EIGEN_ATTENTION_CASE
-    default:
-      return &portable_decode_chunk;
-  }
-}
-
-template DecodeKernel<float> decode_kernel<float>(Kernel);
-template DecodeKernel<double> decode_kernel<double>(Kernel);
 
 Kernel resolve_kernel(const char* api, Kernel requested) {
   const std::vector<Kernel>& available = kernels_here();
@@ -108,12 +70,6 @@ Kernel resolve_kernel(const char* api, Kernel requested) {
   if (std::find(available.begin(), available.end(), requested) != available.end()) return requested;
   throw std::invalid_argument(std::string("EigenAttention::") + api + ": kernel '" + kernel_name(requested) +
                               "' is not available on this CPU or in this build");
-}
-
-int useful_threads(int requested, double work) {
-  constexpr double kMinWorkPerThread = 1 << 20;
-  const double useful = std::min<double>(work / kMinWorkPerThread + 1, 1 << 16);
-  return std::max(1, std::min(resolve_threads(requested), static_cast<int>(useful)));
 }
 
 }  // namespace internal

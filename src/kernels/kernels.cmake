@@ -4,12 +4,12 @@
 # the table:
 #   - the compile flags of each kernel, -m<feature> for each feature it needs, plus FLAGS;
 #   - its translation unit, tiled_<name>.cpp, generated from tiled_isa.cpp.in: checks those
-#     flags, renames Eigen (EigenAttention<Enumerator>Eigen) and defines <name>_rows and the
-#     backward pass's <name>_backward_weights, _terms and _pair;
-#   - kernel_list.hpp, generated: the X-macros from which abi.hpp declares <name>_rows,
+#     flags, renames Eigen (EigenAttention<Enumerator>Eigen) and defines <name>_kernel_set, the
+#     kernel's entry points (KernelSet in abi.hpp: forward, backward, decode);
+#   - kernel_list.hpp, generated: the X-macros from which abi.hpp declares <name>_kernel_set,
 #     dispatch.cpp detects the CPU (__builtin_cpu_supports("<feature>") for each feature),
-#     orders the kernels, dispatches (switch) and names them (kernel_name), and table.hpp checks
-#     each entry against the public enum Kernel (include/EigenAttention/Kernels.hpp);
+#     orders the kernels, dispatches (kernel_set, one switch) and names them (kernel_name), and
+#     table.hpp checks each entry against the public enum Kernel (include/EigenAttention/Kernels.hpp);
 #   - EIGEN_ATTENTION_ISA_OBJECTS_REGEX: which objects the isa_symbols test checks.
 #
 # eigen_attention_kernel(<Enumerator> <value> <name> [<feature>...] [FLAGS <flag>...])

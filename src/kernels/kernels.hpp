@@ -4,13 +4,14 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include <EigenAttention/Kernels.hpp>
 #include <EigenAttention/Types.hpp>
 
 #include "kernels/abi.hpp"
-#include "thread_pool.hpp"
+#include "scheduler.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -36,44 +37,39 @@ void reference_backward(const RawProblem<T>& p);
 /// Throws std::invalid_argument when it is not available here.
 Kernel resolve_kernel(const char* api, Kernel requested);
 
-/// The tiled kernel compiled for `kernel`, one of the table's that this build holds (kernels.cmake).
-template <typename T>
-RowsKernel<T> tiled_kernel(Kernel kernel);
+/// The entry points of `kernel`, one of the table's that this build holds (kernels.cmake); the
+/// portable kernel's for any other (Kernel::Reference has no tiled entry points).
+const KernelSet& kernel_set(Kernel kernel);
 
-/// The tiled backward kernel compiled for `kernel` (see BackwardKernel in abi.hpp).
+/// A KernelSet's forward, backward and decode entry points for element type T: the one place
+/// that maps a type to its field.
 template <typename T>
-BackwardKernel<T> tiled_backward_kernel(Kernel kernel);
+RowsKernel<T> rows_kernel(const KernelSet& s) {
+  if constexpr (std::is_same_v<T, float>) return s.rows_float;
+  if constexpr (std::is_same_v<T, double>) return s.rows_double;
+  if constexpr (std::is_same_v<T, BFloat16Bits>) return s.rows_bfloat16;
+  if constexpr (std::is_same_v<T, HalfBits>) return s.rows_half;
+}
 template <typename T>
-DecodeKernel<T> decode_kernel(Kernel kernel);
+BackwardKernel<T> backward_kernel(const KernelSet& s) {
+  if constexpr (std::is_same_v<T, float>) return s.backward_float;
+  if constexpr (std::is_same_v<T, double>) return s.backward_double;
+}
+template <typename T>
+DecodeKernel<T> decode_kernel(const KernelSet& s) {
+  if constexpr (std::is_same_v<T, float>) return s.decode_float;
+  if constexpr (std::is_same_v<T, double>) return s.decode_double;
+}
 
 /// Query rows per task handed to a thread.
 constexpr index_t kTaskRows = 128;
 
-/// How many threads to use for `work` multiply-adds when `requested` were asked for: below
-/// about a million multiply-adds per thread, another thread costs more than it saves.
-int useful_threads(int requested, double work);
-
 /// Runs `count` problems, problem(p) returning the p-th RawProblem (all with T_q = `rows`
 /// query rows, or any when rows < 0), with `kernel` (already resolved) on up to `threads`
-/// threads. Tasks are (problem, tile of kTaskRows query rows); with a causal mask each
-/// problem's last tiles, which see the most keys, are handed out first. Each output row is
-/// computed the same way however the tasks fall, so results do not depend on `threads`.
-/// task(t) for t in [0, count): on the calling thread alone when threads is 1, else as
-/// `threads` pool tasks, task k taking t = k, k + threads, ... (the pool hands task k to the
-/// same thread from one call to the next as a rule, so that the key tiles' weights, written in
-/// one step and read in the next, and their dK and dV rows stay in that thread's cache).
-template <class Task>
-void for_tasks(index_t count, int threads, const Task& task) {
-  if (threads <= 1 || count <= 1) {
-    for (index_t t = 0; t < count; ++t) task(t);
-  } else {
-    const index_t n = std::min<index_t>(threads, count);
-    ThreadPool::instance().run(n, static_cast<int>(n), [&](index_t k) {
-      for (index_t t = k; t < count; t += n) task(t);
-    });
-  }
-}
-
+/// threads (Options::threads), as many as their work gives (scheduler.hpp). Tasks are (problem,
+/// tile of kTaskRows query rows); with a causal mask each problem's last tiles, which see the
+/// most keys, come first. Each output row is computed the same way however the tasks fall, so
+/// results do not depend on `threads`.
 template <typename T, class ProblemAt>
 void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& problem, int threads) {
   if (count == 0) return;
@@ -81,28 +77,25 @@ void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& p
     for (index_t i = 0; i < count; ++i) reference_kernel(problem(i));
     return;
   }
-  const RowsKernel<T> run_rows = tiled_kernel<T>(kernel);
+  const RowsKernel<T> run_rows = rows_kernel<T>(kernel_set(kernel));
   // Tiles per problem: uniform, or prefix sums over the problems' own row counts.
   std::vector<index_t> first_task;
   index_t tiles_each = 0, tasks = 0;
-  double work = 0;
   if (rows >= 0) {
     tiles_each = (rows + kTaskRows - 1) / kTaskRows;
     tasks = tiles_each * count;
-    const RawProblem<T> p0 = problem(0);
-    work = static_cast<double>(count) * rows * p0.k.rows * (p0.q.cols + p0.v.cols + 1);
   } else {
     first_task.resize(count + 1);
-    for (index_t i = 0; i < count; ++i) {
-      const RawProblem<T> p = problem(i);
-      first_task[i + 1] = first_task[i] + (p.q.rows + kTaskRows - 1) / kTaskRows;
-      work += static_cast<double>(p.q.rows) * p.k.rows * (p.q.cols + p.v.cols + 1);
-    }
-    tasks = first_task[count];
   }
+  double work = 0;
+  for (index_t i = 0; i < count; ++i) {
+    const RawProblem<T> p = problem(i);
+    work += problem_work(p, Pass::Forward);
+    if (rows < 0) first_task[i + 1] = first_task[i] + (p.q.rows + kTaskRows - 1) / kTaskRows;
+  }
+  if (rows < 0) tasks = first_task[count];
   if (tasks == 0) return;
-  const int n_threads = useful_threads(threads, work);
-  ThreadPool::instance().run(tasks, n_threads, [&](index_t task) {
+  for_tasks(tasks, threads_for(threads, work), [&](index_t task) {
     index_t which, tile, tiles;
     if (rows >= 0) {
       which = task / tiles_each;

@@ -60,7 +60,7 @@ namespace abi {
       HeadsView<T> dv, const Options& opt, const Masks<T>& masks);                                           \
   EIGEN_ATTENTION_EXPORT void merge_attention_into(HeadsView<const T> attn_a, HeadsView<const L> lse_a,      \
                                                    HeadsView<const T> attn_b, HeadsView<const L> lse_b,      \
-                                                   HeadsView<T> attn, HeadsView<L> lse);
+                                                   HeadsView<T> attn, HeadsView<L> lse, const Options& opt);
 
 EIGEN_ATTENTION_ABI_MULTIHEAD(float, float)
 EIGEN_ATTENTION_ABI_MULTIHEAD(double, double)
