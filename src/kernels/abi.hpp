@@ -84,6 +84,9 @@ struct RawProblem {
   // SCORES in the compute type instead of `scores` (16-bit inputs, on request), when want_scores.
   RawMatrix<Compute> compute_scores = {nullptr, 0, 0, 0, 0};
   bool scores_compute = false;
+  // The forward call this problem belongs to (run_problems numbers them), so that a thread may
+  // keep what it packed of K and V for the call's next tiles; 0: none, pack every time.
+  std::uint64_t call = 0;
 
   /// The keys each query row sees (key_range.hpp, the one definition).
   EIGEN_ATTENTION_SHARED_INLINE KeyRange key_range() const {

@@ -3,6 +3,8 @@
 // kernels, their CPU tests and their names come from the table (kernels.cmake, table.hpp);
 // kernel_set() is the one switch from a Kernel to its entry points.
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -62,6 +64,11 @@ const KernelSet& kernel_set(Kernel kernel) {
     default:
       return portable_kernel_set;
   }
+}
+
+std::uint64_t next_call() {
+  static std::atomic<std::uint64_t> calls{0};
+  return calls.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
 Kernel resolve_kernel(const char* api, Kernel requested) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -61,6 +62,10 @@ DecodeKernel<T> decode_kernel(const KernelSet& s) {
   if constexpr (std::is_same_v<T, double>) return s.decode_double;
 }
 
+/// A number for a new forward call, never 0 and never the same twice in a process
+/// (RawProblem::call).
+std::uint64_t next_call();
+
 /// Query rows per task handed to a thread.
 constexpr index_t kTaskRows = 128;
 
@@ -95,6 +100,7 @@ void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& p
   }
   if (rows < 0) tasks = first_task[count];
   if (tasks == 0) return;
+  const std::uint64_t call = next_call();
   for_tasks(tasks, threads_for(threads, work), [&](index_t task) {
     index_t which, tile, tiles;
     if (rows >= 0) {
@@ -108,7 +114,8 @@ void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& p
       tile = task - first_task[which];
       tiles = first_task[which + 1] - first_task[which];
     }
-    const RawProblem<T> p = problem(which);
+    RawProblem<T> p = problem(which);
+    p.call = call;
     if (p.causal) tile = tiles - 1 - tile;  // the heaviest tiles first
     const index_t first = tile * kTaskRows;
     run_rows(p, first, std::min(kTaskRows, p.q.rows - first));

@@ -388,10 +388,37 @@ void accumulate_strip(const RawProblem<S>& p, index_t i0, index_t rows, index_t 
   });
 }
 
-/// One key tile [j0, j0 + cols) as the micro-kernel reads it (micro_kernel.hpp), in buffers
-/// taken once per kernel call for tiles of up to `keys` keys: K packed into panels, and the V
-/// rows with ldv() elements between rows, in place when they are dense rows of whole packets of
-/// the compute type, else widened, gathered or padded (the padding 0) into the buffer.
+/// What this thread packed of one forward call's K and V (RawProblem::call): the call's key
+/// tiles on the grid of multiples of `keys`, each packed on its first use and kept for the
+/// call's next query tiles on this thread (and for the other query heads of a GQA group, which
+/// read the same K and V). Grown on demand and kept, like the Arena; at most kPackCacheBytes.
+template <typename T>
+struct PackCache {
+  static constexpr std::size_t kPackCacheBytes = std::size_t(32) << 20;
+  std::uint64_t call = 0;
+  const void *k = nullptr, *v = nullptr;
+  index_t k_rows = 0, k_row_stride = 0, k_col_stride = 0, keys = 0, dk = 0, ldo = 0;
+  T* data = nullptr;
+  std::size_t capacity = 0;  // elements of data
+  // Per tile: 1 keys packed, 2 values copied. (Plain buffers, not std::vector: a kernel
+  // translation unit must not emit inline library code that a baseline one may emit too.)
+  unsigned char* ready = nullptr;
+  std::size_t tiles = 0;  // room in ready
+  ~PackCache() {
+    std::free(data);
+    std::free(ready);
+  }
+  static PackCache& here() {
+    thread_local PackCache cache;
+    return cache;
+  }
+};
+
+/// One key tile [j0, j0 + cols) as the micro-kernel reads it (micro_kernel.hpp): K packed into
+/// panels, and the V rows with ldv() elements between rows, in place when they are dense rows of
+/// whole packets of the compute type, else widened, gathered or padded (the padding 0). Packed
+/// into this thread's PackCache when the call has a number and its tiles fit, else into buffers
+/// taken once per kernel call for tiles of up to `keys` keys.
 template <typename E>
 class KeyTile {
  public:
@@ -399,6 +426,7 @@ class KeyTile {
   /// ldo: d_v rounded up to whole packets (0 when the call wants no V).
   KeyTile(const RawProblem<E>& p, index_t keys, index_t ldo, Arena<T>& arena)
       : p_(p),
+        keys_(keys),
         ldo_(ldo),
         k_buf_(arena.take(keys * p.k.cols)),
         panels_(arena.take(keys * p.k.cols)),
@@ -409,16 +437,32 @@ class KeyTile {
       // would cost a page walk per row in every strip's product.
       v_in_place_ = dv == ldo && dv > 0 && p.v.col_stride == 1 && p.v.row_stride == dv;
     }
+    if (p.call != 0) open_cache();
   }
   /// Buffer sizes (elements, each rounded as Arena::take rounds it) for tiles of `keys` keys.
   static std::size_t scratch(index_t keys, index_t dk, index_t ldo) {
     return Arena<T>::round(keys * dk) * 2 + Arena<T>::round(keys * ldo);
   }
 
+  /// The first key tile of keys [begin, ...) and the keys of the tile that starts at j0 (< end):
+  /// tiles of the grid of multiples of `keys` when they are kept (the cache), else from begin
+  /// and no further than end.
+  index_t first(index_t begin) const { return cache_ != nullptr ? begin / keys_ * keys_ : begin; }
+  index_t cols(index_t j0, index_t end) const {
+    return std::min(keys_, (cache_ != nullptr ? p_.k.rows : end) - j0);
+  }
+
   /// Packs the tile's keys into panels().
   void load_keys(index_t j0, index_t cols) {
+    T* dst = panels_;
+    if (cache_ != nullptr) {
+      const std::size_t t = static_cast<std::size_t>(j0 / keys_);
+      panels_ = dst = cache_->data + j0 * p_.k.cols;
+      if (cache_->ready[t] & 1) return;
+      cache_->ready[t] |= 1;
+    }
     const auto K = tile_rows(p_.k, j0, cols, k_buf_);
-    pack_panels(K.data(), K.outerStride(), cols, p_.k.cols, panels_);
+    pack_panels(K.data(), K.outerStride(), cols, p_.k.cols, dst);
   }
   /// Makes the tile's V rows v(), ldv() apart (only when the call wants V).
   void load_values(index_t j0, index_t cols) {
@@ -432,16 +476,23 @@ class KeyTile {
         return;
       }
     }
+    T* dst = v_buf_;
+    ldv_ = ldo_;
+    if (cache_ != nullptr) {
+      const std::size_t t = static_cast<std::size_t>(j0 / keys_);
+      v_ = dst = cache_->data + values_at_ + j0 * ldo_;
+      if (cache_->ready[t] & 2) return;
+      cache_->ready[t] |= 2;
+    }
     const index_t dv = p_.v.cols;
-    const auto V = tile_rows(p_.v, j0, cols, v_buf_);
+    const auto V = tile_rows(p_.v, j0, cols, dst);
     for (index_t t = cols; t-- > 0;) {  // from the last row: the rows may move within the buffer
       const T* src = V.data() + t * V.outerStride();
-      T* dst = v_buf_ + t * ldo_;
-      std::fill(dst + dv, dst + ldo_, T(0));
-      if (dst != src) std::copy_backward(src, src + dv, dst + dv);
+      T* row = dst + t * ldo_;
+      std::fill(row + dv, row + ldo_, T(0));
+      if (row != src) std::copy_backward(src, src + dv, row + dv);
     }
-    v_ = v_buf_;
-    ldv_ = ldo_;
+    v_ = dst;
   }
   const T* panels() const { return panels_; }
   const T* v() const { return v_; }
@@ -453,9 +504,53 @@ class KeyTile {
   }
 
  private:
+  /// Uses this thread's PackCache for the call's tiles when they fit: keeps what it holds when
+  /// it holds this call's K and V already, else starts it afresh.
+  void open_cache() {
+    const index_t tk = p_.k.rows, dk = p_.k.cols, tiles = (tk + keys_ - 1) / keys_;
+    // Room for whole grid tiles (the last panels of the last tile are packed whole): the K
+    // panels of every tile, then the V rows.
+    values_at_ = tiles * keys_ * dk;
+    const std::size_t need = static_cast<std::size_t>(tiles * keys_) * static_cast<std::size_t>(dk + ldo_);
+    if (tk == 0 || need * sizeof(T) > PackCache<T>::kPackCacheBytes) return;
+    PackCache<T>& c = PackCache<T>::here();
+    const bool same = c.call == p_.call && c.k == p_.k.data && c.v == p_.v.data && c.k_rows == tk &&
+                      c.k_row_stride == p_.k.row_stride && c.k_col_stride == p_.k.col_stride &&
+                      c.keys == keys_ && c.dk == dk && c.ldo == ldo_;
+    if (!same) {
+      if (c.capacity < need) {
+        std::free(c.data);
+        c.data = nullptr;
+        c.capacity = 0;
+        c.data = static_cast<T*>(std::aligned_alloc(64, (need * sizeof(T) + 63) / 64 * 64));
+        if (c.data == nullptr) throw std::bad_alloc();
+        c.capacity = need;
+      }
+      c.call = p_.call;
+      c.k = p_.k.data;
+      c.v = p_.v.data;
+      c.k_rows = tk;
+      c.k_row_stride = p_.k.row_stride;
+      c.k_col_stride = p_.k.col_stride;
+      c.keys = keys_;
+      c.dk = dk;
+      c.ldo = ldo_;
+      if (c.tiles < static_cast<std::size_t>(tiles)) {
+        std::free(c.ready);
+        c.tiles = 0;
+        c.ready = static_cast<unsigned char*>(std::malloc(static_cast<std::size_t>(tiles)));
+        if (c.ready == nullptr) throw std::bad_alloc();
+        c.tiles = static_cast<std::size_t>(tiles);
+      }
+      std::fill_n(c.ready, tiles, static_cast<unsigned char>(0));
+    }
+    cache_ = &c;
+  }
+
   const RawProblem<E>& p_;
-  index_t ldo_;
+  index_t keys_, ldo_, values_at_ = 0;
   T *k_buf_, *panels_, *v_buf_;
+  PackCache<T>* cache_ = nullptr;
   bool v_in_place_ = false;
   const T* v_ = nullptr;
   index_t ldv_ = 0, j0_ = 0, cols_ = 0;
@@ -502,8 +597,8 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
     std::fill_n(m, rows, minus_inf);
     std::fill_n(l, rows, T(0));
 
-    for (index_t j0 = key_begin; j0 < key_end; j0 += kc) {
-      const index_t cols = std::min(kc, key_end - j0);
+    for (index_t j0 = tile.first(key_begin); j0 < key_end; j0 += kc) {
+      const index_t cols = tile.cols(j0, key_end);
       tile.load_keys(j0, cols);
       tile.load_values(j0, cols);
       // Strip by strip (MR rows): logits of the keys it may see, in whole panels, the online
@@ -586,25 +681,30 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
     const index_t width = key_end - key_begin;
     const auto Q = tile_rows(p.q, i0, rows, q_buf, true);
-    TileMap<T> S(s, rows, width, Eigen::OuterStride<>(lds));  // keys [key_begin, key_end)
+    // Row r of the scratch holds keys [base, key_end) from s + r * lds; S is its part
+    // [key_begin, key_end).
+    const index_t base = tile.first(key_begin), off = key_begin - base;
+    TileMap<T> S(s + off, rows, width, Eigen::OuterStride<>(lds));
 
     // Scaled logits, key tile by key tile, strip by strip: only the panels a strip may see.
-    for (index_t j0 = key_begin; j0 < key_end; j0 += kc) {
-      const index_t cols = std::min(kc, key_end - j0);
+    for (index_t j0 = base; j0 < key_end; j0 += kc) {
+      const index_t cols = tile.cols(j0, key_end);
       tile.load_keys(j0, cols);
       for (index_t s0 = 0; s0 < rows; s0 += MK::kRows) {
         const index_t srows = std::min<index_t>(MK::kRows, rows - s0);
         const Span keys = strip_keys(p, i0 + s0, srows, j0, cols, MK::kCols);
         if (keys.a < keys.b)
           logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
-                       tile.panels() + keys.a * dk, s + s0 * lds + (j0 - key_begin) + keys.a, lds, p.scale);
+                       tile.panels() + keys.a * dk, s + s0 * lds + (j0 - base) + keys.a, lds, p.scale);
       }
     }
     // Masks and row softmax in place: keys a row does not see weigh exactly 0 (the logits outside
-    // its range were never computed, or belong to another row's range).
+    // its range were never computed, or belong to another row's range; those before key_begin,
+    // which the product with V reads from whole panels, too).
     for (index_t r = 0; r < rows; ++r) {
       const index_t i = i0 + r;
       const Span span = span_in_tile(p, i, key_begin, width);
+      std::fill_n(s + r * lds, off, T(0));
       S.row(r).head(span.a).setZero();
       S.row(r).tail(width - span.b).setZero();
       auto row = S.row(r).segment(span.a, span.b - span.a);
@@ -614,7 +714,7 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
       if (max == minus_inf) {
         row.setZero();
       } else {
-        const T sum = exp_in_packets(s + r * lds, span.a, span.b, max);
+        const T sum = exp_in_packets(s + r * lds, off + span.a, off + span.b, max);
         row /= sum;
         // After the division, so that a NaN sum (a NaN logit this row sees) leaves the keys the
         // mask hides at exactly 0.
@@ -629,7 +729,7 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
         for (index_t r = 0; r < rows; ++r) {
           T* dst = out.data + (i0 + r) * out.row_stride;
           stream_row<T>(dst, nullptr, key_begin);
-          stream_row(dst + key_begin, s + r * lds, width);
+          stream_row(dst + key_begin, s + r * lds + off, width);
           stream_row<T>(dst + key_end, nullptr, tk - key_end);
         }
       } else {
@@ -647,21 +747,21 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
       for (index_t r = 0; r < rows; ++r) {
         E* dst = p.scores.data + (i0 + r) * p.scores.row_stride;
         for (index_t j = 0; j < key_begin; ++j) dst[j * p.scores.col_stride] = E{0};
-        narrow(s + r * lds, width, dst + key_begin * p.scores.col_stride, p.scores.col_stride);
+        narrow(s + r * lds + off, width, dst + key_begin * p.scores.col_stride, p.scores.col_stride);
         for (index_t j = key_end; j < tk; ++j) dst[j * p.scores.col_stride] = E{0};
       }
     }
 
     if (!p.want_attn) continue;
     std::fill_n(acc, rows * ldo, T(0));
-    for (index_t j0 = key_begin; j0 < key_end; j0 += kc) {
-      const index_t cols = std::min(kc, key_end - j0);
+    for (index_t j0 = base; j0 < key_end; j0 += kc) {
+      const index_t cols = tile.cols(j0, key_end);
       tile.load_values(j0, cols);
       for (index_t s0 = 0; s0 < rows; s0 += MK::kRows) {
         const index_t srows = std::min<index_t>(MK::kRows, rows - s0);
         const Span keys = strip_keys(p, i0 + s0, srows, j0, cols, MK::kCols);
         if (keys.a < keys.b)
-          accumulate_strip(p, i0 + s0, srows, j0, keys.a, keys.b, s + s0 * lds + (j0 - key_begin), lds, tile,
+          accumulate_strip(p, i0 + s0, srows, j0, keys.a, keys.b, s + s0 * lds + (j0 - base), lds, tile,
                            acc + s0 * ldo, ldo);
       }
     }
