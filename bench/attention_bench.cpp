@@ -48,6 +48,26 @@ bool smoke_variants(const char* type) {
   return ok;
 }
 
+// The tiles of each kernel for each type and d, as the library's tile policy chooses them here.
+void print_tiles(const Args& a, const std::vector<ea::Kernel>& kernels) {
+  std::printf(
+      "tiles (kernel_tiles(): query rows per task, micro-kernel strip rows x panel keys, keys per key "
+      "tile):\n");
+  for (ea::Kernel k : kernels) {
+    if (k == ea::Kernel::Reference) continue;
+    for (const std::string& type : a.types) {
+      for (Idx d : a.ds) {
+        const ea::KernelTiles t = ea::kernel_tiles(k, type == "double", d, d);
+        std::printf(
+            "  %-9s %-6s d = %4ld: task %ld rows, strip %ld x %ld, key tile %ld (L1 %ld KiB, L2 %ld KiB)\n",
+            ea::kernel_name(t.kernel), type.c_str(), long(d), long(t.task_rows), long(t.strip_rows),
+            long(t.panel_keys), long(t.key_tile), long(t.l1_bytes / 1024), long(t.l2_bytes / 1024));
+      }
+    }
+  }
+  std::fflush(stdout);
+}
+
 void write_csv(const Args& a, const Csv& csv) {
   if (!a.csv) return;
   std::string text =
@@ -78,6 +98,10 @@ void write_csv(const Args& a, const Csv& csv) {
 int run(Args a) {
   const std::vector<ea::Kernel> kernels = kernels_to_run(a.kernel);
   Csv csv;
+  if (a.explain) {
+    print_tiles(a, kernels);
+    return 0;
+  }
 
   if (a.memory_probe || a.scaling) {
     if (!a.t_given)
@@ -133,6 +157,7 @@ int run(Args a) {
   } else {
     print_machine(a, kernels);
   }
+  print_tiles(a, kernels);
 
   std::printf("Eigen GEMM reference rates (1 thread):\n");
   GemmRates rates;

@@ -72,7 +72,7 @@ struct Args {
   bool m_fused = true, m_into = true, m_value = true, m_naive = true, m_shapes = true;
   bool csv = false;
   std::string csv_path;  // empty: CSV to stdout
-  bool scaling = false, memory_probe = false, smoke = false;
+  bool scaling = false, memory_probe = false, smoke = false, explain = false;
   bool t_given = false, d_given = false, type_given = false, threads_given = false, causal_given = false;
 };
 

@@ -30,6 +30,8 @@ const char* const bench::kUsage =
     "                     <= 64 MiB beyond the inputs and output; exits 1 when above)\n"
     "  --smoke            a tiny run (T = 128, 1 rep) that exercises every path; exits 0 when\n"
     "                     all results agree\n"
+    "  --explain          print the tiles each kernel chooses on this CPU for every --type and\n"
+    "                     --d (kernel_tiles()), and nothing else (every run prints them too)\n"
     "  --help\n";
 
 namespace ea_attention_bench {
@@ -108,6 +110,8 @@ Args parse_args(int argc, char** argv) {
       a.memory_probe = true;
     } else if (arg == "--smoke") {
       a.smoke = true;
+    } else if (arg == "--explain") {
+      a.explain = true;
     } else {
       usage_error("unknown option '" + std::string(args.given()) + "'");
     }

@@ -3,6 +3,7 @@
 /// The implementations of attention that the library holds, and which of them this CPU runs.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include <EigenAttention/export.hpp>
@@ -44,5 +45,25 @@ inline std::vector<Kernel> available_kernels() {
 
 /// A short lower-case name: "auto", "reference", "portable", "avx2", "avx512".
 EIGEN_ATTENTION_EXPORT const char* kernel_name(Kernel kernel);
+
+/// How a tiled kernel cuts one head's forward pass on this CPU (kernel_tiles()): what its tile
+/// policy chose from the CPU's data caches and the head dims (docs/performance.md). For
+/// benchmarks and diagnostics; the results never depend on it beyond the last bits.
+struct KernelTiles {
+  Kernel kernel = Kernel::Auto;   ///< the kernel that runs (Auto resolved)
+  std::ptrdiff_t task_rows = 0;   ///< query rows of one task, the unit the threads share
+  std::ptrdiff_t strip_rows = 0;  ///< query rows of one micro-kernel strip
+  std::ptrdiff_t panel_keys = 0;  ///< keys of one packed panel of K
+  std::ptrdiff_t key_tile = 0;    ///< keys of one key tile (its K and V packed once per call)
+  std::ptrdiff_t l1_bytes = 0;    ///< the L1 data cache the choice was made from
+  std::ptrdiff_t l2_bytes = 0;    ///< the L2 cache the choice was made from
+};
+
+/// The tiles `kernel` (Auto: the fastest here) uses for the forward pass of heads with dims d_k
+/// and d_v whose arithmetic is in double (`is_double`) or in float (float, bfloat16, half).
+/// Throws std::invalid_argument for Kernel::Reference (it has no tiles), a kernel not available
+/// here (kernel_available()), or a negative dim.
+EIGEN_ATTENTION_EXPORT KernelTiles kernel_tiles(Kernel kernel, bool is_double, std::ptrdiff_t d_k,
+                                                std::ptrdiff_t d_v);
 
 }  // namespace EigenAttention

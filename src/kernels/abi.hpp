@@ -168,6 +168,12 @@ constexpr index_t kBackwardCols = 256;
 /// kernel_set() in dispatch.cpp is the one switch over the table; kernels.hpp has the typed
 /// accessors. A new entry point is a field here and its line in tiled_isa.cpp.in. Only function
 /// pointers to the plain types above are in it.
+/// How a kernel tiles the forward pass (tile_policy.hpp), for KernelSet::tiles: the strip of
+/// query rows and the panel of keys of its micro-kernel, and the key tile chosen from the caches.
+struct RawTiles {
+  index_t strip_rows, panel_keys, key_tile, l1_bytes, l2_bytes;
+};
+
 struct KernelSet {
   RowsKernel<float> rows_float;
   RowsKernel<double> rows_double;
@@ -177,6 +183,7 @@ struct KernelSet {
   BackwardKernel<double> backward_double;
   DecodeKernel<float> decode_float;
   DecodeKernel<double> decode_double;
+  RawTiles (*tiles)(bool is_double, index_t d_k, index_t d_v);  // the forward's tiles, float or double
 };
 
 #define EIGEN_ATTENTION_DECLARE_KERNEL_SET(Enumerator, name, cpu_supports) \

@@ -52,6 +52,25 @@ const char* kernel_name(Kernel kernel) {
   return "unknown";
 }
 
+KernelTiles kernel_tiles(Kernel kernel, bool is_double, std::ptrdiff_t d_k, std::ptrdiff_t d_v) {
+  const Kernel k = internal::resolve_kernel("kernel_tiles", kernel);
+  if (k == Kernel::Reference)
+    throw std::invalid_argument("EigenAttention::kernel_tiles: the reference kernel has no tiles");
+  if (d_k < 0 || d_v < 0)
+    throw std::invalid_argument("EigenAttention::kernel_tiles: head dims d_k = " + std::to_string(d_k) +
+                                ", d_v = " + std::to_string(d_v) + " must not be negative");
+  const internal::RawTiles t = internal::kernel_set(k).tiles(is_double, d_k, d_v);
+  KernelTiles r;
+  r.kernel = k;
+  r.task_rows = internal::kTaskRows;
+  r.strip_rows = t.strip_rows;
+  r.panel_keys = t.panel_keys;
+  r.key_tile = t.key_tile;
+  r.l1_bytes = t.l1_bytes;
+  r.l2_bytes = t.l2_bytes;
+  return r;
+}
+
 namespace internal {
 
 const KernelSet& kernel_set(Kernel kernel) {

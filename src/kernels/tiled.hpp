@@ -565,6 +565,21 @@ Span strip_keys(const RawProblem<T>& p, index_t i, index_t rows, index_t j0, ind
   return {lo, clamp_index(p.end_key(i + rows - 1) - j0, lo, cols)};
 }
 
+/// The forward's tiles on this CPU for head dims d_k and d_v (KernelSet::tiles; the decomposed
+/// call takes the same key tiles). The one place that asks the tile policy.
+template <typename T>
+RawTiles forward_tiles_of(index_t dk, index_t dv) {
+  using MK = Micro<T>;
+  const index_t ldo = (dv + MK::kLanes - 1) / MK::kLanes * MK::kLanes;
+  const CacheSizes caches = cache_sizes();
+  const index_t kc =
+      forward_tiles(caches, dk, ldo, MK::kRows, MK::kCols, static_cast<index_t>(sizeof(T))).keys;
+  return {MK::kRows, MK::kCols, kc, caches.l1, caches.l2};
+}
+RawTiles forward_tiles_here(bool is_double, index_t dk, index_t dv) {
+  return is_double ? forward_tiles_of<double>(dk, dv) : forward_tiles_of<float>(dk, dv);
+}
+
 template <typename E>
 void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   using T = ComputeScalar<E>;  // E: the arrays' element type
@@ -572,8 +587,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const index_t dk = p.q.cols, dv = p.v.cols;
   const index_t ldo = (dv + MK::kLanes - 1) / MK::kLanes * MK::kLanes;  // O rows: whole packets
-  const index_t kc =
-      forward_tiles(cache_sizes(), dk, ldo, MK::kRows, MK::kCols, static_cast<index_t>(sizeof(T))).keys;
+  const index_t kc = forward_tiles_of<T>(dk, dv).key_tile;
   const index_t lds = static_cast<index_t>(Arena<T>::round(kc));  // strip rows start 64-byte aligned
   Arena<T> arena(Arena<T>::round(kRows * dk) + KeyTile<E>::scratch(kc, dk, ldo) +
                  Arena<T>::round(MK::kRows * lds) + Arena<T>::round(kRows * ldo) +
@@ -661,8 +675,7 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
   const index_t tk = p.k.rows, dk = p.q.cols;
   const index_t dv = p.want_attn ? p.v.cols : 0;
   const index_t ldo = (dv + MK::kLanes - 1) / MK::kLanes * MK::kLanes;
-  const index_t kc =
-      forward_tiles(cache_sizes(), dk, ldo, MK::kRows, MK::kCols, static_cast<index_t>(sizeof(T))).keys;
+  const index_t kc = forward_tiles_of<T>(dk, dv).key_tile;
   // The logits of kDecRows query rows at a time, in scratch whose rows start 64-byte aligned and
   // hold whole panels: Eigen's vectorised exp and sums peel scalar steps up to the first aligned
   // element, so doing them on the caller's SCORES would make the last bits depend on where
