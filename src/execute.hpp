@@ -64,70 +64,80 @@ void zero_head_rows(const HeadsView<T>& v, index_t b, index_t h, index_t first, 
 
 /// The backward pass of a validated problem (run_backward in kernels/backward.hpp): units of
 /// the problems that add into the same dK/dV (a GQA group) or dbias (the heads or sequences
-/// sharing a broadcast bias), each in (sequence, head) order.
+/// sharing a broadcast bias), each in (sequence, head) order, accumulating into p.grad_*.
 template <typename T>
-void execute_backward(const Problem<T>& p, int threads);
-
-/// The backward pass of a 16-bit problem: on float copies (widen.hpp), its gradients rounded
-/// back. Of a packed batch, only the sequences' rows are written.
-template <typename T>
-void execute_backward_widened(const Problem<T>& p, int threads) {
-  std::vector<WideArray> keep;
-  const Problem<float> f = widened(p, keep);
-  execute_backward(f, threads);
-  const index_t q_rows = p.varlen() ? p.cu_q[p.sequences] : p.dq.tokens;
-  const index_t k_rows = p.varlen() ? p.cu_k[p.sequences] : p.dk.tokens;
-  narrow_into(f.dq, p.dq, 0, q_rows, threads);
-  narrow_into(f.dk, p.dk, 0, k_rows, threads);
-  narrow_into(f.dv, p.dv, 0, k_rows, threads);
-  if (p.d_bias.data != nullptr) narrow_into(f.d_bias, p.d_bias, 0, p.d_bias.tokens, threads);
-}
-
-template <typename T>
-void execute_backward(const Problem<T>& p, int threads) {
-  if constexpr (kIsLowPrecision<T>) {
-    execute_backward_widened(p, threads);
+void accumulate_gradients(const Problem<T>& p, int threads) {
+  const index_t B = p.sequences, H = p.heads();
+  const HeadsView<ComputeScalar<T>>& d_bias = p.grad_d_bias;
+  if (B == 0 || H == 0) {  // no problem adds into dbias: it is the empty sum, 0
+    for (index_t b = 0; b < d_bias.batch; ++b)
+      for (index_t h = 0; h < d_bias.heads; ++h) zero_head_rows(d_bias, b, h, 0, d_bias.tokens);
     return;
-  } else {
-    const index_t B = p.sequences, H = p.heads();
-    if (B == 0 || H == 0) {  // no problem adds into dbias: it is the empty sum, 0
-      for (index_t b = 0; b < p.d_bias.batch; ++b)
-        for (index_t h = 0; h < p.d_bias.heads; ++h) zero_head_rows(p.d_bias, b, h, 0, p.d_bias.tokens);
-      return;
-    }
-    const bool bias_over_batch = p.d_bias.data != nullptr && p.d_bias.batch == 1;
-    const bool bias_over_heads = p.d_bias.data != nullptr && p.d_bias.heads == 1;
-    const index_t group = H / p.k.heads;
-    const index_t batches = bias_over_batch ? B : 1, heads = bias_over_heads ? H : group;
-    const index_t head_units = H / heads, units = (B / batches) * head_units;
-    const auto where = [&](index_t u, index_t t, index_t& b, index_t& h) {
-      b = u / head_units * batches + t / heads;
-      h = u % head_units * heads + t % heads;
-    };
-    const auto problem = [&](index_t u, index_t t) {
+  }
+  const bool bias_over_batch = d_bias.data != nullptr && d_bias.batch == 1;
+  const bool bias_over_heads = d_bias.data != nullptr && d_bias.heads == 1;
+  const index_t group = H / p.k.heads;
+  const index_t batches = bias_over_batch ? B : 1, heads = bias_over_heads ? H : group;
+  const index_t head_units = H / heads, units = (B / batches) * head_units;
+  const auto where = [&](index_t u, index_t t, index_t& b, index_t& h) {
+    b = u / head_units * batches + t / heads;
+    h = u % head_units * heads + t % heads;
+  };
+  const auto problem = [&](index_t u, index_t t) {
+    index_t b, h;
+    where(u, t, b, h);
+    return p.problem(b * H + h);
+  };
+  // Zero what unit u adds into: dK and dV of its K/V heads (every key row, padded ones too) and
+  // its slices of dbias.
+  const auto prepare = [&](index_t u) {
+    for (index_t t = 0; t < batches * heads; ++t) {
       index_t b, h;
       where(u, t, b, h);
-      return p.problem(b * H + h);
-    };
-    // Zero what unit u adds into: dK and dV of its K/V heads (every key row, padded ones too) and
-    // its slices of dbias.
-    const auto prepare = [&](index_t u) {
-      for (index_t t = 0; t < batches * heads; ++t) {
-        index_t b, h;
-        where(u, t, b, h);
-        const index_t kv = h / group;
-        const index_t batch = p.varlen() ? 0 : b;
-        const index_t first = p.varlen() ? p.cu_k[b] : 0;
-        const index_t count = p.varlen() ? p.cu_k[b + 1] - p.cu_k[b] : p.k.tokens;
-        if (h % group == 0) {
-          zero_head_rows(p.dk, batch, kv, first, count);
-          zero_head_rows(p.dv, batch, kv, first, count);
-        }
-        zero_head_rows(p.d_bias, p.d_bias.batch == 1 ? 0 : b, p.d_bias.heads == 1 ? 0 : h, 0,
-                       p.d_bias.tokens);
+      const index_t kv = h / group;
+      const index_t batch = p.varlen() ? 0 : b;
+      const index_t first = p.varlen() ? p.cu_k[b] : 0;
+      const index_t count = p.varlen() ? p.cu_k[b + 1] - p.cu_k[b] : p.k.tokens;
+      if (h % group == 0) {
+        zero_head_rows(p.grad_dk, batch, kv, first, count);
+        zero_head_rows(p.grad_dv, batch, kv, first, count);
       }
+      zero_head_rows(d_bias, d_bias.batch == 1 ? 0 : b, d_bias.heads == 1 ? 0 : h, 0, d_bias.tokens);
+    }
+  };
+  run_backward<T>(p.kernel, units, batches * heads, problem, prepare, threads);
+}
+
+/// The backward pass of a validated problem: for float and double into its gradients; for
+/// bfloat16 and half (whose tiles the kernels widen as they load them) into float gradients in
+/// the calling thread's workspace, grown once and kept, then rounded once into the 16-bit
+/// gradients. Of a packed batch, only the sequences' rows are written.
+template <typename T>
+void execute_backward(const Problem<T>& given, int threads) {
+  Problem<T> p = given;
+  if constexpr (kIsLowPrecision<T>) {
+    thread_local std::vector<float> workspace;
+    const auto size = [](const HeadsView<T>& v) { return v.batch * v.heads * v.tokens * v.dim; };
+    const index_t n = size(p.dq) + size(p.dk) + size(p.dv) + (p.d_bias.data != nullptr ? size(p.d_bias) : 0);
+    if (static_cast<index_t>(workspace.size()) < n) workspace.resize(static_cast<std::size_t>(n));
+    float* next = workspace.data();
+    const auto wide = [&](const HeadsView<T>& v) {  // a contiguous float view of v's sizes
+      const HeadsView<float> w{v.data == nullptr ? nullptr : next, v.batch,          v.heads, v.tokens, v.dim,
+                               v.heads * v.tokens * v.dim,         v.tokens * v.dim, v.dim,   1};
+      if (v.data != nullptr) next += size(v);
+      return w;
     };
-    run_backward<T>(p.kernel, units, batches * heads, problem, prepare, threads);
+    p.grad_dq = wide(p.dq), p.grad_dk = wide(p.dk), p.grad_dv = wide(p.dv), p.grad_d_bias = wide(p.d_bias);
+    accumulate_gradients(p, threads);
+    const index_t q_rows = p.varlen() ? p.cu_q[p.sequences] : p.dq.tokens;
+    const index_t k_rows = p.varlen() ? p.cu_k[p.sequences] : p.dk.tokens;
+    narrow_into(p.grad_dq, p.dq, 0, q_rows, threads);
+    narrow_into(p.grad_dk, p.dk, 0, k_rows, threads);
+    narrow_into(p.grad_dv, p.dv, 0, k_rows, threads);
+    if (p.d_bias.data != nullptr) narrow_into(p.grad_d_bias, p.d_bias, 0, p.d_bias.tokens, threads);
+  } else {
+    p.grad_dq = p.dq, p.grad_dk = p.dk, p.grad_dv = p.dv, p.grad_d_bias = p.d_bias;
+    accumulate_gradients(p, threads);
   }
 }
 

@@ -65,6 +65,10 @@ struct Problem {
   HeadsView<const T> fwd_out, d_out, d_scores;
   HeadsView<const Compute> fwd_lse;
   HeadsView<T> dq, dk, dv, d_bias;
+  // Where the kernels accumulate those gradients, in the compute type (execute_backward sets
+  // them): dq, dk, dv and d_bias themselves for float and double; for bfloat16 and half a float
+  // workspace of the same shapes, rounded into them once at the end.
+  HeadsView<Compute> grad_dq, grad_dk, grad_dv, grad_d_bias;
   // Decode (KVCache.hpp): keys and values in pages, `sequences` of them (cu_q: each one's query
   // tokens; k and v then hold the sizes only: [1, kv_heads, 0, d_k] and [1, kv_heads, 0, d_v]).
   std::optional<PagedKeys<Compute>> paged;
@@ -152,9 +156,9 @@ struct Problem {
       g.out = head_of(fwd_out, h, q_first, tq);
       g.lse = head_of(fwd_lse, h, q_first, tq);
       g.d_out = head_of(d_out, h, q_first, tq);
-      g.dq = head_of(dq, h, q_first, tq);
-      g.dk = head_of(dk, kv, k_first, tk);
-      g.dv = head_of(dv, kv, k_first, tk);
+      g.dq = head_of(grad_dq, h, q_first, tq);
+      g.dk = head_of(grad_dk, kv, k_first, tk);
+      g.dv = head_of(grad_dv, kv, k_first, tk);
       g.d_scores = {nullptr, 0, 0, 0, 0};
       if (d_scores.data != nullptr) {  // full T_k columns, of which the first tk are seen
         g.d_scores = head_of(d_scores, h, q_first, tq);
@@ -162,12 +166,13 @@ struct Problem {
         if (tk == 0) g.d_scores = raw_matrix<const T>(g.d_scores.data, tq, 0, 0, 0);
       }
       g.d_bias = {nullptr, 0, 0, 0, 0};
-      if (d_bias.data != nullptr) {
-        const index_t db = d_bias.batch == 1 ? 0 : b, dh = d_bias.heads == 1 ? 0 : h;
+      if (grad_d_bias.data != nullptr) {
+        const HeadsView<Compute>& gb = grad_d_bias;
+        const index_t db = gb.batch == 1 ? 0 : b, dh = gb.heads == 1 ? 0 : h;
         g.d_bias = tq == 0 || tk == 0
-                       ? raw_matrix<T>(d_bias.data, tq, tk, 0, 0)
-                       : raw_matrix<T>(d_bias.data + db * d_bias.batch_stride + dh * d_bias.head_stride, tq,
-                                       tk, d_bias.token_stride, d_bias.dim_stride);
+                       ? raw_matrix<Compute>(gb.data, tq, tk, 0, 0)
+                       : raw_matrix<Compute>(gb.data + db * gb.batch_stride + dh * gb.head_stride, tq, tk,
+                                             gb.token_stride, gb.dim_stride);
       }
     }
     return p;

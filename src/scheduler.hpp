@@ -73,15 +73,14 @@ inline int threads_for(int requested, double work) {
   return std::max(1, std::min(resolve_threads(requested), static_cast<int>(useful)));
 }
 
-/// The one task splitter: task(t) for every t in [0, count), on `threads` threads (threads_for),
-/// never more than `count`.
-/// On the calling thread alone, in order, when threads is 1; else as `threads` pool tasks, pool
-/// task k taking the tasks of each round of `threads` in turn, k-th forwards in even rounds and
-/// k-th backwards in odd ones (k, 2n - 1 - k, 2n + k, ...). The mapping is fixed: a pass whose
-/// steps share data (the backward's weights, written by one step of a key tile and read by the
-/// next) finds it in the same thread's cache, as the pool hands pool task k to the same thread
-/// from one call to the next as a rule; and tasks in decreasing order of cost (a causal
-/// problem's tiles, last first) fall evenly on the threads.
+/// The one task splitter: task(t) for every t in [0, count), on n = min(threads, count) threads
+/// (threads from threads_for). On the calling thread alone, in order, when n is 1; else as n pool
+/// tasks, pool task k taking one task of each round of n in turn, the k-th from the front in
+/// even rounds and from the back in odd ones (k, 2n - 1 - k, 2n + k, ...). The mapping is fixed:
+/// a pass whose steps share data (the backward's weights, written by one step of a key tile and
+/// read by the next) finds it in the same thread's cache, as the pool hands pool task k to the
+/// same thread from one call to the next as a rule; and tasks in decreasing order of cost (a
+/// causal problem's tiles, last first) fall evenly on the threads.
 template <class Task>
 void for_tasks(index_t count, int threads, const Task& task) {
   const index_t n = std::min<index_t>(threads, count);

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: MIT
-// A validated problem on 16-bit arrays (BFloat16Bits, HalfBits) as the same problem on float
-// copies: what the backward pass of a bfloat16 or half call runs (its kernel reads and writes
-// float and double only). The copies are whole arrays (the inputs, the forward's results,
-// dL/dATTN, the bias) and the gradients are rounded back into the caller's views afterwards;
-// see docs/low_precision.md. The forward pass never comes here: its kernels widen tile by tile.
-// Internal to the library.
+// A validated decode problem on 16-bit queries (BFloat16Bits, HalfBits) as the same problem on
+// float copies of them (T_q rows: small; the decode kernel widens the cache's pages itself), and
+// the rounding of float results into 16-bit views (decode's attention, the backward pass's
+// gradients), row by row on the scheduler. The forward and backward passes widen tile by tile in
+// their kernels: no array is copied whole for them. Internal to the library.
 #pragma once
 
 #include <cstddef>
@@ -71,17 +70,13 @@ void narrow_into(const HeadsView<float>& src, const HeadsView<T>& out, index_t f
   });
 }
 
-/// The float problem of a 16-bit problem p, on widened copies that `keep` owns.
+/// The float problem of a 16-bit forward problem p (decode's), on widened copies that `keep` owns.
 template <typename T>
 Problem<float> widened(const Problem<T>& p, std::vector<WideArray>& keep) {
   keep.reserve(16);  // views into keep's arrays must not move
   const auto in = [&](const HeadsView<const T>& v) {
     keep.emplace_back(v);
     return keep.back().input();
-  };
-  const auto out = [&](const HeadsView<T>& v) {
-    keep.emplace_back(v, true);
-    return keep.back().view();
   };
   Problem<float> f;
   f.q = in(p.q), f.k = in(p.k), f.v = in(p.v);
@@ -104,15 +99,6 @@ Problem<float> widened(const Problem<T>& p, std::vector<WideArray>& keep) {
   f.window_left = p.window_left, f.window_right = p.window_right, f.softcap = p.softcap;
   f.kernel = p.kernel;
   f.cu_q = p.cu_q, f.cu_k = p.cu_k, f.sequences = p.sequences;
-  f.backward = p.backward;
-  if (p.backward) {
-    f.fwd_out = in(p.fwd_out);
-    f.fwd_lse = p.fwd_lse;
-    f.d_out = in(p.d_out);
-    if (p.d_scores.data != nullptr) f.d_scores = in(p.d_scores);
-    f.dq = out(p.dq), f.dk = out(p.dk), f.dv = out(p.dv);
-    if (p.d_bias.data != nullptr) f.d_bias = out(p.d_bias);
-  }
   return f;
 }
 

@@ -301,6 +301,48 @@ TEST_CASE_TEMPLATE("low precision api: the backward passes are the float passes 
   for (std::size_t i = 4 * H * d; i < vq.size(); ++i) CHECK(static_cast<float>(vq[i]) == 3.0f);
 }
 
+TEST_CASE_TEMPLATE(
+    "low precision api: the 16-bit backward is the float backward on the widened values for "
+    "every kernel and thread count",
+    T16, Eigen::bfloat16, Eigen::half) {
+  Rng rng(1415);
+  // Three query tiles and two key tiles of the backward (kBackwardRows 128, kBackwardCols 256),
+  // so that its tiles widen partial tiles too and its key tiles are spread over the threads.
+  const Eigen::Index tq = 260, tk = 300;
+  const Row16<T16> Q = random16<T16>(rng, tq, 16), K = random16<T16>(rng, tk, 16),
+                   V = random16<T16>(rng, tk, 8), dO = random16<T16>(rng, tq, 8),
+                   dS = random16<T16>(rng, tq, tk), bias = random16<T16>(rng, tq, tk);
+  const RowMatrix<float> Qf = Q.template cast<float>(), Kf = K.template cast<float>(),
+                         Vf = V.template cast<float>(), dOf = dO.template cast<float>(),
+                         dSf = dS.template cast<float>(), biasf = bias.template cast<float>();
+  ea::Masks<T16> masks;
+  masks.bias = ea::BroadcastView<T16>::matrix(bias.data(), tq, tk);
+  ea::Masks<float> masksf;
+  masksf.bias = ea::BroadcastView<float>::matrix(biasf.data(), tq, tk);
+  ea::Options opt = make_options({true, true});
+  opt.softcap = 4;
+  Eigen::VectorXf lse;
+  Row16<T16> out;
+  ea::attention_into(Q, K, V, out, lse, opt, masks);
+  const RowMatrix<float> Of = out.template cast<float>();
+  for (const ea::Kernel kernel : ea::available_kernels()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    opt.kernel = kernel;
+    opt.threads = 1;
+    const ea::Gradients<float> wide = ea::attention_backward(Qf, Kf, Vf, Of, lse, dOf, dSf, opt, masksf);
+    for (const int threads : {1, 3}) {
+      CAPTURE(threads);
+      opt.threads = threads;
+      Row16<T16> dq(tq, 16), dk(tk, 16), dv(tk, 8);
+      ea::attention_backward_into(Q, K, V, out, lse, dO, dS, dq, dk, dv, opt, masks);
+      check_rounded(dq, wide.dq);
+      check_rounded(dk, wide.dk);
+      check_rounded(dv, wide.dv);
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("low precision api: decode takes queries of the cache's 16-bit type", T16, Eigen::bfloat16,
                    Eigen::half) {
   Rng rng(1414);

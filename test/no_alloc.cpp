@@ -11,9 +11,11 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 extern "C" {
@@ -147,9 +149,63 @@ void run(const char* type) {
   }
 }
 
-// bfloat16 and half: the forward _into forms allocate nothing either (their tiles are widened in
-// the same per-thread scratch). The 16-bit backward pass runs on widened copies and allocates
-// them (docs/low_precision.md): not checked here.
+/// The multi-head backward (GQA, a broadcast bias and its gradient, d_scores) and the varlen
+/// backward (two sequences packed), from their forward's ATTN and LSE.
+template <class T>
+void run_heads_backward(const char* type) {
+  using L = std::conditional_t<std::is_same_v<T, double>, double, float>;  // the LSE's type
+  using In = ea::HeadsView<const T>;
+  using Out = ea::HeadsView<T>;
+  const Eigen::Index H = 4, Hkv = 2, tq = 257, tk = 301, dk = 33, dv = 17;
+  const auto random = [](Eigen::Index n) {
+    std::vector<T> x(static_cast<std::size_t>(n));
+    const Eigen::VectorXf r = Eigen::VectorXf::Random(n);
+    for (Eigen::Index i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = static_cast<T>(r(i));
+    return x;
+  };
+  const std::vector<T> q = random(H * tq * dk), k = random(Hkv * tk * dk), v = random(Hkv * tk * dv),
+                       d_out = random(H * tq * dv), d_scores = random(H * tq * tk), bias = random(tq * tk);
+  std::vector<T> out(q.size() / dk * dv), gq(q.size()), gk(k.size()), gv(v.size()), gbias(bias.size());
+  std::vector<L> lse(static_cast<std::size_t>(H * tq));
+  const In Q = In::bhtd(q.data(), 1, H, tq, dk), K = In::bhtd(k.data(), 1, Hkv, tk, dk),
+           V = In::bhtd(v.data(), 1, Hkv, tk, dv), dO = In::bhtd(d_out.data(), 1, H, tq, dv),
+           dS = In::bhtd(d_scores.data(), 1, H, tq, tk), O = In::bhtd(out.data(), 1, H, tq, dv);
+  const Out dQ = Out::bhtd(gq.data(), 1, H, tq, dk), dK = Out::bhtd(gk.data(), 1, Hkv, tk, dk),
+            dV = Out::bhtd(gv.data(), 1, Hkv, tk, dv), dB = Out::bhtd(gbias.data(), 1, 1, tq, tk);
+  const ea::HeadsView<L> lse_out = ea::HeadsView<L>::bhtd(lse.data(), 1, H, tq, 1);
+  const ea::HeadsView<const L> lse_in = lse_out;
+  ea::Masks<T> masks;
+  masks.bias = ea::BroadcastView<T>::matrix(bias.data(), tq, tk);
+  // Two sequences of the same buffers, packed (BTHD): 100 + 157 queries, 120 + 181 keys.
+  const std::int64_t cu_q[3] = {0, 100, tq}, cu_k[3] = {0, 120, tk};
+  const In Qp = In::bthd(q.data(), 1, tq, H, dk), Kp = In::bthd(k.data(), 1, tk, Hkv, dk),
+           Vp = In::bthd(v.data(), 1, tk, Hkv, dv), dOp = In::bthd(d_out.data(), 1, tq, H, dv),
+           Op = In::bthd(out.data(), 1, tq, H, dv);
+  const Out dQp = Out::bthd(gq.data(), 1, tq, H, dk), dKp = Out::bthd(gk.data(), 1, tk, Hkv, dk),
+            dVp = Out::bthd(gv.data(), 1, tk, Hkv, dv);
+  std::vector<ea::Kernel> kernels = {ea::Kernel::Auto};
+  for (const ea::Kernel kernel : ea::available_kernels())
+    if (kernel != ea::Kernel::Reference) kernels.push_back(kernel);
+  for (const ea::Kernel kernel : kernels) {
+    ea::Options opt;
+    opt.causal = true;
+    opt.alignment = ea::CausalAlignment::BottomRight;
+    opt.kernel = kernel;
+    const std::string where = std::string(type) + " " + ea::kernel_name(kernel);
+    ea::attention_heads_into(Q, K, V, Out::bhtd(out.data(), 1, H, tq, dv), lse_out, opt, masks);
+    expect_no_allocation("attention_heads_backward_into " + where, [&] {
+      ea::attention_heads_backward_into(Q, K, V, O, lse_in, dO, dS, dQ, dK, dV, dB, opt, masks);
+    });
+    ea::attention_varlen_into(Qp, Kp, Vp, cu_q, cu_k, 2, Out::bthd(out.data(), 1, tq, H, dv), lse_out, opt);
+    expect_no_allocation("attention_varlen_backward_into " + where, [&] {
+      ea::attention_varlen_backward_into(Qp, Kp, Vp, Op, lse_in, dOp, cu_q, cu_k, 2, dQp, dKp, dVp, opt);
+    });
+  }
+}
+
+// bfloat16 and half: the _into forms allocate nothing either, forward and backward (their tiles
+// are widened in the same per-thread scratch; the backward's float gradients accumulate in a
+// workspace kept from call to call).
 template <class T>
 void run_low_precision(const char* type) {
   using Row = ea::RowMatrix<T>;
@@ -164,6 +220,10 @@ void run_low_precision(const char* type) {
   Row out(s.tq, s.dv), scores(s.tq, s.tk);
   ea::RowMatrix<float> scores_float(s.tq, s.tk);
   ea::Vector<float> lse(s.tq);
+  const Row d_out = Eigen::MatrixXf::Random(s.tq, s.dv).cast<T>(),
+            d_scores = Eigen::MatrixXf::Random(s.tq, s.tk).cast<T>();
+  Row dq(s.tq, s.dk), dv(s.tk, s.dv);
+  Col dk(s.tk, s.dk);
   for (const ea::Kernel kernel : kernels) {
     ea::Options opt;
     opt.causal = true;
@@ -176,7 +236,14 @@ void run_low_precision(const char* type) {
                          [&] { ea::attention_decomposed_into(Q, K, V, scores, out, lse, opt); });
     expect_no_allocation("attention_decomposed_into (float scores) " + where,
                          [&] { ea::attention_decomposed_into(Q, K, V, scores_float, out, opt); });
+    ea::attention_into(Q, K, V, out, lse, opt);
+    expect_no_allocation("attention_backward_into " + where,
+                         [&] { ea::attention_backward_into(Q, K, V, out, lse, d_out, dq, dk, dv, opt); });
+    expect_no_allocation("attention_backward_into with d_scores " + where, [&] {
+      ea::attention_backward_into(Q, K, V, out, lse, d_out, d_scores, dq, dk, dv, opt);
+    });
   }
+  run_heads_backward<T>(type);
 }
 
 }  // namespace
@@ -198,6 +265,8 @@ int main() {
 
   run<float>("float");
   run<double>("double");
+  run_heads_backward<float>("float");
+  run_heads_backward<double>("double");
   run_low_precision<Eigen::bfloat16>("bfloat16");
   run_low_precision<Eigen::half>("half");
   std::printf("%d of %d checks allocated nothing on the second call\n", g_checks - g_failures, g_checks);

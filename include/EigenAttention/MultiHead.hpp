@@ -181,7 +181,8 @@ void attention_varlen_decomposed_into(const HeadsView<Q>& q, detail::In<T> k, de
 /// written into dq [B, H, T_q, d_k], dk [B, H_kv, T_k, d_k] and dv [B, H_kv, T_k, d_v]. `opt`
 /// and `masks` must be the forward's. With GQA/MQA, dk and dv of a shared K/V head are the
 /// sums over its query heads; padded keys (beyond key_lengths) get zero gradients. The 16-bit
-/// types are computed in float on copies of the inputs, the gradients rounded once.
+/// types are computed in float, their tiles widened as they are loaded and the gradients
+/// accumulated in float, then rounded once.
 /// \param q, k, v the forward's inputs.
 /// \param attn the forward's ATTN [B, H, T_q, d_v].
 /// \param lse the forward's log-sum-exps [B, H, T_q, 1].

@@ -41,17 +41,20 @@ RawMatrix<T> raw_matrix(T* data, index_t rows, index_t cols, index_t row_stride,
 }
 
 /// The backward pass of one single-head problem (RawProblem::grad): the forward's results and
-/// dL/dATTN to read, the gradients to write. Kernels accumulate into dk, dv and d_bias (query
-/// heads that share them, GQA or a broadcast bias, add up in turn; the caller zeroes them
-/// first) and write dq.
+/// dL/dATTN to read (of the element type T, 16-bit tiles widened as the kernels load them), the
+/// gradients to write, in the compute type: for 16-bit problems a float workspace that the
+/// caller rounds into the 16-bit gradients once, when every head has added its share
+/// (execute.hpp). Kernels accumulate into dk, dv and d_bias (query heads that share them, GQA or
+/// a broadcast bias, add up in turn; the caller zeroes them first) and write dq.
 template <typename T>
 struct RawGradient {
-  RawMatrix<const T> out;                 // T_q x d_v
-  RawMatrix<const ComputeScalar<T>> lse;  // T_q x 1
-  RawMatrix<const T> d_out;               // T_q x d_v
-  RawMatrix<const T> d_scores;            // T_q x T_k dL/dSCORES, when data is not null
-  RawMatrix<T> dq, dk, dv;                // T_q x d_k, T_k x d_k, T_k x d_v
-  RawMatrix<T> d_bias;                    // T_q x T_k, when data is not null
+  using Compute = ComputeScalar<T>;
+  RawMatrix<const T> out;         // T_q x d_v
+  RawMatrix<const Compute> lse;   // T_q x 1
+  RawMatrix<const T> d_out;       // T_q x d_v
+  RawMatrix<const T> d_scores;    // T_q x T_k dL/dSCORES, when data is not null
+  RawMatrix<Compute> dq, dk, dv;  // T_q x d_k, T_k x d_k, T_k x d_v
+  RawMatrix<Compute> d_bias;      // T_q x T_k, when data is not null
 };
 
 /// One validated single-head problem and where its results go.
@@ -119,14 +122,15 @@ using RowsKernel = void (*)(const RawProblem<T>& p, index_t first_row, index_t r
 /// sums; `terms` from the partial sums of all its key tiles, added in key order; `pair` of one
 /// key tile, adding to its dk, dv (and d_bias) rows and writing the query tile's share of dq to
 /// dq_tile. Every sum is taken in one fixed order, so the scheduler may run the key tiles of a
-/// step on any threads without changing a bit.
-template <typename T>
+/// step on any threads without changing a bit. The scratch (w, cap, the partial sums, the terms,
+/// dq_tile) is of the compute type C: float for the 16-bit types.
+template <typename T, typename C = ComputeScalar<T>>
 struct BackwardKernel {
-  void (*weights)(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, T* w, T* cap,
-                  index_t ldw, T* partial);
-  void (*terms)(const RawProblem<T>& p, index_t tile, const T* partials, index_t tiles, T* terms);
-  void (*pair)(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, T* w, const T* cap,
-               index_t ldw, const T* terms, T* dq_tile);
+  void (*weights)(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, C* w, C* cap,
+                  index_t ldw, C* partial);
+  void (*terms)(const RawProblem<T>& p, index_t tile, const C* partials, index_t tiles, C* terms);
+  void (*pair)(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, C* w, const C* cap,
+               index_t ldw, const C* terms, C* dq_tile);
 };
 
 /// Query rows of one tile of the backward pass, and keys of one key tile.
@@ -161,19 +165,21 @@ constexpr index_t kDecodeRows = 64;    // query rows (heads x tokens) per chunk 
 constexpr index_t kBackwardRows = 128;
 constexpr index_t kBackwardCols = 256;
 
-/// Every entry point of one kernel of the table (kernels.cmake), compiled for its instruction
-/// set: the forward on each storage type (16-bit tiles widened to float as they load), the
-/// backward pass and decode on float and double (16-bit calls are widened before them). Each
-/// generated tiled_<name>.cpp defines its set, <name>_kernel_set (tiled_isa.cpp.in), and
-/// kernel_set() in dispatch.cpp is the one switch over the table; kernels.hpp has the typed
-/// accessors. A new entry point is a field here and its line in tiled_isa.cpp.in. Only function
-/// pointers to the plain types above are in it.
 /// How a kernel tiles the forward pass (tile_policy.hpp), for KernelSet::tiles: the strip of
 /// query rows and the panel of keys of its micro-kernel, and the key tile chosen from the caches.
 struct RawTiles {
   index_t strip_rows, panel_keys, key_tile, l1_bytes, l2_bytes;
 };
 
+/// Every entry point of one kernel of the table (kernels.cmake), compiled for its instruction
+/// set: the forward and the backward pass on each storage type (16-bit tiles widened to float as
+/// they load), decode on float and double (a 16-bit cache is widened by the decode kernel as it
+/// reads its pages; 16-bit queries are widened before it, decode.cpp). Each
+/// generated tiled_<name>.cpp defines its set, <name>_kernel_set (tiled_isa.cpp.in), and
+/// kernel_set() in dispatch.cpp is the one switch over the table; kernels.hpp has the typed
+/// accessors. A new entry point is a field here and its line in tiled_isa.cpp.in (and, to reach it
+/// by type, a line of its accessor in kernels.hpp). Only function pointers to the plain types
+/// above are in it.
 struct KernelSet {
   RowsKernel<float> rows_float;
   RowsKernel<double> rows_double;
@@ -181,6 +187,8 @@ struct KernelSet {
   RowsKernel<HalfBits> rows_half;
   BackwardKernel<float> backward_float;
   BackwardKernel<double> backward_double;
+  BackwardKernel<BFloat16Bits> backward_bfloat16;
+  BackwardKernel<HalfBits> backward_half;
   DecodeKernel<float> decode_float;
   DecodeKernel<double> decode_double;
   RawTiles (*tiles)(bool is_double, index_t d_k, index_t d_v);  // the forward's tiles, float or double

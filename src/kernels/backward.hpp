@@ -37,9 +37,10 @@ void zero_rows(const RawMatrix<T>& m) {
     for (index_t c = 0; c < m.cols; ++c) m.data[i * m.row_stride + c * m.col_stride] = T(0);
 }
 
-/// One problem, query tile by query tile, the key tiles of each step over `threads` threads.
-template <typename T>
-void backward_problem(const BackwardKernel<T>& kernel, const RawProblem<T>& p, int threads) {
+/// One problem, query tile by query tile, the key tiles of each step over `threads` threads. S is
+/// the element type of its arrays, T the compute type of its gradients and workspaces.
+template <typename S, typename T = ComputeScalar<S>>
+void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, int threads) {
   zero_rows(p.grad.dq);
   const index_t tq = p.q.rows, tk = p.k.rows, dk = p.q.cols, R = kBackwardRows, C = kBackwardCols;
   if (tq == 0 || tk == 0) return;

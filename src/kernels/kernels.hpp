@@ -33,6 +33,11 @@ void reference_kernel<HalfBits>(const RawProblem<HalfBits>& p);
 /// with the weights recomputed whole. Accumulates into dk, dv and d_bias, writes dq.
 template <typename T>
 void reference_backward(const RawProblem<T>& p);
+/// 16-bit arrays: the formula in float on the widened inputs, into the float gradients.
+template <>
+void reference_backward<BFloat16Bits>(const RawProblem<BFloat16Bits>& p);
+template <>
+void reference_backward<HalfBits>(const RawProblem<HalfBits>& p);
 
 /// The kernel `requested` resolves to on this CPU (Auto: the fastest available).
 /// Throws std::invalid_argument when it is not available here.
@@ -55,6 +60,8 @@ template <typename T>
 BackwardKernel<T> backward_kernel(const KernelSet& s) {
   if constexpr (std::is_same_v<T, float>) return s.backward_float;
   if constexpr (std::is_same_v<T, double>) return s.backward_double;
+  if constexpr (std::is_same_v<T, BFloat16Bits>) return s.backward_bfloat16;
+  if constexpr (std::is_same_v<T, HalfBits>) return s.backward_half;
 }
 template <typename T>
 DecodeKernel<T> decode_kernel(const KernelSet& s) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/convert.hpp"
 #include "kernels/reference_views.hpp"
 
 namespace EigenAttention {
@@ -76,6 +77,62 @@ void reference_backward(const RawProblem<T>& p) {
 
 template void reference_backward<float>(const RawProblem<float>&);
 template void reference_backward<double>(const RawProblem<double>&);
+
+namespace {
+
+/// A 16-bit matrix widened to float, row-major and contiguous, as a RawMatrix (`keep` owns it);
+/// an absent one (null data: no bias, no d_scores) stays absent.
+template <typename T>
+RawMatrix<const float> widen_matrix(const RawMatrix<const T>& m, RowMatrix<float>& keep) {
+  keep.resize(m.rows, m.cols);
+  for (index_t i = 0; i < m.rows; ++i)
+    widen(m.data + i * m.row_stride, m.col_stride, m.cols, keep.row(i).data());
+  return raw_matrix<const float>(m.data == nullptr ? nullptr : keep.data(), m.rows, m.cols, m.cols, 1);
+}
+
+/// 16-bit inputs: the formula in float on the inputs widened exactly, into the float gradients
+/// (RawGradient: the compute type), which the caller rounds once.
+template <typename T>
+void reference_backward_widened(const RawProblem<T>& p) {
+  RowMatrix<float> q, k, v, bias, out, d_out, d_scores;
+  RawProblem<float> f{widen_matrix(p.q, q),
+                      widen_matrix(p.k, k),
+                      widen_matrix(p.v, v),
+                      p.scale,
+                      p.causal,
+                      p.offset,
+                      p.window_left,
+                      p.window_right,
+                      p.softcap,
+                      p.has_alibi,
+                      p.alibi_slope,
+                      widen_matrix(p.bias, bias),
+                      p.mask,
+                      {nullptr, 0, 0, 0, 0},
+                      {nullptr, 0, 0, 0, 0},
+                      {nullptr, 0, 0, 0, 0},
+                      false,
+                      false,
+                      false,
+                      {}};
+  f.grad.out = widen_matrix(p.grad.out, out);
+  f.grad.lse = p.grad.lse;
+  f.grad.d_out = widen_matrix(p.grad.d_out, d_out);
+  f.grad.d_scores = widen_matrix(p.grad.d_scores, d_scores);
+  f.grad.dq = p.grad.dq, f.grad.dk = p.grad.dk, f.grad.dv = p.grad.dv, f.grad.d_bias = p.grad.d_bias;
+  reference_backward(f);
+}
+
+}  // namespace
+
+template <>
+void reference_backward<BFloat16Bits>(const RawProblem<BFloat16Bits>& p) {
+  reference_backward_widened(p);
+}
+template <>
+void reference_backward<HalfBits>(const RawProblem<HalfBits>& p) {
+  reference_backward_widened(p);
+}
 
 }  // namespace internal
 }  // namespace EigenAttention

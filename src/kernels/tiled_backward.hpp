@@ -25,6 +25,13 @@
 //     share of dQ, dZ K, into a tile the scheduler adds in key order.
 // Five products of T_q T_k d in all, one exp per weight; nothing T_q x T_k.
 //
+// bfloat16 and half (E, the element type of the arrays) compute in float (T), as the forward
+// does: each tile of Q, K, V, O and dO is widened as it is loaded into the thread's scratch
+// (tile_rows in tiled.hpp), as are the row of d_scores and the bias values in use, and the
+// gradients accumulate in float (RawGradient in abi.hpp), rounded once by the caller. Widening
+// is exact and every operation is the float kernel's, so a 16-bit result is bitwise the float
+// pass on the widened inputs, rounded once.
+//
 // Keys a row does not see weigh exactly 0 and get exactly zero gradient: P and dZ are set, not
 // multiplied, outside each row's key range and where the boolean mask hides a key. A pair that
 // hides keys and holds a non-finite Q, dO or K row sums over visible pairs only (as the forward
@@ -48,19 +55,27 @@ bool finite(const Tile& m) {
   return sum == sum;
 }
 
-/// dL/dSCORES of row i, keys [j, j + n), as a strided row.
-template <typename T>
+/// dL/dSCORES of row i, keys [j, j + n), as a strided row of the compute type: in place for
+/// float and double; bfloat16 and half widened into `buffer` (n elements) first, and read
+/// through the same strided map (so the same sums in the same order).
+template <typename S, typename T = ComputeScalar<S>>
 Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>> d_scores_row(
-    const RawProblem<T>& p, index_t i, index_t j, index_t n) {
-  const RawMatrix<const T>& g = p.grad.d_scores;
-  return {g.data + i * g.row_stride + j * g.col_stride, n, Eigen::InnerStride<>(g.col_stride)};
+    const RawProblem<S>& p, index_t i, index_t j, index_t n, T* buffer) {
+  const RawMatrix<const S>& g = p.grad.d_scores;
+  if constexpr (std::is_same_v<S, T>) {
+    (void)buffer;
+    return {g.data + i * g.row_stride + j * g.col_stride, n, Eigen::InnerStride<>(g.col_stride)};
+  } else {
+    widen(g.data + i * g.row_stride + j * g.col_stride, g.col_stride, n, buffer);
+    return {buffer, n, Eigen::InnerStride<>(1)};
+  }
 }
 
 /// Row r of a tile of logits S (keys [j0, j0 + cols), query row i) becomes the weights
 /// exp(z - lse_i), and `cap` (when soft-capping) the soft-cap's derivative: zero
 /// outside [span.a, span.b).
-template <typename T>
-void weights_row(const RawProblem<T>& p, index_t i, index_t j0, index_t cols, const Span& span, T* s,
+template <typename S, typename T>
+void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, const Span& span, T* s,
                  T* cap) {
   const T lse = p.grad.lse.data[i * p.grad.lse.row_stride];
   Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> row(s, cols);
@@ -85,21 +100,22 @@ void weights_row(const RawProblem<T>& p, index_t i, index_t j0, index_t cols, co
 /// of 64-byte lines), the soft-cap's derivative into cap (same layout) when soft-capping, and
 /// partial[2 r], partial[2 r + 1] = the sums over row r's keys in the tile of the weights and of
 /// the weights times d_scores.
-template <typename T>
-void backward_weights(const RawProblem<T>& p, index_t tile, index_t j0, index_t cols, T* w, T* cap,
+template <typename E, typename T = ComputeScalar<E>>
+void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t cols, T* w, T* cap,
                       index_t ldw, T* partial) {
   const index_t dk = p.q.cols, R = kBackwardRows;
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
   Blocking<T> qk(R, cols, dk);
-  Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(cols * dk) + Arena<T>::round(qk.size_a()) +
-                 Arena<T>::round(qk.size_b()));
+  Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(cols * dk) + Arena<T>::round(cols) +
+                 Arena<T>::round(qk.size_a()) + Arena<T>::round(qk.size_b()));
   T* const q_buf = arena.take(R * dk);
   T* const k_buf = arena.take(cols * dk);
+  T* const ds_buf = arena.take(cols);  // a widened row of d_scores (16-bit)
   T* const block_a = arena.take(qk.size_a());
   T* const block_b = arena.take(qk.size_b());
   qk.use(block_a, block_b);
-  const auto Q = rows_of(p.q, i0, rows, q_buf);
-  const auto K = rows_of(p.k, j0, cols, k_buf);
+  const auto Q = tile_rows(p.q, i0, rows, q_buf);
+  const auto K = tile_rows(p.k, j0, cols, k_buf);
   TileMap<T> S(w, rows, cols, Eigen::OuterStride<>(ldw));
   S.setZero();
   gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), w, ldw, p.scale, qk);
@@ -113,7 +129,7 @@ void backward_weights(const RawProblem<T>& p, index_t tile, index_t j0, index_t 
     const auto P = S.row(r).segment(span.a, n);
     partial[2 * r] = P.sum();
     if (p.grad.d_scores.data == nullptr) continue;
-    const auto G = d_scores_row(p, i, j0 + span.a, n);
+    const auto G = d_scores_row(p, i, j0 + span.a, n, ds_buf);
     if (p.mask.data == nullptr) {
       partial[2 * r + 1] = P.cwiseProduct(G).sum();
     } else {  // a hidden key's d_scores (even NaN) has no effect
@@ -129,15 +145,15 @@ void backward_weights(const RawProblem<T>& p, index_t tile, index_t j0, index_t 
 
 /// Step 2: from the partial sums of `tiles` key tiles (2 kBackwardRows each, in key order), the
 /// row terms of query tile `tile`: terms[2 r] = D_i, terms[2 r + 1] = r_i.
-template <typename T>
-void backward_terms(const RawProblem<T>& p, index_t tile, const T* partials, index_t tiles, T* terms) {
+template <typename E, typename T = ComputeScalar<E>>
+void backward_terms(const RawProblem<E>& p, index_t tile, const T* partials, index_t tiles, T* terms) {
   const index_t dv = p.v.cols, R = kBackwardRows;
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
   Arena<T> arena(Arena<T>::round(R * dv) * 2);
   T* const o_buf = arena.take(R * dv);
   T* const do_buf = arena.take(R * dv);
-  const auto O = rows_of(p.grad.out, i0, rows, o_buf);
-  const auto dO = rows_of(p.grad.d_out, i0, rows, do_buf);
+  const auto O = tile_rows(p.grad.out, i0, rows, o_buf);
+  const auto dO = tile_rows(p.grad.d_out, i0, rows, do_buf);
   for (index_t r = 0; r < rows; ++r) {
     T sum = 0, with_scores = 0;
     for (index_t t = 0; t < tiles; ++t) {
@@ -153,8 +169,8 @@ void backward_terms(const RawProblem<T>& p, index_t tile, const T* partials, ind
 /// Step 3: query tile `tile` against the keys [j0, j0 + cols), whose weights step 1 left in w
 /// (and cap): adds to the keys' dk and dv rows (and d_bias) and writes the query tile's share of
 /// dq to dq_tile (kBackwardRows x d_k, row-major).
-template <typename T>
-void backward_pair(const RawProblem<T>& p, index_t tile, index_t j0, index_t cols, T* w, const T* cap,
+template <typename E, typename T = ComputeScalar<E>>
+void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t cols, T* w, const T* cap,
                    index_t ldw, const T* terms, T* dq_tile) {
   const index_t dk = p.q.cols, dv = p.v.cols, R = kBackwardRows;
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
@@ -166,8 +182,8 @@ void backward_pair(const RawProblem<T>& p, index_t tile, index_t j0, index_t col
     pack_b = std::max(pack_b, b->size_b());
   }
   Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(R * dv) + Arena<T>::round(cols * dk) * 2 +
-                 Arena<T>::round(cols * dv) * 2 + Arena<T>::round(R * lds) + Arena<T>::round(pack_a) +
-                 Arena<T>::round(pack_b));
+                 Arena<T>::round(cols * dv) * 2 + Arena<T>::round(R * lds) + Arena<T>::round(cols) +
+                 Arena<T>::round(pack_a) + Arena<T>::round(pack_b));
   T* const q_buf = arena.take(R * dk);
   T* const do_buf = arena.take(R * dv);
   T* const k_buf = arena.take(cols * dk);
@@ -175,14 +191,15 @@ void backward_pair(const RawProblem<T>& p, index_t tile, index_t j0, index_t col
   T* const ds_buf = arena.take(R * lds);  // dP, then dZ
   T* const dk_buf = arena.take(cols * dk);
   T* const dv_buf = arena.take(cols * dv);
+  T* const ds_row = arena.take(cols);  // a widened row of d_scores (16-bit)
   T* const block_a = arena.take(pack_a);
   T* const block_b = arena.take(pack_b);
   for (Blocking<T>* b : {&b_dp, &b_dv, &b_dk, &b_dq}) b->use(block_a, block_b);
 
-  const auto Q = rows_of(p.q, i0, rows, q_buf);
-  const auto dO = rows_of(p.grad.d_out, i0, rows, do_buf);
-  const auto K = rows_of(p.k, j0, cols, k_buf);
-  const auto V = rows_of(p.v, j0, cols, v_buf);
+  const auto Q = tile_rows(p.q, i0, rows, q_buf);
+  const auto dO = tile_rows(p.grad.d_out, i0, rows, do_buf);
+  const auto K = tile_rows(p.k, j0, cols, k_buf);
+  const auto V = tile_rows(p.v, j0, cols, v_buf);
   // The key tile's gradients so far (earlier query tiles and heads added theirs).
   Eigen::Map<RowMat<T>> dK(dk_buf, cols, dk), dV(dv_buf, cols, dv), dQ(dq_tile, R, dk);
   dK = map_of(p.grad.dk).middleRows(j0, cols);
@@ -208,11 +225,11 @@ void backward_pair(const RawProblem<T>& p, index_t tile, index_t j0, index_t col
     dz.head(span.a).setZero();
     dz.tail(cols - span.b).setZero();
     auto seg = dz.segment(span.a, n);
-    if (p.grad.d_scores.data != nullptr) seg += d_scores_row(p, i, j0 + span.a, n);
+    if (p.grad.d_scores.data != nullptr) seg += d_scores_row(p, i, j0 + span.a, n, ds_row);
     seg = (P.row(r).segment(span.a, n).array() * (seg.array() - terms[2 * r])).matrix();
     zero_masked(p, i, j0 + span.a, seg);  // hidden keys: exactly 0, whatever dP held
     if (p.grad.d_bias.data != nullptr) {
-      const RawMatrix<T>& b = p.grad.d_bias;
+      const RawMatrix<T>& b = p.grad.d_bias;  // the compute type
       Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
           b.data + i * b.row_stride + (j0 + span.a) * b.col_stride, n, Eigen::InnerStride<>(b.col_stride)) +=
           seg;
