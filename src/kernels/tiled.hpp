@@ -699,18 +699,26 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
     const index_t base = tile.first(key_begin), off = key_begin - base;
     TileMap<T> S(s + off, rows, width, Eigen::OuterStride<>(lds));
 
-    // Scaled logits, key tile by key tile, strip by strip: only the panels a strip may see.
-    for (index_t j0 = base; j0 < key_end; j0 += kc) {
-      const index_t cols = tile.cols(j0, key_end);
-      tile.load_keys(j0, cols);
-      for (index_t s0 = 0; s0 < rows; s0 += MK::kRows) {
-        const index_t srows = std::min<index_t>(MK::kRows, rows - s0);
-        const Span keys = strip_keys(p, i0 + s0, srows, j0, cols, MK::kCols);
-        if (keys.a < keys.b)
-          logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
-                       tile.panels() + keys.a * dk, s + s0 * lds + (j0 - base) + keys.a, lds, p.scale);
+    // load(j0, cols) for each key tile from base, then f(j0, s0, srows, keys) for each strip of
+    // rows [i0 + s0, i0 + s0 + srows) that sees some of its keys (keys: strip_keys()).
+    const auto each_strip = [&](auto&& load, auto&& f) {
+      for (index_t j0 = base; j0 < key_end; j0 += kc) {
+        const index_t cols = tile.cols(j0, key_end);
+        load(j0, cols);
+        for (index_t s0 = 0; s0 < rows; s0 += MK::kRows) {
+          const index_t srows = std::min<index_t>(MK::kRows, rows - s0);
+          const Span keys = strip_keys(p, i0 + s0, srows, j0, cols, MK::kCols);
+          if (keys.a < keys.b) f(j0, s0, srows, keys);
+        }
       }
-    }
+    };
+
+    // Scaled logits, key tile by key tile, strip by strip: only the panels a strip may see.
+    each_strip([&](index_t j0, index_t cols) { tile.load_keys(j0, cols); },
+               [&](index_t j0, index_t s0, index_t srows, const Span& keys) {
+                 logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
+                              tile.panels() + keys.a * dk, s + s0 * lds + (j0 - base) + keys.a, lds, p.scale);
+               });
     // Masks and row softmax in place: keys a row does not see weigh exactly 0 (the logits outside
     // its range were never computed, or belong to another row's range; those before key_begin,
     // which the product with V reads from whole panels, too).
@@ -767,17 +775,11 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
 
     if (!p.want_attn) continue;
     std::fill_n(acc, rows * ldo, T(0));
-    for (index_t j0 = base; j0 < key_end; j0 += kc) {
-      const index_t cols = tile.cols(j0, key_end);
-      tile.load_values(j0, cols);
-      for (index_t s0 = 0; s0 < rows; s0 += MK::kRows) {
-        const index_t srows = std::min<index_t>(MK::kRows, rows - s0);
-        const Span keys = strip_keys(p, i0 + s0, srows, j0, cols, MK::kCols);
-        if (keys.a < keys.b)
-          accumulate_strip(p, i0 + s0, srows, j0, keys.a, keys.b, s + s0 * lds + (j0 - base), lds, tile,
-                           acc + s0 * ldo, ldo);
-      }
-    }
+    each_strip([&](index_t j0, index_t cols) { tile.load_values(j0, cols); },
+               [&](index_t j0, index_t s0, index_t srows, const Span& keys) {
+                 accumulate_strip(p, i0 + s0, srows, j0, keys.a, keys.b, s + s0 * lds + (j0 - base), lds,
+                                  tile, acc + s0 * ldo, ldo);
+               });
     for (index_t r = 0; r < rows; ++r) store_row(p.attn, i0 + r, acc + r * ldo);
   }
   finish_streams();
