@@ -12,9 +12,10 @@
 //
 // Shape: NP·MR accumulators plus NP loaded packets and one broadcast must fit the register file:
 // with 32 vector registers (AVX-512) MR = 8, NP = 3 (24 accumulators; 8 rows divide the query
-// tiles); with 16 (AVX2, SSE, NEON) MR = 6, NP = 2 (12). Each element of C is one chain of multiply-adds over
-// the depth in order, whatever MR, NP or the position of the tile: a row's result does not depend on which
-// rows or columns share its micro-tile, so results do not depend on how rows are split among threads.
+// tiles); with 16 (AVX2, SSE, NEON) MR = 6, NP = 2 (12). Each element of C is one chain of
+// multiply-adds over the depth in order, whatever MR, NP or the position of the tile: a row's
+// result does not depend on which rows or columns share its micro-tile, so results do not depend
+// on how rows are split among threads.
 #pragma once
 
 #include <Eigen/Core>
