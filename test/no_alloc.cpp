@@ -149,8 +149,8 @@ void run(const char* type) {
   }
 }
 
-/// The multi-head backward (GQA, a broadcast bias and its gradient, d_scores) and the varlen
-/// backward (two sequences packed), from their forward's ATTN and LSE.
+/// The multi-head forward and backward (GQA, a broadcast bias and its gradient, d_scores) and the
+/// varlen forward and backward (two sequences packed), the backward from its forward's ATTN and LSE.
 template <class T>
 void run_heads_backward(const char* type) {
   using L = std::conditional_t<std::is_same_v<T, double>, double, float>;  // the LSE's type
@@ -193,10 +193,16 @@ void run_heads_backward(const char* type) {
     opt.kernel = kernel;
     const std::string where = std::string(type) + " " + ea::kernel_name(kernel);
     ea::attention_heads_into(Q, K, V, Out::bhtd(out.data(), 1, H, tq, dv), lse_out, opt, masks);
+    expect_no_allocation("attention_heads_into " + where, [&] {
+      ea::attention_heads_into(Q, K, V, Out::bhtd(out.data(), 1, H, tq, dv), lse_out, opt, masks);
+    });
     expect_no_allocation("attention_heads_backward_into " + where, [&] {
       ea::attention_heads_backward_into(Q, K, V, O, lse_in, dO, dS, dQ, dK, dV, dB, opt, masks);
     });
     ea::attention_varlen_into(Qp, Kp, Vp, cu_q, cu_k, 2, Out::bthd(out.data(), 1, tq, H, dv), lse_out, opt);
+    expect_no_allocation("attention_varlen_into " + where, [&] {
+      ea::attention_varlen_into(Qp, Kp, Vp, cu_q, cu_k, 2, Out::bthd(out.data(), 1, tq, H, dv), lse_out, opt);
+    });
     expect_no_allocation("attention_varlen_backward_into " + where, [&] {
       ea::attention_varlen_backward_into(Qp, Kp, Vp, Op, lse_in, dOp, cu_q, cu_k, 2, dQp, dKp, dVp, opt);
     });

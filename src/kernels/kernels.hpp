@@ -90,14 +90,18 @@ void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& p
     return;
   }
   const RowsKernel<T> run_rows = rows_kernel<T>(kernel_set(kernel));
-  // Tiles per problem: uniform, or prefix sums over the problems' own row counts.
-  std::vector<index_t> first_task;
+  // Tiles per problem: uniform, or prefix sums over the problems' own row counts, in a buffer of
+  // the calling thread kept from call to call (the _into calls allocate nothing once warm). The
+  // tasks read it through this reference: named in the lambda, a thread_local would be the pool
+  // thread's own.
+  thread_local std::vector<index_t> first_task_kept;
+  std::vector<index_t>& first_task = first_task_kept;
   index_t tiles_each = 0, tasks = 0;
   if (rows >= 0) {
     tiles_each = (rows + kTaskRows - 1) / kTaskRows;
     tasks = tiles_each * count;
   } else {
-    first_task.resize(count + 1);
+    first_task.assign(static_cast<std::size_t>(count + 1), 0);
   }
   double work = 0;
   for (index_t i = 0; i < count; ++i) {

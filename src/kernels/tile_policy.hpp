@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The tile sizes of the tiled kernels, in one place: chosen at run time from the CPU's cache
-// sizes and the head dims, never from constants fitted to one host. Plain arithmetic on plain
-// types, so that every kernel translation unit computes the same tiles (abi.hpp). Internal.
+// sizes and the head dims, never from constants fitted to one host. Plain functions on plain
+// types, defined once in tile_policy.cpp (compiled for the baseline, as the kernels' callees must
+// be: an inline function would be compiled into every kernel's translation unit with its own
+// flags, test/isa_symbols.cmake), so that every kernel computes the same tiles. Internal.
 //
 // The fused forward works on one strip of MR query rows (micro_kernel.hpp) at a time against a
 // key tile of `keys` keys, whose K panels (keys x d_k) and V rows (keys x d_v) every strip of the
@@ -9,8 +11,6 @@
 // query tile, its accumulator and the next tile's inputs), and the strip's logits (MR x keys)
 // to stay in L1 (a quarter of it, the rest for the rows of K and V streaming through).
 #pragma once
-
-#include <algorithm>
 
 #include "kernels/abi.hpp"
 
@@ -36,13 +36,8 @@ struct ForwardTiles {
 /// The fused forward's tiles for head dims d_k and d_v (d_v rounded up to whole packets), strips
 /// of `strip_rows` rows and key panels of `panel` keys, elements of `element` bytes, on a CPU
 /// with caches `c`. At least one panel, at most kMaxKeyTile keys.
-inline ForwardTiles forward_tiles(const CacheSizes& c, index_t dk, index_t dv, index_t strip_rows,
-                                  index_t panel, index_t element) {
-  const index_t by_l2 = c.l2 / 2 / std::max<index_t>((dk + dv) * element, 1);
-  const index_t by_l1 = c.l1 / 4 / std::max<index_t>(strip_rows * element, 1);
-  const index_t keys = std::min<index_t>({by_l2, by_l1, kMaxKeyTile}) / panel * panel;
-  return {std::max(keys, panel)};
-}
+ForwardTiles forward_tiles(const CacheSizes& c, index_t dk, index_t dv, index_t strip_rows, index_t panel,
+                           index_t element);
 
 }  // namespace internal
 }  // namespace EigenAttention
