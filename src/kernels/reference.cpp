@@ -84,19 +84,6 @@ template void reference_kernel<double>(const RawProblem<double>&);
 
 namespace {
 
-/// A 16-bit matrix widened to float, row-major and contiguous.
-template <typename T>
-RowMatrix<float> widened(const RawMatrix<const T>& m) {
-  RowMatrix<float> w(m.rows, m.cols);
-  for (index_t i = 0; i < m.rows; ++i)
-    widen(m.data + i * m.row_stride, m.col_stride, m.cols, w.row(i).data());
-  return w;
-}
-
-RawMatrix<const float> raw(const RowMatrix<float>& m) {
-  return raw_matrix<const float>(m.data(), m.rows(), m.cols(), m.cols(), 1);
-}
-
 template <typename T>
 void narrow_into(const RowMatrix<float>& m, const RawMatrix<T>& out) {
   for (index_t i = 0; i < m.rows(); ++i)
@@ -109,31 +96,16 @@ void narrow_into(const RowMatrix<float>& m, const RawMatrix<T>& out) {
 /// kernels), its results rounded once into the outputs.
 template <typename T>
 void reference_kernel_widened(const RawProblem<T>& p) {
-  const RowMatrix<float> q = widened(p.q), k = widened(p.k), v = widened(p.v);
-  RowMatrix<float> bias;
-  if (p.bias.data != nullptr) bias = widened(p.bias);
+  WidenedInputs inputs;
+  RawProblem<float> f = widened_inputs(p, inputs);
   RowMatrix<float> scores(p.want_scores ? p.q.rows : 0, p.want_scores ? p.k.rows : 0);
   RowMatrix<float> attn(p.want_attn ? p.q.rows : 0, p.want_attn ? p.v.cols : 0);
-  RawProblem<float> f{raw(q),
-                      raw(k),
-                      raw(v),
-                      p.scale,
-                      p.causal,
-                      p.offset,
-                      p.window_left,
-                      p.window_right,
-                      p.softcap,
-                      p.has_alibi,
-                      p.alibi_slope,
-                      p.bias.data != nullptr ? raw(bias) : RawMatrix<const float>{nullptr, 0, 0, 0, 0},
-                      p.mask,
-                      raw_matrix<float>(scores.data(), scores.rows(), scores.cols(), scores.cols(), 1),
-                      raw_matrix<float>(attn.data(), attn.rows(), attn.cols(), attn.cols(), 1),
-                      p.lse,
-                      p.want_scores,
-                      p.want_attn,
-                      p.want_lse,
-                      {}};
+  f.scores = raw_matrix<float>(scores.data(), scores.rows(), scores.cols(), scores.cols(), 1);
+  f.attn = raw_matrix<float>(attn.data(), attn.rows(), attn.cols(), attn.cols(), 1);
+  f.lse = p.lse;
+  f.want_scores = p.want_scores;
+  f.want_attn = p.want_attn;
+  f.want_lse = p.want_lse;
   reference_kernel(f);
   if (p.want_attn) narrow_into(attn, p.attn);
   if (p.want_scores) {

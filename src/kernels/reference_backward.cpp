@@ -80,41 +80,13 @@ template void reference_backward<double>(const RawProblem<double>&);
 
 namespace {
 
-/// A 16-bit matrix widened to float, row-major and contiguous, as a RawMatrix (`keep` owns it);
-/// an absent one (null data: no bias, no d_scores) stays absent.
-template <typename T>
-RawMatrix<const float> widen_matrix(const RawMatrix<const T>& m, RowMatrix<float>& keep) {
-  keep.resize(m.rows, m.cols);
-  for (index_t i = 0; i < m.rows; ++i)
-    widen(m.data + i * m.row_stride, m.col_stride, m.cols, keep.row(i).data());
-  return raw_matrix<const float>(m.data == nullptr ? nullptr : keep.data(), m.rows, m.cols, m.cols, 1);
-}
-
 /// 16-bit inputs: the formula in float on the inputs widened exactly, into the float gradients
 /// (RawGradient: the compute type), which the caller rounds once.
 template <typename T>
 void reference_backward_widened(const RawProblem<T>& p) {
-  RowMatrix<float> q, k, v, bias, out, d_out, d_scores;
-  RawProblem<float> f{widen_matrix(p.q, q),
-                      widen_matrix(p.k, k),
-                      widen_matrix(p.v, v),
-                      p.scale,
-                      p.causal,
-                      p.offset,
-                      p.window_left,
-                      p.window_right,
-                      p.softcap,
-                      p.has_alibi,
-                      p.alibi_slope,
-                      widen_matrix(p.bias, bias),
-                      p.mask,
-                      {nullptr, 0, 0, 0, 0},
-                      {nullptr, 0, 0, 0, 0},
-                      {nullptr, 0, 0, 0, 0},
-                      false,
-                      false,
-                      false,
-                      {}};
+  WidenedInputs inputs;
+  RowMatrix<float> out, d_out, d_scores;
+  RawProblem<float> f = widened_inputs(p, inputs);
   f.grad.out = widen_matrix(p.grad.out, out);
   f.grad.lse = p.grad.lse;
   f.grad.d_out = widen_matrix(p.grad.d_out, d_out);

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The reference kernels' view of the ABI's strided matrices as Eigen maps (plain Eigen, compiled
-// with the library-wide flags: reference.cpp and reference_backward.cpp only). Internal.
+// The reference kernels' view of the ABI's strided matrices as Eigen maps, and of a 16-bit
+// problem as its float problem (plain Eigen, compiled with the library-wide flags:
+// reference.cpp and reference_backward.cpp only). Internal.
 #pragma once
 
+#include "kernels/convert.hpp"
 #include "kernels/kernels.hpp"
 
 namespace EigenAttention {
@@ -22,6 +24,47 @@ template <typename T>
 StridedMap<T> view(const RawMatrix<T>& m) {
   return StridedMap<T>(m.data, m.rows, m.cols,
                        Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
+}
+
+/// A 16-bit matrix widened to float, row-major and contiguous, as a RawMatrix (`keep` owns it);
+/// an absent one (null data: no bias, no d_scores) stays absent.
+template <typename T>
+RawMatrix<const float> widen_matrix(const RawMatrix<const T>& m, RowMatrix<float>& keep) {
+  keep.resize(m.rows, m.cols);
+  for (index_t i = 0; i < m.rows; ++i)
+    widen(m.data + i * m.row_stride, m.col_stride, m.cols, keep.row(i).data());
+  return raw_matrix<const float>(m.data == nullptr ? nullptr : keep.data(), m.rows, m.cols, m.cols, 1);
+}
+
+/// The float buffers of a widened problem's inputs.
+struct WidenedInputs {
+  RowMatrix<float> q, k, v, bias;
+};
+
+/// A 16-bit problem's inputs widened exactly to float (into `keep`) with its logit options and
+/// masks: the float problem the reference kernels compute, before its outputs are set (none yet).
+template <typename T>
+RawProblem<float> widened_inputs(const RawProblem<T>& p, WidenedInputs& keep) {
+  return {widen_matrix(p.q, keep.q),
+          widen_matrix(p.k, keep.k),
+          widen_matrix(p.v, keep.v),
+          p.scale,
+          p.causal,
+          p.offset,
+          p.window_left,
+          p.window_right,
+          p.softcap,
+          p.has_alibi,
+          p.alibi_slope,
+          widen_matrix(p.bias, keep.bias),
+          p.mask,
+          {nullptr, 0, 0, 0, 0},
+          {nullptr, 0, 0, 0, 0},
+          {nullptr, 0, 0, 0, 0},
+          false,
+          false,
+          false,
+          {}};
 }
 
 }  // namespace internal
