@@ -35,6 +35,8 @@ struct Micro {
   static constexpr int kRows = kWide ? 8 : 6;          // MR
   static constexpr int kPackets = kWide ? 3 : 2;       // NP
   static constexpr index_t kCols = kPackets * kLanes;  // NR
+  /// n rounded up to whole packets (the rows of V and of the output accumulator).
+  static constexpr index_t whole_packets(index_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 };
 
 /// C (MR x NP packets, row stride ldc) = alpha * A B (Accumulate false) or C += A B (true), A
@@ -70,35 +72,13 @@ inline void micro_tile(index_t depth, const T* a, index_t lda, const T* b, index
       ei::pstoreu(c + r * ldc + n * W, Accumulate ? acc[r][n] : ei::pmul(scale, acc[r][n]));
 }
 
-/// micro_tile for rows <= MR rows (the last rows of a strip).
-template <int NP, bool Accumulate, typename T>
+/// micro_tile for `rows` <= R rows (the last rows of a strip: R = MR, counting down).
+template <int NP, bool Accumulate, int R = 0, typename T>
 void micro_rows(index_t rows, index_t depth, const T* a, index_t lda, const T* b, index_t ldb, T* c,
                 index_t ldc, T alpha) {
-  static_assert(Micro<T>::kRows <= 8, "micro_rows covers 1 to 8 rows");
-  switch (rows) {
-    case 8:
-      if constexpr (Micro<T>::kRows >= 8)
-        return micro_tile<8, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
-      return;
-    case 7:
-      if constexpr (Micro<T>::kRows >= 7)
-        return micro_tile<7, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
-      return;
-    case 6:
-      return micro_tile<6, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
-    case 5:
-      return micro_tile<5, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
-    case 4:
-      return micro_tile<4, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
-    case 3:
-      return micro_tile<3, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
-    case 2:
-      return micro_tile<2, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
-    case 1:
-      return micro_tile<1, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
-    default:
-      return;
-  }
+  constexpr int kRows = R > 0 ? R : Micro<T>::kRows;
+  if (rows == kRows) return micro_tile<kRows, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
+  if constexpr (kRows > 1) micro_rows<NP, Accumulate, kRows - 1>(rows, depth, a, lda, b, ldb, c, ldc, alpha);
 }
 
 /// Keys [0, cols) of a row-major tile K (cols x depth, row stride ldk) packed into panels of NR

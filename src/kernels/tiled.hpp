@@ -69,7 +69,7 @@ namespace {
 constexpr index_t kRows = 128;    // query rows per tile
 constexpr index_t kDecRows = 64;  // query rows whose whole logit rows the decomposed call holds
 // Validation bounds d_k, d_v and T_k so that kScratchRows rows of them fit Eigen::Index
-// (abi.hpp); Scratch below must take fewer rows than that. Fused: Q and acc tiles (kRows rows
+// (abi.hpp); a kernel's scratch must take fewer rows than that. Fused: Q and acc tiles (kRows rows
 // of d_k or d_v, rounded up to whole packets), K rows and panels and V rows (3 kMaxKeyTile
 // rows), m and l, and one strip of logits (a constant).
 // Decomposed: Q and acc tiles, the same key tile, and kDecRows rows of T_k logits (whole panels).
@@ -570,7 +570,7 @@ Span strip_keys(const RawProblem<T>& p, index_t i, index_t rows, index_t j0, ind
 template <typename T>
 RawTiles forward_tiles_of(index_t dk, index_t dv) {
   using MK = Micro<T>;
-  const index_t ldo = (dv + MK::kLanes - 1) / MK::kLanes * MK::kLanes;
+  const index_t ldo = MK::whole_packets(dv);
   const CacheSizes caches = cache_sizes();
   const index_t kc =
       forward_tiles(caches, dk, ldo, MK::kRows, MK::kCols, static_cast<index_t>(sizeof(T))).keys;
@@ -586,7 +586,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   using MK = Micro<T>;
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const index_t dk = p.q.cols, dv = p.v.cols;
-  const index_t ldo = (dv + MK::kLanes - 1) / MK::kLanes * MK::kLanes;  // O rows: whole packets
+  const index_t ldo = MK::whole_packets(dv);  // O rows: whole packets
   const index_t kc = forward_tiles_of<T>(dk, dv).key_tile;
   const index_t lds = static_cast<index_t>(Arena<T>::round(kc));  // strip rows start 64-byte aligned
   Arena<T> arena(Arena<T>::round(kRows * dk) + KeyTile<E>::scratch(kc, dk, ldo) +
@@ -674,7 +674,7 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const index_t tk = p.k.rows, dk = p.q.cols;
   const index_t dv = p.want_attn ? p.v.cols : 0;
-  const index_t ldo = (dv + MK::kLanes - 1) / MK::kLanes * MK::kLanes;
+  const index_t ldo = MK::whole_packets(dv);
   const index_t kc = forward_tiles_of<T>(dk, dv).key_tile;
   // The logits of kDecRows query rows at a time, in scratch whose rows start 64-byte aligned and
   // hold whole panels: Eigen's vectorised exp and sums peel scalar steps up to the first aligned
