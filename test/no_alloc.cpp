@@ -86,6 +86,15 @@ void expect_no_allocation(const std::string& what, F&& f) {
   }
 }
 
+/// Auto and every kernel here except Kernel::Reference, the plain-Eigen yardstick documented as
+/// forming T_q x T_k temporaries ("slow and memory-hungry"); it is not meant for loops.
+std::vector<ea::Kernel> kernels_checked() {
+  std::vector<ea::Kernel> kernels = {ea::Kernel::Auto};
+  for (const ea::Kernel k : ea::available_kernels())
+    if (k != ea::Kernel::Reference) kernels.push_back(k);
+  return kernels;
+}
+
 struct Shape {
   Eigen::Index tq, tk, dk, dv;
   bool causal, bottom_right;
@@ -100,11 +109,7 @@ void run(const char* type) {
                                      {257, 301, 33, 17, true, true},
                                      {301, 257, 40, 24, true, true},
                                      {1, 300, 64, 64, false, false}};
-  // Auto and every kernel here except Kernel::Reference, the plain-Eigen yardstick documented
-  // as forming T_q x T_k temporaries ("slow and memory-hungry"); it is not meant for loops.
-  std::vector<ea::Kernel> kernels = {ea::Kernel::Auto};
-  for (const ea::Kernel k : ea::available_kernels())
-    if (k != ea::Kernel::Reference) kernels.push_back(k);
+  const std::vector<ea::Kernel> kernels = kernels_checked();
   for (const Shape& s : shapes) {
     // Row-major Q, column-major K and V: both storage orders, viewed in place.
     const Row Q = Row::Random(s.tq, s.dk);
@@ -183,10 +188,7 @@ void run_heads_backward(const char* type) {
            Op = In::bthd(out.data(), 1, tq, H, dv);
   const Out dQp = Out::bthd(gq.data(), 1, tq, H, dk), dKp = Out::bthd(gk.data(), 1, tk, Hkv, dk),
             dVp = Out::bthd(gv.data(), 1, tk, Hkv, dv);
-  std::vector<ea::Kernel> kernels = {ea::Kernel::Auto};
-  for (const ea::Kernel kernel : ea::available_kernels())
-    if (kernel != ea::Kernel::Reference) kernels.push_back(kernel);
-  for (const ea::Kernel kernel : kernels) {
+  for (const ea::Kernel kernel : kernels_checked()) {
     ea::Options opt;
     opt.causal = true;
     opt.alignment = ea::CausalAlignment::BottomRight;
@@ -216,9 +218,7 @@ template <class T>
 void run_low_precision(const char* type) {
   using Row = ea::RowMatrix<T>;
   using Col = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
-  std::vector<ea::Kernel> kernels = {ea::Kernel::Auto};
-  for (const ea::Kernel k : ea::available_kernels())
-    if (k != ea::Kernel::Reference) kernels.push_back(k);
+  const std::vector<ea::Kernel> kernels = kernels_checked();
   const Shape s{257, 301, 33, 17, true, true};
   const Row Q = Eigen::MatrixXf::Random(s.tq, s.dk).cast<T>();
   const Col K = Eigen::MatrixXf::Random(s.tk, s.dk).cast<T>(),
