@@ -44,9 +44,12 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
   zero_rows(p.grad.dq);
   const index_t tq = p.q.rows, tk = p.k.rows, dk = p.q.cols, R = kBackwardRows, C = kBackwardCols;
   if (tq == 0 || tk == 0) return;
-  // A query tile's weights: R rows of all T_k keys, each row starting on a 64-byte line.
+  // A query tile's weights: R rows of all T_k keys, each row starting on a 64-byte line, an odd
+  // number of lines apart: the kernel reads them down a column (the transposed products), and
+  // rows a power of two apart would all fall into one set of the L1 cache.
   constexpr index_t kLine = 64 / static_cast<index_t>(sizeof(T));
-  const index_t ldw = (tk + kLine - 1) / kLine * kLine, key_tiles = (tk + C - 1) / C;
+  const index_t lines = (tk + kLine - 1) / kLine;
+  const index_t ldw = (lines | 1) * kLine, key_tiles = (tk + C - 1) / C;
   T* const w = backward_workspace<T>(0, R * ldw + kLine);
   T* const weights = w + (kLine - reinterpret_cast<std::uintptr_t>(w) / sizeof(T) % kLine) % kLine;
   T* cap = nullptr;

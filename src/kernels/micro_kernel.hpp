@@ -40,8 +40,9 @@ struct Micro {
 };
 
 /// C (MR x NP packets, row stride ldc) = alpha * A B (Accumulate false) or C += A B (true), A
-/// being MR x depth (row stride lda) and B depth x NP packets (row stride ldb).
-template <int MR, int NP, bool Accumulate, typename T>
+/// being MR x depth (row stride lda; with TransA, A's transpose is given: element (r, k) at
+/// a[k * lda + r]) and B depth x NP packets (row stride ldb).
+template <int MR, int NP, bool Accumulate, bool TransA = false, typename T>
 inline void micro_tile(index_t depth, const T* a, index_t lda, const T* b, index_t ldb, T* c, index_t ldc,
                        T alpha) {
   namespace ei = Eigen::internal;
@@ -59,7 +60,7 @@ inline void micro_tile(index_t depth, const T* a, index_t lda, const T* b, index
     for (int n = 0; n < NP; ++n) bk[n] = ei::ploadu<Packet>(b + k * ldb + n * W);
 #pragma GCC unroll 32
     for (int r = 0; r < MR; ++r) {
-      const Packet ar = ei::pset1<Packet>(a[r * lda + k]);
+      const Packet ar = ei::pset1<Packet>(TransA ? a[k * lda + r] : a[r * lda + k]);
 #pragma GCC unroll 8
       for (int n = 0; n < NP; ++n) acc[r][n] = ei::pmadd(ar, bk[n], acc[r][n]);
     }
@@ -73,12 +74,13 @@ inline void micro_tile(index_t depth, const T* a, index_t lda, const T* b, index
 }
 
 /// micro_tile for `rows` <= R rows (the last rows of a strip: R = MR, counting down).
-template <int NP, bool Accumulate, int R = 0, typename T>
+template <int NP, bool Accumulate, bool TransA = false, int R = 0, typename T>
 void micro_rows(index_t rows, index_t depth, const T* a, index_t lda, const T* b, index_t ldb, T* c,
                 index_t ldc, T alpha) {
   constexpr int kRows = R > 0 ? R : Micro<T>::kRows;
-  if (rows == kRows) return micro_tile<kRows, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
-  if constexpr (kRows > 1) micro_rows<NP, Accumulate, kRows - 1>(rows, depth, a, lda, b, ldb, c, ldc, alpha);
+  if (rows == kRows) return micro_tile<kRows, NP, Accumulate, TransA>(depth, a, lda, b, ldb, c, ldc, alpha);
+  if constexpr (kRows > 1)
+    micro_rows<NP, Accumulate, TransA, kRows - 1>(rows, depth, a, lda, b, ldb, c, ldc, alpha);
 }
 
 /// Keys [0, cols) of a row-major tile K (cols x depth, row stride ldk) packed into panels of NR
@@ -136,9 +138,10 @@ void logits_strip(index_t rows, index_t cols, index_t depth, const T* a, index_t
     micro_rows<Micro<T>::kPackets, false>(rows, depth, a, lda, kp + n0 * depth, NR, c + n0, ldc, alpha);
 }
 
-/// C (rows x n, row stride ldc) += A B for rows <= MR rows of A (row stride lda, depth columns)
+/// C (rows x n, row stride ldc) += A B for rows <= MR rows of A (row stride lda, depth columns;
+/// with TransA, A's transpose: depth rows of lda elements, the strip's rows in its first columns)
 /// and B (depth x n, row stride ldb), n a whole number of packets.
-template <typename T>
+template <bool TransA = false, typename T>
 void product_strip(index_t rows, index_t n, index_t depth, const T* a, index_t lda, const T* b, index_t ldb,
                    T* c, index_t ldc) {
   constexpr index_t W = Micro<T>::kLanes, NR = Micro<T>::kCols;
@@ -146,12 +149,12 @@ void product_strip(index_t rows, index_t n, index_t depth, const T* a, index_t l
   // Blocks of NP packets, but never a single packet left where two blocks of two would do
   // (NP = 3, 4 packets: 2 + 2, not 3 + 1, whose one-packet block has too few accumulators).
   for (; c0 + NR <= n && (NR != 3 * W || n - c0 != 4 * W); c0 += NR)
-    micro_rows<Micro<T>::kPackets, true>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, T(1));
+    micro_rows<Micro<T>::kPackets, true, TransA>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, T(1));
   if constexpr (Micro<T>::kPackets > 2) {
     for (; c0 + 2 * W <= n; c0 += 2 * W)
-      micro_rows<2, true>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, T(1));
+      micro_rows<2, true, TransA>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, T(1));
   }
-  for (; c0 < n; c0 += W) micro_rows<1, true>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, T(1));
+  for (; c0 < n; c0 += W) micro_rows<1, true, TransA>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, T(1));
 }
 
 }  // namespace

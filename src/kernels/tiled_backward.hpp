@@ -23,7 +23,12 @@
 //   backward_pair: one key tile against the query tile: dP = dO V^T, dZ row by row, then
 //     dV += P^T dO and dK += dZ^T Q (into the key tile's gradient rows) and the query tile's
 //     share of dQ, dZ K, into a tile the scheduler adds in key order.
-// Five products of T_q T_k d in all, one exp per weight; nothing T_q x T_k.
+// Five products of T_q T_k d in all, one exp per weight; nothing T_q x T_k. Every product runs on
+// the forward's register-blocked micro-kernel (micro_kernel.hpp): S and dP as the forward forms
+// its logits (K and V packed into panels), dV and dK with the weights and dZ as its transposed
+// operand (packed a strip of MR keys at a time, pack_columns), dZ K as the forward's P V. Each
+// element of a gradient is one chain of multiply-adds in a fixed order (the query rows of a tile
+// in order, the tiles in order), whichever thread runs the tile.
 //
 // bfloat16 and half (E, the element type of the arrays) compute in float (T), as the forward
 // does: each tile of Q, K, V, O and dO is widened as it is loaded into the thread's scratch
@@ -44,7 +49,7 @@ namespace EigenAttention {
 namespace internal {
 namespace {
 
-static_assert(4 * kBackwardRows + 4 * kBackwardCols < kScratchRows,
+static_assert(3 * kBackwardRows + 5 * kBackwardCols + 64 < kScratchRows,
               "backward tiles too large for the scratch size limit");
 
 /// Are all entries of a tile finite? (x * 0 is NaN for NaN or +-inf.)
@@ -95,30 +100,64 @@ void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, co
   exp_in_packets(s, span.a, span.b, lse);  // hidden keys (-inf) give exactly 0
 }
 
+/// Rows [first, first + n) of m in the compute type, as rows of `width` >= m.cols elements
+/// whose columns past m.cols are 0, `ld` elements apart: in place when m's rows already are
+/// such rows, else copied (widened, for 16-bit types) into `scratch` (n x width).
+template <typename S, typename T>
+const T* padded_rows(const RawMatrix<const S>& m, index_t first, index_t n, index_t width, T* scratch,
+                     index_t& ld) {
+  if constexpr (std::is_same_v<S, T>) {
+    if (m.cols == width && (m.col_stride == 1 || m.cols <= 1) && m.row_stride >= m.cols) {
+      ld = std::max<index_t>(m.row_stride, 1);
+      return m.data + first * m.row_stride;
+    }
+  }
+  for (index_t i = 0; i < n; ++i) {
+    T* dst = scratch + i * width;
+    const S* src = m.data + (first + i) * m.row_stride;
+    if constexpr (std::is_same_v<S, T>) {
+      for (index_t c = 0; c < m.cols; ++c) dst[c] = src[c * m.col_stride];
+    } else {
+      widen(src, m.col_stride, m.cols, dst);
+    }
+    std::fill(dst + m.cols, dst + width, T(0));
+  }
+  ld = std::max<index_t>(width, 1);
+  return scratch;
+}
+
 /// Step 1, query tile `tile`, keys [j0, j0 + cols): the weights exp(z - lse) of its rows into
 /// w (row r at w + r * ldw, column t for key j0 + t; w 64-byte aligned and ldw a whole number
 /// of 64-byte lines), the soft-cap's derivative into cap (same layout) when soft-capping, and
 /// partial[2 r], partial[2 r + 1] = the sums over row r's keys in the tile of the weights and of
-/// the weights times d_scores.
+/// the weights times d_scores. The logits come from the forward's micro-kernel (K packed into
+/// panels, a strip of MR rows at a time, copied into w: other key tiles' columns follow).
 template <typename E, typename T = ComputeScalar<E>>
 void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t cols, T* w, T* cap,
                       index_t ldw, T* partial) {
+  constexpr index_t MR = Micro<T>::kRows, NR = Micro<T>::kCols;
   const index_t dk = p.q.cols, R = kBackwardRows;
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
-  Blocking<T> qk(R, cols, dk);
-  Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(cols * dk) + Arena<T>::round(cols) +
-                 Arena<T>::round(qk.size_a()) + Arena<T>::round(qk.size_b()));
+  const index_t panels = (cols + NR - 1) / NR * NR;
+  Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(cols * dk) + Arena<T>::round(panels * dk) +
+                 Arena<T>::round(cols) + Arena<T>::round(MR * panels));
   T* const q_buf = arena.take(R * dk);
   T* const k_buf = arena.take(cols * dk);
+  T* const kp = arena.take(panels * dk);
   T* const ds_buf = arena.take(cols);  // a widened row of d_scores (16-bit)
-  T* const block_a = arena.take(qk.size_a());
-  T* const block_b = arena.take(qk.size_b());
-  qk.use(block_a, block_b);
+  T* const strip = arena.take(MR * panels);
   const auto Q = tile_rows(p.q, i0, rows, q_buf);
   const auto K = tile_rows(p.k, j0, cols, k_buf);
+  pack_panels(K.data(), K.outerStride(), cols, dk, kp);
+  for (index_t r0 = 0; r0 < rows; r0 += MR) {
+    const index_t n = std::min(MR, rows - r0);
+    logits_strip(n, cols, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), kp, strip, panels, p.scale);
+    for (index_t r = 0; r < n; ++r) {
+      const T* row = strip + r * panels;
+      std::copy(row, row + cols, w + (r0 + r) * ldw);
+    }
+  }
   TileMap<T> S(w, rows, cols, Eigen::OuterStride<>(ldw));
-  S.setZero();
-  gemm_abt(rows, cols, dk, Q.data(), Q.outerStride(), K.data(), K.outerStride(), w, ldw, p.scale, qk);
   std::fill_n(partial, 2 * R, T(0));
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
@@ -166,48 +205,79 @@ void backward_terms(const RawProblem<E>& p, index_t tile, const T* partials, ind
   }
 }
 
+/// The columns [0, cols) of A (rows x cols, row stride lda) as the transposed operand of the
+/// micro-kernel, strip by strip of MR columns: column t of row k at
+/// at[(t / MR) * rows * MR + k * MR + t % MR], the last strip's missing columns 0. Read down a
+/// column in place, the rows of a wide A are as many cache lines per strip; packed, a strip's
+/// depth is one contiguous run.
+template <typename T>
+void pack_columns(const T* a, index_t lda, index_t rows, index_t cols, T* at) {
+  constexpr index_t MR = Micro<T>::kRows;
+  for (index_t k = 0; k < rows; ++k) {
+    const T* src = a + k * lda;
+    index_t t0 = 0;
+    for (; t0 + MR <= cols; t0 += MR) std::copy(src + t0, src + t0 + MR, at + t0 * rows + k * MR);
+    if (t0 < cols) {
+      T* dst = at + t0 * rows + k * MR;
+      std::copy(src + t0, src + cols, dst);
+      std::fill(dst + (cols - t0), dst + MR, T(0));
+    }
+  }
+}
+
 /// Step 3: query tile `tile` against the keys [j0, j0 + cols), whose weights step 1 left in w
 /// (and cap): adds to the keys' dk and dv rows (and d_bias) and writes the query tile's share of
-/// dq to dq_tile (kBackwardRows x d_k, row-major).
+/// dq to dq_tile (kBackwardRows x d_k, row-major). All four products run on the micro-kernel
+/// (micro_kernel.hpp): dP = dO Vᵀ as the logits are formed (V packed into panels), dV += Pᵀ dO and
+/// dK += dZᵀ Q with the transposed weights read in place (a strip of MR keys, the query tile's
+/// rows as the depth), and dZ K into the share; the key tile's gradient rows, Q, dO and K are
+/// held as rows of whole packets (their padding 0, never stored).
 template <typename E, typename T = ComputeScalar<E>>
 void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t cols, T* w, const T* cap,
                    index_t ldw, const T* terms, T* dq_tile) {
+  using M = Micro<T>;
+  constexpr index_t MR = M::kRows, NR = M::kCols;
   const index_t dk = p.q.cols, dv = p.v.cols, R = kBackwardRows;
+  const index_t dkp = M::whole_packets(dk), dvp = M::whole_packets(dv);
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
-  const index_t lds = static_cast<index_t>(Arena<T>::round(std::max<index_t>(cols, 1)));
-  Blocking<T> b_dp(R, cols, dv), b_dv(cols, dv, R), b_dk(cols, dk, R), b_dq(R, dk, cols);
-  index_t pack_a = 0, pack_b = 0;
-  for (const Blocking<T>* b : {&b_dp, &b_dv, &b_dk, &b_dq}) {
-    pack_a = std::max(pack_a, b->size_a());
-    pack_b = std::max(pack_b, b->size_b());
-  }
-  Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(R * dv) + Arena<T>::round(cols * dk) * 2 +
-                 Arena<T>::round(cols * dv) * 2 + Arena<T>::round(R * lds) + Arena<T>::round(cols) +
-                 Arena<T>::round(pack_a) + Arena<T>::round(pack_b));
-  T* const q_buf = arena.take(R * dk);
-  T* const do_buf = arena.take(R * dv);
-  T* const k_buf = arena.take(cols * dk);
+  const index_t panels = (cols + NR - 1) / NR * NR;
+  const index_t lds = static_cast<index_t>(Arena<T>::round(panels));  // dP's strips write whole panels
+  const index_t strips = (cols + MR - 1) / MR * MR;
+  Arena<T> arena(Arena<T>::round(R * dkp) * 2 + Arena<T>::round(R * dvp) + Arena<T>::round(cols * dkp) * 2 +
+                 Arena<T>::round(cols * dv) + Arena<T>::round(panels * dv) + Arena<T>::round(cols * dvp) +
+                 Arena<T>::round(R * lds) + Arena<T>::round(cols) + Arena<T>::round(R * strips) * 2);
+  T* const q_buf = arena.take(R * dkp);
+  T* const do_buf = arena.take(R * dvp);
+  T* const dq_buf = arena.take(R * dkp);
+  T* const k_buf = arena.take(cols * dkp);
   T* const v_buf = arena.take(cols * dv);
+  T* const vp = arena.take(panels * dv);
   T* const ds_buf = arena.take(R * lds);  // dP, then dZ
-  T* const dk_buf = arena.take(cols * dk);
-  T* const dv_buf = arena.take(cols * dv);
-  T* const ds_row = arena.take(cols);  // a widened row of d_scores (16-bit)
-  T* const block_a = arena.take(pack_a);
-  T* const block_b = arena.take(pack_b);
-  for (Blocking<T>* b : {&b_dp, &b_dv, &b_dk, &b_dq}) b->use(block_a, block_b);
+  T* const dk_buf = arena.take(cols * dkp);
+  T* const dv_buf = arena.take(cols * dvp);
+  T* const ds_row = arena.take(cols);    // a widened row of d_scores (16-bit)
+  T* const pt = arena.take(R * strips);  // P and dZ packed by pack_columns
+  T* const dzt = arena.take(R * strips);
 
-  const auto Q = tile_rows(p.q, i0, rows, q_buf);
-  const auto dO = tile_rows(p.grad.d_out, i0, rows, do_buf);
-  const auto K = tile_rows(p.k, j0, cols, k_buf);
+  index_t ldq = 0, ldo = 0, ldk = 0;
+  const T* const q = padded_rows(p.q, i0, rows, dkp, q_buf, ldq);
+  const T* const d_out = padded_rows(p.grad.d_out, i0, rows, dvp, do_buf, ldo);
+  const T* const k = padded_rows(p.k, j0, cols, dkp, k_buf, ldk);
   const auto V = tile_rows(p.v, j0, cols, v_buf);
+  pack_panels(V.data(), V.outerStride(), cols, dv, vp);
+  using Rows = Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+  using ConstRows = Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
+  const ConstRows Q(q, rows, dk, Eigen::OuterStride<>(ldq)), dO(d_out, rows, dv, Eigen::OuterStride<>(ldo)),
+      K(k, cols, dk, Eigen::OuterStride<>(ldk));
   // The key tile's gradients so far (earlier query tiles and heads added theirs).
-  Eigen::Map<RowMat<T>> dK(dk_buf, cols, dk), dV(dv_buf, cols, dv), dQ(dq_tile, R, dk);
+  Rows dK(dk_buf, cols, dk, Eigen::OuterStride<>(std::max<index_t>(dkp, 1))),
+      dV(dv_buf, cols, dv, Eigen::OuterStride<>(std::max<index_t>(dvp, 1))),
+      dQ(dq_buf, rows, dk, Eigen::OuterStride<>(std::max<index_t>(dkp, 1)));
   dK = map_of(p.grad.dk).middleRows(j0, cols);
   dV = map_of(p.grad.dv).middleRows(j0, cols);
   TileMap<T> P(w, rows, cols, Eigen::OuterStride<>(ldw)), dZ(ds_buf, rows, cols, Eigen::OuterStride<>(lds));
-  dZ.setZero();
-  gemm_abt(rows, cols, dv, dO.data(), dO.outerStride(), V.data(), V.outerStride(), ds_buf, lds, T(1), b_dp);
-
+  for (index_t r0 = 0; r0 < rows; r0 += MR)
+    logits_strip(std::min(MR, rows - r0), cols, dv, d_out + r0 * ldo, ldo, vp, ds_buf + r0 * lds, lds, T(1));
   bool hides = p.mask.data != nullptr;
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
@@ -241,9 +311,18 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
 
   dQ.setZero();
   if (!hides || (finite(K) && finite(Q) && finite(dO))) {
-    gemm_atb(cols, dv, rows, w, ldw, dO.data(), dO.outerStride(), dv_buf, dv, T(1), b_dv);
-    gemm_atb(cols, dk, rows, ds_buf, lds, Q.data(), Q.outerStride(), dk_buf, dk, T(1), b_dk);
-    gemm_ab(rows, dk, cols, ds_buf, lds, K.data(), K.outerStride(), dq_tile, dk, b_dq);
+    pack_columns(w, ldw, rows, cols, pt);
+    pack_columns(ds_buf, lds, rows, cols, dzt);
+    // dO, then Q, stays in L1 for all the strips of keys.
+    for (index_t t0 = 0; t0 < cols; t0 += MR)
+      product_strip<true>(std::min(MR, cols - t0), dvp, rows, pt + t0 * rows, MR, d_out, ldo,
+                          dv_buf + t0 * dvp, dvp);
+    for (index_t t0 = 0; t0 < cols; t0 += MR)
+      product_strip<true>(std::min(MR, cols - t0), dkp, rows, dzt + t0 * rows, MR, q, ldq, dk_buf + t0 * dkp,
+                          dkp);
+    for (index_t r0 = 0; r0 < rows; r0 += MR)
+      product_strip(std::min(MR, rows - r0), dkp, cols, ds_buf + r0 * lds, lds, k, ldk, dq_buf + r0 * dkp,
+                    dkp);
   } else {  // sum over the visible pairs only
     for_each_visible(p, i0, rows, j0, cols, [&](index_t r, index_t t) {
       dV.row(t).noalias() += P(r, t) * dO.row(r);
@@ -251,6 +330,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
       dQ.row(r).noalias() += dZ(r, t) * K.row(t);
     });
   }
+  Eigen::Map<RowMat<T>>(dq_tile, rows, dk) = dQ;
   map_of(p.grad.dk).middleRows(j0, cols) = dK;
   map_of(p.grad.dv).middleRows(j0, cols) = dV;
 }
