@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <exception>
 
 #include <pthread.h>
@@ -14,7 +15,7 @@ struct ThreadPool::Job {
   const TaskRef* task;
   index_t tasks;
   std::atomic<index_t> next{0};
-  int unfinished_workers;
+  std::atomic<int> unfinished_workers{0};
   std::mutex error_mutex;
   std::exception_ptr error;
 
@@ -35,6 +36,31 @@ namespace {
 
 std::atomic<ThreadPool*> current_pool{nullptr};
 
+/// How long a thread polls for the next job, or for the workers to finish one, before it sleeps on
+/// the condition variable: a sleeping thread takes tens of microseconds (more in a VM) to wake,
+/// which a pass that runs several short jobs in a row (the backward: two per query tile) would
+/// pay each time. OpenMP runtimes poll the same way, for longer.
+constexpr auto kPoll = std::chrono::microseconds(200);
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// Polls done() for up to kPoll; true as soon as it holds.
+template <class Done>
+bool poll(const Done& done) {
+  const auto until = std::chrono::steady_clock::now() + kPoll;
+  for (unsigned i = 1;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) return false;
+  }
+}
+
 }  // namespace
 
 ThreadPool& ThreadPool::instance() {
@@ -52,17 +78,20 @@ ThreadPool& ThreadPool::instance() {
 void ThreadPool::worker(int id) {
   unsigned long seen = 0;
   for (;;) {  // workers live as long as the process
+    poll([&] { return generation_.load(std::memory_order_acquire) != seen; });
     Job* job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return job_ != nullptr && generation_ != seen && id < wanted_; });
-      seen = generation_;
+      wake_.wait(lock, [&] { return job_ != nullptr && generation_.load() != seen && id < wanted_; });
+      seen = generation_.load();
       job = job_;
     }
     job->work();
-    {
+    // The last worker out wakes the caller; after the decrement a worker touches only the
+    // pool (the caller may already have seen 0 and returned, ending the job).
+    if (job->unfinished_workers.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (--job->unfinished_workers == 0) done_.notify_all();
+      done_.notify_all();
     }
   }
 }
@@ -78,7 +107,7 @@ void ThreadPool::run(index_t tasks, int threads, TaskRef task) {
   Job job;
   job.task = &task;
   job.tasks = tasks;
-  job.unfinished_workers = threads - 1;
+  job.unfinished_workers.store(threads - 1);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     while (static_cast<int>(workers_.size()) < threads - 1) {
@@ -87,13 +116,15 @@ void ThreadPool::run(index_t tasks, int threads, TaskRef task) {
     }
     job_ = &job;
     wanted_ = threads - 1;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   job.work();
+  const auto finished = [&] { return job.unfinished_workers.load(std::memory_order_acquire) == 0; };
+  poll(finished);
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return job.unfinished_workers == 0; });
+    done_.wait(lock, finished);
     job_ = nullptr;
   }
   if (job.error) std::rethrow_exception(job.error);

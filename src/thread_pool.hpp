@@ -2,6 +2,7 @@
 // A small persistent pool of worker threads for splitting one call over query tiles. Internal.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
@@ -53,8 +54,8 @@ class ThreadPool {
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;
   Job* job_ = nullptr;
-  unsigned long generation_ = 0;
-  int wanted_ = 0;  // workers 0 .. wanted_-1 join the current job
+  std::atomic<unsigned long> generation_{0};  // written under mutex_, read by spinning workers
+  int wanted_ = 0;                            // workers 0 .. wanted_-1 join the current job
 };
 
 /// The number of threads Options::threads asks for: 0 means every hardware thread.
