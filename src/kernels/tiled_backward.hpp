@@ -26,7 +26,7 @@
 // Five products of T_q T_k d in all, one exp per weight; nothing T_q x T_k. Every product runs on
 // the forward's register-blocked micro-kernel (micro_kernel.hpp): S and dP as the forward forms
 // its logits (K and V packed into panels), dV and dK with the weights and dZ as its transposed
-// operand (packed a strip of MR keys at a time, pack_columns), dZ K as the forward's P V. Each
+// operand (read in place, down a strip of MR columns), dZ K as the forward's P V. Each
 // element of a gradient is one chain of multiply-adds in a fixed order (the query rows of a tile
 // in order, the tiles in order), whichever thread runs the tile.
 //
@@ -205,26 +205,6 @@ void backward_terms(const RawProblem<E>& p, index_t tile, const T* partials, ind
   }
 }
 
-/// The columns [0, cols) of A (rows x cols, row stride lda) as the transposed operand of the
-/// micro-kernel, strip by strip of MR columns: column t of row k at
-/// at[(t / MR) * rows * MR + k * MR + t % MR], the last strip's missing columns 0. Read down a
-/// column in place, the rows of a wide A are as many cache lines per strip; packed, a strip's
-/// depth is one contiguous run.
-template <typename T>
-void pack_columns(const T* a, index_t lda, index_t rows, index_t cols, T* at) {
-  constexpr index_t MR = Micro<T>::kRows;
-  for (index_t k = 0; k < rows; ++k) {
-    const T* src = a + k * lda;
-    index_t t0 = 0;
-    for (; t0 + MR <= cols; t0 += MR) std::copy(src + t0, src + t0 + MR, at + t0 * rows + k * MR);
-    if (t0 < cols) {
-      T* dst = at + t0 * rows + k * MR;
-      std::copy(src + t0, src + cols, dst);
-      std::fill(dst + (cols - t0), dst + MR, T(0));
-    }
-  }
-}
-
 /// Step 3: query tile `tile` against the keys [j0, j0 + cols), whose weights step 1 left in w
 /// (and cap): adds to the keys' dk and dv rows (and d_bias) and writes the query tile's share of
 /// dq to dq_tile (kBackwardRows x d_k, row-major). All four products run on the micro-kernel
@@ -241,11 +221,13 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   const index_t dkp = M::whole_packets(dk), dvp = M::whole_packets(dv);
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
   const index_t panels = (cols + NR - 1) / NR * NR;
-  const index_t lds = static_cast<index_t>(Arena<T>::round(panels));  // dP's strips write whole panels
-  const index_t strips = (cols + MR - 1) / MR * MR;
+  // dP's strips write whole panels; dZ is read down its columns too (dK), so its rows are an odd
+  // number of cache lines apart, as the weights' are (backward.hpp).
+  constexpr index_t kLine = 64 / static_cast<index_t>(sizeof(T));
+  const index_t lds = ((panels + kLine - 1) / kLine | 1) * kLine;
   Arena<T> arena(Arena<T>::round(R * dkp) * 2 + Arena<T>::round(R * dvp) + Arena<T>::round(cols * dkp) * 2 +
                  Arena<T>::round(cols * dv) + Arena<T>::round(panels * dv) + Arena<T>::round(cols * dvp) +
-                 Arena<T>::round(R * lds) + Arena<T>::round(cols) + Arena<T>::round(R * strips) * 2);
+                 Arena<T>::round(R * lds) + Arena<T>::round(cols));
   T* const q_buf = arena.take(R * dkp);
   T* const do_buf = arena.take(R * dvp);
   T* const dq_buf = arena.take(R * dkp);
@@ -255,9 +237,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   T* const ds_buf = arena.take(R * lds);  // dP, then dZ
   T* const dk_buf = arena.take(cols * dkp);
   T* const dv_buf = arena.take(cols * dvp);
-  T* const ds_row = arena.take(cols);    // a widened row of d_scores (16-bit)
-  T* const pt = arena.take(R * strips);  // P and dZ packed by pack_columns
-  T* const dzt = arena.take(R * strips);
+  T* const ds_row = arena.take(cols);  // a widened row of d_scores (16-bit)
 
   index_t ldq = 0, ldo = 0, ldk = 0;
   const T* const q = padded_rows(p.q, i0, rows, dkp, q_buf, ldq);
@@ -311,14 +291,12 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
 
   dQ.setZero();
   if (!hides || (finite(K) && finite(Q) && finite(dO))) {
-    pack_columns(w, ldw, rows, cols, pt);
-    pack_columns(ds_buf, lds, rows, cols, dzt);
     // dO, then Q, stays in L1 for all the strips of keys.
     for (index_t t0 = 0; t0 < cols; t0 += MR)
-      product_strip<true>(std::min(MR, cols - t0), dvp, rows, pt + t0 * rows, MR, d_out, ldo,
-                          dv_buf + t0 * dvp, dvp);
+      product_strip<true>(std::min(MR, cols - t0), dvp, rows, w + t0, ldw, d_out, ldo, dv_buf + t0 * dvp,
+                          dvp);
     for (index_t t0 = 0; t0 < cols; t0 += MR)
-      product_strip<true>(std::min(MR, cols - t0), dkp, rows, dzt + t0 * rows, MR, q, ldq, dk_buf + t0 * dkp,
+      product_strip<true>(std::min(MR, cols - t0), dkp, rows, ds_buf + t0, lds, q, ldq, dk_buf + t0 * dkp,
                           dkp);
     for (index_t r0 = 0; r0 < rows; r0 += MR)
       product_strip(std::min(MR, rows - r0), dkp, cols, ds_buf + r0 * lds, lds, k, ldk, dq_buf + r0 * dkp,
