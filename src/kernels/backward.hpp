@@ -44,17 +44,18 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
   zero_rows(p.grad.dq);
   const index_t tq = p.q.rows, tk = p.k.rows, dk = p.q.cols, R = kBackwardRows, C = kBackwardCols;
   if (tq == 0 || tk == 0) return;
-  // A query tile's weights: R rows of all T_k keys, each row starting on a 64-byte line, an odd
-  // number of lines apart: the kernel reads them down a column (the transposed products), and
-  // rows a power of two apart would all fall into one set of the L1 cache.
+  // A query tile's weights: R rows of all T_k keys, held key tile by key tile (R x C each, so that
+  // a step reads a compact block rather than rows T_k apart, a page each at long T_k), each row
+  // starting on a 64-byte line, an odd number of lines apart: the kernel reads them down a column
+  // (the transposed products), and rows a power of two apart would fall into one set of L1.
   constexpr index_t kLine = 64 / static_cast<index_t>(sizeof(T));
-  const index_t lines = (tk + kLine - 1) / kLine;
-  const index_t ldw = (lines | 1) * kLine, key_tiles = (tk + C - 1) / C;
-  T* const w = backward_workspace<T>(0, R * ldw + kLine);
+  const index_t ldw = ((C + kLine - 1) / kLine | 1) * kLine, key_tiles = (tk + C - 1) / C;
+  const index_t block = R * ldw;  // one key tile's weights
+  T* const w = backward_workspace<T>(0, key_tiles * block + kLine);
   T* const weights = w + (kLine - reinterpret_cast<std::uintptr_t>(w) / sizeof(T) % kLine) % kLine;
   T* cap = nullptr;
   if (p.softcap > 0) {
-    T* const c = backward_workspace<T>(1, R * ldw + kLine);
+    T* const c = backward_workspace<T>(1, key_tiles * block + kLine);
     cap = c + (kLine - reinterpret_cast<std::uintptr_t>(c) / sizeof(T) % kLine) % kLine;
   }
   T* const partials = backward_workspace<T>(2, key_tiles * 2 * R);
@@ -69,14 +70,16 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
     const auto keys = [&](index_t t) { return std::min(C, tk - (first + t) * C); };
     for_tasks(count, threads, [&](index_t t) {
       const index_t j0 = (first + t) * C;
-      kernel.weights(p, tile, j0, keys(t), weights + j0, cap != nullptr ? cap + j0 : nullptr, ldw,
+      const index_t at = (first + t) * block;
+      kernel.weights(p, tile, j0, keys(t), weights + at, cap != nullptr ? cap + at : nullptr, ldw,
                      partials + t * 2 * R);
     });
     kernel.terms(p, tile, partials, count, terms);
     for_tasks(count, threads, [&](index_t t) {
       const index_t j0 = (first + t) * C;
+      const index_t at = (first + t) * block;
       if (p.sees(i0, rows, j0, keys(t)))
-        kernel.pair(p, tile, j0, keys(t), weights + j0, cap != nullptr ? cap + j0 : nullptr, ldw, terms,
+        kernel.pair(p, tile, j0, keys(t), weights + at, cap != nullptr ? cap + at : nullptr, ldw, terms,
                     slots + t * R * dk);
     });
     // The shares of dQ, in key order (row by row: each element gets them in the same order).
