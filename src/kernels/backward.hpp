@@ -118,10 +118,17 @@ void run_backward(Kernel kernel, index_t units, index_t unit_size, const Problem
   for (index_t u = 0; u < units; ++u)
     for (index_t t = 0; t < unit_size; ++t) work += problem_work(problem(u, t), Pass::Backward);
   const int n = threads_for(threads, work);
+  // The call's number: the kernels keep packed keys per thread for it (PackCache, tiled.hpp).
+  const std::uint64_t call = next_call();
+  const auto numbered = [&](index_t u, index_t t) {
+    auto p = problem(u, t);
+    p.call = call;
+    return p;
+  };
   if (n == 1 || units >= 2 * n || units % n == 0) {
     for_tasks(units, n, [&](index_t u) {
       prepare(u);
-      for (index_t t = 0; t < unit_size; ++t) backward_problem(tiled, problem(u, t), 1);
+      for (index_t t = 0; t < unit_size; ++t) backward_problem(tiled, numbered(u, t), 1);
     });
   } else {
     // Two waits per query tile: more threads than the hardware runs at once would make each wait
@@ -129,7 +136,7 @@ void run_backward(Kernel kernel, index_t units, index_t unit_size, const Problem
     const int split = std::min(n, resolve_threads(0));
     for (index_t u = 0; u < units; ++u) {
       prepare(u);
-      for (index_t t = 0; t < unit_size; ++t) backward_problem(tiled, problem(u, t), split);
+      for (index_t t = 0; t < unit_size; ++t) backward_problem(tiled, numbered(u, t), split);
     }
   }
 }

@@ -412,6 +412,46 @@ struct PackCache {
     thread_local PackCache cache;
     return cache;
   }
+  /// This thread's cache for the packed keys (and values) of call `p.call`, cut into `tiles`
+  /// tiles (`keys` names the layout: the forward's key tile, or minus the backward's) and taking
+  /// `need` elements, or null when it would exceed kPackCacheBytes or the call has no number.
+  /// Kept as it is when it already holds this call's K (same data, strides and layout); else
+  /// emptied, its ready flags all 0.
+  template <typename E>
+  static PackCache* open(const RawProblem<E>& p, index_t keys, index_t ldo, index_t tiles, std::size_t need) {
+    if (p.call == 0 || p.k.rows == 0 || need * sizeof(T) > kPackCacheBytes) return nullptr;
+    PackCache& c = here();
+    const bool same = c.call == p.call && c.k == p.k.data && c.v == p.v.data && c.k_rows == p.k.rows &&
+                      c.k_row_stride == p.k.row_stride && c.k_col_stride == p.k.col_stride &&
+                      c.keys == keys && c.dk == p.k.cols && c.ldo == ldo;
+    if (same) return &c;
+    if (c.capacity < need) {
+      std::free(c.data);
+      c.data = nullptr;
+      c.capacity = 0;
+      c.data = static_cast<T*>(std::aligned_alloc(64, (need * sizeof(T) + 63) / 64 * 64));
+      if (c.data == nullptr) throw std::bad_alloc();
+      c.capacity = need;
+    }
+    c.call = p.call;
+    c.k = p.k.data;
+    c.v = p.v.data;
+    c.k_rows = p.k.rows;
+    c.k_row_stride = p.k.row_stride;
+    c.k_col_stride = p.k.col_stride;
+    c.keys = keys;
+    c.dk = p.k.cols;
+    c.ldo = ldo;
+    if (c.tiles < static_cast<std::size_t>(tiles)) {
+      std::free(c.ready);
+      c.tiles = 0;
+      c.ready = static_cast<unsigned char*>(std::malloc(static_cast<std::size_t>(tiles)));
+      if (c.ready == nullptr) throw std::bad_alloc();
+      c.tiles = static_cast<std::size_t>(tiles);
+    }
+    std::fill_n(c.ready, tiles, static_cast<unsigned char>(0));
+    return &c;
+  }
 };
 
 /// One key tile [j0, j0 + cols) as the micro-kernel reads it (micro_kernel.hpp): K packed into
@@ -512,39 +552,7 @@ class KeyTile {
     // panels of every tile, then the V rows.
     values_at_ = tiles * keys_ * dk;
     const std::size_t need = static_cast<std::size_t>(tiles * keys_) * static_cast<std::size_t>(dk + ldo_);
-    if (tk == 0 || need * sizeof(T) > PackCache<T>::kPackCacheBytes) return;
-    PackCache<T>& c = PackCache<T>::here();
-    const bool same = c.call == p_.call && c.k == p_.k.data && c.v == p_.v.data && c.k_rows == tk &&
-                      c.k_row_stride == p_.k.row_stride && c.k_col_stride == p_.k.col_stride &&
-                      c.keys == keys_ && c.dk == dk && c.ldo == ldo_;
-    if (!same) {
-      if (c.capacity < need) {
-        std::free(c.data);
-        c.data = nullptr;
-        c.capacity = 0;
-        c.data = static_cast<T*>(std::aligned_alloc(64, (need * sizeof(T) + 63) / 64 * 64));
-        if (c.data == nullptr) throw std::bad_alloc();
-        c.capacity = need;
-      }
-      c.call = p_.call;
-      c.k = p_.k.data;
-      c.v = p_.v.data;
-      c.k_rows = tk;
-      c.k_row_stride = p_.k.row_stride;
-      c.k_col_stride = p_.k.col_stride;
-      c.keys = keys_;
-      c.dk = dk;
-      c.ldo = ldo_;
-      if (c.tiles < static_cast<std::size_t>(tiles)) {
-        std::free(c.ready);
-        c.tiles = 0;
-        c.ready = static_cast<unsigned char*>(std::malloc(static_cast<std::size_t>(tiles)));
-        if (c.ready == nullptr) throw std::bad_alloc();
-        c.tiles = static_cast<std::size_t>(tiles);
-      }
-      std::fill_n(c.ready, tiles, static_cast<unsigned char>(0));
-    }
-    cache_ = &c;
+    cache_ = PackCache<T>::open(p_, keys_, ldo_, tiles, need);
   }
 
   const RawProblem<E>& p_;

@@ -126,6 +126,31 @@ const T* padded_rows(const RawMatrix<const S>& m, index_t first, index_t n, inde
   return scratch;
 }
 
+/// The K panels (values false; depth d_k) or V panels (true; depth d_v) of the key tile
+/// [j0, j0 + cols), a tile of the grid of multiples of kBackwardCols, as pack_panels lays them
+/// out: packed once per call and thread into the thread's PackCache (tiled.hpp) when the call has
+/// a number and all its tiles fit, so that the call's later query tiles and the other query heads
+/// of a GQA group find them packed; else packed into `scratch` (whole panels of cols keys).
+/// `rows` takes the tile's rows when they must be gathered or widened first.
+template <typename E, typename T = ComputeScalar<E>>
+const T* key_panels(const RawProblem<E>& p, index_t j0, index_t cols, bool values, T* rows, T* scratch) {
+  constexpr index_t C = kBackwardCols, NR = Micro<T>::kCols, room = (C + NR - 1) / NR * NR;
+  const index_t dk = p.k.cols, dv = p.v.cols, tiles = (p.k.rows + C - 1) / C, t = j0 / C;
+  const std::size_t need = static_cast<std::size_t>(tiles * room) * static_cast<std::size_t>(dk + dv);
+  T* dst = scratch;
+  // The layout's name, -C, is one the forward's key tiles (> 0) never take.
+  if (PackCache<T>* c = PackCache<T>::open(p, -C, dv, tiles, need)) {
+    dst = c->data + (values ? tiles * room * dk + t * room * dv : t * room * dk);
+    const unsigned char bit = values ? 2 : 1;
+    if (c->ready[t] & bit) return dst;
+    c->ready[t] |= bit;
+  }
+  const RawMatrix<const E>& m = values ? p.v : p.k;
+  const auto M = tile_rows(m, j0, cols, rows);
+  pack_panels(M.data(), M.outerStride(), cols, m.cols, dst);
+  return dst;
+}
+
 /// Step 1, query tile `tile`, keys [j0, j0 + cols): the weights exp(z - lse) of its rows into
 /// w (row r at w + r * ldw, column t for key j0 + t; w 64-byte aligned and ldw a whole number
 /// of 64-byte lines), the soft-cap's derivative into cap (same layout) when soft-capping, and
@@ -147,11 +172,11 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
   T* const ds_buf = arena.take(cols);  // a widened row of d_scores (16-bit)
   T* const strip = arena.take(MR * panels);
   const auto Q = tile_rows(p.q, i0, rows, q_buf);
-  const auto K = tile_rows(p.k, j0, cols, k_buf);
-  pack_panels(K.data(), K.outerStride(), cols, dk, kp);
+  const T* const k_panels = key_panels(p, j0, cols, false, k_buf, kp);
   for (index_t r0 = 0; r0 < rows; r0 += MR) {
     const index_t n = std::min(MR, rows - r0);
-    logits_strip(n, cols, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), kp, strip, panels, p.scale);
+    logits_strip(n, cols, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip, panels,
+                 p.scale);
     for (index_t r = 0; r < n; ++r) {
       const T* row = strip + r * panels;
       std::copy(row, row + cols, w + (r0 + r) * ldw);
@@ -243,8 +268,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   const T* const q = padded_rows(p.q, i0, rows, dkp, q_buf, ldq);
   const T* const d_out = padded_rows(p.grad.d_out, i0, rows, dvp, do_buf, ldo);
   const T* const k = padded_rows(p.k, j0, cols, dkp, k_buf, ldk);
-  const auto V = tile_rows(p.v, j0, cols, v_buf);
-  pack_panels(V.data(), V.outerStride(), cols, dv, vp);
+  const T* const v_panels = key_panels(p, j0, cols, true, v_buf, vp);
   using Rows = Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
   using ConstRows = Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
   const ConstRows Q(q, rows, dk, Eigen::OuterStride<>(ldq)), dO(d_out, rows, dv, Eigen::OuterStride<>(ldo)),
@@ -257,7 +281,8 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   dV = map_of(p.grad.dv).middleRows(j0, cols);
   TileMap<T> P(w, rows, cols, Eigen::OuterStride<>(ldw)), dZ(ds_buf, rows, cols, Eigen::OuterStride<>(lds));
   for (index_t r0 = 0; r0 < rows; r0 += MR)
-    logits_strip(std::min(MR, rows - r0), cols, dv, d_out + r0 * ldo, ldo, vp, ds_buf + r0 * lds, lds, T(1));
+    logits_strip(std::min(MR, rows - r0), cols, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds, lds,
+                 T(1));
   bool hides = p.mask.data != nullptr;
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
