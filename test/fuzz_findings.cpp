@@ -358,6 +358,39 @@ TEST_CASE_TEMPLATE("fuzz finding backward-empty-d-bias: with no sequence or no h
   }
 }
 
+TEST_CASE_TEMPLATE(
+    "fuzz finding backward-null-dv: d_v = 0 with empty matrices (null data) over several strips", T, float,
+    double) {
+  // d_v = 0: V, ATTN and dL/dATTN are empty Eigen::Matrix objects (null data). The micro-kernel
+  // backward took dL/dATTN's rows in place and offset the null pointer by a strip of rows (UBSan),
+  // once T_q exceeded one strip. Every logit's gradient is then 0, so dQ and dK are 0.
+  Rng rng(31);
+  const Index tq = 37, tk = 300;
+  const auto Q = random_matrix<ColMatrix<T>>(rng, tq, 3), K = random_matrix<ColMatrix<T>>(rng, tk, 3);
+  const ColMatrix<T> V(tk, 0), d_attn(tq, 0);
+  REQUIRE(V.data() == nullptr);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    for (const bool causal : {false, true}) {
+      CAPTURE(causal);
+      ea::Options opt;
+      opt.kernel = kernel;
+      opt.causal = causal;
+      ColMatrix<T> attn(tq, 0);
+      ea::Vector<T> lse(tq);
+      ea::attention_into(Q, K, V, attn, lse, opt);
+      const auto g = ea::attention_backward(Q, K, V, attn, lse, d_attn, opt);
+      CHECK(g.dq.rows() == tq);
+      CHECK(g.dk.rows() == tk);
+      CHECK(g.dv.rows() == tk);
+      CHECK(g.dv.cols() == 0);
+      CHECK(g.dq.cwiseAbs().maxCoeff() == T(0));
+      CHECK(g.dk.cwiseAbs().maxCoeff() == T(0));
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("fuzz finding backward-empty-d-scores: an empty d_scores of the wrong shape is rejected",
                    T, float, double) {
   // An empty Eigen::Matrix has data() == nullptr, which the compiled call took as "no d_scores":

@@ -107,18 +107,22 @@ template <typename S, typename T>
 const T* padded_rows(const RawMatrix<const S>& m, index_t first, index_t n, index_t width, T* scratch,
                      index_t& ld) {
   if constexpr (std::is_same_v<S, T>) {
-    if (m.cols == width && (m.col_stride == 1 || m.cols <= 1) && m.row_stride >= m.cols) {
-      ld = std::max<index_t>(m.row_stride, 1);
+    if (m.cols > 0 && m.cols == width && m.col_stride == 1 && m.row_stride >= m.cols) {
+      ld = m.row_stride;
       return m.data + first * m.row_stride;
     }
   }
+  // (With no columns, m's data may be null (an empty Eigen::Matrix) and is never offset: the
+  // caller offsets the result by whole rows, which must then be the scratch.)
   for (index_t i = 0; i < n; ++i) {
     T* dst = scratch + i * width;
-    const S* src = m.data + (first + i) * m.row_stride;
-    if constexpr (std::is_same_v<S, T>) {
-      for (index_t c = 0; c < m.cols; ++c) dst[c] = src[c * m.col_stride];
-    } else {
-      widen(src, m.col_stride, m.cols, dst);
+    if (m.cols > 0) {
+      const S* src = m.data + (first + i) * m.row_stride;
+      if constexpr (std::is_same_v<S, T>) {
+        for (index_t c = 0; c < m.cols; ++c) dst[c] = src[c * m.col_stride];
+      } else {
+        widen(src, m.col_stride, m.cols, dst);
+      }
     }
     std::fill(dst + m.cols, dst + width, T(0));
   }
