@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The only file that uses Eigen's internals (Eigen::internal, which Eigen does not promise to
-// keep): its GEMM with blocking and packing buffers we own, and its packet math. A future Eigen
-// that renames them breaks this file only. Included by tiled.hpp, in each kernel translation
-// unit under that unit's private name for Eigen; everything here is in an anonymous namespace
-// for the same reason as there. Internal.
+// keep): its GEMM with blocking and packing buffers we own (for decode's query-head groups), and
+// its packet math. A future Eigen that renames them breaks this file only. Included by tiled.hpp,
+// in each kernel translation unit under that unit's private name for Eigen; everything here is in
+// an anonymous namespace for the same reason as there. Internal.
 #pragma once
 
 #include <algorithm>
@@ -55,16 +55,6 @@ void gemm_ab(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* 
   Eigen::internal::general_matrix_matrix_product<index_t, T, Eigen::RowMajor, false, T, Eigen::RowMajor,
                                                  false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb, c,
                                                                                  1, ldc, T(1), blocking);
-}
-
-/// C (m x n, row stride ldc) += alpha * A^T * B, A being k x m (row stride lda) and B k x n (ldb).
-template <typename T>
-void gemm_atb(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* b, index_t ldb, T* c,
-              index_t ldc, T alpha, Blocking<T>& blocking) {
-  if (m == 0 || n == 0 || k == 0) return;
-  Eigen::internal::general_matrix_matrix_product<index_t, T, Eigen::ColMajor, false, T, Eigen::RowMajor,
-                                                 false, Eigen::RowMajor, 1>::run(m, n, k, a, lda, b, ldb, c,
-                                                                                 1, ldc, alpha, blocking);
 }
 
 /// row[t] = exp(row[t] - shift) for t in [e0, e1), and exactly 0 where row[t] is -inf, in whole
