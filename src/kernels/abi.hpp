@@ -165,6 +165,15 @@ constexpr index_t kDecodeRows = 64;    // query rows (heads x tokens) per chunk 
 constexpr index_t kBackwardRows = 128;
 constexpr index_t kBackwardCols = 256;
 
+/// n elements of T rounded up to an odd number of 64-byte lines: the row stride of the backward's
+/// weights and dZ, which its transposed products read down a column; rows a power of two apart
+/// would all fall into one set of the L1 cache.
+template <typename T>
+EIGEN_ATTENTION_SHARED_INLINE constexpr index_t odd_lines(index_t n) {
+  constexpr index_t kLine = 64 / static_cast<index_t>(sizeof(T));
+  return ((n + kLine - 1) / kLine | 1) * kLine;
+}
+
 /// How a kernel tiles the forward pass (tile_policy.hpp), for KernelSet::tiles: the strip of
 /// query rows and the panel of keys of its micro-kernel, and the key tile chosen from the caches.
 struct RawTiles {

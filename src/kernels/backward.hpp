@@ -46,10 +46,9 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
   if (tq == 0 || tk == 0) return;
   // A query tile's weights: R rows of all T_k keys, held key tile by key tile (R x C each, so that
   // a step reads a compact block rather than rows T_k apart, a page each at long T_k), each row
-  // starting on a 64-byte line, an odd number of lines apart: the kernel reads them down a column
-  // (the transposed products), and rows a power of two apart would fall into one set of L1.
+  // starting on a 64-byte line, rows odd_lines() apart.
   constexpr index_t kLine = 64 / static_cast<index_t>(sizeof(T));
-  const index_t ldw = ((C + kLine - 1) / kLine | 1) * kLine, key_tiles = (tk + C - 1) / C;
+  const index_t ldw = odd_lines<T>(C), key_tiles = (tk + C - 1) / C;
   const index_t block = R * ldw;  // one key tile's weights
   T* const w = backward_workspace<T>(0, key_tiles * block + kLine);
   T* const weights = w + (kLine - reinterpret_cast<std::uintptr_t>(w) / sizeof(T) % kLine) % kLine;

@@ -160,7 +160,8 @@ const T* key_panels(const RawProblem<E>& p, index_t j0, index_t cols, bool value
 /// of 64-byte lines), the soft-cap's derivative into cap (same layout) when soft-capping, and
 /// partial[2 r], partial[2 r + 1] = the sums over row r's keys in the tile of the weights and of
 /// the weights times d_scores. The logits come from the forward's micro-kernel (K packed into
-/// panels, a strip of MR rows at a time, copied into w: other key tiles' columns follow).
+/// panels), a strip of MR rows at a time, and are copied into w: the micro-kernel writes whole
+/// panels, more columns than a row of w holds.
 template <typename E, typename T = ComputeScalar<E>>
 void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t cols, T* w, T* cap,
                       index_t ldw, T* partial) {
@@ -250,10 +251,8 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   const index_t dkp = M::whole_packets(dk), dvp = M::whole_packets(dv);
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
   const index_t panels = (cols + NR - 1) / NR * NR;
-  // dP's strips write whole panels; dZ is read down its columns too (dK), so its rows are an odd
-  // number of cache lines apart, as the weights' are (backward.hpp).
-  constexpr index_t kLine = 64 / static_cast<index_t>(sizeof(T));
-  const index_t lds = ((panels + kLine - 1) / kLine | 1) * kLine;
+  // dP's strips write whole panels; dZ is read down its columns too (dK), as the weights are.
+  const index_t lds = odd_lines<T>(panels);
   Arena<T> arena(Arena<T>::round(R * dkp) * 2 + Arena<T>::round(R * dvp) + Arena<T>::round(cols * dkp) * 2 +
                  Arena<T>::round(cols * dv) + Arena<T>::round(panels * dv) + Arena<T>::round(cols * dvp) +
                  Arena<T>::round(R * lds) + Arena<T>::round(cols));
