@@ -50,14 +50,14 @@ void cpu_relax() {
 #endif
 }
 
-/// Polls done() for up to kPoll; true as soon as it holds.
+/// Polls done() until it holds, for up to kPoll (the caller then waits on its condition variable,
+/// whose predicate decides).
 template <class Done>
-bool poll(const Done& done) {
+void poll(const Done& done) {
   const auto until = std::chrono::steady_clock::now() + kPoll;
-  for (unsigned i = 1;; ++i) {
-    if (done()) return true;
+  for (unsigned i = 1; !done(); ++i) {
     cpu_relax();
-    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) return false;
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) return;
   }
 }
 
