@@ -37,6 +37,8 @@ struct Micro {
   static constexpr index_t kCols = kPackets * kLanes;  // NR
   /// n rounded up to whole packets (the rows of V and of the output accumulator).
   static constexpr index_t whole_packets(index_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+  /// n keys rounded up to whole panels (what logits_strip writes, what pack_panels fills).
+  static constexpr index_t whole_panels(index_t n) { return (n + kCols - 1) / kCols * kCols; }
 };
 
 /// C (MR x NP packets, row stride ldc) = alpha * A B (Accumulate false) or C += A B (true), A

@@ -688,8 +688,7 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
   // hold whole panels: Eigen's vectorised exp and sums peel scalar steps up to the first aligned
   // element, so doing them on the caller's SCORES would make the last bits depend on where
   // SCORES lies.
-  const index_t lds = static_cast<index_t>(
-      Arena<T>::round((std::max<index_t>(tk, 1) + MK::kCols - 1) / MK::kCols * MK::kCols));
+  const index_t lds = static_cast<index_t>(Arena<T>::round(MK::whole_panels(std::max<index_t>(tk, 1))));
   Arena<T> arena(Arena<T>::round(kDecRows * dk) + KeyTile<E>::scratch(kc, dk, ldo) +
                  Arena<T>::round(kDecRows * lds) + Arena<T>::round(kDecRows * ldo));
   T* const q_buf = arena.take(kDecRows * dk);

@@ -138,7 +138,7 @@ const T* padded_rows(const RawMatrix<const S>& m, index_t first, index_t n, inde
 /// `rows` takes the tile's rows when they must be gathered or widened first.
 template <typename E, typename T = ComputeScalar<E>>
 const T* key_panels(const RawProblem<E>& p, index_t j0, index_t cols, bool values, T* rows, T* scratch) {
-  constexpr index_t C = kBackwardCols, NR = Micro<T>::kCols, room = (C + NR - 1) / NR * NR;
+  constexpr index_t C = kBackwardCols, room = Micro<T>::whole_panels(C);
   const index_t dk = p.k.cols, dv = p.v.cols, tiles = (p.k.rows + C - 1) / C, t = j0 / C;
   const std::size_t need = static_cast<std::size_t>(tiles * room) * static_cast<std::size_t>(dk + dv);
   T* dst = scratch;
@@ -165,10 +165,10 @@ const T* key_panels(const RawProblem<E>& p, index_t j0, index_t cols, bool value
 template <typename E, typename T = ComputeScalar<E>>
 void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t cols, T* w, T* cap,
                       index_t ldw, T* partial) {
-  constexpr index_t MR = Micro<T>::kRows, NR = Micro<T>::kCols;
+  constexpr index_t MR = Micro<T>::kRows;
   const index_t dk = p.q.cols, R = kBackwardRows;
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
-  const index_t panels = (cols + NR - 1) / NR * NR;
+  const index_t panels = Micro<T>::whole_panels(cols);
   Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(cols * dk) + Arena<T>::round(panels * dk) +
                  Arena<T>::round(cols) + Arena<T>::round(MR * panels));
   T* const q_buf = arena.take(R * dk);
@@ -246,11 +246,11 @@ template <typename E, typename T = ComputeScalar<E>>
 void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t cols, T* w, const T* cap,
                    index_t ldw, const T* terms, T* dq_tile) {
   using M = Micro<T>;
-  constexpr index_t MR = M::kRows, NR = M::kCols;
+  constexpr index_t MR = M::kRows;
   const index_t dk = p.q.cols, dv = p.v.cols, R = kBackwardRows;
   const index_t dkp = M::whole_packets(dk), dvp = M::whole_packets(dv);
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
-  const index_t panels = (cols + NR - 1) / NR * NR;
+  const index_t panels = Micro<T>::whole_panels(cols);
   // dP's strips write whole panels; dZ is read down its columns too (dK), as the weights are.
   const index_t lds = odd_lines<T>(panels);
   Arena<T> arena(Arena<T>::round(R * dkp) * 2 + Arena<T>::round(R * dvp) + Arena<T>::round(cols * dkp) * 2 +
