@@ -307,7 +307,7 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       l[r] = 0;
       continue;
     }
-    exp_in_packets(s + r * lds, a, b, max);
+    exp_in_packets<Shift::RowMax>(s + r * lds, a, b, max);
     l[r] = row.sum();
   }
 

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The only file that uses Eigen's internals (Eigen::internal, which Eigen does not promise to
 // keep): its GEMM with blocking and packing buffers we own (for decode's query-head groups), and
-// its packet math. A future Eigen that renames them breaks this file only. Included by tiled.hpp,
+// its packet math (with, for the softmax's exp, the few x86 intrinsics that Eigen 3.4 has no packet
+// operation for: vscalef and 64-bit integer shifts and adds). A future Eigen that renames them
+// breaks this file only. Included by tiled.hpp,
 // in each kernel translation unit under that unit's private name for Eigen; everything here is in
 // an anonymous namespace for the same reason as there. Internal.
 #pragma once
@@ -9,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include <Eigen/Core>
 
@@ -57,16 +60,139 @@ void gemm_ab(index_t m, index_t n, index_t k, const T* a, index_t lda, const T* 
                                                                                  1, ldc, T(1), blocking);
 }
 
+/// 1 / k!, rounded once to the compute type by the caller.
+constexpr long double inverse_factorial(int k) {
+  long double f = 1;
+  for (int i = 2; i <= k; ++i) f *= i;
+  return 1 / f;
+}
+
+/// Is Packet N lanes of T? (Compared by its traits: std::is_same on the vector types themselves
+/// warns that their alignment attributes are ignored.)
+template <typename Packet, typename T, int N>
+constexpr bool kPacketOf = std::is_same_v<typename Eigen::internal::unpacket_traits<Packet>::type, T>&&
+                               Eigen::internal::unpacket_traits<Packet>::size == N;
+
+/// AVX-512's vscalefps/pd: p * 2^m in one instruction, rounded once, subnormal results and
+/// NaN included.
+template <typename Packet>
+constexpr bool kHasScalef =
+#if defined(EIGEN_VECTORIZE_AVX512)
+    kPacketOf<Packet, float, 16> || kPacketOf<Packet, double, 8>;
+#else
+    false;
+#endif
+
+/// p * 2^m for packets p in [1/2, 2) and m the integers t - 1.5 * 2^(mantissa bits) (t from
+/// exp_at_most_zero: the low bits of t's mantissa hold m, so that t's bits shifted left by the
+/// mantissa's width are m's). With vscalef, exact for every m; else m added to p's exponent field
+/// (an integer shift and add), exact when p * 2^m is a normal number. Packets of double have no
+/// 64-bit integer packet in Eigen 3.4 on x86: those shifts and adds are written out; any other
+/// packet of double (NEON) takes Eigen's pldexp, which gives the same values.
+template <typename Packet>
+Packet scale_by_power_of_two(const Packet& p, const Packet& t, const Packet& m) {
+  namespace ei = Eigen::internal;
+  using T = typename ei::unpacket_traits<Packet>::type;
+  (void)t;
+  (void)m;
+  if constexpr (false) {
+  }
+#if defined(EIGEN_VECTORIZE_AVX512)
+  else if constexpr (kPacketOf<Packet, float, 16>) {
+    return _mm512_scalef_ps(p, m);
+  } else if constexpr (kPacketOf<Packet, double, 8>) {
+    return _mm512_scalef_pd(p, m);
+  }
+#endif
+  else if constexpr (std::is_same_v<T, float>) {
+    using PacketI = typename ei::unpacket_traits<Packet>::integer_packet;
+    const PacketI e = ei::plogical_shift_left<23>(ei::preinterpret<PacketI>(t));
+    return ei::preinterpret<Packet>(ei::padd(ei::preinterpret<PacketI>(p), e));
+  }
+#if defined(EIGEN_VECTORIZE_AVX2)
+  else if constexpr (kPacketOf<Packet, double, 4>) {
+    const __m256i e = _mm256_slli_epi64(_mm256_castpd_si256(t), 52);
+    return _mm256_castsi256_pd(_mm256_add_epi64(_mm256_castpd_si256(p), e));
+  }
+#endif
+#if defined(EIGEN_VECTORIZE_SSE2)
+  else if constexpr (kPacketOf<Packet, double, 2>) {
+    const __m128i e = _mm_slli_epi64(_mm_castpd_si128(t), 52);
+    return _mm_castsi128_pd(_mm_add_epi64(_mm_castpd_si128(p), e));
+  }
+#endif
+  else {
+    return ei::pldexp(p, m);
+  }
+}
+
+/// exp(x) for packets of x <= 0 (a logit less its row's maximum), -inf or NaN; lanes above 0
+/// are outside its domain. NaN for NaN, 0 for -inf. Where the result is not a normal number
+/// (x below about -87.3 in float, -708.4 in double), vscalef (AVX-512) rounds it as std::exp
+/// does; the other packets give 0 below -86.5 (float) or -707 (double), flushed as
+/// flush-to-zero arithmetic would (a weight below 2^-124 beside the row's largest, 1, changes no
+/// sum in float).
+/// Cody and Waite's reduction x = m ln2 + r, |r| <= ln2 / 2 (about), with m rounded to an
+/// integer by the addition of 1.5 * 2^(mantissa bits), ln2 in two parts (a short one whose
+/// product with m is exact, then the rest) so that r is exact to about its last bit; exp(r) by
+/// its Taylor polynomial, of degree 7 (float: truncation below 0.1 ulp at |r| = ln2 / 2) or 13
+/// (double: below 0.04 ulp), in Horner's form; then scale_by_power_of_two. At most 0.91 ulp
+/// from exp (1.22 where pmadd is a multiply and an add: SSE2), in about half the operations of
+/// Eigen's general pexp (which clamps twice, takes a floor, scales in four multiplies and, for
+/// double, divides).
+template <typename Packet>
+Packet exp_at_most_zero(const Packet& x) {
+  namespace ei = Eigen::internal;
+  using T = typename ei::unpacket_traits<Packet>::type;
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  // With vscalef: x held above where exp rounds to 0 anyway (so that r stays finite for -inf);
+  // pmax returns its first argument, x, when it is NaN. Else: the smallest x whose m leaves
+  // p 2^m normal (m >= -125 in float, -1021 in double).
+  const Packet lo =
+      ei::pset1<Packet>(kHasScalef<Packet> ? (kFloat ? T(-104) : T(-746)) : (kFloat ? T(-86.5) : T(-707)));
+  const Packet xc = kHasScalef<Packet> ? ei::pmax(x, lo) : x;
+  const Packet shifter =
+      ei::pset1<Packet>(kFloat ? T(12582912.0) : T(6755399441055744.0));  // 1.5 * 2^23, 2^52
+  const Packet log2e = ei::pset1<Packet>(T(1.4426950408889634073599246810018921L));
+  // ln2 = hi + lo, hi of 9 (float) or 16 (double) bits, so that m hi is exact even where pmadd
+  // is a multiply and an add (m has at most 8 or 11 bits).
+  constexpr long double ln2 = 0.6931471805599453094172321214581766L, bits = kFloat ? 512.0L : 65536.0L;
+  constexpr long double hi = static_cast<long double>(static_cast<long long>(ln2 * bits + 0.5L)) / bits;
+  const Packet ln2_hi = ei::pset1<Packet>(-T(hi)), ln2_lo = ei::pset1<Packet>(-T(ln2 - hi));
+  const Packet t = ei::pmadd(xc, log2e, shifter);
+  const Packet m = ei::psub(t, shifter);
+  Packet r = ei::pmadd(m, ln2_hi, xc);
+  r = ei::pmadd(m, ln2_lo, r);
+  // sum_k r^k / k! by Horner, from the highest coefficient down.
+  constexpr int kDegree = kFloat ? 7 : 13;
+  Packet y = ei::pset1<Packet>(T(inverse_factorial(kDegree)));
+  for (int k = kDegree - 1; k >= 0; --k) y = ei::pmadd(y, r, ei::pset1<Packet>(T(inverse_factorial(k))));
+  if constexpr (kHasScalef<Packet>) {
+    return scale_by_power_of_two(y, t, m);
+  } else {
+    y = ei::pandnot(scale_by_power_of_two(y, t, m), ei::pcmp_lt(x, lo));
+    // NaN: x's NaN, which pmax returns as its first argument when either is NaN (the lanes of y
+    // for a NaN x hold garbage); elsewhere y >= 0 >= x.
+    return ei::pmax(x, y);
+  }
+}
+
+/// What exp_shifted_in_packets' shift is: the largest element of the row (every argument is
+/// then at most 0: exp_at_most_zero), or any value (the backward's log-sum-exps, which come from
+/// the caller: Eigen's pexp, for every argument).
+enum class Shift { RowMax, Any };
+
 /// row[t] = exp(row[t] - shift) for t in [e0, e1), and exactly 0 where row[t] is -inf, in whole
 /// packets: row, e0 and e1 must lie on 64-byte boundaries (tiled.hpp's exp_in_packets). Returns
 /// the sum of the new row[e0, e1), added packet by packet in order, then across the packet.
-template <typename T>
+template <Shift kShift, typename T>
 T exp_shifted_in_packets(T* row, index_t e0, index_t e1, T shift) {
   constexpr index_t kLanes = 64 / static_cast<index_t>(sizeof(T));
   const T minus_inf = -std::numeric_limits<T>::infinity();
-  // exp(-inf) must be exactly 0 (Eigen's exp clamps its argument, which gives a subnormal): a
-  // key that a mask or an additive bias of -inf hides weighs nothing. Eigen 3.4's select() is not
-  // vectorised, so the packets are written out: exp, then zero the lanes that held -inf.
+  // exp(-inf) must be exactly 0 (Eigen's exp clamps its argument, which gives a subnormal; and a
+  // shift of +inf or NaN would give NaN): a key that a mask or an additive bias of -inf hides
+  // weighs nothing. Eigen 3.4's select() is not vectorised, so the packets are written out: exp,
+  // then zero the lanes that held -inf.
   namespace ei = Eigen::internal;
   using Packet = typename ei::packet_traits<T>::type;
   if constexpr (ei::packet_traits<T>::Vectorizable && ei::packet_traits<T>::HasExp) {
@@ -76,7 +202,9 @@ T exp_shifted_in_packets(T* row, index_t e0, index_t e1, T shift) {
     Packet sum = ei::pset1<Packet>(T(0));
     for (index_t t = e0; t < e1; t += kSize) {
       const Packet x = ei::pload<Packet>(row + t);
-      const Packet e = ei::pandnot(ei::pexp(ei::psub(x, vshift)), ei::pcmp_eq(x, vminus_inf));
+      const Packet y = ei::psub(x, vshift);
+      const Packet e = ei::pandnot(kShift == Shift::RowMax ? exp_at_most_zero(y) : ei::pexp(y),
+                                   ei::pcmp_eq(x, vminus_inf));
       ei::pstore(row + t, e);
       sum = ei::padd(sum, e);
     }

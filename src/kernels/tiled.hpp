@@ -37,7 +37,7 @@
 // problem, the tile policy and the instruction set only, never on the thread count or on which
 // rows share a task. The per-thread scratch is taken once and kept, so a call allocates nothing
 // once it has grown. What this file takes from Eigen's internals (packet math, packet exp) is
-// in eigen_internal.hpp and micro_kernel.hpp.
+// in eigen_internal.hpp and micro_kernel.hpp; the softmax's exp is our own (exp_at_most_zero).
 #pragma once
 
 #include <algorithm>
@@ -287,14 +287,15 @@ void apply_extras(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& 
 /// the unaligned head and tail of every row, which costs as much as the rest when a window
 /// makes every row start elsewhere; and each element's rounding would depend on where its row
 /// segment starts. Returns the sum of row[a, b) (taken in the same pass, in packets).
-template <typename T>
+template <Shift kShift, typename T>
 T exp_in_packets(T* row, index_t a, index_t b, T shift) {
   constexpr index_t kLanes = 64 / static_cast<index_t>(sizeof(T));
   const index_t e0 = a / kLanes * kLanes, e1 = (b + kLanes - 1) / kLanes * kLanes;
   const T minus_inf = -std::numeric_limits<T>::infinity();
   std::fill(row + e0, row + a, minus_inf);
   std::fill(row + b, row + e1, minus_inf);
-  return exp_shifted_in_packets(row, e0, e1, shift);  // exp(-inf) gives exactly 0 (eigen_internal.hpp)
+  // exp(-inf) gives exactly 0 (eigen_internal.hpp).
+  return exp_shifted_in_packets<kShift>(row, e0, e1, shift);
 }
 
 /// After the division by the row sum: keys the boolean mask hides weigh exactly 0 even when the
@@ -651,7 +652,8 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
           }
           // 0 on the row's first visible tile; exactly 1 (exp(0)) while the maximum stays
           const T rescale = mr == new_max ? T(1) : std::exp(mr - new_max);
-          const T sum = exp_in_packets(row_data, span.a, span.b, new_max);  // masked keys (-inf): exactly 0
+          // Masked keys (-inf): exactly 0.
+          const T sum = exp_in_packets<Shift::RowMax>(row_data, span.a, span.b, new_max);
           l[s0 + r] = rescale * l[s0 + r] + sum;
           if (rescale != T(1))
             Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(acc + (s0 + r) * ldo, ldo) *= rescale;
@@ -742,7 +744,7 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
       if (max == minus_inf) {
         row.setZero();
       } else {
-        const T sum = exp_in_packets(s + r * lds, off + span.a, off + span.b, max);
+        const T sum = exp_in_packets<Shift::RowMax>(s + r * lds, off + span.a, off + span.b, max);
         row /= sum;
         // After the division, so that a NaN sum (a NaN logit this row sees) leaves the keys the
         // mask hides at exactly 0.

@@ -97,7 +97,7 @@ void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, co
         (T(1) - (seg.array() / p.softcap).square()).matrix();
   }
   apply_additive(p, i, j0 + span.a, seg);
-  exp_in_packets(s, span.a, span.b, lse);  // hidden keys (-inf) give exactly 0
+  exp_in_packets<Shift::Any>(s, span.a, span.b, lse);  // hidden keys (-inf) give exactly 0
 }
 
 /// Rows [first, first + n) of m in the compute type, as rows of `width` >= m.cols elements
