@@ -163,7 +163,8 @@ Packet exp_at_most_zero(const Packet& x) {
   const Packet m = ei::psub(t, shifter);
   Packet r = ei::pmadd(m, ln2_hi, xc);
   r = ei::pmadd(m, ln2_lo, r);
-  // sum_k r^k / k! by Horner, from the highest coefficient down.
+  // sum_k r^k / k! by Horner, from the highest coefficient down. (Estrin's scheme, a shorter
+  // chain of multiply-adds, measured no faster in the softmax's loop, and 1.15 ulp, not 0.91.)
   constexpr int kDegree = kFloat ? 7 : 13;
   Packet y = ei::pset1<Packet>(T(inverse_factorial(kDegree)));
   for (int k = kDegree - 1; k >= 0; --k) y = ei::pmadd(y, r, ei::pset1<Packet>(T(inverse_factorial(k))));
