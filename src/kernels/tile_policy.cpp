@@ -18,7 +18,7 @@ CacheSizes cache_sizes() {
 ForwardTiles forward_tiles(const CacheSizes& c, index_t dk, index_t dv, index_t strip_rows, index_t panel,
                            index_t element) {
   const index_t by_l2 = c.l2 / 2 / std::max<index_t>((dk + dv) * element, 1);
-  const index_t by_l1 = c.l1 / 4 / std::max<index_t>(strip_rows * element, 1);
+  const index_t by_l1 = c.l1 / 2 / std::max<index_t>(strip_rows * element, 1);
   const index_t keys = std::min<index_t>({by_l2, by_l1, kMaxKeyTile}) / panel * panel;
   return {std::max(keys, panel)};
 }
