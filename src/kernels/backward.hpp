@@ -7,7 +7,8 @@
 // run in a fixed order. Within a problem, query tiles go in order, and each step of a query tile
 // (BackwardKernel in abi.hpp) takes its key tiles in any order or on any thread: each key tile
 // writes its own columns of the weights, its own partial sums, its own dK and dV rows and its
-// own share of dQ, and the partial sums and the shares are added in key order afterwards. So
+// own share of dQ, and the partial sums are added in key order afterwards, the shares in key
+// order as they come (a share that comes early waits in its slot for the ones before it). So
 // the work is split one of two ways with the same bits:
 //   - whole units per thread, when there are enough of them;
 //   - otherwise units one after another, the key tiles of each step spread over the threads.
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "kernels/kernels.hpp"
@@ -25,7 +27,7 @@ namespace internal {
 /// The calling thread's workspace `which` of at least n elements, grown on demand and kept.
 template <typename T>
 T* backward_workspace(int which, index_t n) {
-  thread_local std::vector<T> buffers[5];
+  thread_local std::vector<T> buffers[6];
   std::vector<T>& b = buffers[which];
   if (static_cast<index_t>(b.size()) < n) b.resize(static_cast<std::size_t>(n));
   return b.data();
@@ -60,6 +62,8 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
   T* const partials = backward_workspace<T>(2, key_tiles * 2 * R);
   T* const terms = backward_workspace<T>(3, 2 * R);
   T* const slots = backward_workspace<T>(4, key_tiles * R * dk);
+  unsigned char* const parked = backward_workspace<unsigned char>(0, key_tiles);
+  std::mutex order;  // guards `next`, `parked` and the query tile's dQ rows
   const index_t tiles = (tq + R - 1) / R;
   for (index_t tile = 0; tile < tiles; ++tile) {
     const index_t i0 = tile * R, rows = std::min(R, tq - i0);
@@ -74,28 +78,42 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
                      partials + t * 2 * R);
     });
     kernel.terms(p, tile, partials, count, terms);
+    // The shares of dQ are added to its rows in key order, each element getting them one after
+    // the other (0 + s_0 + s_1 + ...), as they come: a task whose share is next adds it, and then
+    // those that came early and were parked in their slots. One thread adds every share as soon
+    // as it is made (from its own cache); threads park few.
+    const RawMatrix<T>& dq = p.grad.dq;
+    const auto add = [&](const T* share) {
+      for (index_t r = 0; r < rows; ++r) {
+        T* row = dq.data + (i0 + r) * dq.row_stride;
+        if (dq.col_stride == 1) {
+          Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(row, dk) +=
+              Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(share + r * dk, dk);
+        } else {
+          for (index_t c = 0; c < dk; ++c) row[c * dq.col_stride] += share[r * dk + c];
+        }
+      }
+    };
+    index_t next = 0;
+    std::fill_n(parked, count, static_cast<unsigned char>(0));
     for_tasks(count, threads, [&](index_t t) {
       const index_t j0 = (first + t) * C;
       const index_t at = (first + t) * block;
-      if (p.sees(i0, rows, j0, keys(t)))
+      const bool sees = p.sees(i0, rows, j0, keys(t));
+      T* const share = backward_workspace<T>(5, R * dk);  // the running thread's
+      if (sees)
         kernel.pair(p, tile, j0, keys(t), weights + at, cap != nullptr ? cap + at : nullptr, ldw, terms,
-                    slots + t * R * dk);
-    });
-    // The shares of dQ, in key order (row by row: each element gets them in the same order).
-    const RawMatrix<T>& dq = p.grad.dq;
-    for (index_t r = 0; r < rows; ++r) {
-      T* row = dq.data + (i0 + r) * dq.row_stride;
-      for (index_t t = 0; t < count; ++t) {
-        if (!p.sees(i0, rows, (first + t) * C, keys(t))) continue;
-        const T* share = slots + (t * R + r) * dk;
-        if (dq.col_stride == 1) {
-          Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(row, dk) +=
-              Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(share, dk);
-        } else {
-          for (index_t c = 0; c < dk; ++c) row[c * dq.col_stride] += share[c];
-        }
+                    share);
+      const std::lock_guard<std::mutex> lock(order);
+      if (t != next) {  // an earlier key tile's share is still to come: park this one
+        if (sees) std::copy(share, share + rows * dk, slots + t * R * dk);
+        parked[t] = sees ? 2 : 1;
+        return;
       }
-    }
+      if (sees) add(share);
+      for (++next; next < count && parked[next] != 0; ++next)
+        if (parked[next] == 2) add(slots + next * R * dk);
+    });
   }
 }
 
