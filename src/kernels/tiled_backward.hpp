@@ -130,6 +130,34 @@ const T* padded_rows(const RawMatrix<const S>& m, index_t first, index_t n, inde
   return scratch;
 }
 
+/// The rows [first, first + n) of a gradient m (the compute type) as rows of `width` >= m.cols
+/// elements `ld` apart, for the micro-kernel to add into: in place when m's rows already are such
+/// rows (unit column stride, m.cols == width), else copied into `scratch` (n x width, the columns
+/// past m.cols 0), which store_rows() writes back.
+template <typename T>
+T* gradient_rows(const RawMatrix<T>& m, index_t first, index_t n, index_t width, T* scratch, index_t& ld) {
+  if (m.cols > 0 && m.cols == width && m.col_stride == 1 && m.row_stride >= m.cols) {
+    ld = m.row_stride;
+    return m.data + first * m.row_stride;
+  }
+  ld = std::max<index_t>(width, 1);
+  for (index_t i = 0; i < n; ++i) {
+    T* dst = scratch + i * ld;
+    for (index_t c = 0; c < m.cols; ++c) dst[c] = m.data[(first + i) * m.row_stride + c * m.col_stride];
+    std::fill(dst + m.cols, dst + width, T(0));
+  }
+  return scratch;
+}
+
+/// Writes rows that gradient_rows() copied back into m (nothing when they were m's own).
+template <typename T>
+void store_rows(const RawMatrix<T>& m, index_t first, index_t n, const T* rows, index_t ld) {
+  if (n == 0 || m.cols == 0 || rows == m.data + first * m.row_stride) return;
+  for (index_t i = 0; i < n; ++i)
+    for (index_t c = 0; c < m.cols; ++c)
+      m.data[(first + i) * m.row_stride + c * m.col_stride] = rows[i * ld + c];
+}
+
 /// The K panels (values false; depth d_k) or V panels (true; depth d_v) of the key tile
 /// [j0, j0 + cols), a tile of the grid of multiples of kBackwardCols, as pack_panels lays them
 /// out: packed once per call and thread into the thread's PackCache (tiled.hpp) when the call has
@@ -276,12 +304,13 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   using ConstRows = Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
   const ConstRows Q(q, rows, dk, Eigen::OuterStride<>(ldq)), dO(d_out, rows, dv, Eigen::OuterStride<>(ldo)),
       K(k, cols, dk, Eigen::OuterStride<>(ldk));
-  // The key tile's gradients so far (earlier query tiles and heads added theirs).
-  Rows dK(dk_buf, cols, dk, Eigen::OuterStride<>(std::max<index_t>(dkp, 1))),
-      dV(dv_buf, cols, dv, Eigen::OuterStride<>(std::max<index_t>(dvp, 1))),
+  // The key tile's gradients so far (earlier query tiles and heads added theirs), added into in
+  // place where their rows allow it.
+  index_t lddk = 0, lddv = 0;
+  T* const dk_rows = gradient_rows(p.grad.dk, j0, cols, dkp, dk_buf, lddk);
+  T* const dv_rows = gradient_rows(p.grad.dv, j0, cols, dvp, dv_buf, lddv);
+  Rows dK(dk_rows, cols, dk, Eigen::OuterStride<>(lddk)), dV(dv_rows, cols, dv, Eigen::OuterStride<>(lddv)),
       dQ(dq_buf, rows, dk, Eigen::OuterStride<>(std::max<index_t>(dkp, 1)));
-  dK = map_of(p.grad.dk).middleRows(j0, cols);
-  dV = map_of(p.grad.dv).middleRows(j0, cols);
   TileMap<T> P(w, rows, cols, Eigen::OuterStride<>(ldw)), dZ(ds_buf, rows, cols, Eigen::OuterStride<>(lds));
   for (index_t r0 = 0; r0 < rows; r0 += MR)
     logits_strip(std::min(MR, rows - r0), cols, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds, lds,
@@ -321,11 +350,11 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   if (!hides || (finite(K) && finite(Q) && finite(dO))) {
     // dO, then Q, stays in L1 for all the strips of keys.
     for (index_t t0 = 0; t0 < cols; t0 += MR)
-      product_strip<true>(std::min(MR, cols - t0), dvp, rows, w + t0, ldw, d_out, ldo, dv_buf + t0 * dvp,
-                          dvp);
+      product_strip<true>(std::min(MR, cols - t0), dvp, rows, w + t0, ldw, d_out, ldo, dv_rows + t0 * lddv,
+                          lddv);
     for (index_t t0 = 0; t0 < cols; t0 += MR)
-      product_strip<true>(std::min(MR, cols - t0), dkp, rows, ds_buf + t0, lds, q, ldq, dk_buf + t0 * dkp,
-                          dkp);
+      product_strip<true>(std::min(MR, cols - t0), dkp, rows, ds_buf + t0, lds, q, ldq, dk_rows + t0 * lddk,
+                          lddk);
     for (index_t r0 = 0; r0 < rows; r0 += MR)
       product_strip(std::min(MR, rows - r0), dkp, cols, ds_buf + r0 * lds, lds, k, ldk, dq_buf + r0 * dkp,
                     dkp);
@@ -337,8 +366,8 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
     });
   }
   Eigen::Map<RowMat<T>>(dq_tile, rows, dk) = dQ;
-  map_of(p.grad.dk).middleRows(j0, cols) = dK;
-  map_of(p.grad.dv).middleRows(j0, cols) = dV;
+  store_rows(p.grad.dk, j0, cols, dk_rows, lddk);
+  store_rows(p.grad.dv, j0, cols, dv_rows, lddv);
 }
 
 }  // namespace
