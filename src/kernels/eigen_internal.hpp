@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The only file that uses Eigen's internals (Eigen::internal, which Eigen does not promise to
 // keep): its GEMM with blocking and packing buffers we own (for decode's query-head groups), and
-// its packet math (with, for the softmax's exp, the few x86 intrinsics that Eigen 3.4 has no packet
-// operation for: vscalef and 64-bit integer shifts and adds). A future Eigen that renames them
-// breaks this file only. Included by tiled.hpp,
-// in each kernel translation unit under that unit's private name for Eigen; everything here is in
-// an anonymous namespace for the same reason as there. Internal.
+// its packet math, with the few x86 intrinsics that the softmax's exp needs and Eigen 3.4 has no
+// packet operation for (vscalef, 64-bit integer shifts and adds). A future Eigen that renames
+// them breaks this file only. Included by tiled.hpp, in each kernel translation unit under that
+// unit's private name for Eigen; everything here is in an anonymous namespace for the same
+// reason as there. Internal.
 #pragma once
 
 #include <algorithm>
@@ -95,33 +95,27 @@ Packet scale_by_power_of_two(const Packet& p, const Packet& t, const Packet& m) 
   using T = typename ei::unpacket_traits<Packet>::type;
   (void)t;
   (void)m;
-  if constexpr (false) {
-  }
 #if defined(EIGEN_VECTORIZE_AVX512)
-  else if constexpr (kPacketOf<Packet, float, 16>) {
-    return _mm512_scalef_ps(p, m);
-  } else if constexpr (kPacketOf<Packet, double, 8>) {
-    return _mm512_scalef_pd(p, m);
-  }
+  if constexpr (kPacketOf<Packet, float, 16>) return _mm512_scalef_ps(p, m);
+  if constexpr (kPacketOf<Packet, double, 8>) return _mm512_scalef_pd(p, m);
 #endif
-  else if constexpr (std::is_same_v<T, float>) {
-    using PacketI = typename ei::unpacket_traits<Packet>::integer_packet;
-    const PacketI e = ei::plogical_shift_left<23>(ei::preinterpret<PacketI>(t));
-    return ei::preinterpret<Packet>(ei::padd(ei::preinterpret<PacketI>(p), e));
-  }
 #if defined(EIGEN_VECTORIZE_AVX2)
-  else if constexpr (kPacketOf<Packet, double, 4>) {
+  if constexpr (kPacketOf<Packet, double, 4>) {
     const __m256i e = _mm256_slli_epi64(_mm256_castpd_si256(t), 52);
     return _mm256_castsi256_pd(_mm256_add_epi64(_mm256_castpd_si256(p), e));
   }
 #endif
 #if defined(EIGEN_VECTORIZE_SSE2)
-  else if constexpr (kPacketOf<Packet, double, 2>) {
+  if constexpr (kPacketOf<Packet, double, 2>) {
     const __m128i e = _mm_slli_epi64(_mm_castpd_si128(t), 52);
     return _mm_castsi128_pd(_mm_add_epi64(_mm_castpd_si128(p), e));
   }
 #endif
-  else {
+  if constexpr (std::is_same_v<T, float>) {
+    using PacketI = typename ei::unpacket_traits<Packet>::integer_packet;
+    const PacketI e = ei::plogical_shift_left<23>(ei::preinterpret<PacketI>(t));
+    return ei::preinterpret<Packet>(ei::padd(ei::preinterpret<PacketI>(p), e));
+  } else {
     return ei::pldexp(p, m);
   }
 }
