@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
+#include "kernels/tile_policy.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -27,7 +28,7 @@ namespace internal {
 /// The calling thread's workspace `which` of at least n elements, grown on demand and kept.
 template <typename T>
 T* backward_workspace(int which, index_t n) {
-  thread_local std::vector<T> buffers[6];
+  thread_local std::vector<T> buffers[9];
   std::vector<T>& b = buffers[which];
   if (static_cast<index_t>(b.size()) < n) b.resize(static_cast<std::size_t>(n));
   return b.data();
@@ -48,17 +49,31 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
   if (tq == 0 || tk == 0) return;
   // A query tile's weights: R rows of all T_k keys, held key tile by key tile (R x C each, so that
   // a step reads a compact block rather than rows T_k apart, a page each at long T_k), each row
-  // starting on a 64-byte line, rows odd_lines() apart.
+  // starting on a 64-byte line, rows odd_lines() apart; while they take at most
+  // kMaxHeldWeightsBytes (tile_policy.hpp). Beyond it, step 1 writes each key tile's weights into
+  // one block of the running thread and step 3 computes them again there before the pair: the
+  // same function of the same inputs, so the same bits, for one more product per pair and O(1)
+  // memory, not O(T_k).
   constexpr index_t kLine = 64 / static_cast<index_t>(sizeof(T));
   const index_t ldw = odd_lines<T>(C), key_tiles = (tk + C - 1) / C;
   const index_t block = R * ldw;  // one key tile's weights
-  T* const w = backward_workspace<T>(0, key_tiles * block + kLine);
-  T* const weights = w + (kLine - reinterpret_cast<std::uintptr_t>(w) / sizeof(T) % kLine) % kLine;
-  T* cap = nullptr;
-  if (p.softcap > 0) {
-    T* const c = backward_workspace<T>(1, key_tiles * block + kLine);
-    cap = c + (kLine - reinterpret_cast<std::uintptr_t>(c) / sizeof(T) % kLine) % kLine;
-  }
+  const bool hold =
+      static_cast<double>(key_tiles * block) * sizeof(T) <= static_cast<double>(kMaxHeldWeightsBytes);
+  const auto aligned = [&](T* b) {
+    return b + (kLine - reinterpret_cast<std::uintptr_t>(b) / sizeof(T) % kLine) % kLine;
+  };
+  T* const weights = hold ? aligned(backward_workspace<T>(0, key_tiles * block + kLine)) : nullptr;
+  T* const cap =
+      hold && p.softcap > 0 ? aligned(backward_workspace<T>(1, key_tiles * block + kLine)) : nullptr;
+  // Key tile kt's block of weights (and of the soft-cap's derivative): its own, or the running
+  // thread's one block.
+  const auto weights_of = [&](index_t kt) {
+    return hold ? weights + kt * block : aligned(backward_workspace<T>(6, block + kLine));
+  };
+  const auto cap_of = [&](index_t kt) -> T* {
+    if (p.softcap <= 0) return nullptr;
+    return hold ? cap + kt * block : aligned(backward_workspace<T>(7, block + kLine));
+  };
   T* const partials = backward_workspace<T>(2, key_tiles * 2 * R);
   T* const terms = backward_workspace<T>(3, 2 * R);
   T* const slots = backward_workspace<T>(4, key_tiles * R * dk);
@@ -72,10 +87,8 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
     const index_t first = begin / C, count = (end + C - 1) / C - first;
     const auto keys = [&](index_t t) { return std::min(C, tk - (first + t) * C); };
     for_tasks(count, threads, [&](index_t t) {
-      const index_t j0 = (first + t) * C;
-      const index_t at = (first + t) * block;
-      kernel.weights(p, tile, j0, keys(t), weights + at, cap != nullptr ? cap + at : nullptr, ldw,
-                     partials + t * 2 * R);
+      const index_t kt = first + t;
+      kernel.weights(p, tile, kt * C, keys(t), weights_of(kt), cap_of(kt), ldw, partials + t * 2 * R);
     });
     kernel.terms(p, tile, partials, count, terms);
     // The shares of dQ are added to its rows in key order, each element getting them one after
@@ -97,13 +110,15 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
     index_t next = 0;
     std::fill_n(parked, count, static_cast<unsigned char>(0));
     for_tasks(count, threads, [&](index_t t) {
-      const index_t j0 = (first + t) * C;
-      const index_t at = (first + t) * block;
+      const index_t kt = first + t, j0 = kt * C;
       const bool sees = p.sees(i0, rows, j0, keys(t));
       T* const share = backward_workspace<T>(5, R * dk);  // the running thread's
-      if (sees)
-        kernel.pair(p, tile, j0, keys(t), weights + at, cap != nullptr ? cap + at : nullptr, ldw, terms,
-                    share);
+      if (sees) {
+        T* const w = weights_of(kt);
+        T* const c = cap_of(kt);
+        if (!hold) kernel.weights(p, tile, j0, keys(t), w, c, ldw, backward_workspace<T>(8, 2 * R));
+        kernel.pair(p, tile, j0, keys(t), w, c, ldw, terms, share);
+      }
       const std::lock_guard<std::mutex> lock(order);
       if (t != next) {  // an earlier key tile's share is still to come: park this one
         if (sees) std::copy(share, share + rows * dk, slots + t * R * dk);
