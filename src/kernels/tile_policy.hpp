@@ -32,10 +32,10 @@ constexpr index_t kMaxKeyTile = 1024;
 
 /// The most bytes of one query tile's weights that the backward holds from its first step to its
 /// third (backward.hpp: kBackwardRows rows of T_k keys, 544 bytes a key in float, 1056 in double,
-/// so up to T_k of about 123000 in float, 63000 in double); beyond, each key tile's weights are computed
-/// again for the third step, in one block per thread. A bound on the workspace, not a cache size: on a 2-core
-/// EPYC (32 MiB L3), weights of 36 MB held at T = 65536, d = 64 ran 7 % faster (150.8 against
-/// 140.4 GFLOP/s) than computed again, though they no longer fit L3.
+/// so up to T_k of about 123000 in float, 63000 in double); beyond, each key tile's weights are
+/// computed again for the third step, in one block per thread. A bound on the workspace, not a
+/// cache size: on a 2-core EPYC (32 MiB L3), weights of 36 MB held at T = 65536, d = 64 ran 7 %
+/// faster (150.8 against 140.4 GFLOP/s) than computed again, though they no longer fit L3.
 constexpr index_t kMaxHeldWeightsBytes = index_t(64) << 20;
 
 /// The fused forward's tiles for one call.

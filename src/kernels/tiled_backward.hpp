@@ -102,11 +102,15 @@ void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, co
 
 /// Rows [first, first + n) of m in the compute type, as rows of `width` >= m.cols elements
 /// whose columns past m.cols are 0, `ld` elements apart: in place when m's rows already are
-/// such rows, else copied (widened, for 16-bit types) into `scratch` (n x width).
+/// such rows, else copied (widened, for 16-bit types) into `scratch` (n x width). An input (S
+/// const) is read through the result; a gradient (S the compute type) is added into through it,
+/// and store_rows() writes rows that were copied back.
 template <typename S, typename T>
-const T* padded_rows(const RawMatrix<const S>& m, index_t first, index_t n, index_t width, T* scratch,
-                     index_t& ld) {
-  if constexpr (std::is_same_v<S, T>) {
+std::conditional_t<std::is_const_v<S>, const T*, T*> padded_rows(const RawMatrix<S>& m, index_t first,
+                                                                 index_t n, index_t width, T* scratch,
+                                                                 index_t& ld) {
+  using E = std::remove_const_t<S>;
+  if constexpr (std::is_same_v<E, T>) {
     if (m.cols > 0 && m.cols == width && m.col_stride == 1 && m.row_stride >= m.cols) {
       ld = m.row_stride;
       return m.data + first * m.row_stride;
@@ -117,8 +121,8 @@ const T* padded_rows(const RawMatrix<const S>& m, index_t first, index_t n, inde
   for (index_t i = 0; i < n; ++i) {
     T* dst = scratch + i * width;
     if (m.cols > 0) {
-      const S* src = m.data + (first + i) * m.row_stride;
-      if constexpr (std::is_same_v<S, T>) {
+      const E* src = m.data + (first + i) * m.row_stride;
+      if constexpr (std::is_same_v<E, T>) {
         for (index_t c = 0; c < m.cols; ++c) dst[c] = src[c * m.col_stride];
       } else {
         widen(src, m.col_stride, m.cols, dst);
@@ -130,26 +134,8 @@ const T* padded_rows(const RawMatrix<const S>& m, index_t first, index_t n, inde
   return scratch;
 }
 
-/// The rows [first, first + n) of a gradient m (the compute type) as rows of `width` >= m.cols
-/// elements `ld` apart, for the micro-kernel to add into: in place when m's rows already are such
-/// rows (unit column stride, m.cols == width), else copied into `scratch` (n x width, the columns
-/// past m.cols 0), which store_rows() writes back.
-template <typename T>
-T* gradient_rows(const RawMatrix<T>& m, index_t first, index_t n, index_t width, T* scratch, index_t& ld) {
-  if (m.cols > 0 && m.cols == width && m.col_stride == 1 && m.row_stride >= m.cols) {
-    ld = m.row_stride;
-    return m.data + first * m.row_stride;
-  }
-  ld = std::max<index_t>(width, 1);
-  for (index_t i = 0; i < n; ++i) {
-    T* dst = scratch + i * ld;
-    for (index_t c = 0; c < m.cols; ++c) dst[c] = m.data[(first + i) * m.row_stride + c * m.col_stride];
-    std::fill(dst + m.cols, dst + width, T(0));
-  }
-  return scratch;
-}
-
-/// Writes rows that gradient_rows() copied back into m (nothing when they were m's own).
+/// Writes the rows of a gradient m that padded_rows() copied back into m (nothing when they were
+/// m's own).
 template <typename T>
 void store_rows(const RawMatrix<T>& m, index_t first, index_t n, const T* rows, index_t ld) {
   if (n == 0 || m.cols == 0 || rows == m.data + first * m.row_stride) return;
@@ -307,8 +293,8 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   // The key tile's gradients so far (earlier query tiles and heads added theirs), added into in
   // place where their rows allow it.
   index_t lddk = 0, lddv = 0;
-  T* const dk_rows = gradient_rows(p.grad.dk, j0, cols, dkp, dk_buf, lddk);
-  T* const dv_rows = gradient_rows(p.grad.dv, j0, cols, dvp, dv_buf, lddv);
+  T* const dk_rows = padded_rows(p.grad.dk, j0, cols, dkp, dk_buf, lddk);
+  T* const dv_rows = padded_rows(p.grad.dv, j0, cols, dvp, dv_buf, lddv);
   Rows dK(dk_rows, cols, dk, Eigen::OuterStride<>(lddk)), dV(dv_rows, cols, dv, Eigen::OuterStride<>(lddv)),
       dQ(dq_buf, rows, dk, Eigen::OuterStride<>(std::max<index_t>(dkp, 1)));
   TileMap<T> P(w, rows, cols, Eigen::OuterStride<>(ldw)), dZ(ds_buf, rows, cols, Eigen::OuterStride<>(lds));
