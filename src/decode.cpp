@@ -55,6 +55,7 @@ RawProblem<T> sequence_shape(const Problem<T>& p, index_t b) {
   s.offset = tk - tq;
   s.window_left = p.window_left;
   s.window_right = p.window_right;
+  s.chunk = p.chunk;
   s.softcap = p.softcap;
   s.has_alibi = p.paged->alibi_slopes != nullptr;
   s.alibi_slope = 0;

@@ -47,6 +47,7 @@ struct Problem {
   bool fixed_offset = false;  // Options::diagonal_offset was set: offset is used as given
   index_t offset = 0;
   index_t window_left = -1, window_right = -1;
+  index_t chunk = 0, chunk_origin = 0;  // Options::chunk_size and chunk_origin
   Compute softcap = 0;
   Kernel kernel = Kernel::Auto;  // resolved: never Auto once validated
   // Packed variable-length batch (attention_varlen_into): sequence b owns query rows
@@ -132,6 +133,7 @@ struct Problem {
                     want_out,
                     want_lse,
                     {}};
+    p.chunk = chunk, p.chunk_origin = chunk_origin;
     if (packed_scores != nullptr) {
       p.scores = tq * tk == 0 ? raw_matrix<T>(packed_scores, tq, tk, 0, 0)
                               : raw_matrix<T>(packed_scores + score_offsets[b] + h * tq * tk, tq, tk, tk, 1);

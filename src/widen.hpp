@@ -97,6 +97,7 @@ Problem<float> widened(const Problem<T>& p, std::vector<WideArray>& keep) {
   f.scale = p.scale, f.causal = p.causal, f.bottom_right = p.bottom_right;
   f.fixed_offset = p.fixed_offset, f.offset = p.offset;
   f.window_left = p.window_left, f.window_right = p.window_right, f.softcap = p.softcap;
+  f.chunk = p.chunk, f.chunk_origin = p.chunk_origin;
   f.kernel = p.kernel;
   f.cu_q = p.cu_q, f.cu_k = p.cu_k, f.sequences = p.sequences;
   return f;

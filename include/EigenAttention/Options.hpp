@@ -66,6 +66,18 @@ struct Options {
   /// diagonal key i + offset; 0 allows none. Default: -1 (unbounded). With `causal` no key after
   /// the diagonal is seen anyway, so any value >= 0 or -1 gives the same mask.
   std::ptrdiff_t window_right = -1;
+  /// Chunked-local attention (Llama 4's attention_chunk): with n > 0, keys are cut into chunks of
+  /// n positions and a query sees only the keys of the chunk that holds its diagonal key
+  /// i + offset (the position the window and the causal frontier measure from): key j when
+  /// floor((j + chunk_origin) / n) == floor((i + offset + chunk_origin) / n). Combines with
+  /// `causal` (Llama 4's layers), the window and every mask; tiles outside a query's chunk are
+  /// not computed. 0 (the default) turns it off; must be between 0 and 2^60.
+  std::ptrdiff_t chunk_size = 0;
+  /// Where the chunks start: key row 0 is at position chunk_origin of the chunk grid (default 0:
+  /// chunks start at key 0). Like diagonal_offset, for a block of a longer sequence whose first
+  /// key is at global position chunk_origin (the distributed calls set it; decoding takes its
+  /// positions from the cache and rejects a nonzero value). |chunk_origin| at most 2^60.
+  std::ptrdiff_t chunk_origin = 0;
   /// Logit soft-capping: each scaled logit s becomes softcap * tanh(s / softcap) before biases
   /// and masks. 0 (the default) turns it off; otherwise it must be finite and > 0, also once
   /// converted to the scalar type.

@@ -74,6 +74,15 @@ ResolvedOptions<C> check_options(const char* api, const Options& opt, const Arra
   }
   r.window_left = opt.window_left;
   r.window_right = opt.window_right;
+  {
+    constexpr index_t limit = index_t(1) << 60;
+    if (opt.chunk_size < 0 || opt.chunk_size > limit)
+      fail(api, "chunk_size must be between 0 (off) and 2^60, got " + std::to_string(opt.chunk_size));
+    if (opt.chunk_origin > limit || opt.chunk_origin < -limit)
+      fail(api, "chunk_origin must be within +-2^60, got " + std::to_string(opt.chunk_origin));
+  }
+  r.chunk = opt.chunk_size;
+  r.chunk_origin = opt.chunk_origin;
   r.kernel = resolve_kernel(api, opt.kernel);
   return r;
 }

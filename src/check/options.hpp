@@ -23,6 +23,7 @@ struct ResolvedOptions {
   bool fixed_offset = false;  // Options::diagonal_offset was set: offset is used as given
   index_t offset = 0;
   index_t window_left = -1, window_right = -1;
+  index_t chunk = 0, chunk_origin = 0;
   Kernel kernel = Kernel::Auto;
 };
 

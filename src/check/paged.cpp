@@ -127,6 +127,12 @@ ResolvedOptions<ComputeScalar<T>> check_paged_options(const Call<T>& c, const Op
          "Options::diagonal_offset is not used by decoding (the queries' positions come from the "
          "cache); leave it empty");
   }
+  if (opt.chunk_origin != 0) {
+    fail(c.api,
+         "Options::chunk_origin must be 0 for decoding (the chunks are measured from the cache's "
+         "first token); got " +
+             std::to_string(opt.chunk_origin));
+  }
   o.bottom_right = true;  // the new tokens are the last of each sequence's keys
   return o;
 }

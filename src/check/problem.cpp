@@ -168,6 +168,7 @@ Problem<T> assemble(const Call<T>& c, const ResolvedOptions<ComputeScalar<T>>& o
   p.scale = o.scale, p.softcap = o.softcap, p.causal = o.causal, p.bottom_right = o.bottom_right;
   p.fixed_offset = o.fixed_offset, p.offset = o.offset, p.kernel = o.kernel;
   p.window_left = o.window_left, p.window_right = o.window_right;
+  p.chunk = o.chunk, p.chunk_origin = o.chunk_origin;
   p.q = c.in.q, p.k = c.in.k, p.v = c.in.v.value_or(HeadsView<const T>{});
   p.masks = c.masks;
   p.sequences = c.packed ? c.packed->sequences : c.in.q.batch;

@@ -56,6 +56,7 @@ enum Field : int {
   kScale,
   kWindowLeft,
   kWindowRight,
+  kChunkSize,
   kSoftcap,
   kSharding,
   kHasAlibi,
@@ -79,6 +80,7 @@ const char* const kFieldNames[kCommon] = {"call",
                                           "Options::scale",
                                           "Options::window_left",
                                           "Options::window_right",
+                                          "Options::chunk_size",
                                           "Options::softcap",
                                           "Config::sharding",
                                           "presence of ALiBi slopes",
@@ -99,6 +101,10 @@ std::string shard_error(const Call<T>& c, int rank) {
   if (c.opt.diagonal_offset.has_value()) {
     return "EigenAttention::" + who +
            ": Options::diagonal_offset must be empty: the distributed calls set it from the global positions";
+  }
+  if (c.opt.chunk_origin != 0) {
+    return "EigenAttention::" + who +
+           ": Options::chunk_origin must be 0: the distributed calls set it from the global positions";
   }
   try {
     if (c.backward) {
@@ -122,6 +128,7 @@ std::array<std::int64_t, kFields> signature(const Call<T>& c, bool has_error) {
   s[kCausal] = c.opt.causal, s[kAlignment] = static_cast<int>(c.opt.alignment);
   s[kHasScale] = c.opt.scale.has_value(), s[kScale] = bits(c.opt.scale.value_or(0.0));
   s[kWindowLeft] = c.opt.window_left, s[kWindowRight] = c.opt.window_right, s[kSoftcap] = bits(c.opt.softcap);
+  s[kChunkSize] = c.opt.chunk_size;
   s[kSharding] = static_cast<int>(c.config.sharding);
   s[kHasAlibi] = c.masks.alibi_slopes != nullptr;
   s[kHasKeyLengths] = c.masks.key_lengths != nullptr;
@@ -204,7 +211,7 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
     for (int f = 0; f < kCommon; ++f) {
       if (at(r, f) == at(0, f)) continue;
       const bool by_value = f == kBatch || f == kHeads || f == kKvHeads || f == kDk || f == kDv ||
-                            f == kCausal || f == kWindowLeft || f == kWindowRight;
+                            f == kCausal || f == kWindowLeft || f == kWindowRight || f == kChunkSize;
       const bool real = f == kScale || f == kSoftcap;
       std::string what = "every rank must call it with the same " + std::string(kFieldNames[f]) +
                          ", but rank " + std::to_string(r) + "'s differs from rank 0's";
@@ -411,12 +418,13 @@ BlockMask block_mask(const Options& opt, index_t q_tokens, index_t key_length, c
                      const Segment& k) {
   const index_t aligned = opt.alignment == CausalAlignment::BottomRight ? key_length - q_tokens : 0;
   return {aligned + q.global_first - k.global_first,
-          std::clamp<index_t>(key_length - k.global_first, 0, k.count)};
+          std::clamp<index_t>(key_length - k.global_first, 0, k.count), k.global_first};
 }
 
 index_t visible_pairs(const Options& opt, index_t rows, const BlockMask& m) {
-  const EigenAttention::internal::KeyRange keys{m.keys, m.diagonal_offset, opt.causal, opt.window_left,
-                                                opt.window_right};
+  const EigenAttention::internal::KeyRange keys{m.keys,          m.diagonal_offset, opt.causal,
+                                                opt.window_left, opt.window_right,  opt.chunk_size,
+                                                m.chunk_origin};
   index_t pairs = 0;
   for (index_t i = 0; i < rows; ++i) pairs += keys.end_key(i) - keys.first_key(i);
   return pairs;

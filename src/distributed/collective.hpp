@@ -166,6 +166,7 @@ void copy_view(HeadsView<const T> src, HeadsView<T> dst, bool add = false) {
 struct BlockMask {
   index_t diagonal_offset = 0;  // Options::diagonal_offset of the block call
   index_t keys = 0;             // the block's keys before the sequence's key length
+  index_t chunk_origin = 0;     // Options::chunk_origin of the block call: its first key's position
 };
 BlockMask block_mask(const Options& opt, index_t q_tokens, index_t key_length, const Segment& q,
                      const Segment& k);

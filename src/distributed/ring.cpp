@@ -96,6 +96,7 @@ template <typename T>
 Options block_options(const Call<T>& c, const BlockMask& m) {
   Options opt = c.opt;
   opt.diagonal_offset = m.diagonal_offset;
+  opt.chunk_origin = m.chunk_origin;
   return opt;
 }
 

@@ -90,10 +90,13 @@ struct RawProblem {
   // The forward call this problem belongs to (run_problems numbers them), so that a thread may
   // keep what it packed of K and V for the call's next tiles; 0: none, pack every time.
   std::uint64_t call = 0;
+  // Chunked-local attention (Options::chunk_size, chunk_origin): keys per chunk (0: off) and the
+  // chunk grid's position of key 0.
+  index_t chunk = 0, chunk_origin = 0;
 
   /// The keys each query row sees (key_range.hpp, the one definition).
   EIGEN_ATTENTION_SHARED_INLINE KeyRange key_range() const {
-    return {k.rows, offset, causal, window_left, window_right};
+    return {k.rows, offset, causal, window_left, window_right, chunk, chunk_origin};
   }
   /// The first key query i may see.
   EIGEN_ATTENTION_SHARED_INLINE index_t first_key(index_t i) const { return key_range().first_key(i); }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Which keys each query row sees: the causal frontier and the sliding window about the diagonal
-// of row i, key i + offset. The one definition, read by the kernels (RawProblem::first_key and
-// end_key in abi.hpp) and by the MPI component (the visible pairs of a block); header-only.
-// Internal to the library.
+// Which keys each query row sees: the causal frontier, the sliding window about the diagonal
+// of row i, key i + offset, and the chunk that holds it (chunked-local attention). The one definition, read
+// by the kernels (RawProblem::first_key and end_key in abi.hpp) and by the MPI component (the visible pairs
+// of a block); header-only. Internal to the library.
 #pragma once
 
 #include <algorithm>
@@ -38,13 +38,29 @@ struct KeyRange {
   std::ptrdiff_t offset;                     // the diagonal of row i is key i + offset
   bool causal;                               // no key past the diagonal
   std::ptrdiff_t window_left, window_right;  // -1: unbounded
+  std::ptrdiff_t chunk = 0;                  // chunked-local attention: keys per chunk (0: off)
+  std::ptrdiff_t chunk_origin = 0;           // the chunk grid's position of key 0
+
+  /// The first key of the chunk that holds key position c (chunk > 0; may lie outside
+  /// [0, keys)). Validation bounds |c|, chunk and |chunk_origin| by 2^60 + T_q, so nothing
+  /// overflows.
+  EIGEN_ATTENTION_SHARED_INLINE std::ptrdiff_t chunk_start(std::ptrdiff_t c) const {
+    const std::ptrdiff_t x = c + chunk_origin;
+    const std::ptrdiff_t n = x >= 0 ? x / chunk : -((-x - 1) / chunk) - 1;  // floor(x / chunk)
+    return n * chunk - chunk_origin;
+  }
 
   /// The first key query i may see. (Written so that no window size, up to PTRDIFF_MAX, can
   /// overflow: |i + offset| is at most 2^60 + T_q, as validation bounds diagonal_offset.)
   EIGEN_ATTENTION_SHARED_INLINE std::ptrdiff_t first_key(std::ptrdiff_t i) const {
     const std::ptrdiff_t c = i + offset;
-    if (window_left < 0 || window_left >= c) return 0;
-    return c - window_left < keys ? c - window_left : keys;
+    std::ptrdiff_t first = 0;
+    if (window_left >= 0 && window_left < c) first = c - window_left < keys ? c - window_left : keys;
+    if (chunk > 0) {
+      const std::ptrdiff_t s = chunk_start(c);
+      if (s > first) first = s < keys ? s : keys;
+    }
+    return first;
   }
   /// One past the last key query i may see (never below first_key(i)).
   EIGEN_ATTENTION_SHARED_INLINE std::ptrdiff_t end_key(std::ptrdiff_t i) const {
@@ -53,6 +69,10 @@ struct KeyRange {
     if (causal && c + 1 < end) end = c + 1;
     if (window_right >= 0 && window_right < keys - c && c + window_right + 1 < end)
       end = c + window_right + 1;
+    if (chunk > 0) {
+      const std::ptrdiff_t s = chunk_start(c);  // s + chunk > c + chunk_origin - chunk_origin
+      if (s < end && chunk < end - s) end = s + chunk;
+    }
     return clamp_index(end, first_key(i), keys);
   }
 };

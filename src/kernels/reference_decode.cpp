@@ -70,6 +70,7 @@ void reference_decode(const Problem<T>& p) {
         r.offset = tk - tq;
         r.window_left = p.window_left;
         r.window_right = p.window_right;
+        r.chunk = p.chunk;
         r.softcap = p.softcap;
         r.has_alibi = p.paged->alibi_slopes != nullptr;
         r.alibi_slope = r.has_alibi ? p.paged->alibi_slopes[h] : T(0);

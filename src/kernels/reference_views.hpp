@@ -45,26 +45,28 @@ struct WidenedInputs {
 /// masks: the float problem the reference kernels compute, before its outputs are set (none yet).
 template <typename T>
 RawProblem<float> widened_inputs(const RawProblem<T>& p, WidenedInputs& keep) {
-  return {widen_matrix(p.q, keep.q),
-          widen_matrix(p.k, keep.k),
-          widen_matrix(p.v, keep.v),
-          p.scale,
-          p.causal,
-          p.offset,
-          p.window_left,
-          p.window_right,
-          p.softcap,
-          p.has_alibi,
-          p.alibi_slope,
-          widen_matrix(p.bias, keep.bias),
-          p.mask,
-          {nullptr, 0, 0, 0, 0},
-          {nullptr, 0, 0, 0, 0},
-          {nullptr, 0, 0, 0, 0},
-          false,
-          false,
-          false,
-          {}};
+  RawProblem<float> r{widen_matrix(p.q, keep.q),
+                      widen_matrix(p.k, keep.k),
+                      widen_matrix(p.v, keep.v),
+                      p.scale,
+                      p.causal,
+                      p.offset,
+                      p.window_left,
+                      p.window_right,
+                      p.softcap,
+                      p.has_alibi,
+                      p.alibi_slope,
+                      widen_matrix(p.bias, keep.bias),
+                      p.mask,
+                      {nullptr, 0, 0, 0, 0},
+                      {nullptr, 0, 0, 0, 0},
+                      {nullptr, 0, 0, 0, 0},
+                      false,
+                      false,
+                      false,
+                      {}};
+  r.chunk = p.chunk, r.chunk_origin = p.chunk_origin;
+  return r;
 }
 
 }  // namespace internal
