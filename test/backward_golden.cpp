@@ -162,9 +162,9 @@ struct GradientBuffers {
 
 }  // namespace
 
-TEST_CASE("backward golden: the data directory holds all 28 expected cases") {
+TEST_CASE("backward golden: the data directory holds all 32 expected cases") {
   check_golden_dir(backward_data_dir(), expected_backward_files(), ".txt");
-  CHECK(expected_backward_files().size() == 28);
+  CHECK(expected_backward_files().size() == 32);
   CHECK(backward_golden_files().size() == expected_backward_files().size());
 }
 
@@ -173,7 +173,8 @@ TEST_CASE("backward golden: every case parses and PyTorch agrees with the long-d
   // slack rests on: |golden - exact| <= tol_double, element by element.
   const auto files = backward_golden_files();
   REQUIRE(files.size() == expected_backward_files().size());
-  int single = 0, heads = 0, varlen = 0, with_d_scores = 0, with_d_bias = 0, gqa = 0, softcap = 0;
+  int single = 0, heads = 0, varlen = 0, with_d_scores = 0, with_d_bias = 0, gqa = 0, softcap = 0,
+      chunked = 0;
   long dead_rows = 0;
   Worst worst;
   for (const auto& path : files) {
@@ -205,13 +206,15 @@ TEST_CASE("backward golden: every case parses and PyTorch agrees with the long-d
     with_d_bias += g.d_bias.has_value();
     gqa += g.K.n[1] != g.Q.n[1];
     softcap += g.spec.softcap > 0;
+    chunked += g.spec.chunk > 0;
     for (const long double x : f.lse.v) dead_rows += x == -std::numeric_limits<long double>::infinity();
   }
   // The suite covers what it claims.
-  CHECK(single == 14);
-  CHECK(heads == 12);
-  CHECK(varlen == 2);
-  CHECK(with_d_scores == 4);
+  CHECK(single == 15);
+  CHECK(heads == 14);
+  CHECK(varlen == 3);
+  CHECK(chunked == 4);
+  CHECK(with_d_scores == 5);
   CHECK(with_d_bias == 5);
   CHECK(gqa >= 6);
   CHECK(softcap == 4);
@@ -226,7 +229,7 @@ TEST_CASE_TEMPLATE(
   using Row = RowMatrix<T>;
   using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
   auto single = [](const BackwardGolden& g) { return g.mode == BackwardMode::Single; };
-  for_each_case<T>("attention_backward", 14, single, [](const BackwardGolden& g, Worst& worst) {
+  for_each_case<T>("attention_backward", 15, single, [](const BackwardGolden& g, Worst& worst) {
     const GoldenBounds bound = golden_bounds<T>(g);
     // Mixed storage orders, as a caller may hold them.
     const Col Q = matrix_of<Col>(g.Q), V = matrix_of<Col>(g.V), dO = matrix_of<Col>(g.d_out);
@@ -264,7 +267,7 @@ TEST_CASE_TEMPLATE(
     "backward golden: attention_heads_backward_into, both layouts, every kernel, threads 1 and 2", T, float,
     double) {
   auto heads = [](const BackwardGolden& g) { return !g.varlen(); };  // single-head as [1, 1, T, d]
-  for_each_case<T>("attention_heads_backward_into", 26, heads, [](const BackwardGolden& g, Worst& worst) {
+  for_each_case<T>("attention_heads_backward_into", 29, heads, [](const BackwardGolden& g, Worst& worst) {
     const GoldenBounds bound = golden_bounds<T>(g);
     const MasksBuffer<T> masks(g.spec);
     std::optional<Array4> zeroed;
@@ -312,7 +315,7 @@ TEST_CASE_TEMPLATE(
     "backward golden: attention_varlen_backward_into, both layouts, every kernel, threads 1 and 2", T, float,
     double) {
   auto varlen = [](const BackwardGolden& g) { return g.varlen(); };
-  for_each_case<T>("attention_varlen_backward_into", 2, varlen, [](const BackwardGolden& g, Worst& worst) {
+  for_each_case<T>("attention_varlen_backward_into", 3, varlen, [](const BackwardGolden& g, Worst& worst) {
     // Packed arrays: reference_varlen_backward puts each sequence's bounds at its own rows.
     const GoldenBounds bound = golden_bounds<T>(g);
     const Eigen::Index batch = static_cast<Eigen::Index>(g.cu_q.size()) - 1;

@@ -106,6 +106,7 @@ TEST_CASE_TEMPLATE("decode vs reference: options, GQA and MQA", S, float, double
     c.alibi = rng.integer(0, 3) == 0;
     if (rng.integer(0, 3) == 0) c.scale = 0.05 + 0.1 * (rng.uniform() + 1);
     c.magnitude = 0.5 + (rng.uniform() + 1);
+    if (n % 4 == 1) c.chunk = rng.integer(1, 2) == 1 ? rng.integer(1, 8) : rng.integer(16, 400);
     CAPTURE(n);
     CAPTURE(c.describe());
     const auto kernels = kernels_under_test();

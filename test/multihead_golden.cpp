@@ -62,16 +62,16 @@ void for_each_case(bool varlen, int expected, F check) {
 
 }  // namespace
 
-TEST_CASE("multihead golden: the data directory holds all 39 expected cases") {
+TEST_CASE("multihead golden: the data directory holds all 44 expected cases") {
   check_golden_dir(multihead_data_dir(), expected_multihead_files(), ".txt");
-  CHECK(expected_multihead_files().size() == 39);
+  CHECK(expected_multihead_files().size() == 44);
   CHECK(multihead_golden_files().size() == expected_multihead_files().size());
 }
 
 TEST_CASE("multihead golden: every case parses and the long-double reference agrees with PyTorch") {
   const auto files = multihead_golden_files();
   REQUIRE(files.size() == expected_multihead_files().size());
-  int varlen = 0, dead_rows = 0;
+  int varlen = 0, dead_rows = 0, chunked = 0;
   for (const auto& path : files) {
     const std::string file = path.filename().string();
     CAPTURE(file);
@@ -90,16 +90,19 @@ TEST_CASE("multihead golden: every case parses and the long-double reference agr
                        "reference AVG_SCORES");
     }
     for (const long double x : g.lse.v) dead_rows += x == -std::numeric_limits<long double>::infinity();
+    chunked += g.spec.chunk > 0;
   }
-  // The suite covers what it claims: three varlen cases and rows that see no key.
-  CHECK(varlen == 3);
+  // The suite covers what it claims: four varlen cases, five chunked-local ones and rows that see
+  // no key.
+  CHECK(varlen == 4);
+  CHECK(chunked == 5);
   CHECK(dead_rows > 0);
 }
 
 TEST_CASE_TEMPLATE(
     "multihead golden: attention_heads_into and _decomposed, every kernel, both layouts, threads 1 and 2", T,
     float, double) {
-  for_each_case(false, 36, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
+  for_each_case(false, 40, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
     const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], tk = g.K.n[2], dv = g.V.n[3];
     const MasksBuffer<T> masks(g.spec);
     for_each_layout([&](mh::Layout layout) {
@@ -138,7 +141,7 @@ TEST_CASE_TEMPLATE(
 
 TEST_CASE_TEMPLATE("multihead golden: attention_varlen_into, every kernel, both layouts, threads 1 and 2", T,
                    float, double) {
-  for_each_case(true, 3, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
+  for_each_case(true, 4, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
     const Eigen::Index H = g.Q.n[1], tq = g.Q.n[2], dv = g.V.n[3];
     const Eigen::Index batch = static_cast<Eigen::Index>(g.cu_q.size()) - 1;
     const MasksBuffer<T> masks(g.spec);  // ALiBi only

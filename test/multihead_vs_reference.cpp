@@ -61,6 +61,7 @@ TEST_CASE_TEMPLATE("multihead crosscheck: random configurations vs the long-doub
     CAPTURE(c.bottom_right);
     CAPTURE(c.window_left);
     CAPTURE(c.window_right);
+    CAPTURE(c.chunk);
     CAPTURE(c.softcap);
     CAPTURE(c.mask);
     CAPTURE(c.bias);

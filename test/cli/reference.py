@@ -26,10 +26,11 @@ import numpy as np
 
 
 def reference_attention(q, k, v, causal=False, align="top-left", scale=None, softcap=0.0,
-                        window=(-1, -1), mask=None, bias=None, key_lengths=None, alibi=None):
+                        window=(-1, -1), mask=None, bias=None, key_lengths=None, alibi=None, chunk=0):
     """Returns (out [B, H, T_q, d_v], weights [B, H, T_q, T_k], lse [B, H, T_q]), float64.
     q, k, v: 4-D arrays in [batch, heads, tokens, dim] order. mask (bool) and bias (float):
-    4-D [B or 1, H or 1, T_q, T_k]. key_lengths: B integers. alibi: H slopes."""
+    4-D [B or 1, H or 1, T_q, T_k]. key_lengths: B integers. alibi: H slopes. chunk: the
+    chunked-local attention's chunk size (0: off)."""
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
@@ -57,6 +58,8 @@ def reference_attention(q, k, v, causal=False, align="top-left", scale=None, sof
             visible &= j >= pos - left
         if right >= 0:
             visible &= j <= pos + right
+        if chunk > 0:  # the same chunk of positions as the query's diagonal key
+            visible &= (j // chunk) == (pos // chunk)  # numpy's // floors, as the chunks do
         for h in range(H):
             kh = h // group
             s = scale * (q[b, h] @ k[b, kh].T)                         # 1

@@ -70,7 +70,7 @@ class Run:
     """One `eigen-attention run` on random inputs, compared with reference_attention."""
 
     def __init__(self, ctx, tag, layout, dtype, B=2, H=4, Hkv=None, Tq=7, Tk=11, dk=8, dv=None,
-                 causal=False, align=None, scale=None, softcap=None, window=None, mask=None,
+                 causal=False, align=None, scale=None, softcap=None, window=None, chunk=None, mask=None,
                  mask_shape=None, key_lengths=None, kl_dtype="int64", alibi=False,
                  average_heads=False, scores=True, lse=True, threads=None, seed=0, extra=(),
                  npy_version=None, quiet=False, attn=True, heatmap=False):
@@ -132,6 +132,8 @@ class Run:
             args += ["--softcap", repr(softcap)]
         if window is not None:
             args += ["--window", "%d,%d" % window]
+        if chunk is not None:
+            args += ["--chunk-size", str(chunk)]
         if threads is not None:
             args += ["--threads", str(threads)]
         if average_heads:
@@ -172,7 +174,7 @@ class Run:
 
         self.want_out, self.want_w, self.want_lse = reference_attention(
             q, k, v, causal=causal, align=align or "top-left", scale=scale, softcap=softcap or 0.0,
-            window=window or (-1, -1), mask=m4, bias=b4, key_lengths=kl,
+            window=window or (-1, -1), chunk=chunk or 0, mask=m4, bias=b4, key_lengths=kl,
             alibi=None if slopes is None else slopes.astype(np.float64))
 
         descr = DESCR[dtype]
@@ -314,6 +316,16 @@ def window(ctx):
     each(ctx, ("2d", "bthd"), "0,0-bottom-right", window=(0, 0), align="bottom-right", Tq=6, Tk=9, seed=28)
     each(ctx, ("2d", "bhtd"), "1,1-top-left-tq>tk", window=(1, 1), Tq=9, Tk=5, seed=29)
     each(ctx, FOUR_D, "causal-4,-1", window=(4, -1), causal=True, Tq=10, Tk=10, seed=30)
+
+
+@case
+def chunk_size(ctx):
+    # Llama 4's causal chunks; T_q != T_k aligned bottom-right (negative positions floor); with
+    # key lengths, a window and ALiBi.
+    each(ctx, ALL, "causal-4", chunk=4, causal=True, Tq=11, Tk=11, seed=61)
+    each(ctx, ("2d", "bhtd"), "3-bottom-right-tq>tk", chunk=3, align="bottom-right", Tq=9, Tk=5, seed=62)
+    each(ctx, FOUR_D, "key-lengths-window-alibi", chunk=5, key_lengths=[12, 7], window=(3, -1), alibi=True,
+         causal=True, align="bottom-right", B=2, Tq=6, Tk=12, seed=63)
 
 
 @case

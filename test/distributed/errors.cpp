@@ -187,6 +187,8 @@ std::vector<Scenario<T>> scenarios() {
     s.push_back(
         {"window_left 2 on one rank only", last, on_bad<T>([](Args<T>& a) { a.opt.window_left = 2; })});
     s.push_back({"softcap 3 on one rank only", last, on_bad<T>([](Args<T>& a) { a.opt.softcap = 3; })});
+    s.push_back(
+        {"chunk_size 4 on one rank only", last, on_bad<T>([](Args<T>& a) { a.opt.chunk_size = 4; }), "4"});
     s.push_back({"key lengths on one rank only", last, on_bad<T>([](Args<T>& a) {
                    a.key_lengths = {a.k.T};
                    a.masks.key_lengths = a.key_lengths.data();
@@ -263,6 +265,9 @@ std::vector<Scenario<T>> scenarios() {
                }),
                std::to_string(8 * P + 1)});
   s.push_back({"window_left -2", kAll, on_bad<T>([](Args<T>& a) { a.opt.window_left = -2; }), "-2"});
+  s.push_back({"chunk_size -3", kAll, on_bad<T>([](Args<T>& a) { a.opt.chunk_size = -3; }), "-3"});
+  s.push_back({"a chunk_origin of one's own", kAll, on_bad<T>([](Args<T>& a) { a.opt.chunk_origin = 8; }),
+               "chunk_origin"});
   s.push_back({"scale -1", kAll, on_bad<T>([](Args<T>& a) { a.opt.scale = -1.0; })});
   return s;
 }

@@ -131,6 +131,7 @@ struct Problem {
     if (opt.scale) sp.scale = static_cast<long double>(static_cast<T>(*opt.scale));
     sp.window_left = static_cast<long>(opt.window_left);
     sp.window_right = static_cast<long>(opt.window_right);
+    sp.chunk = static_cast<long>(opt.chunk_size);
     sp.softcap = static_cast<long double>(opt.softcap);
     sp.key_lengths = m.key_lengths;
     for (const T x : slopes) sp.alibi.push_back(static_cast<long double>(x));
@@ -153,6 +154,12 @@ struct Problem {
             if (sp.causal) visible = visible && j <= pos;
             if (sp.window_left >= 0) visible = visible && j >= pos - sp.window_left;
             if (sp.window_right >= 0) visible = visible && j <= pos + sp.window_right;
+            if (sp.chunk > 0) {  // floor division: pos may be negative
+              const auto chunk_of = [&](std::ptrdiff_t x) {
+                return x >= 0 ? x / sp.chunk : -((-x - 1) / sp.chunk) - 1;
+              };
+              visible = visible && chunk_of(j) == chunk_of(pos);
+            }
             n += visible ? 1 : 0;
           }
         }
@@ -524,6 +531,20 @@ inline std::vector<Case> forward_cases(int P) {
     o.window_left = 6;
     o.softcap = 4;
     cases.push_back({"GQA, everything", shape(14, 25, 2), o, {{20, 25}, true}, 2.0});
+  }
+  {
+    // Chunked-local attention (Llama 4's causal chunks): the chunks are global positions, so
+    // each block of keys a rank holds starts at its own place in the chunk grid.
+    ea::Options o = causal(TL);
+    o.chunk_size = 5;
+    cases.push_back({"chunked causal", shape(23, 23, H), o, {}});
+    o = causal(BR);
+    o.chunk_size = 4;
+    cases.push_back({"chunked causal bottom-right, key lengths", shape(10, 22, H), o, {{17, 6}, false}});
+    o = ea::Options{};
+    o.chunk_size = 7;
+    o.window_left = 3;
+    cases.push_back({"chunked with a window, GQA", shape(19, 21, 2), o, {}});
   }
   // Fewer tokens than 2P chunks: empty ZigZag chunks.
   cases.push_back({"5 tokens", shape(5, 5, H), causal(TL), {}});

@@ -81,7 +81,8 @@ void check_gradients(const Grads<T>& g, const Rules<T>& rules, bool bottom_right
         for (Index j = 0; j < tk; ++j) {
           const bool seen =
               j < g.keys[static_cast<std::size_t>(s)] &&
-              key_visible(rules.causal, rules.wl, rules.wr, i, j, g.offset[static_cast<std::size_t>(s)]) &&
+              key_visible(rules.causal, rules.wl, rules.wr, i, j, g.offset[static_cast<std::size_t>(s)],
+                          rules.chunk, rules.chunk_origin) &&
               (!g.mask[at].present() || g.mask[at](i, j));
           vs[static_cast<std::size_t>(i * tk + j)] = seen;
           if (!seen) continue;
@@ -141,6 +142,7 @@ void check_gradients(const Grads<T>& g, const Rules<T>& rules, bool bottom_right
       // reference's i + offset -+ window from overflowing).
       spec.window_left = rules.wl > (Index(1) << 20) ? -1 : long(rules.wl);
       spec.window_right = rules.wr > (Index(1) << 20) ? -1 : long(rules.wr);
+      spec.chunk = long(rules.chunk), spec.chunk_origin = long(rules.chunk_origin);  // |.| <= 2^60
       spec.softcap = (long double)rules.softcap;
       spec.key_lengths = {static_cast<std::int64_t>(g.keys[static_cast<std::size_t>(s)])};
       for (const T x : g.slopes) spec.alibi.push_back(tame_value(x, 1e3) ? x : T(0));
@@ -323,6 +325,7 @@ Rules<T> rules_of(const ea::Options& opt, Index dk) {
   Rules<T> rules;
   rules.causal = opt.causal;
   rules.wl = opt.window_left, rules.wr = opt.window_right;
+  rules.chunk = opt.chunk_size, rules.chunk_origin = opt.chunk_origin;
   rules.scale = resolved_scale<T>(opt, dk);
   rules.softcap = static_cast<T>(opt.softcap);
   return rules;

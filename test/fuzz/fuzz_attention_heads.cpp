@@ -376,6 +376,7 @@ struct HeadsCall {
     Rules<T> rules;
     rules.causal = opt.causal;
     rules.wl = opt.window_left, rules.wr = opt.window_right;
+    rules.chunk = opt.chunk_size, rules.chunk_origin = opt.chunk_origin;
     rules.scale = resolved_scale<T>(opt, dk);
     rules.softcap = static_cast<T>(opt.softcap);
     const bool bottom_right = opt.alignment == ea::CausalAlignment::BottomRight;

@@ -521,9 +521,38 @@ inline ea::Options decode_options(Reader& r) {
     static const int kernels[] = {0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, -1};
     o.kernel = static_cast<ea::Kernel>(kernels[b]);
   }
-  note(format("options: causal=%d alignment=%d scale=%s window=(%td, %td) softcap=%.17g threads=%d kernel=%d",
-              int(o.causal), int(o.alignment), o.scale ? format("%.17g", *o.scale).c_str() : "default",
-              o.window_left, o.window_right, o.softcap, o.threads, int(o.kernel)));
+  {
+    // Chunked-local attention: off most often; valid sizes, 2^60 (the largest), and bad values.
+    const std::uint8_t b = r.u8() % 20;
+    static const std::ptrdiff_t chunks[] = {0,
+                                            0,
+                                            0,
+                                            0,
+                                            0,
+                                            0,
+                                            0,
+                                            1,
+                                            2,
+                                            3,
+                                            5,
+                                            8,
+                                            64,
+                                            -1,
+                                            -7,
+                                            std::ptrdiff_t(1) << 60,
+                                            (std::ptrdiff_t(1) << 60) + 1,
+                                            kIndexMax};
+    o.chunk_size = b < 18 ? chunks[b] : static_cast<std::ptrdiff_t>(r.u8());
+    const std::uint8_t c = r.u8() % 10;
+    static const std::ptrdiff_t origins[] = {
+        0, 0, 0, 0, 3, -5, 17, std::ptrdiff_t(1) << 60, -(std::ptrdiff_t(1) << 60) - 1, kIndexMin};
+    o.chunk_origin = origins[c];
+  }
+  note(format(
+      "options: causal=%d alignment=%d scale=%s window=(%td, %td) softcap=%.17g threads=%d kernel=%d "
+      "chunk=(%td, %td)",
+      int(o.causal), int(o.alignment), o.scale ? format("%.17g", *o.scale).c_str() : "default", o.window_left,
+      o.window_right, o.softcap, o.threads, int(o.kernel), o.chunk_size, o.chunk_origin));
   return o;
 }
 
@@ -558,8 +587,10 @@ inline bool kernel_ok(ea::Kernel k) {
 /// The rules every call shares (for the scalar type T and d_k as the call sees it).
 template <class T>
 bool options_ok(const ea::Options& o, Index dk) {
+  constexpr std::ptrdiff_t limit = std::ptrdiff_t(1) << 60;
   return scale_ok<T>(o, dk) && o.threads >= 0 && o.window_left >= -1 && o.window_right >= -1 &&
-         softcap_ok<T>(o) && kernel_ok(o.kernel);
+         softcap_ok<T>(o) && kernel_ok(o.kernel) && o.chunk_size >= 0 && o.chunk_size <= limit &&
+         o.chunk_origin >= -limit && o.chunk_origin <= limit;
 }
 
 /// What a call's outcome must be.
@@ -596,15 +627,24 @@ template <class T>
 struct Rules {
   bool causal = false;
   Index wl = -1, wr = -1;
+  Index chunk = 0, chunk_origin = 0;  // Options::chunk_size and chunk_origin
   T scale = 1, softcap = 0;
 };
 
-inline bool key_visible(bool causal, Index wl, Index wr, Index i, Index j, Index offset) {
+inline bool key_visible(bool causal, Index wl, Index wr, Index i, Index j, Index offset, Index chunk = 0,
+                        Index chunk_origin = 0) {
   using W = __int128;
   const W pos = W(i) + W(offset);
   if (causal && W(j) > pos) return false;
   if (wl >= 0 && W(j) < pos - W(wl)) return false;
   if (wr >= 0 && W(j) > pos + W(wr)) return false;
+  if (chunk > 0) {
+    const auto chunk_of = [&](W x) {
+      const W y = x + W(chunk_origin);
+      return y >= 0 ? y / W(chunk) : -((-y - 1) / W(chunk)) - 1;
+    };
+    if (chunk_of(W(j)) != chunk_of(pos)) return false;
+  }
   return true;
 }
 
@@ -633,8 +673,10 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
     bool tame = safe;
     long double max_logit = -INFINITY;
     for (Index j = 0; j < tk; ++j) {
-      const bool v = j < c.keys && key_visible(rules.causal, rules.wl, rules.wr, i, j, c.offset) &&
-                     (!c.mask.present() || c.mask(i, j));
+      const bool v =
+          j < c.keys &&
+          key_visible(rules.causal, rules.wl, rules.wr, i, j, c.offset, rules.chunk, rules.chunk_origin) &&
+          (!c.mask.present() || c.mask(i, j));
       vis[j] = v;
       if (!v) continue;
       ++nvis;

@@ -262,6 +262,7 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
   Rules<T> rules;
   rules.causal = opt.causal;
   rules.wl = opt.window_left, rules.wr = opt.window_right;
+  rules.chunk = opt.chunk_size, rules.chunk_origin = opt.chunk_origin;
   rules.scale = resolved_scale<T>(opt, sp.dk);
   rules.softcap = static_cast<T>(opt.softcap);
   check_case(c, rules);

@@ -139,7 +139,11 @@ void judge(Harness& h, const char* what, bool ok, bool expected_ok, const std::s
 ea::Options decode_options(std::uint8_t b) {
   ea::Options opt;
   opt.causal = b & 1;
-  if (b & 2) opt.window_left = (b >> 4) * 5;
+  if (b & 2) {
+    opt.window_left = (b >> 4) * 5;
+  } else {
+    opt.chunk_size = b >> 4;  // chunked-local attention: chunks of 1..15 tokens, or off
+  }
   if (b & 4) opt.softcap = 3;
   opt.threads = (b & 8) ? 2 : 1;
   return opt;
@@ -150,8 +154,8 @@ void decode_one(Harness& h, Reader& r) {
   const Index tq = 1 + r.u8() % 3;
   const std::uint8_t ob = r.u8();
   const ea::Options opt = decode_options(ob);
-  note(format("decode %d: T_q %td, causal %d, window_left %td, softcap %g, threads %d", s.value, tq,
-              int(opt.causal), opt.window_left, opt.softcap, opt.threads));
+  note(format("decode %d: T_q %td, causal %d, window_left %td, chunk %td, softcap %g, threads %d", s.value,
+              tq, int(opt.causal), opt.window_left, opt.chunk_size, opt.softcap, opt.threads));
   const Rows Q = h.random(tq, h.heads * h.d_k);
   if (h.model.live(s.value)) {
     const auto got = ea_test::kv_model::decode_sequence(h.cache, s, Q, opt);

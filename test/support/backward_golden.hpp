@@ -15,6 +15,7 @@
 ///     align top_left|bottom_right
 ///     scale default|<number>           default = 1/sqrt(d_k)
 ///     window <left> <right>            -1 = unbounded side
+///     chunk <n>                        optional: Options::chunk_size (absent = 0, off)
 ///     softcap <number>                 0 = off
 ///     then arrays, each "<NAME> <rank> <n_0> ... <n_rank-1>" followed by the elements in
 ///     row-major (C) order ("-inf" where infinite):
@@ -88,7 +89,11 @@ inline const std::vector<std::string>& expected_backward_files() {
                                                  "d_scores_mask_gqa",
                                                  "combo_all",
                                                  "varlen_causal_bottom_right_gqa",
-                                                 "varlen_window_softcap_alibi"};
+                                                 "varlen_window_softcap_alibi",
+                                                 "single_chunk_causal",
+                                                 "chunk_causal_gqa_d_scores",
+                                                 "chunk_bottom_right_key_lengths",
+                                                 "varlen_chunk_causal"};
   return names;
 }
 

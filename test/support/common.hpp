@@ -95,4 +95,31 @@ bool any_nan(const Eigen::MatrixBase<Derived>& m) {
   return false;
 }
 
+/// merge_attention_into of two one-head partial results (out T_q x d_v, lse T_q x 1) into
+/// `out` and `lse`.
+template <class T>
+void merge_one_head(const RowMatrix<T>& out_a, const RowMatrix<T>& lse_a, const RowMatrix<T>& out_b,
+                    const RowMatrix<T>& lse_b, RowMatrix<T>& out, RowMatrix<T>& lse) {
+  out.resize(out_a.rows(), out_a.cols());
+  lse.resize(lse_a.rows(), 1);
+  ea::merge_attention_into(ea::HeadsView<const T>::single(out_a), ea::HeadsView<const T>::single(lse_a),
+                           ea::HeadsView<const T>::single(out_b), ea::HeadsView<const T>::single(lse_b),
+                           ea::HeadsView<T>::single(out), ea::HeadsView<T>::single(lse));
+}
+
+/// CHECKs log-sum-exps against expected ones: -inf exactly where expected is, else within
+/// tol * max(1, |expected|).
+template <class A, class B>
+void check_lse_near(const Eigen::DenseBase<A>& lse, const Eigen::DenseBase<B>& expected,
+                    typename A::Scalar tol) {
+  using T = typename A::Scalar;
+  for (Eigen::Index i = 0; i < expected.size(); ++i) {
+    if (std::isinf(expected(i))) {
+      CHECK(lse(i) == expected(i));
+    } else {
+      CHECK(std::abs(lse(i) - expected(i)) <= tol * std::max(T(1), std::abs(expected(i))));
+    }
+  }
+}
+
 }  // namespace ea_test

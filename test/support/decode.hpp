@@ -34,6 +34,7 @@ struct Case {
   Index page = 16;
   bool causal = true;
   long window_left = -1, window_right = -1;
+  long chunk = 0;  // Options::chunk_size
   double softcap = 0;
   bool alibi = false;
   std::optional<double> scale;
@@ -43,7 +44,8 @@ struct Case {
            " dv=" + std::to_string(dv) + " Tk=" + std::to_string(Tk) + " Tq=" + std::to_string(Tq) +
            " page=" + std::to_string(page) + " causal=" + std::to_string(causal) +
            " window=" + std::to_string(window_left) + "," + std::to_string(window_right) +
-           " softcap=" + std::to_string(softcap) + " alibi=" + std::to_string(alibi);
+           " chunk=" + std::to_string(chunk) + " softcap=" + std::to_string(softcap) +
+           " alibi=" + std::to_string(alibi);
   }
 };
 
@@ -81,6 +83,7 @@ inline ea::Options options_of(const Case& c, ea::Kernel kernel = ea::Kernel::Aut
   opt.alignment = ea::CausalAlignment::BottomRight;
   opt.window_left = c.window_left;
   opt.window_right = c.window_right;
+  opt.chunk_size = c.chunk;
   opt.softcap = c.softcap;
   opt.scale = c.scale;
   opt.kernel = kernel;
@@ -147,6 +150,7 @@ MultiHeadReference reference_of(const Case& c, const Sequence<S>& s) {
   if (c.scale) spec.scale = static_cast<long double>(static_cast<Compute<S>>(*c.scale));
   spec.window_left = c.window_left;
   spec.window_right = c.window_right;
+  spec.chunk = c.chunk;
   spec.softcap = c.softcap;
   if (c.alibi)
     for (const auto x : s.slopes) spec.alibi.push_back(static_cast<long double>(x));

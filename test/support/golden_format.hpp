@@ -136,7 +136,7 @@ class Reader {
     if (value_of(header) != "1") fail("unknown format version");
   }
 
-  /// The lines causal, align, scale, window and softcap, into `spec`.
+  /// The lines causal, align, scale, window, chunk (optional) and softcap, into `spec`.
   void options(MultiHeadSpec& spec) {
     const std::string causal = value_of("causal");
     if (causal != "0" && causal != "1") fail("causal must be 0 or 1");
@@ -148,7 +148,13 @@ class Reader {
     if (scale != "default") spec.scale = number(scale);
     spec.window_left = integer(value_of("window"));
     spec.window_right = integer(token("window right"));
-    spec.softcap = number(value_of("softcap"));
+    std::string next = token("chunk or softcap");
+    if (next == "chunk") {  // optional: chunked-local attention
+      spec.chunk = integer(token("the value of chunk"));
+      next = token("softcap");
+    }
+    if (next != "softcap") fail("expected 'softcap', found '" + next + "'");
+    spec.softcap = number(token("the value of softcap"));
   }
 
   /// The arrays up to "end", which must end the file. admit(name, arrays so far) is called

@@ -44,6 +44,7 @@ struct Config {
   Eigen::Index B, H, Hkv, Tq, Tk, dk, dv;
   bool causal = false, bottom_right = false;
   long window_left = -1, window_right = -1;
+  long chunk = 0;  // Options::chunk_size
   double softcap = 0;
   std::string mask = "", bias = "";
   bool key_lengths = false, alibi = false;
@@ -67,6 +68,7 @@ Problem make_problem(const Config& c, Rng& rng) {
   s.bottom_right = c.bottom_right;
   s.window_left = c.window_left;
   s.window_right = c.window_right;
+  s.chunk = c.chunk;
   s.softcap = static_cast<long double>(static_cast<double>(c.softcap));
   if (c.scale != 0) s.scale = static_cast<long double>(c.scale);
   auto shape = [&](const std::string& spec) {
@@ -196,6 +198,7 @@ inline Config random_config(Rng& rng, bool big, const RandomSizes& s) {
   c.key_lengths = rng.integer(0, 2) == 0;
   c.alibi = rng.integer(0, 2) == 0;
   if (rng.integer(0, 3) == 0) c.scale = 0.1 + (rng.uniform() + 1);
+  if (rng.integer(0, 3) == 0) c.chunk = rng.integer(1, big ? s.big_max_window : 12);
   return c;
 }
 
@@ -265,6 +268,31 @@ inline std::vector<Config> feature_configs() {
     c.causal = c.bottom_right = c.alibi = true;
     c.window_left = 700;
     c.softcap = 8.0;
+    cs.push_back(c);
+  }
+  {
+    // Llama 4's chunked-local layers: causal within chunks of 100 positions, so that query
+    // tiles and key tiles straddle chunk boundaries and whole key tiles lie outside a chunk
+    Config c{"long: chunked causal, GQA", 1, 4, 2, 300, 300, 16, 8};
+    c.causal = true;
+    c.chunk = 100;
+    cs.push_back(c);
+  }
+  {
+    Config c{"chunked, bottom-right, window, key lengths, ALiBi", 3, 4, 2, 9, 23, 8, 5};
+    c.causal = c.bottom_right = c.key_lengths = c.alibi = true;
+    c.chunk = 6;
+    c.window_left = 4;
+    cs.push_back(c);
+  }
+  {
+    Config c{"long keys: chunks of 1 key and of 700, no causal mask", 1, 2, 2, 40, 1100, 16, 8};
+    c.chunk = 700;
+    cs.push_back(c);
+    c.name = "chunks of one key";
+    c.Tq = 30;
+    c.Tk = 30;
+    c.chunk = 1;
     cs.push_back(c);
   }
   return cs;

@@ -12,6 +12,7 @@
 ///     align top_left|bottom_right
 ///     scale default|<number>           default = 1/sqrt(d_k)
 ///     window <left> <right>            -1 = unbounded side
+///     chunk <n>                        optional: Options::chunk_size (absent = 0, off)
 ///     softcap <number>                 0 = off
 ///     then arrays, each "<NAME> <rank> <n_0> ... <n_rank-1>" followed by the elements in
 ///     row-major (C) order ("-inf" where infinite):
@@ -101,7 +102,12 @@ inline const std::vector<std::string>& expected_multihead_files() {
                                                  "combo_no_softcap",
                                                  "varlen_gqa",
                                                  "varlen_causal_bottom_right_alibi",
-                                                 "varlen_window_softcap_top_left"};
+                                                 "varlen_window_softcap_top_left",
+                                                 "chunk_causal",
+                                                 "chunk_causal_bottom_right_rect",
+                                                 "chunk_window_no_causal",
+                                                 "chunk_key_lengths_alibi",
+                                                 "varlen_chunk_causal"};
   return names;
 }
 
@@ -285,6 +291,8 @@ inline mh::Options options_for(const MultiHeadSpec& spec, mh::Kernel kernel = mh
   if (spec.scale) opt.scale = static_cast<double>(*spec.scale);
   opt.window_left = spec.window_left;
   opt.window_right = spec.window_right;
+  opt.chunk_size = spec.chunk;
+  opt.chunk_origin = spec.chunk_origin;
   opt.softcap = static_cast<double>(spec.softcap);
   opt.kernel = kernel;
   opt.threads = threads;

@@ -16,7 +16,8 @@
 ///   4. s += bias(b, h, i, j)                        (batch/head axes of size 1 broadcast)
 ///   5. s = -inf when mask(b, h, i, j) is false; when causal and j > i + offset; when
 ///      window_left >= 0 and j < i + offset - window_left; when window_right >= 0 and
-///      j > i + offset + window_right; when j >= Tk_b
+///      j > i + offset + window_right; when chunk > 0 and floor((j + chunk_origin) / chunk) !=
+///      floor((i + offset + chunk_origin) / chunk); when j >= Tk_b
 ///   6. row softmax subtracting the row maximum; a row without a finite logit gets zero
 ///      weights, a zero output row and LSE = -inf
 ///   7. OUT = weights V over the visible keys; LSE = max + log(sum)
@@ -155,6 +156,7 @@ struct MultiHeadSpec {
   bool bottom_right = false;         ///< alignment of the causal frontier, the window and ALiBi
   std::optional<long double> scale;  ///< empty: 1/sqrt(d_k)
   long window_left = -1, window_right = -1;
+  long chunk = 0, chunk_origin = 0;  ///< chunked-local attention (Options::chunk_size, chunk_origin)
   long double softcap = 0;
   std::optional<Array4> mask;             ///< 0/1 (1 = may attend), [1|B, 1|H, T_q, T_k]
   std::optional<Array4> bias;             ///< [1|B, 1|H, T_q, T_k]
@@ -274,6 +276,13 @@ inline Logit reference_logit(const Array4& Q, const Array4& K, const MultiHeadSp
   if (spec.causal) visible = visible && j <= pos;
   if (spec.window_left >= 0) visible = visible && j >= pos - spec.window_left;
   if (spec.window_right >= 0) visible = visible && j <= pos + spec.window_right;
+  if (spec.chunk > 0) {  // the same chunk of positions: floor((x + origin) / chunk), x = j and pos
+    const auto chunk_of = [&](long x) {
+      const long y = x + spec.chunk_origin;  // |y| <= 2^60 + T: no overflow
+      return y >= 0 ? y / spec.chunk : -((-y - 1) / spec.chunk) - 1;
+    };
+    visible = visible && chunk_of(static_cast<long>(j)) == chunk_of(static_cast<long>(pos));
+  }
   l.visible = visible;
   l.value = s;
   return l;

@@ -182,7 +182,7 @@ CASES = []
 def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", scale=None,
                window=(-1, -1), softcap=0.0, mask=None, bias=None, key_lengths=None, alibi=False,
                mag=1.0, dead_row=False, d_scores=False, d_out_zero=False, d_bias=True,
-               mode="heads"):
+               mode="heads", chunk=0):
     """mask / bias: None or the broadcast shape "1x1", "Bx1", "BxH", "1xH". mode "single"
     (B = H = H_kv = 1, no Masks) is checked through the Eigen front door."""
     if mode == "single":
@@ -195,7 +195,7 @@ def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", 
     if bi is not None:
         bi.requires_grad_(d_bias)
     opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap, mask=m,
-               bias=bi, key_lengths=key_lengths, alibi=slopes)
+               bias=bi, key_lengths=key_lengths, alibi=slopes, chunk=chunk)
     out, lse, w, visible = forward(q, k, v, **opt)
     d_o = torch.zeros(B, H, Tq, dv, dtype=DT) if d_out_zero else mh.rand(B, H, Tq, dv)
     d_s = make_d_scores(visible) if d_scores else None
@@ -229,14 +229,14 @@ def single_case(name, Tq, Tk, dk, dv, **kw):
 
 
 def varlen_case(name, H, Hkv, q_lens, k_lens, dk, dv, causal=False, align="top_left", scale=None,
-                window=(-1, -1), softcap=0.0, alibi=False):
+                window=(-1, -1), softcap=0.0, alibi=False, chunk=0):
     q, k, v, slopes, cq, ck, rows = mh.varlen_inputs(name, H, Hkv, q_lens, k_lens, dk, dv, alibi)
     for t in (q, k, v):
         t.requires_grad_(True)
     tq = sum(q_lens)
     d_o = mh.rand(1, H, tq, dv)
     opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap,
-               alibi=slopes)
+               alibi=slopes, chunk=chunk)
     out = torch.zeros(1, H, tq, dv, dtype=DT)
     lse = torch.full((1, H, tq, 1), mh.NEG_INF, dtype=DT)
     L = torch.zeros((), dtype=DT)
@@ -321,6 +321,13 @@ varlen_case("varlen_causal_bottom_right_gqa", 4, 2, [4, 0, 6], [6, 3, 4], 4, 3, 
             align="bottom_right")
 varlen_case("varlen_window_softcap_alibi", 2, 1, [3, 4, 2], [5, 0, 6], 4, 3, window=(1, 1),
             softcap=3.0, alibi=True, scale=0.5)
+# chunked-local attention (Options::chunk_size): Llama 4's causal chunks through the front door,
+# with GQA and d_scores, with key lengths, packed sequences
+single_case("single_chunk_causal", 11, 11, 4, 3, causal=True, chunk=4)
+heads_case("chunk_causal_gqa_d_scores", 2, 4, 2, 9, 9, 4, 3, causal=True, chunk=3, d_scores=True)
+heads_case("chunk_bottom_right_key_lengths", 2, 2, 1, 5, 10, 4, 3, causal=True,
+           align="bottom_right", key_lengths=[10, 6], chunk=4, alibi=True)
+varlen_case("varlen_chunk_causal", 2, 2, [6, 3, 0], [6, 7, 2], 4, 3, causal=True, chunk=3)
 
 if __name__ == "__main__":
     for name, mode, how in CASES:

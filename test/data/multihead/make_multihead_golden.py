@@ -73,7 +73,7 @@ def seed(name):
 
 
 def logits(q, k, causal=False, align="top_left", scale=None, window=(-1, -1), softcap=0.0,
-           mask=None, bias=None, key_lengths=None, alibi=None):
+           mask=None, bias=None, key_lengths=None, alibi=None, chunk=0):
     """Steps 1-5 of the semantics table of MultiHead.hpp with torch ops (differentiable).
     Returns the logits s (-inf where masked), `visible`, and the additive (ALiBi + bias) term
     for the SDPA check."""
@@ -103,6 +103,9 @@ def logits(q, k, causal=False, align="top_left", scale=None, window=(-1, -1), so
             vis = vis & (j >= pos - window[0])
         if window[1] >= 0:
             vis = vis & (j <= pos + window[1])
+        if chunk > 0:                                          # chunked-local (Llama 4)
+            vis = vis & (torch.div(j, chunk, rounding_mode="floor")
+                         == torch.div(pos, chunk, rounding_mode="floor"))
         visible[b] &= vis
     if bias is not None:                                       # 4. bias
         additive = additive + bias
@@ -136,6 +139,7 @@ def sdpa_native(Tq, Tk, opt):
     attention, a bool mask, a float bias or is_causal (top-left, or T_q == T_k)."""
     mask, bias, causal = opt.get("mask"), opt.get("bias"), opt.get("causal", False)
     return (opt.get("alibi") is None and opt.get("window", (-1, -1)) == (-1, -1)
+            and opt.get("chunk", 0) == 0
             and opt.get("key_lengths") is None
             and not (mask is not None and bias is not None)
             and not (causal and (mask is not None or bias is not None))
@@ -259,6 +263,8 @@ def write_case(directory, name, kind, mode, opt, arrays):
         f.write(f"align {opt.get('align', 'top_left')}\n")
         f.write("scale default\n" if scale is None else f"scale {fmt(scale)}\n")
         f.write(f"window {window[0]} {window[1]}\n")
+        if opt.get("chunk", 0) > 0:
+            f.write(f"chunk {opt['chunk']}\n")
         f.write(f"softcap {fmt(opt.get('softcap', 0.0))}\n")
         if opt.get("mask") is not None:
             write_array(f, "MASK", opt["mask"].to(torch.int64))
@@ -281,12 +287,12 @@ CASES = []
 
 def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", scale=None,
                window=(-1, -1), softcap=0.0, mask=None, bias=None, key_lengths=None, alibi=False,
-               mag=1.0, dead_row=False):
+               mag=1.0, dead_row=False, chunk=0):
     """mask / bias: None or the broadcast shape "1x1", "Bx1", "BxH", "1xH"."""
     q, k, v, m, bi, slopes = heads_inputs(name, B, H, Hkv, Tq, Tk, dk, dv, mask, bias, alibi,
                                           mag, dead_row)
     opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap, mask=m,
-               bias=bi, key_lengths=key_lengths, alibi=slopes)
+               bias=bi, key_lengths=key_lengths, alibi=slopes, chunk=chunk)
     out, lse, w = explicit(q, k, v, **opt)
     how = sdpa_check(name, q, k, v, out, w, lse, opt)
     write_case(HERE, name, "multihead", "heads", opt,
@@ -296,10 +302,10 @@ def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", 
 
 
 def varlen_case(name, H, Hkv, q_lens, k_lens, dk, dv, causal=False, align="top_left", scale=None,
-                window=(-1, -1), softcap=0.0, alibi=False):
+                window=(-1, -1), softcap=0.0, alibi=False, chunk=0):
     q, k, v, slopes, cq, ck, rows = varlen_inputs(name, H, Hkv, q_lens, k_lens, dk, dv, alibi)
     opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap,
-               alibi=slopes)
+               alibi=slopes, chunk=chunk)
     tq = sum(q_lens)
     out = torch.zeros(1, H, tq, dv, dtype=DT)
     lse = torch.full((1, H, tq, 1), NEG_INF, dtype=DT)
@@ -385,6 +391,15 @@ def write_cases():
                 causal=True, align="bottom_right", alibi=True)
     varlen_case("varlen_window_softcap_top_left", 2, 2, [5, 2, 6], [3, 9, 6], 7, 3, causal=True,
                 window=(2, -1), softcap=2.0, scale=0.5)
+    # chunked-local attention (Options::chunk_size): Llama 4's causal chunks, a rectangle
+    # aligned bottom-right, with a window, with key lengths and ALiBi, packed sequences
+    heads_case("chunk_causal", 2, 4, 2, 13, 13, 6, 4, causal=True, chunk=4)
+    heads_case("chunk_causal_bottom_right_rect", 2, 2, 1, 5, 11, 6, 4, causal=True,
+               align="bottom_right", chunk=3)
+    heads_case("chunk_window_no_causal", 1, 3, 3, 9, 12, 5, 4, window=(2, 1), chunk=5)
+    heads_case("chunk_key_lengths_alibi", 3, 2, 2, 6, 10, 6, 4, causal=True, align="bottom_right",
+               key_lengths=[10, 7, 0], alibi=True, chunk=4)
+    varlen_case("varlen_chunk_causal", 2, 1, [5, 0, 9], [5, 3, 9], 6, 4, causal=True, chunk=4)
 
 
 if __name__ == "__main__":
