@@ -13,7 +13,7 @@ struct RunArgs {
   std::string q, k, v, out, scores, lse;
   bool causal = false;
   std::string align = "top-left";
-  std::string scale, softcap, window;
+  std::string scale, softcap, window, chunk_size;
   std::string mask, key_lengths, alibi;
   std::string layout = "bhtd";
   std::string compute;  // float, double, bf16, half; empty: the inputs' type

@@ -89,6 +89,9 @@ Masks and biases, applied in this order:
                            (bottom-right: the last query sees every key)
       --window LEFT,RIGHT  query i sees keys i + offset - LEFT .. i + offset + RIGHT
                            only; -1 = unbounded on that side (e.g. --window 256,0)
+      --chunk-size N       chunked-local attention (Llama 4): query i sees only the keys
+                           of the chunk of N positions that holds key i + offset
+                           (0 = off; with --causal, as Llama 4's chunked layers)
       --key-lengths FILE   int32 or int64, one per batch entry: keys from that length on
                            are padding (masked); the alignment then uses it as T_k
   A row that sees no key gets zero weights, a zero output and LSE = -inf.
@@ -137,11 +140,12 @@ Distributed (sequence-parallel over MPI; only in a build with MPI):
                            the ranks, any number of heads; ulysses: an all-to-all gives
                            each rank whole sequences of H/P heads, so the query heads H
                            (4-D inputs) must be a multiple of the ranks P. --causal,
-                           --align, --window, --alibi, --key-lengths, --softcap and
-                           --scale hold at global positions; --mask, --scores and
-                           --heatmap have no sharded form and are refused; --compute is
-                           float or double (float16 files: computed in float32, ATTN
-                           written as float16, as without it)
+                           --align, --window, --chunk-size, --alibi, --key-lengths,
+                           --softcap and --scale hold at global positions; --mask,
+                           --scores and --heatmap have no sharded form and are
+                           refused; --compute is float or double (float16 files:
+                           computed in float32, ATTN written as float16, as without
+                           it)
       --sharding contiguous|zigzag
                            the tokens of each rank: contiguous = one balanced block each,
                            in rank order (the default); zigzag = 2P chunks, rank r holding

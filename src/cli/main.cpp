@@ -121,6 +121,7 @@ int run_main(int argc, char** argv) {
   run->add_option("--scale", run_args.scale);
   run->add_option("--softcap", run_args.softcap);
   run->add_option("--window", run_args.window);
+  run->add_option("--chunk-size", run_args.chunk_size);
   run->add_option("--mask", run_args.mask);
   run->add_option("--key-lengths", run_args.key_lengths);
   run->add_option("--alibi", run_args.alibi);

@@ -133,6 +133,13 @@ Settings parse_settings(const RunArgs& a) {
     s.opt.window_left = static_cast<index_t>(left);
     s.opt.window_right = static_cast<index_t>(right);
   }
+  if (!a.chunk_size.empty()) {
+    const long long chunk = parse_integer("--chunk-size", a.chunk_size);
+    if (chunk < 0 || chunk > (1LL << 60)) {
+      throw usage_error("--chunk-size", "must be between 0 (off) and 2^60, got " + a.chunk_size);
+    }
+    s.opt.chunk_size = static_cast<index_t>(chunk);
+  }
   const long long threads = parse_integer("--threads", a.threads);
   if (threads < 0 || threads > 1 << 20) {
     throw usage_error("--threads", "must be >= 0 (0 = one per hardware thread), got " + a.threads);
@@ -831,9 +838,10 @@ DistributedPlan plan_distributed(const RunArgs& a) {
     }
   }
   if (!a.mask.empty()) {
-    throw usage_error("--mask",
-                      "not with --distributed (a mask or bias over all the pairs has no sharded form); "
-                      "--causal, --window, --key-lengths and --alibi are computed at global positions");
+    throw usage_error(
+        "--mask",
+        "not with --distributed (a mask or bias over all the pairs has no sharded form); "
+        "--causal, --window, --chunk-size, --key-lengths and --alibi are computed at global positions");
   }
   if (a.out.empty() && a.lse.empty()) {
     throw usage_error("--out", "missing: no output requested; give --out ATTN.npy and/or --lse LSE.npy");
