@@ -39,8 +39,10 @@ void run_type(const Args& a, const char* type, ea::Kernel kernel, Checks& checks
     std::printf("\n");
   }
   if (a.s_window) {
-    std::printf("== window: causal, window_left = %ld, window_right = 0, against full causal, BHTD\n",
-                long(a.window));
+    std::printf(
+        "== window: causal, window_left = %ld, window_right = 0, and causal chunks of %ld, against full "
+        "causal, BHTD\n",
+        long(a.window), long(a.chunk));
     std::printf("%-6s %3s %6s %4s %4s %-13s | %12s %10s %9s | %9s %9s\n", "type", "thr", "T", "H", "d",
                 "call", "pairs/head", "ms", "GFLOP/s", "vs ref", "vs exact");
     window_section<T>(a, type, kernel, checks);

@@ -4,7 +4,7 @@
 // library checks, and the entry points of the sections, one file each:
 //   multihead_bench_options.cpp  the command line and the machine's description
 //   multihead_bench_heads.cpp    section 1: attention_heads_into against the single-head call
-//   multihead_bench_window.cpp   section 2: sliding window against full causal
+//   multihead_bench_window.cpp   section 2: sliding window and chunked-local against full causal
 //   multihead_bench_varlen.cpp   section 3: varlen against padded
 //   multihead_bench.cpp          the order of the sections, the summary, main
 #pragma once
@@ -51,6 +51,7 @@ struct Args {
   std::vector<int> causal{0, 1};
   // window
   Idx window_t = 16384, window_h = 8, window_d = 64, window = 256;
+  Idx chunk = 4096;  // chunked-local attention's chunk (Options::chunk_size), 0: none
   // varlen
   Idx varlen_seqs = 8, varlen_min = 256, varlen_max = 4096, varlen_h = 8, varlen_d = 64;
   // all
@@ -137,6 +138,11 @@ inline std::pair<Idx, Idx> visible(Idx i, Idx tk, const ea::Options& o) {
   if (o.causal) hi = std::min(hi, i + 1);
   if (o.window_right >= 0) hi = std::min<Idx>(hi, i + o.window_right + 1);
   if (o.window_left >= 0) lo = std::max<Idx>(lo, i - o.window_left);
+  if (o.chunk_size > 0) {  // the chunk holding key i
+    const Idx first = i / o.chunk_size * o.chunk_size;
+    lo = std::max(lo, first);
+    hi = std::min(hi, first + o.chunk_size);
+  }
   return {lo, std::max(lo, hi)};
 }
 
@@ -183,11 +189,14 @@ double exact_row_diff(const T* q, const T* k0, Idx k_stride, const T* v0, Idx v_
   return diff;
 }
 
-// Rows worth checking in a sequence of t rows: the ends, tile and window edges, the middle.
-inline std::vector<Idx> sample_rows(Idx t, Idx window) {
+// Rows worth checking in a sequence of t rows: the ends, tile, window and chunk edges, the middle.
+inline std::vector<Idx> sample_rows(Idx t, Idx window, Idx chunk = 0) {
   std::vector<Idx> r{0, 1, 127, 128, 129, t / 2, t - 2, t - 1};
   if (window >= 0) {
     for (Idx x : {window - 1, window, window + 1, window + 128}) r.push_back(x);
+  }
+  if (chunk > 0) {
+    for (Idx x : {chunk - 1, chunk, chunk + 1, 2 * chunk}) r.push_back(x);
   }
   std::vector<Idx> out;
   for (Idx x : r) {
@@ -204,7 +213,7 @@ double exact_rows_diff(const ea::HeadsView<const T>& q, const ea::HeadsView<cons
                        const ea::HeadsView<const T>& v, const ea::HeadsView<const T>& out, Idx b, Idx h,
                        Idx kv, Idx first, Idx t_q, Idx t_k, const ea::Options& opt) {
   double diff = 0;
-  for (Idx i : sample_rows(t_q, opt.window_left)) {
+  for (Idx i : sample_rows(t_q, opt.window_left, opt.chunk_size)) {
     const auto [lo, hi] = visible(i, t_k, opt);
     diff = worst(diff, exact_row_diff(row_of(q, b, h, first + i), row_of(k, b, kv, first), k.token_stride,
                                       row_of(v, b, kv, first), v.token_stride, row_of(out, b, h, first + i),
@@ -298,7 +307,7 @@ void print_heads_header();
 template <typename T>
 void heads_section(const Args& a, const char* type, ea::Kernel kernel, Checks& checks);
 
-// Section 2 (multihead_bench_window.cpp).
+// Section 2 (multihead_bench_window.cpp): the window and the chunks.
 template <typename T>
 void window_section(const Args& a, const char* type, ea::Kernel kernel, Checks& checks);
 

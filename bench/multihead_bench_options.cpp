@@ -22,8 +22,10 @@ const char* const bench::kUsage =
     "  --causal LIST      0, 1 or both (default 0,1)\n"
     "  --gqa LIST         H:H_kv pairs, or none (default 32:8)\n"
     "  --bthd-t N         T of the BTHD rows, 0 = none (default: the smallest T)\n"
-    " window section (causal, window_left = W, window_right = 0, against full causal):\n"
+    " window section (causal, window_left = W, window_right = 0, and causal chunks of C\n"
+    " (Options::chunk_size), against full causal):\n"
     "  --window W         (default 256)\n"
+    "  --chunk C          (default 4096; 0 = no chunked row)\n"
     "  --window-shape T,H,d   (default 16384,8,64)\n"
     " varlen section (causal, against padded + key_lengths):\n"
     "  --varlen-seqs N    sequences (default 8)\n"
@@ -45,7 +47,8 @@ std::vector<Idx> parse_tuple(const std::string& s, const char* what, std::size_t
 Args parse_args(int argc, char** argv) {
   Args a;
   bool t_given = false, h_given = false, d_given = false, gqa_given = false, window_given = false,
-       wshape_given = false, vseqs_given = false, vrange_given = false, vshape_given = false;
+       wshape_given = false, chunk_given = false, vseqs_given = false, vrange_given = false,
+       vshape_given = false;
   bool quick = false;
   bench::ArgReader args(argc, argv);
   while (args.next()) {
@@ -89,6 +92,10 @@ Args parse_args(int argc, char** argv) {
       a.window = static_cast<Idx>(parse_int(args.value(), "window"));
       if (a.window < 0) usage_error("--window must be >= 0");
       window_given = true;
+    } else if (arg == "--chunk") {
+      a.chunk = static_cast<Idx>(parse_int(args.value(), "chunk"));
+      if (a.chunk < 0) usage_error("--chunk must be >= 0");
+      chunk_given = true;
     } else if (arg == "--window-shape") {
       const std::vector<Idx> v = parse_tuple(args.value(), "window-shape", 3);
       a.window_t = v[0], a.window_h = v[1], a.window_d = v[2];
@@ -127,6 +134,7 @@ Args parse_args(int argc, char** argv) {
     if (!d_given) a.ds = {64};
     if (!gqa_given) a.gqa = {{8, 2}};
     if (!window_given) a.window = 128;
+    if (!chunk_given) a.chunk = 512;
     if (!wshape_given) a.window_t = 2048, a.window_h = 4, a.window_d = 64;
     if (!vseqs_given) a.varlen_seqs = 4;
     if (!vrange_given) a.varlen_min = 64, a.varlen_max = 1024;
