@@ -273,7 +273,7 @@ inline std::vector<Config> feature_configs() {
   {
     // Llama 4's chunked-local layers: causal within chunks of 100 positions, so that query
     // tiles and key tiles straddle chunk boundaries and whole key tiles lie outside a chunk
-    Config c{"long: chunked causal, GQA", 1, 4, 2, 300, 300, 16, 8};
+    Config c{"long: chunked causal, GQA", 1, 2, 1, 300, 300, 16, 8};
     c.causal = true;
     c.chunk = 100;
     cs.push_back(c);
