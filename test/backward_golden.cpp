@@ -162,9 +162,9 @@ struct GradientBuffers {
 
 }  // namespace
 
-TEST_CASE("backward golden: the data directory holds all 32 expected cases") {
+TEST_CASE("backward golden: the data directory holds all 33 expected cases") {
   check_golden_dir(backward_data_dir(), expected_backward_files(), ".txt");
-  CHECK(expected_backward_files().size() == 32);
+  CHECK(expected_backward_files().size() == 33);
   CHECK(backward_golden_files().size() == expected_backward_files().size());
 }
 
@@ -210,7 +210,7 @@ TEST_CASE("backward golden: every case parses and PyTorch agrees with the long-d
     for (const long double x : f.lse.v) dead_rows += x == -std::numeric_limits<long double>::infinity();
   }
   // The suite covers what it claims.
-  CHECK(single == 15);
+  CHECK(single == 16);
   CHECK(heads == 14);
   CHECK(varlen == 3);
   CHECK(chunked == 4);
@@ -229,7 +229,7 @@ TEST_CASE_TEMPLATE(
   using Row = RowMatrix<T>;
   using Vec = Eigen::Matrix<T, Eigen::Dynamic, 1>;
   auto single = [](const BackwardGolden& g) { return g.mode == BackwardMode::Single; };
-  for_each_case<T>("attention_backward", 15, single, [](const BackwardGolden& g, Worst& worst) {
+  for_each_case<T>("attention_backward", 16, single, [](const BackwardGolden& g, Worst& worst) {
     const GoldenBounds bound = golden_bounds<T>(g);
     // Mixed storage orders, as a caller may hold them.
     const Col Q = matrix_of<Col>(g.Q), V = matrix_of<Col>(g.V), dO = matrix_of<Col>(g.d_out);
@@ -267,7 +267,7 @@ TEST_CASE_TEMPLATE(
     "backward golden: attention_heads_backward_into, both layouts, every kernel, threads 1 and 2", T, float,
     double) {
   auto heads = [](const BackwardGolden& g) { return !g.varlen(); };  // single-head as [1, 1, T, d]
-  for_each_case<T>("attention_heads_backward_into", 29, heads, [](const BackwardGolden& g, Worst& worst) {
+  for_each_case<T>("attention_heads_backward_into", 30, heads, [](const BackwardGolden& g, Worst& worst) {
     const GoldenBounds bound = golden_bounds<T>(g);
     const MasksBuffer<T> masks(g.spec);
     std::optional<Array4> zeroed;

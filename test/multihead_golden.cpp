@@ -62,9 +62,9 @@ void for_each_case(bool varlen, int expected, F check) {
 
 }  // namespace
 
-TEST_CASE("multihead golden: the data directory holds all 44 expected cases") {
+TEST_CASE("multihead golden: the data directory holds all 45 expected cases") {
   check_golden_dir(multihead_data_dir(), expected_multihead_files(), ".txt");
-  CHECK(expected_multihead_files().size() == 44);
+  CHECK(expected_multihead_files().size() == 45);
   CHECK(multihead_golden_files().size() == expected_multihead_files().size());
 }
 
@@ -102,7 +102,7 @@ TEST_CASE("multihead golden: every case parses and the long-double reference agr
 TEST_CASE_TEMPLATE(
     "multihead golden: attention_heads_into and _decomposed, every kernel, both layouts, threads 1 and 2", T,
     float, double) {
-  for_each_case(false, 40, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
+  for_each_case(false, 41, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
     const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], tk = g.K.n[2], dv = g.V.n[3];
     const MasksBuffer<T> masks(g.spec);
     for_each_layout([&](mh::Layout layout) {

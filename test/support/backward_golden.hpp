@@ -93,7 +93,8 @@ inline const std::vector<std::string>& expected_backward_files() {
                                                  "single_chunk_causal",
                                                  "chunk_causal_gqa_d_scores",
                                                  "chunk_bottom_right_key_lengths",
-                                                 "varlen_chunk_causal"};
+                                                 "varlen_chunk_causal",
+                                                 "single_dk192_dv128_causal"};
   return names;
 }
 

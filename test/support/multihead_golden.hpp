@@ -107,7 +107,8 @@ inline const std::vector<std::string>& expected_multihead_files() {
                                                  "chunk_causal_bottom_right_rect",
                                                  "chunk_window_no_causal",
                                                  "chunk_key_lengths_alibi",
-                                                 "varlen_chunk_causal"};
+                                                 "varlen_chunk_causal",
+                                                 "dk192_dv128_causal_gqa"};
   return names;
 }
 

@@ -328,6 +328,8 @@ heads_case("chunk_causal_gqa_d_scores", 2, 4, 2, 9, 9, 4, 3, causal=True, chunk=
 heads_case("chunk_bottom_right_key_lengths", 2, 2, 1, 5, 10, 4, 3, causal=True,
            align="bottom_right", key_lengths=[10, 6], chunk=4, alibi=True)
 varlen_case("varlen_chunk_causal", 2, 2, [6, 3, 0], [6, 7, 2], 4, 3, causal=True, chunk=3)
+# DeepSeek's non-absorbed head: d_k = 192, d_v = 128
+single_case("single_dk192_dv128_causal", 6, 8, 192, 128, causal=True, align="bottom_right")
 
 if __name__ == "__main__":
     for name, mode, how in CASES:

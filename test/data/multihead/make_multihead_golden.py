@@ -400,6 +400,8 @@ def write_cases():
     heads_case("chunk_key_lengths_alibi", 3, 2, 2, 6, 10, 6, 4, causal=True, align="bottom_right",
                key_lengths=[10, 7, 0], alibi=True, chunk=4)
     varlen_case("varlen_chunk_causal", 2, 1, [5, 0, 9], [5, 3, 9], 6, 4, causal=True, chunk=4)
+    # DeepSeek's non-absorbed head: d_k = 192, d_v = 128
+    heads_case("dk192_dv128_causal_gqa", 1, 2, 1, 6, 9, 192, 128, causal=True, align="bottom_right")
 
 
 if __name__ == "__main__":
