@@ -22,9 +22,6 @@ using namespace ea_test;
 
 namespace {
 
-/// floor(x / n) for n > 0 and any sign of x.
-std::ptrdiff_t floor_div(std::ptrdiff_t x, std::ptrdiff_t n) { return x >= 0 ? x / n : -((-x - 1) / n) - 1; }
-
 /// The boolean mask (row-major, T_q x T_k, true = may attend) that chunk_size n and chunk_origin
 /// o give query i (diagonal key i + offset) and key j, before any other mask.
 std::vector<char> chunk_mask(Eigen::Index tq, Eigen::Index tk, std::ptrdiff_t offset, std::ptrdiff_t n,

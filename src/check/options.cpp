@@ -63,8 +63,10 @@ ResolvedOptions<C> check_options(const char* api, const Options& opt, const Arra
   r.softcap = resolve_softcap<C>(api, opt.softcap);
   r.causal = opt.causal;
   r.bottom_right = opt.alignment == CausalAlignment::BottomRight;
+  // The bound on positions: i + offset +- window and the chunks' floor divisions stay far from
+  // overflow.
+  constexpr index_t limit = index_t(1) << 60;
   if (opt.diagonal_offset.has_value()) {
-    constexpr index_t limit = index_t(1) << 60;  // i + offset +- window stays far from overflow
     const index_t offset = *opt.diagonal_offset;
     if (offset > limit || offset < -limit) {
       fail(api, "diagonal_offset must be within +-2^60, got " + std::to_string(offset));
@@ -74,13 +76,10 @@ ResolvedOptions<C> check_options(const char* api, const Options& opt, const Arra
   }
   r.window_left = opt.window_left;
   r.window_right = opt.window_right;
-  {
-    constexpr index_t limit = index_t(1) << 60;
-    if (opt.chunk_size < 0 || opt.chunk_size > limit)
-      fail(api, "chunk_size must be between 0 (off) and 2^60, got " + std::to_string(opt.chunk_size));
-    if (opt.chunk_origin > limit || opt.chunk_origin < -limit)
-      fail(api, "chunk_origin must be within +-2^60, got " + std::to_string(opt.chunk_origin));
-  }
+  if (opt.chunk_size < 0 || opt.chunk_size > limit)
+    fail(api, "chunk_size must be between 0 (off) and 2^60, got " + std::to_string(opt.chunk_size));
+  if (opt.chunk_origin > limit || opt.chunk_origin < -limit)
+    fail(api, "chunk_origin must be within +-2^60, got " + std::to_string(opt.chunk_origin));
   r.chunk = opt.chunk_size;
   r.chunk_origin = opt.chunk_origin;
   r.kernel = resolve_kernel(api, opt.kernel);

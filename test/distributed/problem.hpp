@@ -154,12 +154,8 @@ struct Problem {
             if (sp.causal) visible = visible && j <= pos;
             if (sp.window_left >= 0) visible = visible && j >= pos - sp.window_left;
             if (sp.window_right >= 0) visible = visible && j <= pos + sp.window_right;
-            if (sp.chunk > 0) {  // floor division: pos may be negative
-              const auto chunk_of = [&](std::ptrdiff_t x) {
-                return x >= 0 ? x / sp.chunk : -((-x - 1) / sp.chunk) - 1;
-              };
-              visible = visible && chunk_of(j) == chunk_of(pos);
-            }
+            if (sp.chunk > 0)  // pos may be negative: floor division
+              visible = visible && ea_test::floor_div(j, sp.chunk) == ea_test::floor_div(pos, sp.chunk);
             n += visible ? 1 : 0;
           }
         }

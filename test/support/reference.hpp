@@ -150,6 +150,10 @@ struct Array4 {
   }
 };
 
+/// floor(x / n) for n > 0 and either sign of x: the chunk of chunked-local attention that holds
+/// position x (Options::chunk_size n), written here as the tests' own definition.
+inline long floor_div(long x, long n) { return x >= 0 ? x / n : -((-x - 1) / n) - 1; }
+
 /// Everything a multi-head call may be given besides Q, K, V, without the library's types.
 struct MultiHeadSpec {
   bool causal = false;
@@ -277,11 +281,9 @@ inline Logit reference_logit(const Array4& Q, const Array4& K, const MultiHeadSp
   if (spec.window_left >= 0) visible = visible && j >= pos - spec.window_left;
   if (spec.window_right >= 0) visible = visible && j <= pos + spec.window_right;
   if (spec.chunk > 0) {  // the same chunk of positions: floor((x + origin) / chunk), x = j and pos
-    const auto chunk_of = [&](long x) {
-      const long y = x + spec.chunk_origin;  // |y| <= 2^60 + T: no overflow
-      return y >= 0 ? y / spec.chunk : -((-y - 1) / spec.chunk) - 1;
-    };
-    visible = visible && chunk_of(static_cast<long>(j)) == chunk_of(static_cast<long>(pos));
+    const long o = spec.chunk_origin;  // |x + o| <= 2^60 + T: no overflow
+    visible = visible && floor_div(static_cast<long>(j) + o, spec.chunk) ==
+                             floor_div(static_cast<long>(pos) + o, spec.chunk);
   }
   l.visible = visible;
   l.value = s;
