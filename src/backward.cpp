@@ -14,7 +14,7 @@ template <typename T, typename C = ComputeScalar<T>>
 void backward(const char* api, MatrixView<const T> q, MatrixView<const T> k, MatrixView<const T> v,
               MatrixView<const T> attn, MatrixView<const C> lse, MatrixView<const T> d_attn,
               const MatrixView<const T>* d_scores, abi::Output<T>& dq, abi::Output<T>& dk, abi::Output<T>& dv,
-              const Options& opt, const Masks<T>& masks) {
+              const Options& opt, const Masks<T>& masks, const BackwardTerms<T>& terms) {
   const internal::Slot<T> gq{&dq, "dQ", "T_q x d_k", q.rows, q.cols},
       gk{&dk, "dK", "T_k x d_k", k.rows, k.cols}, gv{&dv, "dV", "T_k x d_v", v.rows, v.cols};
   const auto call = [&](internal::Stage stage) {
@@ -28,6 +28,7 @@ void backward(const char* api, MatrixView<const T> q, MatrixView<const T> k, Mat
     g.d_attn = internal::one_head(d_attn);
     if (d_scores != nullptr) g.d_scores = internal::one_head(*d_scores);
     g.dq = gq.view(stage), g.dk = gk.view(stage), g.dv = gv.view(stage);
+    g.d_lse = terms.d_lse, g.d_sinks = terms.d_sinks;
     c.backward = g;
     c.masks = masks;
     c.stage = stage;
@@ -44,8 +45,9 @@ namespace abi {
   void attention_backward(const char* api, MatrixView<const T> q, MatrixView<const T> k,                  \
                           MatrixView<const T> v, MatrixView<const T> attn, MatrixView<const L> lse,       \
                           MatrixView<const T> d_attn, const MatrixView<const T>* d_scores, Output<T>& dq, \
-                          Output<T>& dk, Output<T>& dv, const Options& opt, const Masks<T>& masks) {      \
-    backward(api, q, k, v, attn, lse, d_attn, d_scores, dq, dk, dv, opt, masks);                          \
+                          Output<T>& dk, Output<T>& dv, const Options& opt, const Masks<T>& masks,        \
+                          const BackwardTerms<T>& terms) {                                                \
+    backward(api, q, k, v, attn, lse, d_attn, d_scores, dq, dk, dv, opt, masks, terms);                   \
   }
 EIGEN_ATTENTION_DEFINE_SINGLE_HEAD_BACKWARD(float, float)
 EIGEN_ATTENTION_DEFINE_SINGLE_HEAD_BACKWARD(double, double)

@@ -21,6 +21,7 @@
 #include "check/array.hpp"
 #include "execute.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/sink.hpp"
 #include "lse_merge.hpp"
 #include "outputs.hpp"
 #include "paged_keys.hpp"
@@ -183,7 +184,15 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
           blk.tasks, [&](index_t t) { return partials_data[chunks[t].slot + R * dv + r]; },
           [&](index_t t, index_t c) { return partials_data[chunks[t].slot + r * dv + c]; }, dv,
           dv == 0 ? p.out.data : element(p.out, h, row, 0), p.out.dim_stride, weights.data());
-      if (p.want_lse) *element(p.lse, h, row, 0) = lse;
+      if (p.paged->sinks == nullptr) {
+        if (p.want_lse) *element(p.lse, h, row, 0) = lse;
+        continue;
+      }
+      // The sink, once per row, after its chunks (sink.hpp).
+      const SinkStep<T> step = sink_step(lse, p.paged->sinks[h]);
+      if (lse != -std::numeric_limits<T>::infinity())
+        for (index_t c = 0; c < dv; ++c) *element(p.out, h, row, c) *= step.factor;
+      if (p.want_lse) *element(p.lse, h, row, 0) = step.lse;
     }
   });
 
@@ -210,7 +219,7 @@ namespace {
 
 /// The keys of a decode call with its sequences (`storage` keeps them) and ALiBi slopes.
 template <typename C>
-PagedKeys<C> paged_keys(const char* api, const abi::PagedKeys& keys, const C* alibi_slopes,
+PagedKeys<C> paged_keys(const char* api, const abi::PagedKeys& keys, const C* alibi_slopes, const C* sinks,
                         std::vector<PagedSequence>& storage) {
   PagedKeys<C> paged;
   if (keys.view != nullptr) {
@@ -224,6 +233,7 @@ PagedKeys<C> paged_keys(const char* api, const abi::PagedKeys& keys, const C* al
   }
   paged.sequences = storage.data();
   paged.alibi_slopes = alibi_slopes;
+  paged.sinks = sinks;
   return paged;
 }
 
@@ -245,13 +255,14 @@ void decode_call(const char* api, const abi::PagedKeys& keys, HeadsView<const S>
                  const Masks<L>& masks) {
   if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
     fail(api,
-         "decode takes ALiBi slopes only from masks (masks.mask, masks.bias and masks.key_lengths must be "
+         "decode takes ALiBi slopes and sinks only from masks (masks.mask, masks.bias and masks.key_lengths "
+         "must be "
          "empty: each sequence's keys are the cache's)");
   }
   thread_local std::vector<PagedSequence> sequences;
   std::shared_lock<std::shared_mutex> lock;  // a cache's pool: held shared while the call reads it
   if (keys.pool != nullptr) lock = pool_lock(*keys.pool);
-  const PagedKeys<L> paged = paged_keys(api, keys, masks.alibi_slopes, sequences);
+  const PagedKeys<L> paged = paged_keys(api, keys, masks.alibi_slopes, masks.sinks, sequences);
   const index_t H = q.heads, T = q.tokens, dv = paged.kv.d_v;
   const Slot<S> attn_slot{attn.matrix, "attn", "T_q x (H d_v)", T, H * dv};
   const Slot<L> lse_slot{lse != nullptr ? lse->matrix : nullptr, "lse", "T_q x H", T, H};

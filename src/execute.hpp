@@ -4,7 +4,9 @@
 // one way every public call computes. Internal.
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/backward.hpp"
 #include "kernels/kernels.hpp"
@@ -108,13 +110,37 @@ void accumulate_gradients(const Problem<T>& p, int threads) {
   run_backward<T>(p.kernel, units, batches * heads, problem, prepare, threads);
 }
 
+/// dL/dsinks (BackwardTerms::d_sinks) from each row's share (the kernels' row terms wrote them
+/// into p.grad_d_sink_rows, zero elsewhere): per query head, the sum over the sequences and their
+/// rows, in that order.
+template <typename T>
+void sum_sink_rows(const Problem<T>& p) {
+  const HeadsView<ComputeScalar<T>>& rows = p.grad_d_sink_rows;
+  for (index_t h = 0; h < p.heads(); ++h) {
+    ComputeScalar<T> sum = 0;
+    for (index_t b = 0; b < rows.batch; ++b)
+      for (index_t i = 0; i < rows.tokens; ++i)
+        sum += rows.data[b * rows.batch_stride + h * rows.head_stride + i];
+    p.d_sinks[h] = sum;
+  }
+}
+
 /// The backward pass of a validated problem: for float and double into its gradients; for
 /// bfloat16 and half (whose tiles the kernels widen as they load them) into float gradients in
 /// the calling thread's workspace, grown once and kept, then rounded once into the 16-bit
-/// gradients. Of a packed batch, only the sequences' rows are written.
+/// gradients. Of a packed batch, only the sequences' rows are written. dL/dsinks, when wanted,
+/// is summed from each row's share, held in another workspace of the calling thread.
 template <typename T>
 void execute_backward(const Problem<T>& given, int threads) {
   Problem<T> p = given;
+  const bool sinks = p.d_sinks != nullptr && p.masks.sinks != nullptr;
+  if (sinks) {
+    thread_local std::vector<ComputeScalar<T>> sink_rows;
+    const index_t B = p.q.batch, H = p.heads(), tq = p.q.tokens, n = B * H * tq;
+    if (static_cast<index_t>(sink_rows.size()) < n) sink_rows.resize(static_cast<std::size_t>(n));
+    std::fill_n(sink_rows.data(), n, ComputeScalar<T>(0));
+    p.grad_d_sink_rows = {n == 0 ? nullptr : sink_rows.data(), B, H, tq, 1, H * tq, tq, 1, 1};
+  }
   if constexpr (kIsLowPrecision<T>) {
     thread_local std::vector<float> workspace;
     const auto size = [](const HeadsView<T>& v) { return v.batch * v.heads * v.tokens * v.dim; };
@@ -139,6 +165,7 @@ void execute_backward(const Problem<T>& given, int threads) {
     p.grad_dq = p.dq, p.grad_dk = p.dk, p.grad_dv = p.dv, p.grad_d_bias = p.d_bias;
     accumulate_gradients(p, threads);
   }
+  if (sinks) sum_sink_rows(p);
 }
 
 }  // namespace internal

@@ -127,13 +127,14 @@ template <typename T, typename C = ComputeScalar<T>>
 internal::Call<T> backward_call(const char* api, HeadsView<const T> q, HeadsView<const T> k,
                                 HeadsView<const T> v, HeadsView<const T> attn, HeadsView<const C> lse,
                                 HeadsView<const T> d_attn, HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,
-                                const Masks<T>& masks) {
+                                const Masks<T>& masks, const BackwardTerms<T>& terms) {
   internal::Call<T> c;
   c.api = api;
   c.in = {q, k, v};
   internal::Gradients<T> g;
   g.attn = attn, g.lse = lse, g.d_attn = d_attn;
   g.dq = dq, g.dk = dk, g.dv = dv;
+  g.d_lse = terms.d_lse, g.d_sinks = terms.d_sinks;
   c.backward = g;
   c.masks = masks;
   return c;
@@ -143,9 +144,9 @@ template <typename T, typename C = ComputeScalar<T>>
 void heads_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,
                     HeadsView<const C> lse, HeadsView<const T> d_attn, HeadsView<const T> d_scores,
                     HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, HeadsView<T> d_bias,
-                    const Options& opt, const Masks<T>& masks) {
+                    const Options& opt, const Masks<T>& masks, const BackwardTerms<T>& terms) {
   internal::Call<T> c =
-      backward_call("attention_heads_backward_into", q, k, v, attn, lse, d_attn, dq, dk, dv, masks);
+      backward_call("attention_heads_backward_into", q, k, v, attn, lse, d_attn, dq, dk, dv, masks, terms);
   if (!d_scores.empty()) c.backward->d_scores = d_scores;
   if (d_bias.data != nullptr) c.backward->d_bias = d_bias;
   internal::execute_backward(internal::make_problem(c, opt), opt.threads);
@@ -155,9 +156,10 @@ template <typename T, typename C = ComputeScalar<T>>
 void varlen_backward(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
                      HeadsView<const T> attn, HeadsView<const C> lse, HeadsView<const T> d_attn,
                      const std::int64_t* cu_q, const std::int64_t* cu_k, index_t batch, HeadsView<T> dq,
-                     HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks) {
+                     HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks,
+                     const BackwardTerms<T>& terms) {
   internal::Call<T> c =
-      backward_call("attention_varlen_backward_into", q, k, v, attn, lse, d_attn, dq, dk, dv, masks);
+      backward_call("attention_varlen_backward_into", q, k, v, attn, lse, d_attn, dq, dk, dv, masks, terms);
   c.packed = internal::PackedSequences{cu_q, cu_k, batch};
   internal::execute_backward(internal::make_problem(c, opt), opt.threads);
 }
@@ -173,47 +175,49 @@ std::size_t varlen_scores_size(const std::int64_t* cu_seqlens_q, const std::int6
 namespace abi {
 
 // The exported calls of detail/AbiMultiHead.hpp for views of T with log-sum-exps of L.
-#define EIGEN_ATTENTION_DEFINE_MULTIHEAD(T, L)                                                              \
-  void attention_heads_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,               \
-                            HeadsView<T> attn, HeadsView<L> lse, const Options& opt,                        \
-                            const Masks<T>& masks) {                                                        \
-    heads(q, k, v, attn, lse, opt, masks);                                                                  \
-  }                                                                                                         \
-  void attention_heads_lse_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<L> lse,               \
-                                const Options& opt, const Masks<T>& masks) {                                \
-    heads_lse(q, k, lse, opt, masks);                                                                       \
-  }                                                                                                         \
-  void attention_heads_decomposed_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,    \
-                                       HeadsView<T> scores, HeadsView<T> attn, HeadsView<L> lse,            \
-                                       HeadsView<T> average_scores, const Options& opt,                     \
-                                       const Masks<T>& masks) {                                             \
-    heads_decomposed(q, k, v, scores, attn, lse, average_scores, opt, masks);                               \
-  }                                                                                                         \
-  void attention_varlen_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,              \
-                             const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,            \
-                             index_t batch, HeadsView<T> attn, HeadsView<L> lse, const Options& opt,        \
-                             const Masks<T>& masks) {                                                       \
-    varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, batch, attn, lse, opt, masks);                              \
-  }                                                                                                         \
-  void attention_varlen_decomposed_into(                                                                    \
-      HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const std::int64_t* cu_seqlens_q,   \
-      const std::int64_t* cu_seqlens_k, index_t batch, T* scores, std::size_t scores_size,                  \
-      HeadsView<T> attn, HeadsView<L> lse, const Options& opt, const Masks<T>& masks) {                     \
-    varlen_decomposed(q, k, v, cu_seqlens_q, cu_seqlens_k, batch, scores, scores_size, attn, lse, opt,      \
-                      masks);                                                                               \
-  }                                                                                                         \
-  void attention_heads_backward_into(                                                                       \
-      HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,            \
-      HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<const T> d_scores, HeadsView<T> dq,      \
-      HeadsView<T> dk, HeadsView<T> dv, HeadsView<T> d_bias, const Options& opt, const Masks<T>& masks) {   \
-    heads_backward(q, k, v, attn, lse, d_attn, d_scores, dq, dk, dv, d_bias, opt, masks);                   \
-  }                                                                                                         \
-  void attention_varlen_backward_into(                                                                      \
-      HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,            \
-      HeadsView<const L> lse, HeadsView<const T> d_attn, const std::int64_t* cu_seqlens_q,                  \
-      const std::int64_t* cu_seqlens_k, index_t batch, HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,   \
-      const Options& opt, const Masks<T>& masks) {                                                          \
-    varlen_backward(q, k, v, attn, lse, d_attn, cu_seqlens_q, cu_seqlens_k, batch, dq, dk, dv, opt, masks); \
+#define EIGEN_ATTENTION_DEFINE_MULTIHEAD(T, L)                                                             \
+  void attention_heads_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,              \
+                            HeadsView<T> attn, HeadsView<L> lse, const Options& opt,                       \
+                            const Masks<T>& masks) {                                                       \
+    heads(q, k, v, attn, lse, opt, masks);                                                                 \
+  }                                                                                                        \
+  void attention_heads_lse_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<L> lse,              \
+                                const Options& opt, const Masks<T>& masks) {                               \
+    heads_lse(q, k, lse, opt, masks);                                                                      \
+  }                                                                                                        \
+  void attention_heads_decomposed_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,   \
+                                       HeadsView<T> scores, HeadsView<T> attn, HeadsView<L> lse,           \
+                                       HeadsView<T> average_scores, const Options& opt,                    \
+                                       const Masks<T>& masks) {                                            \
+    heads_decomposed(q, k, v, scores, attn, lse, average_scores, opt, masks);                              \
+  }                                                                                                        \
+  void attention_varlen_into(HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,             \
+                             const std::int64_t* cu_seqlens_q, const std::int64_t* cu_seqlens_k,           \
+                             index_t batch, HeadsView<T> attn, HeadsView<L> lse, const Options& opt,       \
+                             const Masks<T>& masks) {                                                      \
+    varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, batch, attn, lse, opt, masks);                             \
+  }                                                                                                        \
+  void attention_varlen_decomposed_into(                                                                   \
+      HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, const std::int64_t* cu_seqlens_q,  \
+      const std::int64_t* cu_seqlens_k, index_t batch, T* scores, std::size_t scores_size,                 \
+      HeadsView<T> attn, HeadsView<L> lse, const Options& opt, const Masks<T>& masks) {                    \
+    varlen_decomposed(q, k, v, cu_seqlens_q, cu_seqlens_k, batch, scores, scores_size, attn, lse, opt,     \
+                      masks);                                                                              \
+  }                                                                                                        \
+  void attention_heads_backward_into(                                                                      \
+      HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,           \
+      HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<const T> d_scores, HeadsView<T> dq,     \
+      HeadsView<T> dk, HeadsView<T> dv, HeadsView<T> d_bias, const Options& opt, const Masks<T>& masks,    \
+      const BackwardTerms<T>& terms) {                                                                     \
+    heads_backward(q, k, v, attn, lse, d_attn, d_scores, dq, dk, dv, d_bias, opt, masks, terms);           \
+  }                                                                                                        \
+  void attention_varlen_backward_into(                                                                     \
+      HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,           \
+      HeadsView<const L> lse, HeadsView<const T> d_attn, const std::int64_t* cu_seqlens_q,                 \
+      const std::int64_t* cu_seqlens_k, index_t batch, HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv,  \
+      const Options& opt, const Masks<T>& masks, const BackwardTerms<T>& terms) {                          \
+    varlen_backward(q, k, v, attn, lse, d_attn, cu_seqlens_q, cu_seqlens_k, batch, dq, dk, dv, opt, masks, \
+                    terms);                                                                                \
   }
 
 EIGEN_ATTENTION_DEFINE_MULTIHEAD(float, float)

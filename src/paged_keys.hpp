@@ -31,6 +31,7 @@ struct PagedKeys {
   const PagedSequence* sequences = nullptr;
   index_t batch = 0;
   const C* alibi_slopes = nullptr;
+  const C* sinks = nullptr;  // Masks::sinks, one per query head
 };
 
 /// Checks a PagedKVView's batch, block tables and lengths, and makes `sequences` its batch

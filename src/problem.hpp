@@ -70,6 +70,12 @@ struct Problem {
   // them): dq, dk, dv and d_bias themselves for float and double; for bfloat16 and half a float
   // workspace of the same shapes, rounded into them once at the end.
   HeadsView<Compute> grad_dq, grad_dk, grad_dv, grad_d_bias;
+  // BackwardTerms: dL/dLSE [B, H, T_q, 1] to read (data null: none), and where dL/dsinks goes (H
+  // values; null: not wanted), summed by execute_backward from each row's share in grad_d_sink_rows
+  // ([B, H, T_q, 1], its workspace).
+  HeadsView<const Compute> d_lse;
+  Compute* d_sinks = nullptr;
+  HeadsView<Compute> grad_d_sink_rows;
   // Decode (KVCache.hpp): keys and values in pages, `sequences` of them (cu_q: each one's query
   // tokens; k and v then hold the sizes only: [1, kv_heads, 0, d_k] and [1, kv_heads, 0, d_v]).
   std::optional<PagedKeys<Compute>> paged;
@@ -134,6 +140,7 @@ struct Problem {
                     want_lse,
                     {}};
     p.chunk = chunk, p.chunk_origin = chunk_origin;
+    if (masks.sinks != nullptr) p.has_sink = true, p.sink = to_compute(masks.sinks[h]);
     if (packed_scores != nullptr) {
       p.scores = tq * tk == 0 ? raw_matrix<T>(packed_scores, tq, tk, 0, 0)
                               : raw_matrix<T>(packed_scores + score_offsets[b] + h * tq * tk, tq, tk, tk, 1);
@@ -167,6 +174,8 @@ struct Problem {
         g.d_scores.cols = tk;
         if (tk == 0) g.d_scores = raw_matrix<const T>(g.d_scores.data, tq, 0, 0, 0);
       }
+      if (d_lse.data != nullptr) g.d_lse = head_of(d_lse, h, q_first, tq);
+      if (grad_d_sink_rows.data != nullptr) g.d_sink_rows = head_of(grad_d_sink_rows, h, q_first, tq);
       g.d_bias = {nullptr, 0, 0, 0, 0};
       if (grad_d_bias.data != nullptr) {
         const HeadsView<Compute>& gb = grad_d_bias;

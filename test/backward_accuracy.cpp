@@ -60,7 +60,8 @@ TEST_CASE("backward accuracy: float error within twice the naive float expressio
           c.magnitude = magnitude;
           const Problem p = crosscheck::make_problem<float>(c, rng);
           const Seeds s = make_seeds<float>(p, rng, false);
-          const BackwardReference ref = reference_heads_backward<float>(p.Q, p.K, p.V, p.spec, s.d_out);
+          const BackwardReference ref =
+              reference_heads_backward<float>(p.Q, p.K, p.V, p.spec, s.d_out, s.d_scores, s.d_lse);
           const auto f = [](const Array4& a) {
             Mf m(a.n[2], a.n[3]);
             for (Eigen::Index i = 0; i < m.rows(); ++i)

@@ -214,6 +214,7 @@ TEST_CASE_TEMPLATE("backward edges: d_scores at masked positions has no effect, 
   Seeds poisoned;
   poisoned.d_out = s.d_out;
   poisoned.d_scores.emplace(*s.d_scores);
+  poisoned.d_lse = s.d_lse;
   for (Eigen::Index b = 0; b < 2; ++b)
     for (Eigen::Index h = 0; h < 2; ++h)
       for (Eigen::Index i = 0; i < 140; ++i)

@@ -98,7 +98,7 @@ TEST_CASE_TEMPLATE("backward identities: GQA's dK and dV are sums over the query
       dv_sum.view().head(b, h / 3) += m.dv.view().head(b, h);
     }
   const BackwardReference ref =
-      reference_heads_backward<T>(gqa.Q, gqa.K, gqa.V, gqa.spec, s.d_out, s.d_scores);
+      reference_heads_backward<T>(gqa.Q, gqa.K, gqa.V, gqa.spec, s.d_out, s.d_scores, s.d_lse);
   check_pair(g.dk.view(), dk_sum.view(), ref.dk_tol, "dK");
   check_pair(g.dv.view(), dv_sum.view(), ref.dv_tol, "dV");
 }
@@ -121,8 +121,11 @@ TEST_CASE_TEMPLATE("backward identities: attention_heads_backward_into of one he
     return m;
   };
   const RowMatrix<T> out = g.out.view().head(0, 0), lse = g.lse.view().head(0, 0);
+  const RowMatrix<T> d_lse = matrix(*s.d_lse);  // dL/dLSE too, through the single-head call's terms
+  ea::BackwardTerms<T> terms;
+  terms.d_lse = mh::HeadsView<const T>::single(d_lse);
   const auto single = ea::attention_backward(matrix(p.Q), matrix(p.K), matrix(p.V), out, lse, matrix(s.d_out),
-                                             matrix(*s.d_scores), opt);
+                                             matrix(*s.d_scores), opt, {}, terms);
   using View = mh::HeadsView<const T>;
   check_heads_equal(g.dq.view(), View::single(single.dq), "dQ");
   check_heads_equal(g.dk.view(), View::single(single.dk), "dK");

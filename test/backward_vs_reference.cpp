@@ -22,7 +22,7 @@ TEST_CASE_TEMPLATE("backward crosscheck: every option vs the long-double referen
       CAPTURE(with_d_scores);
       const Seeds seeds = make_seeds<T>(p, rng, with_d_scores);
       const BackwardReference ref =
-          reference_heads_backward<T>(p.Q, p.K, p.V, p.spec, seeds.d_out, seeds.d_scores);
+          reference_heads_backward<T>(p.Q, p.K, p.V, p.spec, seeds.d_out, seeds.d_scores, seeds.d_lse);
       for (const auto kernel : kernels_under_test()) {
         const std::string kname = ea::kernel_name(kernel);
         CAPTURE(kname);
@@ -48,7 +48,7 @@ TEST_CASE_TEMPLATE("backward crosscheck: random configurations vs the long-doubl
     const Problem p = crosscheck::make_problem<T>(c, rng);
     const Seeds seeds = make_seeds<T>(p, rng, rng.integer(0, 1) == 1);
     const BackwardReference ref =
-        reference_heads_backward<T>(p.Q, p.K, p.V, p.spec, seeds.d_out, seeds.d_scores);
+        reference_heads_backward<T>(p.Q, p.K, p.V, p.spec, seeds.d_out, seeds.d_scores, seeds.d_lse);
     const auto kernel = kernels[static_cast<size_t>(rng.integer(0, static_cast<long>(kernels.size()) - 1))];
     const int threads = static_cast<int>(rng.integer(1, 3));
     const std::string kname = ea::kernel_name(kernel);

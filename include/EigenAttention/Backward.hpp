@@ -25,6 +25,7 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/BackwardTerms.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Types.hpp>
@@ -40,6 +41,7 @@ namespace EigenAttention {
 /// \param d_attn dL/dATTN (T_q x d_v).
 /// \param opt the forward's Options.
 /// \param masks the forward's masks (default: none).
+/// \param terms dL/dLSE to add, and where dL/dsinks goes (BackwardTerms.hpp; default: neither).
 /// \returns Gradients: dq (T_q x d_k), dk (T_k x d_k), dv (T_k x d_v), row-major.
 /// \throws std::invalid_argument on mismatched shapes or bad options (message names them).
 /// \code
@@ -53,10 +55,11 @@ template <class DQ, class DK, class DV, class DA, class DL, class DG>
 Gradients<typename DQ::Scalar> attention_backward(
     const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V,
     const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
-    const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
+    const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {},
+    const BackwardTerms<typename DQ::Scalar>& terms = {}) {
   Gradients<typename DQ::Scalar> g;
   detail::backward("attention_backward", Q, K, V, attn, lse, d_attn,
-                   static_cast<const Eigen::MatrixBase<DG>*>(nullptr), g.dq, g.dk, g.dv, opt, masks);
+                   static_cast<const Eigen::MatrixBase<DG>*>(nullptr), g.dq, g.dk, g.dv, opt, masks, terms);
   return g;
 }
 
@@ -68,9 +71,10 @@ Gradients<typename DQ::Scalar> attention_backward(
     const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K, const Eigen::MatrixBase<DV>& V,
     const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
     const Eigen::MatrixBase<DS>& d_scores, const Options& opt = {},
-    const Masks<typename DQ::Scalar>& masks = {}) {
+    const Masks<typename DQ::Scalar>& masks = {}, const BackwardTerms<typename DQ::Scalar>& terms = {}) {
   Gradients<typename DQ::Scalar> g;
-  detail::backward("attention_backward", Q, K, V, attn, lse, d_attn, &d_scores, g.dq, g.dk, g.dv, opt, masks);
+  detail::backward("attention_backward", Q, K, V, attn, lse, d_attn, &d_scores, g.dq, g.dk, g.dv, opt, masks,
+                   terms);
   return g;
 }
 
@@ -85,10 +89,11 @@ void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
                              const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn,
                              const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn, DGQ&& dq,
                              DGK&& dk, DGV&& dv, const Options& opt = {},
-                             const Masks<typename DQ::Scalar>& masks = {}) {
+                             const Masks<typename DQ::Scalar>& masks = {},
+                             const BackwardTerms<typename DQ::Scalar>& terms = {}) {
   detail::backward("attention_backward_into", Q, K, V, attn, lse, d_attn,
                    static_cast<const Eigen::MatrixBase<DG>*>(nullptr), std::forward<DGQ>(dq),
-                   std::forward<DGK>(dk), std::forward<DGV>(dv), opt, masks);
+                   std::forward<DGK>(dk), std::forward<DGV>(dv), opt, masks, terms);
 }
 
 /// attention_backward_into() through the weights too (`d_scores` = dL/dSCORES, T_q x T_k).
@@ -98,9 +103,10 @@ void attention_backward_into(const Eigen::MatrixBase<DQ>& Q, const Eigen::Matrix
                              const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn,
                              const Eigen::MatrixBase<DL>& lse, const Eigen::MatrixBase<DG>& d_attn,
                              const Eigen::MatrixBase<DS>& d_scores, DGQ&& dq, DGK&& dk, DGV&& dv,
-                             const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {}) {
+                             const Options& opt = {}, const Masks<typename DQ::Scalar>& masks = {},
+                             const BackwardTerms<typename DQ::Scalar>& terms = {}) {
   detail::backward("attention_backward_into", Q, K, V, attn, lse, d_attn, &d_scores, std::forward<DGQ>(dq),
-                   std::forward<DGK>(dk), std::forward<DGV>(dv), opt, masks);
+                   std::forward<DGK>(dk), std::forward<DGV>(dv), opt, masks, terms);
 }
 
 }  // namespace EigenAttention

@@ -80,7 +80,7 @@ struct BackwardInputs {
     abi::Output<T> gq, gk, gv;                                                                              \
     gq.view = dq, gk.view = dk, gv.view = dv;                                                               \
     abi::attention_backward(api, in.q, in.k, in.v, in.attn, in.lse, in.d_attn,                              \
-                            in.has_d_scores ? &in.d_scores : nullptr, gq, gk, gv, opt, masks);              \
+                            in.has_d_scores ? &in.d_scores : nullptr, gq, gk, gv, opt, masks, {});          \
   }
 EIGEN_ATTENTION_DEPRECATED_RUN(float, float)
 EIGEN_ATTENTION_DEPRECATED_RUN(double, double)

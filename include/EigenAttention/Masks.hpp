@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /// \file Masks.hpp
 /// Per-call masks and biases of the multi-head calls: a boolean mask, an additive bias, key
-/// lengths (right padding) and ALiBi slopes. Window and soft-capping are in Options.
+/// lengths (right padding), ALiBi slopes and attention sinks. Window, soft-capping and chunks are
+/// in Options.
 #pragma once
 
 // Lets the detail/ headers in (each refuses to be included on its own); never undefined, so
@@ -86,7 +87,8 @@ struct BroadcastView {
 /// Masks and biases of a multi-head call; every member is optional (empty/null = not used).
 /// They apply in FlashAttention's order, the table of [Semantics](docs/semantics.md): the
 /// scaled, soft-capped logits plus ALiBi and `bias`, then every mask (`mask`, causal, window,
-/// `key_lengths`) sets -inf, then the row softmax.
+/// `key_lengths`) sets -inf, then the row softmax (over the visible keys and the sink, when
+/// `sinks` is given).
 template <typename Scalar>
 struct Masks {
   /// Boolean mask, true = may attend (PyTorch SDPA's convention), [T_q, T_k] broadcastable.
@@ -99,6 +101,12 @@ struct Masks {
   const std::int64_t* key_lengths = nullptr;
   /// ALiBi: one slope per query head; adds -slope_h * |i + offset - j| to the logits.
   const Scalar* alibi_slopes = nullptr;
+  /// Attention sinks (gpt-oss): one logit per query head that joins every row's softmax and
+  /// carries no value. Row i's weights become exp(z_ij - L_i) with
+  /// L_i = log(exp(sinks[h]) + sum_j exp(z_ij)), so that they sum to less than 1; LSE is L_i (the
+  /// sink included); a row that sees no key gets ATTN = 0 and LSE = sinks[h]. Its gradient is
+  /// BackwardTerms::d_sinks. H entries (one for the single-head calls).
+  const Scalar* sinks = nullptr;
 };
 
 }  // namespace EigenAttention

@@ -37,6 +37,7 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/BackwardTerms.hpp>
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
@@ -197,6 +198,8 @@ void attention_varlen_decomposed_into(const HeadsView<Q>& q, detail::In<T> k, de
 /// broadcasts; or empty.
 /// \param opt the forward's Options.
 /// \param masks the forward's masks.
+/// \param terms dL/dLSE [B, H, T_q, 1] to add, and where dL/dsinks goes (H values), both optional
+/// (BackwardTerms.hpp).
 /// Bitwise identical for every Options::threads. Errors as attention_heads_into(), naming the
 /// gradient views too; nothing is written then.
 template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
@@ -204,20 +207,22 @@ void attention_heads_backward_into(const HeadsView<Q>& q, detail::In<T> k, detai
                                    detail::In<T> attn, detail::In<detail::LseOf<T>> lse, detail::In<T> d_attn,
                                    detail::In<T> d_scores, detail::Out<T> dq, detail::Out<T> dk,
                                    detail::Out<T> dv, detail::Out<T> d_bias, const Options& opt = {},
-                                   const detail::NoDeduce<Masks<T>>& masks = {}) {
+                                   const detail::NoDeduce<Masks<T>>& masks = {},
+                                   const detail::NoDeduce<BackwardTerms<T>>& terms = {}) {
   abi::attention_heads_backward_into(detail::bits<const T>(q), detail::bits(k), detail::bits(v),
                                      detail::bits(attn), lse, detail::bits(d_attn), detail::bits(d_scores),
                                      detail::bits(dq), detail::bits(dk), detail::bits(dv),
-                                     detail::bits(d_bias), opt, detail::bits(masks));
+                                     detail::bits(d_bias), opt, detail::bits(masks), detail::bits(terms));
 }
 /// attention_heads_backward_into() without dL/dSCORES and dL/dbias.
 template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfHeadsScalar<Q> = 0>
 void attention_heads_backward_into(const HeadsView<Q>& q, detail::In<T> k, detail::In<T> v,
                                    detail::In<T> attn, detail::In<detail::LseOf<T>> lse, detail::In<T> d_attn,
                                    detail::Out<T> dq, detail::Out<T> dk, detail::Out<T> dv,
-                                   const Options& opt = {}, const detail::NoDeduce<Masks<T>>& masks = {}) {
+                                   const Options& opt = {}, const detail::NoDeduce<Masks<T>>& masks = {},
+                                   const detail::NoDeduce<BackwardTerms<T>>& terms = {}) {
   attention_heads_backward_into(q, k, v, attn, lse, d_attn, detail::In<T>{}, dq, dk, dv, detail::Out<T>{},
-                                opt, masks);
+                                opt, masks, terms);
 }
 
 /// The backward pass of attention_varlen_into() (packed sequences, views as there): dq, dk and
@@ -228,11 +233,12 @@ void attention_varlen_backward_into(const HeadsView<Q>& q, detail::In<T> k, deta
                                     detail::In<T> d_attn, const std::int64_t* cu_seqlens_q,
                                     const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, detail::Out<T> dq,
                                     detail::Out<T> dk, detail::Out<T> dv, const Options& opt = {},
-                                    const detail::NoDeduce<Masks<T>>& masks = {}) {
+                                    const detail::NoDeduce<Masks<T>>& masks = {},
+                                    const detail::NoDeduce<BackwardTerms<T>>& terms = {}) {
   abi::attention_varlen_backward_into(detail::bits<const T>(q), detail::bits(k), detail::bits(v),
                                       detail::bits(attn), lse, detail::bits(d_attn), cu_seqlens_q,
                                       cu_seqlens_k, batch, detail::bits(dq), detail::bits(dk),
-                                      detail::bits(dv), opt, detail::bits(masks));
+                                      detail::bits(dv), opt, detail::bits(masks), detail::bits(terms));
 }
 
 /// Merges two partial results over disjoint key sets into the exact result over their union:

@@ -93,9 +93,9 @@ struct ArrayList {
 
 /// The inputs of one call: Q, K, V, attn, lse, d_attn, d_scores, mask, bias, key_lengths or the
 /// two offsets, ALiBi slopes.
-using InputList = ArrayList<13>;
-/// The outputs of one call: attn, lse, scores, average_scores; or dq, dk, dv, d_bias.
-using OutputList = ArrayList<4>;
+using InputList = ArrayList<15>;
+/// The outputs of one call: attn, lse, scores, average_scores; or dq, dk, dv, d_bias, d_sinks.
+using OutputList = ArrayList<5>;
 
 /// The element count and the byte span must fit index_t (see array.cpp).
 void check_countable(const char* api, const Array& a);

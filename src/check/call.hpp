@@ -38,9 +38,9 @@ struct Outputs {
 };
 
 /// The backward pass: the forward's attn and lse, d_attn = dL/dATTN and, optionally,
-/// d_scores = dL/dSCORES are inputs; dq, dk, dv and, optionally, d_bias (dL/dbias, of the bias's
-/// broadcast shape) are its outputs. A gradient is absent only while a front door has still to
-/// size it (Stage::BeforeSizing).
+/// d_scores = dL/dSCORES and d_lse = dL/dLSE are inputs; dq, dk, dv and, optionally, d_bias
+/// (dL/dbias, of the bias's broadcast shape) and d_sinks (dL/dsinks, H values) are its outputs. A gradient is
+/// absent only while a front door has still to size it (Stage::BeforeSizing).
 template <typename T>
 struct Gradients {
   using Compute = ComputeScalar<T>;
@@ -48,6 +48,8 @@ struct Gradients {
   HeadsView<const Compute> lse;
   std::optional<HeadsView<const T>> d_scores;
   std::optional<HeadsView<T>> dq, dk, dv, d_bias;
+  HeadsView<const Compute> d_lse;  // data null: none
+  Compute* d_sinks = nullptr;      // null: not wanted
 };
 
 /// A packed variable-length batch (attention_varlen_into*): sequence b owns query rows

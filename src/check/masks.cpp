@@ -73,6 +73,7 @@ void check_masks(const Call<T>& c, InputList& inputs) {
   }
   if (c.masks.alibi_slopes != nullptr)
     inputs.push_back(vector_of("alibi_slopes", c.masks.alibi_slopes, c.in.q.heads));
+  if (c.masks.sinks != nullptr) inputs.push_back(vector_of("sinks", c.masks.sinks, c.in.q.heads));
 }
 
 template void check_masks<float>(const Call<float>&, InputList&);

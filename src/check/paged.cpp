@@ -115,6 +115,7 @@ void check_paged_inputs(const Call<T>& c, InputList& inputs) {
   inputs.push_back(qa);
   for (const Array& page : pages) inputs.push_back(page);
   if (paged.alibi_slopes != nullptr) inputs.push_back(vector_of("alibi_slopes", paged.alibi_slopes, q.heads));
+  if (paged.sinks != nullptr) inputs.push_back(vector_of("sinks", paged.sinks, q.heads));
   if (cu != nullptr) inputs.push_back(vector_of("cu_seqlens_q", cu, paged.batch + 1));
 }
 

@@ -55,6 +55,12 @@ struct RawGradient {
   RawMatrix<const T> d_scores;    // T_q x T_k dL/dSCORES, when data is not null
   RawMatrix<Compute> dq, dk, dv;  // T_q x d_k, T_k x d_k, T_k x d_v
   RawMatrix<Compute> d_bias;      // T_q x T_k, when data is not null
+  // dL/dLSE (BackwardTerms::d_lse), T_q x 1, when data is not null: the row terms become
+  // D_i - d_lse_i.
+  RawMatrix<const Compute> d_lse = {nullptr, 0, 0, 0, 0};
+  // T_q x 1, when data is not null and the problem has a sink: row i's share of dL/dsink,
+  // -P_sink,i (D_i - d_lse_i), written (the caller sums the rows in order).
+  RawMatrix<Compute> d_sink_rows = {nullptr, 0, 0, 0, 0};
 };
 
 /// One validated single-head problem and where its results go.
@@ -62,6 +68,8 @@ struct RawGradient {
 /// Query row i sees the keys [first_key(i), end_key(i)) (both non-decreasing in i), less those
 /// where `mask` is false. The logit of a visible key is, in this order: scale * q.k, soft-capped
 /// (softcap > 0), minus alibi_slope * |i + offset - j| (has_alibi), plus bias(i, j) (bias.data).
+/// With a sink (has_sink), the row's softmax runs over its visible keys and the sink logit
+/// (sink.hpp): its weights, ATTN and LSE are those of the keys alone after sink_step.
 ///
 /// T is the element type of the inputs and outputs, and Compute the type of all arithmetic:
 /// T itself for float and double; float for the 16-bit storage types (BFloat16Bits, HalfBits),
@@ -93,6 +101,9 @@ struct RawProblem {
   // Chunked-local attention (Options::chunk_size, chunk_origin): keys per chunk (0: off) and the
   // chunk grid's position of key 0.
   index_t chunk = 0, chunk_origin = 0;
+  // The attention sink (Masks::sinks) of this problem's query head, when has_sink.
+  bool has_sink = false;
+  Compute sink = 0;
 
   /// The keys each query row sees (key_range.hpp, the one definition).
   EIGEN_ATTENTION_SHARED_INLINE KeyRange key_range() const {

@@ -64,6 +64,18 @@ void reference_kernel(const RawProblem<T>& p) {
     }
     lse(i) = row_max + std::log(sum);
   }
+  // 6b. The attention sink: one more logit in each row's softmax, without a value (sink.hpp).
+  if (p.has_sink) {
+    for (index_t i = 0; i < tq; ++i) {
+      const SinkStep<T> step = sink_step(lse(i), p.sink);
+      if (lse(i) != minus_inf) {
+        for (index_t j = 0; j < tk; ++j) {
+          if (visible(i, j)) scores(i, j) *= step.factor;
+        }
+      }
+      lse(i) = step.lse;
+    }
+  }
   // 7. ATTN = SCORES V, each query summing over the keys it sees (so that a hidden key's V row,
   //    even NaN, never reaches it).
   if (p.want_attn) {

@@ -36,18 +36,25 @@ void reference_backward(const RawProblem<T>& p) {
       if (!visible(i, j)) z(i, j) = minus_inf;
     }
   }
-  // 6. The weights P, row by row (zero for hidden keys and for a row that sees none).
+  // 6. The weights P, row by row (zero for hidden keys and for a row that sees none), and the
+  // sink's weight p_sink when there is one: one more logit of the row's softmax, with no value.
   RowMatrix<T> P = RowMatrix<T>::Zero(tq, tk);
+  Vector<T> p_sink = Vector<T>::Zero(tq);
+  const bool sink = p.has_sink && p.sink != minus_inf;  // a sink of -inf is none
   for (index_t i = 0; i < tq; ++i) {
-    const T row_max = tk > 0 ? z.row(i).template maxCoeff<Eigen::PropagateNaN>() : minus_inf;
+    T row_max = tk > 0 ? z.row(i).template maxCoeff<Eigen::PropagateNaN>() : minus_inf;
+    if (sink && !std::isnan(row_max)) row_max = std::max(row_max, p.sink);
     if (row_max == minus_inf) continue;
     for (index_t j = 0; j < tk; ++j) P(i, j) = visible(i, j) ? std::exp(z(i, j) - row_max) : T(0);
-    const T sum = P.row(i).sum();
+    const T sink_weight = sink ? std::exp(p.sink - row_max) : T(0);
+    const T sum = P.row(i).sum() + sink_weight;
     // Hidden keys stay exactly 0 even when the sum is NaN (a NaN logit this row sees).
     for (index_t j = 0; j < tk; ++j) P(i, j) = visible(i, j) ? P(i, j) / sum : T(0);
+    p_sink(i) = sink_weight / sum;
   }
-  // dL/dP = dO V^T (+ d_scores), over the visible pairs; dZ = P o (dP - rowsum(P o dP)), the
-  // softmax's Jacobian; its hidden entries are 0.
+  // dL/dP = dO V^T (+ d_scores), over the visible pairs; dZ = P o (dP - D), D = rowsum(P o dP)
+  // the softmax's Jacobian (the sink's dL/dP is 0: it has no value), less dL/dLSE; the hidden
+  // entries are 0. The sink's own dZ is p_sink (0 - D).
   RowMatrix<T> dZ = RowMatrix<T>::Zero(tq, tk);
   for (index_t i = 0; i < tq; ++i) {
     T row_sum = 0;
@@ -57,7 +64,9 @@ void reference_backward(const RawProblem<T>& p) {
       if (p.grad.d_scores.data != nullptr) dZ(i, j) += view(p.grad.d_scores)(i, j);
       row_sum += P(i, j) * dZ(i, j);
     }
+    if (p.grad.d_lse.data != nullptr) row_sum -= view(p.grad.d_lse)(i, 0);
     for (index_t j = 0; j < tk; ++j) dZ(i, j) = visible(i, j) ? P(i, j) * (dZ(i, j) - row_sum) : T(0);
+    if (p.grad.d_sink_rows.data != nullptr) view(p.grad.d_sink_rows)(i, 0) = -p_sink(i) * row_sum;
   }
   if (p.grad.d_bias.data != nullptr) view(p.grad.d_bias) += dZ;
   // Through the soft-cap and the scale to Q K^T; then the three products, each over the visible
@@ -92,6 +101,7 @@ void reference_backward_widened(const RawProblem<T>& p) {
   f.grad.d_out = widen_matrix(p.grad.d_out, d_out);
   f.grad.d_scores = widen_matrix(p.grad.d_scores, d_scores);
   f.grad.dq = p.grad.dq, f.grad.dk = p.grad.dk, f.grad.dv = p.grad.dv, f.grad.d_bias = p.grad.d_bias;
+  f.grad.d_lse = p.grad.d_lse, f.grad.d_sink_rows = p.grad.d_sink_rows;
   reference_backward(f);
 }
 

@@ -74,6 +74,8 @@ void reference_decode(const Problem<T>& p) {
         r.softcap = p.softcap;
         r.has_alibi = p.paged->alibi_slopes != nullptr;
         r.alibi_slope = r.has_alibi ? p.paged->alibi_slopes[h] : T(0);
+        r.has_sink = p.paged->sinks != nullptr;
+        r.sink = r.has_sink ? p.paged->sinks[h] : T(0);
         r.bias = {nullptr, 0, 0, 0, 0};
         r.mask = {nullptr, 0, 0, 0, 0};
         r.scores = {nullptr, 0, 0, 0, 0};

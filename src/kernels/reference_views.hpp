@@ -6,6 +6,7 @@
 
 #include "kernels/convert.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/sink.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -66,6 +67,7 @@ RawProblem<float> widened_inputs(const RawProblem<T>& p, WidenedInputs& keep) {
                       false,
                       {}};
   r.chunk = p.chunk, r.chunk_origin = p.chunk_origin;
+  r.has_sink = p.has_sink, r.sink = p.sink;
   return r;
 }
 

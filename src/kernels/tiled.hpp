@@ -60,6 +60,7 @@
 #include "kernels/convert.hpp"
 #include "kernels/eigen_internal.hpp"
 #include "kernels/micro_kernel.hpp"
+#include "kernels/sink.hpp"
 #include "kernels/tile_policy.hpp"
 
 namespace EigenAttention {
@@ -665,13 +666,19 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
 
     for (index_t r = 0; r < rows; ++r) {
       T* const o = acc + r * ldo;
+      T lse = minus_inf;
       if (m[r] == minus_inf) {  // the row sees no key
         std::fill_n(o, ldo, T(0));
-        if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = minus_inf;
       } else {
         Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(o, ldo) /= l[r];
-        if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = m[r] + std::log(l[r]);
+        lse = m[r] + std::log(l[r]);
       }
+      if (p.has_sink) {  // the sink's share of the row (sink.hpp)
+        const SinkStep<T> step = sink_step(lse, p.sink);
+        if (lse != minus_inf) Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(o, ldo) *= step.factor;
+        lse = step.lse;
+      }
+      if (p.want_lse) p.lse.data[(i0 + r) * p.lse.row_stride] = lse;
       store_row(p.attn, i0 + r, o);
     }
   }
@@ -750,6 +757,14 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
         // mask hides at exactly 0.
         zero_masked(p, i, key_begin + span.a, row);
         lse = max + std::log(sum);
+      }
+      if (p.has_sink) {  // the sink's share of the row (sink.hpp)
+        const SinkStep<T> step = sink_step(lse, p.sink);
+        if (lse != minus_inf) {
+          row *= step.factor;
+          zero_masked(p, i, key_begin + span.a, row);
+        }
+        lse = step.lse;
       }
       if (p.want_lse) p.lse.data[i * p.lse.row_stride] = lse;
     }

@@ -227,9 +227,12 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
 }
 
 /// Step 2: from the partial sums of `tiles` key tiles (2 kBackwardRows each, in key order), the
-/// row terms of query tile `tile`: terms[2 r] = D_i, terms[2 r + 1] = r_i.
+/// row terms of query tile `tile`: terms[2 r] = D_i (less d_lse_i), terms[2 r + 1] = r_i. A sink
+/// is one more term of the renormalising sum, and its row's share of dL/dsink goes to
+/// grad.d_sink_rows.
 template <typename E, typename T = ComputeScalar<E>>
 void backward_terms(const RawProblem<E>& p, index_t tile, const T* partials, index_t tiles, T* terms) {
+  const RawGradient<E>& g = p.grad;
   const index_t dv = p.v.cols, R = kBackwardRows;
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
   Arena<T> arena(Arena<T>::round(R * dv) * 2);
@@ -243,9 +246,18 @@ void backward_terms(const RawProblem<E>& p, index_t tile, const T* partials, ind
       sum += partials[t * 2 * R + 2 * r];
       with_scores += partials[t * 2 * R + 2 * r + 1];
     }
+    const index_t i = i0 + r;
+    // The sink's weight before renormalising, exp(sink - lse_i); a sink of -inf is none.
+    const T sink = p.has_sink && p.sink != -std::numeric_limits<T>::infinity()
+                       ? std::exp(p.sink - g.lse.data[i * g.lse.row_stride])
+                       : T(0);
+    sum += sink;
     const T scale = sum == T(0) ? T(0) : T(1) / sum;  // 0: the row sees no key (NaN stays NaN)
-    terms[2 * r] = O.row(r).dot(dO.row(r)) + scale * with_scores;
+    T D = O.row(r).dot(dO.row(r)) + scale * with_scores;
+    if (g.d_lse.data != nullptr) D -= g.d_lse.data[i * g.d_lse.row_stride];
+    terms[2 * r] = D;
     terms[2 * r + 1] = scale;
+    if (g.d_sink_rows.data != nullptr) g.d_sink_rows.data[i * g.d_sink_rows.row_stride] = -(scale * sink) * D;
   }
 }
 

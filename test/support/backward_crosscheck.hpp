@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -26,12 +27,13 @@ using crosscheck::Problem;
 template <class T>
 struct Gradients {
   HeadsBuffer<T> out, lse, dq, dk, dv, d_bias;
+  std::vector<mh::ComputeScalar<T>> d_sinks;  ///< H values, when the problem has sinks
 };
 
-/// dOUT and dSCORES of a problem: random, seeded.
+/// dOUT, dSCORES and dLSE of a problem: random, seeded. dLSE comes with dSCORES and with sinks.
 struct Seeds {
   Array4 d_out;
-  std::optional<Array4> d_scores;
+  std::optional<Array4> d_scores, d_lse;
 };
 
 template <class T>
@@ -39,6 +41,8 @@ Seeds make_seeds(const Problem& p, Rng& rng, bool with_d_scores) {
   Seeds s;
   s.d_out = crosscheck::random_array<T>(rng, p.Q.n[0], p.Q.n[1], p.Q.n[2], p.V.n[3]);
   if (with_d_scores) s.d_scores = crosscheck::random_array<T>(rng, p.Q.n[0], p.Q.n[1], p.Q.n[2], p.K.n[2]);
+  if (with_d_scores || !p.spec.sinks.empty())
+    s.d_lse = crosscheck::random_array<mh::ComputeScalar<T>>(rng, p.Q.n[0], p.Q.n[1], p.Q.n[2], 1);
   return s;
 }
 
@@ -66,9 +70,19 @@ Gradients<T> run_backward(const Problem& p, const Seeds& seeds, const mh::Option
     g.d_bias = HeadsBuffer<T>(mh::Layout::BHTD, b.n[0], b.n[1], tq, tk, sentinel);
     d_bias = g.d_bias.view();
   }
+  std::optional<HeadsBuffer<mh::ComputeScalar<T>>> d_lse;
+  mh::BackwardTerms<T> terms;
+  if (seeds.d_lse) {
+    d_lse.emplace(*seeds.d_lse, layout);
+    terms.d_lse = d_lse->cview();
+  }
+  if (!p.spec.sinks.empty()) {
+    g.d_sinks.assign(static_cast<size_t>(H), mh::ComputeScalar<T>(sentinel));
+    terms.d_sinks = g.d_sinks.data();
+  }
   mh::attention_heads_backward_into(Q.cview(), K.cview(), V.cview(), g.out.cview(), g.lse.cview(), dO.cview(),
                                     dS ? dS->cview() : mh::HeadsView<const T>{}, g.dq.view(), g.dk.view(),
-                                    g.dv.view(), d_bias, opt, masks.masks);
+                                    g.dv.view(), d_bias, opt, masks.masks, terms);
   return g;
 }
 
@@ -117,6 +131,11 @@ void check_against(const Gradients<T>& g, const BackwardReference& ref, const st
   check_within(g.dk.view(), ref.dk, ref.dk_tol, "dK");
   check_within(g.dv.view(), ref.dv, ref.dv_tol, "dV");
   if (!g.d_bias.data.empty()) check_within(g.d_bias.view(), ref.d_bias, ref.d_bias_tol, "dbias");
+  REQUIRE(g.d_sinks.size() == ref.d_sinks.size());
+  for (size_t h = 0; h < g.d_sinks.size(); ++h) {
+    CAPTURE(h);
+    CHECK(std::fabs(static_cast<long double>(g.d_sinks[h]) - ref.d_sinks[h]) <= ref.d_sinks_tol[h]);
+  }
 }
 
 /// CHECK two runs' gradients bitwise equal.
@@ -127,6 +146,9 @@ void check_equal(const Gradients<T>& a, const Gradients<T>& b, const std::string
   check_heads_equal(a.dk.view(), b.dk.view(), "dK");
   check_heads_equal(a.dv.view(), b.dv.view(), "dV");
   if (!a.d_bias.data.empty()) check_heads_equal(a.d_bias.view(), b.d_bias.view(), "dbias");
+  REQUIRE(a.d_sinks.size() == b.d_sinks.size());
+  for (size_t h = 0; h < a.d_sinks.size(); ++h)
+    CHECK(std::memcmp(&a.d_sinks[h], &b.d_sinks[h], sizeof(a.d_sinks[h])) == 0);
 }
 
 }  // namespace ea_test::backward

@@ -48,7 +48,8 @@ struct Config {
   double softcap = 0;
   std::string mask = "", bias = "";
   bool key_lengths = false, alibi = false;
-  double scale = 0;  // 0: default
+  bool sinks = false;  // Masks::sinks: one logit per query head, drawn from [-2, 3]
+  double scale = 0;    // 0: default
   double magnitude = 1.0;
 };
 
@@ -92,6 +93,8 @@ Problem make_problem(const Config& c, Rng& rng) {
   if (c.alibi)
     for (Eigen::Index h = 0; h < c.H; ++h)
       s.alibi.push_back(static_cast<T>(0.37 / static_cast<double>(h + 1)));
+  if (c.sinks)
+    for (Eigen::Index h = 0; h < c.H; ++h) s.sinks.push_back(static_cast<T>(0.5 + 2.5 * rng.uniform()));
   return p;
 }
 
@@ -199,6 +202,7 @@ inline Config random_config(Rng& rng, bool big, const RandomSizes& s) {
   c.alibi = rng.integer(0, 2) == 0;
   if (rng.integer(0, 3) == 0) c.scale = 0.1 + (rng.uniform() + 1);
   if (rng.integer(0, 3) == 0) c.chunk = rng.integer(1, big ? s.big_max_window : 12);
+  c.sinks = rng.integer(0, 2) == 0;
   return c;
 }
 
@@ -234,7 +238,7 @@ inline std::vector<Config> feature_configs() {
   }
   {
     Config c{"everything", 3, 6, 2, 11, 14, 9, 8};
-    c.causal = c.bottom_right = c.key_lengths = c.alibi = true;
+    c.causal = c.bottom_right = c.key_lengths = c.alibi = c.sinks = true;
     c.window_left = 5;
     c.softcap = 4.0;
     c.mask = "Bx1";
@@ -273,8 +277,8 @@ inline std::vector<Config> feature_configs() {
   {
     // Llama 4's chunked-local layers: causal within chunks of 100 positions, so that query
     // tiles and key tiles straddle chunk boundaries and whole key tiles lie outside a chunk
-    Config c{"long: chunked causal, GQA", 1, 2, 1, 300, 300, 16, 8};
-    c.causal = true;
+    Config c{"long: chunked causal, GQA, sinks", 1, 2, 1, 300, 300, 16, 8};
+    c.causal = c.sinks = true;
     c.chunk = 100;
     cs.push_back(c);
   }

@@ -246,7 +246,7 @@ mh::HeadsView<S> token_subview(mh::HeadsView<S> v, Eigen::Index first, Eigen::In
 template <class T>
 struct MasksBuffer {
   std::unique_ptr<bool[]> mask;
-  std::vector<T> bias, alibi;
+  std::vector<T> bias, alibi, sinks;
   std::vector<std::int64_t> key_lengths;
   mh::Masks<T> masks;
 
@@ -270,6 +270,10 @@ struct MasksBuffer {
     if (!spec.alibi.empty()) {
       for (const long double x : spec.alibi) alibi.push_back(static_cast<T>(x));
       masks.alibi_slopes = alibi.data();
+    }
+    if (!spec.sinks.empty()) {
+      for (const long double x : spec.sinks) sinks.push_back(static_cast<T>(x));
+      masks.sinks = sinks.data();
     }
   }
   MasksBuffer(const MasksBuffer&) = delete;

@@ -166,6 +166,7 @@ struct MultiHeadSpec {
   std::optional<Array4> bias;             ///< [1|B, 1|H, T_q, T_k]
   std::vector<std::int64_t> key_lengths;  ///< empty: not used
   std::vector<long double> alibi;         ///< one slope per query head; empty: not used
+  std::vector<long double> sinks;         ///< one sink logit per query head; empty: not used
 };
 
 /// The reference's results and, per problem (group g: sequence b and query head h,
@@ -300,6 +301,7 @@ inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, cons
   require(hkv > 0 && H % hkv == 0, "H not a multiple of H_kv");
   require(spec.key_lengths.empty() || static_cast<Eigen::Index>(spec.key_lengths.size()) == B, "key_lengths");
   require(spec.alibi.empty() || static_cast<Eigen::Index>(spec.alibi.size()) == H, "alibi");
+  require(spec.sinks.empty() || static_cast<Eigen::Index>(spec.sinks.size()) == H, "sinks");
   for (const auto* m : {spec.mask ? &*spec.mask : nullptr, spec.bias ? &*spec.bias : nullptr})
     if (m)
       require(
@@ -342,10 +344,12 @@ inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, cons
             r.dot_magnitude[g] = std::max(r.dot_magnitude[g], l.abs_dot);
           }
         }
-        long double m = -inf;  // 6.
+        // 6. The softmax over the visible keys and the sink (Masks::sinks), which has no value.
+        const long double sink = spec.sinks.empty() ? -inf : spec.sinks[static_cast<size_t>(h)];
+        long double m = sink;
         for (const long double x : logits) m = std::max(m, x);
-        if (m == -inf) continue;  // no visible key: zeros and -inf, already set
-        long double sum = 0;
+        if (m == -inf) continue;  // no visible key and no sink: zeros and -inf, already set
+        long double sum = sink == -inf ? 0 : std::exp(sink - m);
         for (const long double x : logits) sum += std::exp(x - m);
         for (Eigen::Index j = 0; j < tk; ++j)
           r.scores(b, h, i, j) = std::exp(logits[static_cast<size_t>(j)] - m) / sum;

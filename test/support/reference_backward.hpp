@@ -10,8 +10,9 @@
 ///
 /// With P the weights, per (sequence b, query head h, reading K/V head kh):
 ///   dP_ij = dOUT_i . V_j + dSCORES_ij          (visible pairs; hidden pairs take no part)
-///   D_i   = sum_j P_ij dP_ij
+///   D_i   = sum_j P_ij dP_ij - dLSE_i           (dLSE: BackwardTerms::d_lse, 0 when not given)
 ///   dZ_ij = P_ij (dP_ij - D_i)                  the gradient of the final logit (= dL/dbias)
+///   dsink_h = -sum_{b,i} P_sink,i D_i           P_sink,i = exp(sink_h - LSE_i) (Masks::sinks)
 ///   dS_ij = scale * c'_ij * dZ_ij               c' = 1 - tanh^2(s / softcap), 1 without soft-cap
 ///   dQ_i  = sum_j dS_ij K_j,  dK_j += sum_i dS_ij Q_i,  dV_j += sum_i P_ij dOUT_i
 /// (dK and dV add over the query heads of a GQA group; dbias over the axes the bias broadcasts.)
@@ -44,15 +45,17 @@ namespace ea_test {
 struct BackwardReference {
   Array4 dq, dk, dv, d_bias;  ///< d_bias: the bias's shape (when the spec has a bias)
   Array4 dq_tol, dk_tol, dv_tol, d_bias_tol;
-  MultiHeadReference forward;  ///< OUT, LSE, SCORES
+  std::vector<long double> d_sinks, d_sinks_tol;  ///< H values, when the spec has sinks
+  MultiHeadReference forward;                     ///< OUT, LSE, SCORES
 };
 
 /// The reference gradients of attention_heads_into(Q, K, V, spec) for dOUT [B, H, T_q, d_v] and,
-/// optionally, dSCORES [B, H, T_q, T_k], with error bounds in T.
+/// optionally, dSCORES [B, H, T_q, T_k] and dLSE [B, H, T_q, 1], with error bounds in T.
 template <class T>
 BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, const Array4& V,
                                            const MultiHeadSpec& spec, const Array4& d_out,
-                                           const std::optional<Array4>& d_scores = std::nullopt) {
+                                           const std::optional<Array4>& d_scores = std::nullopt,
+                                           const std::optional<Array4>& d_lse = std::nullopt) {
   const Eigen::Index B = Q.n[0], H = Q.n[1], tq = Q.n[2], dk = Q.n[3];
   const Eigen::Index hkv = K.n[1], tk = K.n[2], dv = V.n[3];
   const Eigen::Index group = H / hkv;
@@ -67,6 +70,7 @@ BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, con
   r.dk = r.dk_tol = Array4(B, hkv, tk, dk);
   r.dv = r.dv_tol = Array4(B, hkv, tk, dv);
   if (spec.bias) r.d_bias = r.d_bias_tol = Array4(spec.bias->n[0], spec.bias->n[1], tq, tk);
+  if (!spec.sinks.empty()) r.d_sinks.assign(static_cast<size_t>(H), 0), r.d_sinks_tol = r.d_sinks;
 
   std::vector<long double> dp(static_cast<size_t>(tk)), dp_abs(static_cast<size_t>(tk));
   std::vector<Logit> logits(static_cast<size_t>(tk));
@@ -97,6 +101,16 @@ BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, con
           }
           D += f.scores(b, h, i, j) * dp[js];
           D_abs += f.scores(b, h, i, j) * dp_abs[js];
+        }
+        if (d_lse) {
+          D -= (*d_lse)(b, h, i, 0);
+          D_abs += std::fabs((*d_lse)(b, h, i, 0));
+        }
+        if (!spec.sinks.empty()) {  // the sink's weight (its own dP is 0: it has no value)
+          const long double sink = spec.sinks[static_cast<size_t>(h)], lse = f.lse(b, h, i, 0);
+          const long double p_sink = sink == -INFINITY ? 0 : std::exp(sink - lse);
+          r.d_sinks[static_cast<size_t>(h)] -= p_sink * D;
+          r.d_sinks_tol[static_cast<size_t>(h)] += (factor * p_sink + tiny) * D_abs + p_sink * D_abs * factor;
         }
         const long double* q = Q.row(b, h, i);
         long double *dq = r.dq.row(b, h, i), *dq_tol = r.dq_tol.row(b, h, i);
@@ -158,7 +172,8 @@ inline void put_tokens(Array4& dst, const Array4& src, Eigen::Index first) {
 template <class T>
 BackwardReference reference_varlen_backward(const Array4& Q, const Array4& K, const Array4& V,
                                             const MultiHeadSpec& spec, const std::vector<std::int64_t>& cu_q,
-                                            const std::vector<std::int64_t>& cu_k, const Array4& d_out) {
+                                            const std::vector<std::int64_t>& cu_k, const Array4& d_out,
+                                            const std::optional<Array4>& d_lse = std::nullopt) {
   BackwardReference r;
   r.forward = reference_varlen(Q, K, V, cu_q, cu_k, spec);  // checks spec, shapes and offsets
   const Eigen::Index H = Q.n[1], tq = Q.n[2], dk = Q.n[3];
@@ -167,10 +182,18 @@ BackwardReference reference_varlen_backward(const Array4& Q, const Array4& K, co
   r.dq = r.dq_tol = Array4(1, H, tq, dk);
   r.dk = r.dk_tol = Array4(1, hkv, tk, dk);
   r.dv = r.dv_tol = Array4(1, hkv, tk, dv);
+  if (!spec.sinks.empty()) r.d_sinks.assign(static_cast<size_t>(H), 0), r.d_sinks_tol = r.d_sinks;
   for (size_t s = 0; s + 1 < cu_q.size(); ++s) {
     const Eigen::Index q0 = cu_q[s], lq = cu_q[s + 1] - q0, k0 = cu_k[s], lk = cu_k[s + 1] - k0;
-    const BackwardReference part = reference_heads_backward<T>(
-        Q.token_range(q0, lq), K.token_range(k0, lk), V.token_range(k0, lk), spec, d_out.token_range(q0, lq));
+    std::optional<Array4> part_d_lse;
+    if (d_lse) part_d_lse = d_lse->token_range(q0, lq);
+    const BackwardReference part =
+        reference_heads_backward<T>(Q.token_range(q0, lq), K.token_range(k0, lk), V.token_range(k0, lk), spec,
+                                    d_out.token_range(q0, lq), std::nullopt, part_d_lse);
+    for (size_t h = 0; h < r.d_sinks.size(); ++h) {
+      r.d_sinks[h] += part.d_sinks[h];
+      r.d_sinks_tol[h] += part.d_sinks_tol[h];
+    }
     bw_ref_detail::put_tokens(r.dq, part.dq, q0);
     bw_ref_detail::put_tokens(r.dq_tol, part.dq_tol, q0);
     bw_ref_detail::put_tokens(r.dk, part.dk, k0);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <EigenAttention/BackwardTerms.hpp>
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
@@ -52,12 +53,13 @@ namespace abi {
   EIGEN_ATTENTION_EXPORT void attention_heads_backward_into(                                                 \
       HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,             \
       HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<const T> d_scores, HeadsView<T> dq,       \
-      HeadsView<T> dk, HeadsView<T> dv, HeadsView<T> d_bias, const Options& opt, const Masks<T>& masks);     \
+      HeadsView<T> dk, HeadsView<T> dv, HeadsView<T> d_bias, const Options& opt, const Masks<T>& masks,      \
+      const BackwardTerms<T>& terms);                                                                        \
   EIGEN_ATTENTION_EXPORT void attention_varlen_backward_into(                                                \
       HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v, HeadsView<const T> attn,             \
       HeadsView<const L> lse, HeadsView<const T> d_attn, const std::int64_t* cu_seqlens_q,                   \
       const std::int64_t* cu_seqlens_k, std::ptrdiff_t batch, HeadsView<T> dq, HeadsView<T> dk,              \
-      HeadsView<T> dv, const Options& opt, const Masks<T>& masks);                                           \
+      HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const BackwardTerms<T>& terms);            \
   EIGEN_ATTENTION_EXPORT void merge_attention_into(HeadsView<const T> attn_a, HeadsView<const L> lse_a,      \
                                                    HeadsView<const T> attn_b, HeadsView<const L> lse_b,      \
                                                    HeadsView<T> attn, HeadsView<L> lse, const Options& opt);
@@ -131,6 +133,16 @@ Masks<AbiScalar<T>> bits(const Masks<T>& m) {
             m.bias.col_stride};
   b.key_lengths = m.key_lengths;
   b.alibi_slopes = reinterpret_cast<const AbiScalar<T>*>(m.alibi_slopes);
+  b.sinks = reinterpret_cast<const AbiScalar<T>*>(m.sinks);
+  return b;
+}
+
+/// BackwardTerms as those of the boundary type (the same compute-type pointers).
+template <typename T>
+BackwardTerms<AbiScalar<T>> bits(const BackwardTerms<T>& t) {
+  BackwardTerms<AbiScalar<T>> b;
+  b.d_lse = t.d_lse;
+  b.d_sinks = t.d_sinks;
   return b;
 }
 

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 
+#include <EigenAttention/BackwardTerms.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
 #include <EigenAttention/Scalars.hpp>
@@ -54,7 +55,7 @@ struct Output {
       const char* api, MatrixView<const T> q, MatrixView<const T> k, MatrixView<const T> v,                  \
       MatrixView<const T> attn, MatrixView<const L> lse, MatrixView<const T> d_attn,                         \
       const MatrixView<const T>* d_scores, Output<T>& dq, Output<T>& dk, Output<T>& dv, const Options& opt,  \
-      const Masks<T>& masks);                                                                                \
+      const Masks<T>& masks, const BackwardTerms<T>& terms);                                                 \
   EIGEN_ATTENTION_EXPORT void attention_check(const char* api, MatrixView<const T> q, MatrixView<const T> k, \
                                               const MatrixView<const T>* v, Output<T>* attn, Output<L>* lse, \
                                               const Options& opt, const Masks<T>& masks);

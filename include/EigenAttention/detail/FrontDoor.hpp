@@ -178,13 +178,14 @@ Extent output_extent(const char* name, const Out& out) {
 /// The Extents of what the masks of a single-head call point to (its one [T_q, T_k] mask and
 /// bias, its one key length and ALiBi slope): inputs too, that a resized output must not free.
 template <typename Scalar>
-std::array<Extent, 4> mask_extents(const Masks<Scalar>& m) {
+std::array<Extent, 5> mask_extents(const Masks<Scalar>& m) {
   return {extent_of("masks.mask", nullptr, m.mask.data, m.mask.rows, m.mask.cols, m.mask.row_stride,
                     m.mask.col_stride, false),
           extent_of("masks.bias", nullptr, m.bias.data, m.bias.rows, m.bias.cols, m.bias.row_stride,
                     m.bias.col_stride, false),
           extent_of("masks.key_lengths", nullptr, m.key_lengths, 1, 1, 1, 1, false),
-          extent_of("masks.alibi_slopes", nullptr, m.alibi_slopes, 1, 1, 1, 1, false)};
+          extent_of("masks.alibi_slopes", nullptr, m.alibi_slopes, 1, 1, 1, 1, false),
+          extent_of("masks.sinks", nullptr, m.sinks, 1, 1, 1, 1, false)};
 }
 
 /// Throws std::invalid_argument before anything is resized when an output that may be resized
@@ -193,7 +194,7 @@ std::array<Extent, 4> mask_extents(const Masks<Scalar>& m) {
 /// view still points to.
 inline void check_resizable_apart(const char* api, std::initializer_list<Extent> inputs,
                                   std::initializer_list<Extent> outputs,
-                                  const std::array<Extent, 4>& masks = {}) {
+                                  const std::array<Extent, 5>& masks = {}) {
   const auto apart = [&](const Extent& out, const Extent& other) {
     if (out.object != nullptr && out.object == other.object) {
       throw std::invalid_argument(std::string("EigenAttention::") + api + ": " + out.name +

@@ -169,7 +169,8 @@ template <class DQ, class DK, class DV, class DA, class DL, class DG, class DS, 
 void backward(const char* api, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
               const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& A, const Eigen::MatrixBase<DL>& L,
               const Eigen::MatrixBase<DG>& G, const Eigen::MatrixBase<DS>* S, GQ&& dq, GK&& dk, GV&& dv,
-              const Options& opt, const Masks<typename DQ::Scalar>& masks) {
+              const Options& opt, const Masks<typename DQ::Scalar>& masks,
+              const BackwardTerms<typename DQ::Scalar>& terms) {
   using Scalar = typename DQ::Scalar;
   using Abi = AbiScalar<Scalar>;
   (void)ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar, typename DA::Scalar,
@@ -192,7 +193,10 @@ void backward(const char* api, const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
     check_resizable_apart(api,
                           {input_extent("Q", Q, q.map()), input_extent("K", K, k.map()),
                            input_extent("V", V, v.map()), input_extent("attn", A, a.map()),
-                           input_extent("lse", L, l.map()), input_extent("d_attn", G, g.map()), s_extent},
+                           input_extent("lse", L, l.map()), input_extent("d_attn", G, g.map()), s_extent,
+                           extent_of("terms.d_lse", nullptr, terms.d_lse.data, terms.d_lse.tokens, 1,
+                                     terms.d_lse.token_stride, 1, false),
+                           extent_of("terms.d_sinks", nullptr, terms.d_sinks, 1, 1, 1, 1, false)},
                           {output_extent("dq", dq), output_extent("dk", dk), output_extent("dv", dv)},
                           mask_extents(masks));
   }
@@ -202,7 +206,7 @@ void backward(const char* api, const Eigen::MatrixBase<DQ>& Q, const Eigen::Matr
   const auto sv = s ? abi_view(s->map()) : MatrixView<const Abi>{};
   abi::attention_backward(api, abi_view(q.map()), abi_view(k.map()), abi_view(v.map()), abi_view(a.map()),
                           abi_view(l.map()), abi_view(g.map()), s ? &sv : nullptr, oq, ok, ov, opt,
-                          bits(masks));
+                          bits(masks), bits(terms));
 }
 
 }  // namespace detail
