@@ -51,6 +51,7 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/BackwardTerms.hpp>
 #include <EigenAttention/Compiled.hpp>
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Masks.hpp>
@@ -193,13 +194,13 @@ void ring_attention_heads_backward_into(MPI_Comm comm, HeadsView<const float> q,
                                         HeadsView<const float> lse, HeadsView<const float> d_attn,
                                         HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
                                         const Options& opt = {}, const Masks<float>& masks = {},
-                                        const Config& config = {});
+                                        const Config& config = {}, const BackwardTerms<float>& terms = {});
 void ring_attention_heads_backward_into(MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k,
                                         HeadsView<const double> v, HeadsView<const double> attn,
                                         HeadsView<const double> lse, HeadsView<const double> d_attn,
                                         HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv,
                                         const Options& opt = {}, const Masks<double>& masks = {},
-                                        const Config& config = {});
+                                        const Config& config = {}, const BackwardTerms<double>& terms = {});
 ///@}
 
 ///@{
@@ -224,14 +225,12 @@ void ulysses_attention_heads_backward_into(MPI_Comm comm, HeadsView<const float>
                                            HeadsView<const float> lse, HeadsView<const float> d_attn,
                                            HeadsView<float> dq, HeadsView<float> dk, HeadsView<float> dv,
                                            const Options& opt = {}, const Masks<float>& masks = {},
-                                           const Config& config = {});
-void ulysses_attention_heads_backward_into(MPI_Comm comm, HeadsView<const double> q,
-                                           HeadsView<const double> k, HeadsView<const double> v,
-                                           HeadsView<const double> attn, HeadsView<const double> lse,
-                                           HeadsView<const double> d_attn, HeadsView<double> dq,
-                                           HeadsView<double> dk, HeadsView<double> dv,
-                                           const Options& opt = {}, const Masks<double>& masks = {},
-                                           const Config& config = {});
+                                           const Config& config = {}, const BackwardTerms<float>& terms = {});
+void ulysses_attention_heads_backward_into(
+    MPI_Comm comm, HeadsView<const double> q, HeadsView<const double> k, HeadsView<const double> v,
+    HeadsView<const double> attn, HeadsView<const double> lse, HeadsView<const double> d_attn,
+    HeadsView<double> dq, HeadsView<double> dk, HeadsView<double> dv, const Options& opt = {},
+    const Masks<double>& masks = {}, const Config& config = {}, const BackwardTerms<double>& terms = {});
 ///@}
 
 // The front doors' helpers and the 16-bit calls (detail/), after the calls they forward to.
@@ -259,20 +258,19 @@ void ring_attention_heads_into(MPI_Comm comm, const HeadsView<Q>& q, EigenAttent
                                  EigenAttention::detail::bits(masks), config);
 }
 template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfLowPrecision<Q> = 0>
-void ring_attention_heads_backward_into(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
-                                        EigenAttention::detail::In<T> v, EigenAttention::detail::In<T> attn,
-                                        EigenAttention::detail::In<EigenAttention::detail::LseOf<T>> lse,
-                                        EigenAttention::detail::In<T> d_attn,
-                                        EigenAttention::detail::Out<T> dq, EigenAttention::detail::Out<T> dk,
-                                        EigenAttention::detail::Out<T> dv, const Options& opt = {},
-                                        const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {},
-                                        const Config& config = {}) {
+void ring_attention_heads_backward_into(
+    MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k, EigenAttention::detail::In<T> v,
+    EigenAttention::detail::In<T> attn, EigenAttention::detail::In<EigenAttention::detail::LseOf<T>> lse,
+    EigenAttention::detail::In<T> d_attn, EigenAttention::detail::Out<T> dq,
+    EigenAttention::detail::Out<T> dk, EigenAttention::detail::Out<T> dv, const Options& opt = {},
+    const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {}, const Config& config = {},
+    const EigenAttention::detail::NoDeduce<BackwardTerms<T>>& terms = {}) {
   abi::ring_attention_heads_backward_into(
       comm, EigenAttention::detail::bits<const T>(q), EigenAttention::detail::bits(k),
       EigenAttention::detail::bits(v), EigenAttention::detail::bits(attn), lse,
       EigenAttention::detail::bits(d_attn), EigenAttention::detail::bits(dq),
       EigenAttention::detail::bits(dk), EigenAttention::detail::bits(dv), opt,
-      EigenAttention::detail::bits(masks), config);
+      EigenAttention::detail::bits(masks), config, EigenAttention::detail::bits(terms));
 }
 template <typename Q, typename T = std::remove_const_t<Q>, detail::EnableIfLowPrecision<Q> = 0>
 void ulysses_attention_heads_into(MPI_Comm comm, const HeadsView<Q>& q, EigenAttention::detail::In<T> k,
@@ -292,13 +290,14 @@ void ulysses_attention_heads_backward_into(
     EigenAttention::detail::In<T> attn, EigenAttention::detail::In<EigenAttention::detail::LseOf<T>> lse,
     EigenAttention::detail::In<T> d_attn, EigenAttention::detail::Out<T> dq,
     EigenAttention::detail::Out<T> dk, EigenAttention::detail::Out<T> dv, const Options& opt = {},
-    const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {}, const Config& config = {}) {
+    const EigenAttention::detail::NoDeduce<Masks<T>>& masks = {}, const Config& config = {},
+    const EigenAttention::detail::NoDeduce<BackwardTerms<T>>& terms = {}) {
   abi::ulysses_attention_heads_backward_into(
       comm, EigenAttention::detail::bits<const T>(q), EigenAttention::detail::bits(k),
       EigenAttention::detail::bits(v), EigenAttention::detail::bits(attn), lse,
       EigenAttention::detail::bits(d_attn), EigenAttention::detail::bits(dq),
       EigenAttention::detail::bits(dk), EigenAttention::detail::bits(dv), opt,
-      EigenAttention::detail::bits(masks), config);
+      EigenAttention::detail::bits(masks), config, EigenAttention::detail::bits(terms));
 }
 ///@}
 
@@ -373,8 +372,10 @@ Gradients<typename DQ::Scalar> ring_attention_backward(
     MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
     const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse,
     const Eigen::MatrixBase<DG>& d_attn, const Options& opt = {},
-    const Masks<typename DQ::Scalar>& masks = {}, const Config& config = {}) {
-  return detail::backward_one(detail::Method::Ring, comm, Q, K, V, attn, lse, d_attn, opt, masks, config);
+    const Masks<typename DQ::Scalar>& masks = {}, const Config& config = {},
+    const BackwardTerms<typename DQ::Scalar>& terms = {}) {
+  return detail::backward_one(detail::Method::Ring, comm, Q, K, V, attn, lse, d_attn, opt, masks, config,
+                              terms);
 }
 
 /// Ulysses attention for one head: as ring_attention() (same shards, masks and result), by
@@ -415,8 +416,10 @@ Gradients<typename DQ::Scalar> ulysses_attention_backward(
     MPI_Comm comm, const Eigen::MatrixBase<DQ>& Q, const Eigen::MatrixBase<DK>& K,
     const Eigen::MatrixBase<DV>& V, const Eigen::MatrixBase<DA>& attn, const Eigen::MatrixBase<DL>& lse,
     const Eigen::MatrixBase<DG>& d_attn, const Options& opt = {},
-    const Masks<typename DQ::Scalar>& masks = {}, const Config& config = {}) {
-  return detail::backward_one(detail::Method::Ulysses, comm, Q, K, V, attn, lse, d_attn, opt, masks, config);
+    const Masks<typename DQ::Scalar>& masks = {}, const Config& config = {},
+    const BackwardTerms<typename DQ::Scalar>& terms = {}) {
+  return detail::backward_one(detail::Method::Ulysses, comm, Q, K, V, attn, lse, d_attn, opt, masks, config,
+                              terms);
 }
 
 /// \name The 0.2 forms

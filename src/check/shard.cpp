@@ -32,7 +32,8 @@ void forward(const char* api, HeadsView<const T> q, HeadsView<const T> k, HeadsV
 template <typename T, typename L = ComputeScalar<T>>
 void backward(const char* api, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
               HeadsView<const T> attn, HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<T> dq,
-              HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks) {
+              HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks,
+              const BackwardTerms<T>& terms) {
   Call<T> c;
   c.api = api;
   c.form = Form::Heads;
@@ -40,6 +41,7 @@ void backward(const char* api, HeadsView<const T> q, HeadsView<const T> k, Heads
   Gradients<T> g;
   g.attn = attn, g.lse = lse, g.d_attn = d_attn;
   g.dq = dq, g.dk = dk, g.dv = dv;
+  g.d_lse = terms.d_lse, g.d_sinks = terms.d_sinks;
   c.backward = g;
   c.masks = shard_masks(masks);
   (void)make_problem(c, opt);
@@ -58,8 +60,8 @@ namespace abi {
   void check_shard_backward(const char* api, HeadsView<const T> q, HeadsView<const T> k,                  \
                             HeadsView<const T> v, HeadsView<const T> attn, HeadsView<const L> lse,        \
                             HeadsView<const T> d_attn, HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, \
-                            const Options& opt, const Masks<T>& masks) {                                  \
-    internal::backward(api, q, k, v, attn, lse, d_attn, dq, dk, dv, opt, masks);                          \
+                            const Options& opt, const Masks<T>& masks, const BackwardTerms<T>& terms) {   \
+    internal::backward(api, q, k, v, attn, lse, d_attn, dq, dk, dv, opt, masks, terms);                   \
   }
 
 EIGEN_ATTENTION_DEFINE_SHARD_CHECK(float, float)

@@ -6,6 +6,7 @@
 // its shared form; not installed, not part of the API.
 #pragma once
 
+#include <EigenAttention/BackwardTerms.hpp>
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
@@ -28,7 +29,8 @@ namespace abi {
   EIGEN_ATTENTION_EXPORT void check_shard_backward(                                                    \
       const char* api, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,               \
       HeadsView<const T> attn, HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<T> dq,     \
-      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks);
+      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks,                     \
+      const BackwardTerms<T>& terms);
 
 EIGEN_ATTENTION_SHARD_CHECK(float, float)
 EIGEN_ATTENTION_SHARD_CHECK(double, double)

@@ -61,9 +61,12 @@ enum Field : int {
   kSharding,
   kHasAlibi,
   kHasKeyLengths,
+  kHasSinks,
+  kWantsDSinks,
   kCommon,
   kQRows = kCommon,
   kKRows,
+  kHasDLse,  // a rank's own: an empty view is zero (a rank without queries has none to give)
   kError,
   kFields
 };
@@ -84,7 +87,9 @@ const char* const kFieldNames[kCommon] = {"call",
                                           "Options::softcap",
                                           "Config::sharding",
                                           "presence of ALiBi slopes",
-                                          "presence of key_lengths"};
+                                          "presence of key_lengths",
+                                          "presence of Masks::sinks",
+                                          "presence of BackwardTerms::d_sinks"};
 
 /// The scalar type, as every rank must share it (BFloat16Bits and HalfBits have one size).
 /// This rank's own error, as the whole message every rank will throw ("" when none): the rules
@@ -108,8 +113,10 @@ std::string shard_error(const Call<T>& c, int rank) {
   }
   try {
     if (c.backward) {
+      BackwardTerms<T> terms;
+      terms.d_lse = c.d_lse, terms.d_sinks = c.d_sinks;
       EigenAttention::abi::check_shard_backward(who.c_str(), c.q, c.k, c.v, c.fwd_out, c.fwd_lse, c.d_out,
-                                                c.dq, c.dk, c.dv, c.opt, c.masks);
+                                                c.dq, c.dk, c.dv, c.opt, c.masks, terms);
     } else {
       EigenAttention::abi::check_shard(who.c_str(), c.q, c.k, c.v, c.out, c.lse, c.opt, c.masks);
     }
@@ -132,6 +139,9 @@ std::array<std::int64_t, kFields> signature(const Call<T>& c, bool has_error) {
   s[kSharding] = static_cast<int>(c.config.sharding);
   s[kHasAlibi] = c.masks.alibi_slopes != nullptr;
   s[kHasKeyLengths] = c.masks.key_lengths != nullptr;
+  s[kHasSinks] = c.masks.sinks != nullptr;
+  s[kHasDLse] = c.d_lse.data != nullptr;
+  s[kWantsDSinks] = c.d_sinks != nullptr;
   s[kQRows] = c.q.tokens, s[kKRows] = c.k.tokens, s[kError] = has_error;
   return s;
 }
@@ -231,12 +241,18 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
     first_difference(c.api, "alibi_slopes", all_slopes, g.ranks, c.q.heads,
                      [](T x) { return text(static_cast<double>(EigenAttention::internal::to_compute(x))); });
   }
+  if (c.masks.sinks != nullptr) {
+    const auto all_sinks = gather(comm, c.masks.sinks, c.q.heads);
+    first_difference(c.api, "sinks", all_sinks, g.ranks, c.q.heads,
+                     [](T x) { return text(static_cast<double>(EigenAttention::internal::to_compute(x))); });
+  }
 
   // The whole sequence, identical on every rank from here on: so is any error below.
   g.batch = c.q.batch, g.heads = c.q.heads, g.kv_heads = c.k.heads, g.d_k = c.q.dim, g.d_v = c.v.dim;
   for (int r = 0; r < g.ranks; ++r) {
     g.q_rows.push_back(at(r, kQRows));
     g.k_rows.push_back(at(r, kKRows));
+    g.any_d_lse = g.any_d_lse || at(r, kHasDLse) != 0;
   }
   g.q_tokens = std::accumulate(g.q_rows.begin(), g.q_rows.end(), index_t(0));
   g.k_tokens = std::accumulate(g.k_rows.begin(), g.k_rows.end(), index_t(0));
@@ -285,6 +301,21 @@ template Geometry agree<BFloat16Bits>(MPI_Comm, const Call<BFloat16Bits>&);
 template Geometry agree<HalfBits>(MPI_Comm, const Call<HalfBits>&);
 
 template <typename T>
+void sum_sinks_over_ranks(const Call<T>& c, const OwnComm& comm, const std::vector<T>& mine) {
+  if (c.d_sinks == nullptr) return;  // the same on every rank (agree())
+  const index_t H = c.q.heads;
+  const std::vector<T> all = gather(comm.get(), mine.data(), H);
+  for (index_t h = 0; h < H; ++h) {
+    T sum = all[static_cast<std::size_t>(h)];
+    for (int r = 1; r < comm.size(); ++r) sum += all[static_cast<std::size_t>(r * H + h)];
+    c.d_sinks[h] = sum;
+  }
+}
+
+template void sum_sinks_over_ranks<float>(const Call<float>&, const OwnComm&, const std::vector<float>&);
+template void sum_sinks_over_ranks<double>(const Call<double>&, const OwnComm&, const std::vector<double>&);
+
+template <typename T>
 Widened<T>::Widened(const Call<T>& c) : c_(c) {
   call_.api = c.api, call_.backward = c.backward, call_.ulysses = c.ulysses;
   call_.opt = c.opt, call_.config = c.config;
@@ -297,8 +328,15 @@ Widened<T>::Widened(const Call<T>& c) : c_(c) {
           EigenAttention::internal::to_compute(c.masks.alibi_slopes[h]);
     call_.masks.alibi_slopes = keep_.back().data();
   }
+  if (c.masks.sinks != nullptr) {
+    keep_.emplace_back(static_cast<std::size_t>(c.q.heads));
+    for (index_t h = 0; h < c.q.heads; ++h)
+      keep_.back()[static_cast<std::size_t>(h)] = EigenAttention::internal::to_compute(c.masks.sinks[h]);
+    call_.masks.sinks = keep_.back().data();
+  }
   if (c.backward) {
     call_.fwd_out = widen(c.fwd_out), call_.fwd_lse = c.fwd_lse, call_.d_out = widen(c.d_out);
+    call_.d_lse = c.d_lse, call_.d_sinks = c.d_sinks;
     call_.dq = scratch(c.dq), call_.dk = scratch(c.dk), call_.dv = scratch(c.dv);
   } else {
     call_.out = scratch(c.out), call_.lse = c.lse;

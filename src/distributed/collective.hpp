@@ -40,6 +40,10 @@ struct Call {
   Options opt;
   Masks<T> masks;
   Config config;
+  // BackwardTerms: dL/dLSE [B, H, T_q,r, 1] of this rank's rows (data null: zero), and where
+  // dL/dsinks goes (H values, the same on every rank; null: not wanted).
+  HeadsView<const L> d_lse;
+  L* d_sinks = nullptr;
 };
 
 /// The problem every rank agreed on (agree()).
@@ -48,6 +52,7 @@ struct Geometry {
   index_t batch = 0, heads = 0, kv_heads = 0, d_k = 0, d_v = 0;
   std::vector<index_t> q_rows, k_rows;                       // shard rows of every rank
   index_t q_tokens = 0, k_tokens = 0;                        // the whole sequence's T_q and T_k
+  bool any_d_lse = false;                                    // some rank gives dL/dLSE
   std::vector<std::vector<Segment>> q_segments, k_segments;  // of every rank
   index_t max_k_rows() const;
 };
@@ -93,7 +98,7 @@ struct Session {
 };
 
 /// A 16-bit call as the float call that computes it (as the library computes 16-bit types):
-/// float copies of its inputs (contiguous, [B, H, T, d]) and ALiBi slopes, float outputs to
+/// float copies of its inputs (contiguous, [B, H, T, d]), ALiBi slopes and sinks, float outputs to
 /// round once into the caller's (narrow()); the log-sum-exps are float already and are the
 /// caller's own. Made after agree(): the caller's views are valid.
 template <typename T>
@@ -126,6 +131,12 @@ void run_call(MPI_Comm comm, const Call<T>& c, Body&& body) {
   }
   session.done(c.config);
 }
+
+/// dL/dsinks of a call (Masks::sinks, BackwardTerms::d_sinks): every rank's `mine` (H values, its
+/// own share) gathered and summed in rank order into c.d_sinks, the same bits on every rank.
+/// Collective; nothing to do (and no message) when the call does not want them.
+template <typename T>
+void sum_sinks_over_ranks(const Call<T>& c, const OwnComm& comm, const std::vector<T>& mine);
 
 /// The MPI datatype of T (float or double: what the calls communicate).
 template <typename T>

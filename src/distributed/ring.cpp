@@ -11,7 +11,13 @@
 // accuracy, docs/training.md), i.e. it uses the block's own weights P_b = exp(z - lse_b). With
 // w = exp(lse_b - lse) per row, P = w P_b, and passing d_out scaled by w (with the forward's out)
 // gives exactly P o (dP - D) with D = dO . O of the whole row, and dV = P^T dO. lse_b is the core's
-// LSE-only form (abi::attention_heads_lse_into: Q K^T and the exps, no V, no ATTN).
+// LSE-only form (abi::attention_heads_lse_into: Q K^T and the exps, no V, no ATTN). dL/dLSE goes
+// to the block scaled by w too (the row term becomes w (D - d_lse)).
+//
+// Attention sinks (Masks::sinks) join each row once: the blocks are computed without them and the
+// sink is merged into the accumulated row at the end (sink_step), so the forward's LSE includes
+// it and the backward's P above is the whole row's. dL/dsink is -sum P_sink,i (D_i - d_lse_i) over
+// the rows, D_i = dO_i . O_i: each rank sums its rows, then the ranks' sums are added in rank order.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -20,6 +26,7 @@
 #include <EigenAttention/MultiHead.hpp>
 
 #include "distributed/collective.hpp"
+#include "kernels/sink.hpp"
 
 namespace EigenAttention {
 namespace distributed {
@@ -191,8 +198,46 @@ void forward(const Call<T>& c, Session& session) {
     st.compute_seconds += MPI_Wtime() - compute_start;
     ring.finish();
   }
+  if (c.masks.sinks != nullptr) {  // each row's sink, once, after all its keys
+    for (index_t b = 0; b < B; ++b)
+      for (index_t h = 0; h < H; ++h)
+        for (index_t t = 0; t < tq; ++t) {
+          T& lse = acc_l.data[(b * H + h) * tq + t];
+          const EigenAttention::internal::SinkStep<T> step =
+              EigenAttention::internal::sink_step(lse, c.masks.sinks[h]);
+          if (lse != -std::numeric_limits<T>::infinity()) {
+            T* row = acc.data + ((b * H + h) * tq + t) * dv;
+            for (index_t col = 0; col < dv; ++col) row[col] *= step.factor;
+          }
+          lse = step.lse;
+        }
+  }
   copy_view<T>(acc, c.out);
   if (!c.lse.empty()) copy_view<T>(acc_l, c.lse);
+}
+
+/// This rank's share of dL/dsinks: -sum over its rows of P_sink,i (dO_i . O_i - d_lse_i), per
+/// query head, the batch's sequences and rows in order.
+template <typename T>
+std::vector<T> sink_share(const Call<T>& c, index_t B, index_t H, index_t tq, index_t dv) {
+  std::vector<T> share(static_cast<std::size_t>(H), T(0));
+  const auto at = [](const auto& v, index_t b, index_t h, index_t t, index_t col) {
+    return v.data[b * v.batch_stride + h * v.head_stride + t * v.token_stride + col * v.dim_stride];
+  };
+  for (index_t h = 0; h < H; ++h) {
+    const T sink = c.masks.sinks[h];
+    if (sink == -std::numeric_limits<T>::infinity()) continue;  // no sink
+    T sum = 0;
+    for (index_t b = 0; b < B; ++b)
+      for (index_t t = 0; t < tq; ++t) {
+        T D = 0;
+        for (index_t col = 0; col < dv; ++col) D += at(c.d_out, b, h, t, col) * at(c.fwd_out, b, h, t, col);
+        if (c.d_lse.data != nullptr) D -= at(c.d_lse, b, h, t, 0);
+        sum -= std::exp(sink - at(c.fwd_lse, b, h, t, 0)) * D;
+      }
+    share[static_cast<std::size_t>(h)] = sum;
+  }
+  return share;
 }
 
 template <typename T>
@@ -210,7 +255,8 @@ void backward(const Call<T>& c, Session& session) {
   grads[0].resize(block_size);
   if (P > 1) grads[1].resize(block_size);
   std::vector<T> dq_acc(static_cast<std::size_t>(B * H * tq * dk), T(0)), dq_part(dq_acc.size()),
-      part_lse(static_cast<std::size_t>(B * H * tq)), scaled_d_out(static_cast<std::size_t>(B * H * tq * dv));
+      part_lse(static_cast<std::size_t>(B * H * tq)), scaled_d_out(static_cast<std::size_t>(B * H * tq * dv)),
+      scaled_d_lse(c.d_lse.data != nullptr ? static_cast<std::size_t>(B * H * tq) : 0);
   const auto dq = HeadsView<T>::bhtd(dq_acc.data(), B, H, tq, dk);
 
   std::vector<MPI_Request> grad_requests, pending;
@@ -242,6 +288,10 @@ void backward(const Call<T>& c, Session& session) {
           EigenAttention::abi::attention_heads_lse_into(blk.q_rows(c.q), blk.k_rows(K), lse_b, opt, masks);
           const auto lse_g = blk.q_rows(c.fwd_lse), d_out = blk.q_rows(c.d_out);
           const auto d_out_w = HeadsView<T>::bhtd(scaled_d_out.data(), nb, hq, nq, dv);
+          const bool has_d_lse = c.d_lse.data != nullptr;
+          const auto d_lse = has_d_lse ? blk.q_rows(c.d_lse) : HeadsView<const T>{};
+          const auto d_lse_w =
+              has_d_lse ? HeadsView<T>::bhtd(scaled_d_lse.data(), nb, hq, nq, 1) : HeadsView<T>{};
           for (index_t bb = 0; bb < nb; ++bb)
             for (index_t h = 0; h < hq; ++h)
               for (index_t t = 0; t < nq; ++t) {
@@ -257,9 +307,15 @@ void backward(const Call<T>& c, Session& session) {
                 T* to = d_out_w.data + bb * d_out_w.batch_stride + h * d_out_w.head_stride +
                         t * d_out_w.token_stride;
                 for (index_t col = 0; col < dv; ++col) to[col] = w * from[col * d_out.dim_stride];
+                if (has_d_lse)
+                  d_lse_w.data[(bb * hq + h) * nq + t] =
+                      w *
+                      d_lse.data[bb * d_lse.batch_stride + h * d_lse.head_stride + t * d_lse.token_stride];
               }
+          BackwardTerms<T> terms;
+          if (has_d_lse) terms.d_lse = d_lse_w;
           attention_heads_backward_into(blk.q_rows(c.q), blk.k_rows(K), blk.k_rows(V), blk.q_rows(c.fwd_out),
-                                        lse_b, d_out_w, dq_p, dk_p, dv_p, opt, masks);
+                                        lse_b, d_out_w, dq_p, dk_p, dv_p, opt, masks, terms);
           copy_view<T>(dq_p, blk.q_rows(dq), true);
           copy_view<T>(dk_p, blk.k_rows(dK), true);
           copy_view<T>(dv_p, blk.k_rows(dV), true);
@@ -299,6 +355,7 @@ void backward(const Call<T>& c, Session& session) {
   copy_view<T>(dq, c.dq);
   copy_view<T>(kv.k(result, tk), c.dk);
   copy_view<T>(kv.v(result, tk), c.dv);
+  if (c.d_sinks != nullptr) sum_sinks_over_ranks(c, session.comm, sink_share(c, B, H, tq, dv));
 }
 
 template <typename T, typename L = ComputeScalar<T>>
@@ -315,12 +372,13 @@ template <typename T, typename L = ComputeScalar<T>>
 void attention_backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
                         HeadsView<const T> out, HeadsView<const L> lse, HeadsView<const T> d_out,
                         HeadsView<T> dq, HeadsView<T> dk, HeadsView<T> dv, const Options& opt,
-                        const Masks<T>& masks, const Config& config) {
+                        const Masks<T>& masks, const Config& config, const BackwardTerms<T>& terms) {
   Call<T> c;
   c.api = "ring_attention_heads_backward_into";
   c.backward = true;
   c.q = q, c.k = k, c.v = v, c.fwd_out = out, c.fwd_lse = lse, c.d_out = d_out;
   c.dq = dq, c.dk = dk, c.dv = dv, c.opt = opt, c.masks = masks, c.config = config;
+  c.d_lse = terms.d_lse, c.d_sinks = terms.d_sinks;
   run_call(comm, c, [](const auto& call, Session& session) { backward(call, session); });
 }
 
@@ -328,17 +386,18 @@ void attention_backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> 
 }  // namespace internal
 
 // The ring calls for views of T with log-sum-exps of L (DistributedAbi.hpp for the 16-bit types).
-#define EIGEN_ATTENTION_DEFINE_RING(NS, T, L)                                                              \
-  void NS ring_attention_heads_into(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k,             \
-                                    HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse,             \
-                                    const Options& opt, const Masks<T>& masks, const Config& config) {     \
-    internal::attention(comm, q, k, v, attn, lse, opt, masks, config);                                     \
-  }                                                                                                        \
-  void NS ring_attention_heads_backward_into(                                                              \
-      MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,                     \
-      HeadsView<const T> out, HeadsView<const L> lse, HeadsView<const T> d_out, HeadsView<T> dq,           \
-      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const Config& config) { \
-    internal::attention_backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);          \
+#define EIGEN_ATTENTION_DEFINE_RING(NS, T, L)                                                            \
+  void NS ring_attention_heads_into(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k,           \
+                                    HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse,           \
+                                    const Options& opt, const Masks<T>& masks, const Config& config) {   \
+    internal::attention(comm, q, k, v, attn, lse, opt, masks, config);                                   \
+  }                                                                                                      \
+  void NS ring_attention_heads_backward_into(                                                            \
+      MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,                   \
+      HeadsView<const T> out, HeadsView<const L> lse, HeadsView<const T> d_out, HeadsView<T> dq,         \
+      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const Config& config, \
+      const BackwardTerms<T>& terms) {                                                                   \
+    internal::attention_backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config, terms); \
   }
 
 EIGEN_ATTENTION_DEFINE_RING(, float, float)

@@ -3,8 +3,10 @@
 // Q, K and V from tokens to heads (rank d gets every token of query heads
 // [d H/P, (d + 1) H/P) and of the K/V heads they read), each rank runs the single-process call
 // on whole sequences, and one all-to-all brings each token's rows back to its owner. The
-// backward sends out, LSE and dL/dATTN along with the inputs and brings dQ, dK and dV back; a
-// K/V head read by several ranks gets its dK/dV summed in rank order.
+// backward sends out, LSE and dL/dATTN (and dL/dLSE) along with the inputs and brings dQ, dK and dV
+// back; a K/V head read by several ranks gets its dK/dV summed in rank order. Each rank's heads see
+// their sinks (Masks::sinks) in the local call, once per row; dL/dsinks of its heads are gathered
+// from every rank.
 #include <numeric>
 #include <vector>
 
@@ -122,6 +124,7 @@ void run(const Call<T>& c, Session& session) {
   const index_t tq = g.q_rows[static_cast<std::size_t>(r)], tk = g.k_rows[static_cast<std::size_t>(r)];
   const std::vector<index_t> my_kv = kv_heads_of(g, r);
   const index_t nkv = static_cast<index_t>(my_kv.size());
+  const bool has_d_lse = c.backward && g.any_d_lse;  // a rank that gives none sends zeros
 
   // Tokens to heads: to rank d, this rank's rows of d's query heads and of the K/V heads they read
   // (and, backward, of out, LSE and dL/dATTN).
@@ -138,27 +141,38 @@ void run(const Call<T>& c, Session& session) {
       copy_heads<T>(c.fwd_out, heads, out.part(B, hp, tq, dv));
       copy_heads<T>(c.fwd_lse, heads, out.part(B, hp, tq, 1));
       copy_heads<T>(c.d_out, heads, out.part(B, hp, tq, dv));
+      if (has_d_lse) {
+        const HeadsView<T> part = out.part(B, hp, tq, 1);
+        if (c.d_lse.data != nullptr) {
+          copy_heads<T>(c.d_lse, heads, part);
+        } else {
+          for (index_t e = 0; e < B * hp * tq; ++e) part.data[e] = T(0);
+        }
+      }
     }
   }
   for (int s = 0; s < P; ++s) {
     const index_t sq = g.q_rows[static_cast<std::size_t>(s)], sk = g.k_rows[static_cast<std::size_t>(s)];
-    const index_t n = (hp * sq * (dk + (c.backward ? 2 * dv + 1 : 0)) + nkv * sk * (dk + dv)) * B;
+    const index_t n =
+        (hp * sq * (dk + (c.backward ? 2 * dv + 1 : 0) + (has_d_lse ? 1 : 0)) + nkv * sk * (dk + dv)) * B;
     recvs[static_cast<std::size_t>(s)].resize(static_cast<std::size_t>(n));
   }
   st.wait_seconds += exchange(comm, kTagIn, sends, recvs, st);
 
   // The whole sequence of this rank's heads (storage sized first: Packed::part never moves it).
-  const index_t whole_size = B * (hp * Tq * (dk + dv + 1) + nkv * Tk * (dk + dv) +
-                                  (c.backward ? hp * Tq * (dv + dk) + nkv * Tk * (dk + dv) : 0));
+  const index_t whole_size =
+      B * (hp * Tq * (dk + dv + 1) + nkv * Tk * (dk + dv) +
+           (c.backward ? hp * Tq * (dv + dk) + nkv * Tk * (dk + dv) : 0) + (has_d_lse ? hp * Tq : 0));
   std::vector<T> storage(static_cast<std::size_t>(whole_size));
   Packed<T> at{storage};
   const auto Qw = at.part(B, hp, Tq, dk), Kw = at.part(B, nkv, Tk, dk), Vw = at.part(B, nkv, Tk, dv);
   const auto Ow = at.part(B, hp, Tq, dv), Lw = at.part(B, hp, Tq, 1);
-  HeadsView<T> dOw, dQw, dKw, dVw;
+  HeadsView<T> dOw, dQw, dKw, dVw, dLw;
   if (c.backward) {
     dOw = at.part(B, hp, Tq, dv), dQw = at.part(B, hp, Tq, dk), dKw = at.part(B, nkv, Tk, dk);
     dVw = at.part(B, nkv, Tk, dv);
   }
+  if (has_d_lse) dLw = at.part(B, hp, Tq, 1);
   for (int s = 0; s < P; ++s) {
     const index_t sq = g.q_rows[static_cast<std::size_t>(s)], sk = g.k_rows[static_cast<std::size_t>(s)];
     const auto& qseg = g.q_segments[static_cast<std::size_t>(s)];
@@ -171,6 +185,7 @@ void run(const Call<T>& c, Session& session) {
       shard_to_whole<T>(in.part(B, hp, sq, dv), qseg, Ow);
       shard_to_whole<T>(in.part(B, hp, sq, 1), qseg, Lw);
       shard_to_whole<T>(in.part(B, hp, sq, dv), qseg, dOw);
+      if (has_d_lse) shard_to_whole<T>(in.part(B, hp, sq, 1), qseg, dLw);
     }
   }
 
@@ -178,10 +193,15 @@ void run(const Call<T>& c, Session& session) {
   Masks<T> masks;
   masks.key_lengths = c.masks.key_lengths;
   masks.alibi_slopes = c.masks.alibi_slopes != nullptr ? c.masks.alibi_slopes + r * hp : nullptr;
+  masks.sinks = c.masks.sinks != nullptr ? c.masks.sinks + r * hp : nullptr;
+  BackwardTerms<T> terms;
+  if (has_d_lse) terms.d_lse = dLw;
+  std::vector<T> my_d_sinks(static_cast<std::size_t>(hp), T(0));  // of this rank's heads
+  if (c.d_sinks != nullptr) terms.d_sinks = my_d_sinks.data();
   const double compute_start = MPI_Wtime();
   if (hp > 0) {
     if (c.backward) {
-      attention_heads_backward_into(Qw, Kw, Vw, Ow, Lw, dOw, dQw, dKw, dVw, c.opt, masks);
+      attention_heads_backward_into(Qw, Kw, Vw, Ow, Lw, dOw, dQw, dKw, dVw, c.opt, masks, terms);
     } else {
       attention_heads_into(Qw, Kw, Vw, Ow, Lw, c.opt, masks);
     }
@@ -236,6 +256,10 @@ void run(const Call<T>& c, Session& session) {
       if (!c.lse.empty()) copy_view<T>(l, c.lse.head_slice(d * hp, hp));
     }
   }
+  if (c.d_sinks != nullptr) {  // rank d computed heads [d hp, (d + 1) hp): every rank gets all H
+    const int count = static_cast<int>(hp);
+    MPI_Allgather(my_d_sinks.data(), count, mpi_type<T>(), c.d_sinks, count, mpi_type<T>(), comm.get());
+  }
 }
 
 template <typename T, typename L = ComputeScalar<T>>
@@ -252,13 +276,14 @@ template <typename T, typename L = ComputeScalar<T>>
 void backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,
               HeadsView<const T> out, HeadsView<const L> lse, HeadsView<const T> d_out, HeadsView<T> dq,
               HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks,
-              const Config& config) {
+              const Config& config, const BackwardTerms<T>& terms) {
   Call<T> c;
   c.api = "ulysses_attention_heads_backward_into";
   c.ulysses = true;
   c.backward = true;
   c.q = q, c.k = k, c.v = v, c.fwd_out = out, c.fwd_lse = lse, c.d_out = d_out;
   c.dq = dq, c.dk = dk, c.dv = dv, c.opt = opt, c.masks = masks, c.config = config;
+  c.d_lse = terms.d_lse, c.d_sinks = terms.d_sinks;
   run_call(comm, c, [](const auto& call, Session& session) { run(call, session); });
 }
 
@@ -266,17 +291,18 @@ void backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsVi
 }  // namespace internal
 
 // The Ulysses calls for views of T with log-sum-exps of L (DistributedAbi.hpp for the 16-bit types).
-#define EIGEN_ATTENTION_DEFINE_ULYSSES(NS, T, L)                                                           \
-  void NS ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k,          \
-                                       HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse,          \
-                                       const Options& opt, const Masks<T>& masks, const Config& config) {  \
-    internal::forward(comm, q, k, v, attn, lse, opt, masks, config);                                       \
-  }                                                                                                        \
-  void NS ulysses_attention_heads_backward_into(                                                           \
-      MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,                     \
-      HeadsView<const T> out, HeadsView<const L> lse, HeadsView<const T> d_out, HeadsView<T> dq,           \
-      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const Config& config) { \
-    internal::backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config);                    \
+#define EIGEN_ATTENTION_DEFINE_ULYSSES(NS, T, L)                                                          \
+  void NS ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k,         \
+                                       HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse,         \
+                                       const Options& opt, const Masks<T>& masks, const Config& config) { \
+    internal::forward(comm, q, k, v, attn, lse, opt, masks, config);                                      \
+  }                                                                                                       \
+  void NS ulysses_attention_heads_backward_into(                                                          \
+      MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,                    \
+      HeadsView<const T> out, HeadsView<const L> lse, HeadsView<const T> d_out, HeadsView<T> dq,          \
+      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const Config& config,  \
+      const BackwardTerms<T>& terms) {                                                                    \
+    internal::backward(comm, q, k, v, out, lse, d_out, dq, dk, dv, opt, masks, config, terms);            \
   }
 
 EIGEN_ATTENTION_DEFINE_ULYSSES(, float, float)

@@ -23,7 +23,8 @@ struct Args {
   ea::Masks<T> masks;
   dist::Config config;
   std::vector<std::int64_t> key_lengths;
-  std::vector<T> slopes;
+  std::vector<T> slopes, sinks, d_sinks;
+  ea::BackwardTerms<T> terms;
   std::vector<char> mask_storage;  // bools, as char: std::vector<bool> has no data()
   std::vector<T> bias_storage;
   bool lse_given = true;
@@ -86,11 +87,11 @@ void call(Args<T>& a) {
   if (a.method == Method::Ring)
     dist::ring_attention_heads_backward_into(comm, a.q.cview(), a.k.cview(), a.v.cview(), a.out.cview(), lse,
                                              a.d_out.cview(), a.dq.view(), a.dk.view(), a.dv.view(), a.opt,
-                                             a.masks, a.config);
+                                             a.masks, a.config, a.terms);
   else
     dist::ulysses_attention_heads_backward_into(comm, a.q.cview(), a.k.cview(), a.v.cview(), a.out.cview(),
                                                 lse, a.d_out.cview(), a.dq.view(), a.dk.view(), a.dv.view(),
-                                                a.opt, a.masks, a.config);
+                                                a.opt, a.masks, a.config, a.terms);
 }
 
 /// A bad call: `mutate(args, bad)` runs on every rank, `bad` true on rank `bad` (kAll: on every
@@ -197,6 +198,26 @@ std::vector<Scenario<T>> scenarios() {
                    a.slopes.assign(static_cast<size_t>(a.q.H), T(0.25));
                    a.masks.alibi_slopes = a.slopes.data();
                  })});
+    s.push_back({"sinks on one rank only", last, on_bad<T>([](Args<T>& a) {
+                   a.sinks.assign(static_cast<size_t>(a.q.H), T(0.5));
+                   a.masks.sinks = a.sinks.data();
+                 }),
+                 "presence of Masks::sinks"});
+    s.push_back({"another sink on one rank", last,
+                 [](Args<T>& a, bool bad) {
+                   a.sinks.assign(static_cast<size_t>(a.q.H), T(0.5));
+                   if (bad) a.sinks.back() = T(1.25);
+                   a.masks.sinks = a.sinks.data();
+                 },
+                 "1.25"});
+    s.push_back({"d_sinks on one rank only", last,
+                 [](Args<T>& a, bool bad) {
+                   a.sinks.assign(static_cast<size_t>(a.q.H), T(0.5));
+                   a.masks.sinks = a.sinks.data();
+                   a.d_sinks.assign(static_cast<size_t>(a.q.H), T(0));
+                   if (bad) a.terms.d_sinks = a.d_sinks.data();
+                 },
+                 "presence of BackwardTerms::d_sinks", false});
     s.push_back({"ZigZag on one rank only", last,
                  on_bad<T>([](Args<T>& a) { a.config.sharding = dist::Sharding::ZigZag; })});
     s.push_back({"a boolean mask on one rank only", last, on_bad<T>([](Args<T>& a) {
@@ -269,6 +290,16 @@ std::vector<Scenario<T>> scenarios() {
   s.push_back({"a chunk_origin of one's own", kAll, on_bad<T>([](Args<T>& a) { a.opt.chunk_origin = 8; }),
                "chunk_origin"});
   s.push_back({"scale -1", kAll, on_bad<T>([](Args<T>& a) { a.opt.scale = -1.0; })});
+  s.push_back({"d_sinks without sinks", kAll, on_bad<T>([](Args<T>& a) {
+                 a.d_sinks.assign(static_cast<size_t>(a.q.H), T(0));
+                 a.terms.d_sinks = a.d_sinks.data();
+               }),
+               "masks.sinks", false});
+  s.push_back({"d_lse of the wrong shape", kAll, on_bad<T>([](Args<T>& a) {
+                 a.terms.d_lse = a.lse.cview();  // [B, H, T_q,r, 2]
+                 a.terms.d_lse.dim = 2;
+               }),
+               "d_lse", false});
   return s;
 }
 

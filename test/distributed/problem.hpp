@@ -107,6 +107,8 @@ struct Shape {
 struct MaskSet {
   std::vector<std::int64_t> key_lengths;  ///< empty: none
   bool alibi = false;                     ///< one slope per query head, 2^-(h + 1) * 1.5
+  bool sinks = false;                     ///< one sink logit per query head, 0.7 h - 0.9 (Masks::sinks)
+  bool d_lse = false;                     ///< a random dL/dLSE for the backward (BackwardTerms::d_lse)
 };
 
 /// The whole problem: every rank generates the same one from the same seed.
@@ -115,13 +117,14 @@ struct Problem {
   Shape s;
   ea::Options opt;
   MaskSet m;
-  std::vector<T> slopes;
-  Heads<T> q, k, v, d_out;  // whole, BHTD
+  std::vector<T> slopes, sinks;
+  Heads<T> q, k, v, d_out, d_lse;  // whole, BHTD (d_lse: when m.d_lse)
 
   ea::Masks<T> masks() const {
     ea::Masks<T> r;
     if (!m.key_lengths.empty()) r.key_lengths = m.key_lengths.data();
     if (m.alibi) r.alibi_slopes = slopes.data();
+    if (m.sinks) r.sinks = sinks.data();
     return r;
   }
   ea_test::MultiHeadSpec spec() const {
@@ -135,6 +138,7 @@ struct Problem {
     sp.softcap = static_cast<long double>(opt.softcap);
     sp.key_lengths = m.key_lengths;
     for (const T x : slopes) sp.alibi.push_back(static_cast<long double>(x));
+    for (const T x : sinks) sp.sinks.push_back(static_cast<long double>(x));
     return sp;
   }
   /// (query, key) pairs visible over all sequences and query heads, of the query rows
@@ -184,6 +188,10 @@ Problem<T> make_problem(const Shape& s, const ea::Options& opt, const MaskSet& m
   fill(p.k, s.Hkv, s.Tk, s.dk);
   fill(p.v, s.Hkv, s.Tk, s.dv);
   for (auto& e : (p.d_out = Heads<T>(s.B, s.H, s.Tq, s.dv)).data) e = static_cast<T>(rng.normal());
+  if (m.sinks)
+    for (std::ptrdiff_t h = 0; h < s.H; ++h) p.sinks.push_back(static_cast<T>(0.7 * double(h) - 0.9));
+  if (m.d_lse)
+    for (auto& e : (p.d_lse = Heads<T>(s.B, s.H, s.Tq, 1)).data) e = static_cast<T>(rng.normal());
   return p;
 }
 
@@ -266,7 +274,7 @@ Heads<T> take_rows(const Heads<T>& whole, const std::vector<dist::Segment>& segm
 template <class T>
 struct Local {
   std::vector<dist::Segment> q_segments, k_segments;
-  Heads<T> q, k, v, d_out;
+  Heads<T> q, k, v, d_out, d_lse;  // d_lse: when the problem has one
   dist::Config config;
 };
 
@@ -282,6 +290,7 @@ Local<T> local_part(const Problem<T>& p, const Split& split, MPI_Comm comm) {
   l.k = take_rows(p.k, l.k_segments, split.layout);
   l.v = take_rows(p.v, l.k_segments, split.layout);
   l.d_out = take_rows(p.d_out, l.q_segments, split.layout);
+  if (p.m.d_lse) l.d_lse = take_rows(p.d_lse, l.q_segments, split.layout);
   l.config.sharding = split.sharding;
   return l;
 }
@@ -290,9 +299,23 @@ Local<T> local_part(const Problem<T>& p, const Split& split, MPI_Comm comm) {
 template <class T>
 struct Whole {
   Heads<T> out, lse, dq, dk, dv;
+  std::vector<T> d_sinks;            // when the problem has sinks
   ea_test::BackwardReference exact;  // .forward: OUT, LSE and the budgets' inputs
   bool with_backward = false;
 };
+
+/// The backward terms of a problem: dL/dLSE (this rank's rows, or the whole) and where dL/dsinks
+/// goes.
+template <class T>
+ea::BackwardTerms<T> terms_of(const Problem<T>& p, const Heads<T>& d_lse, std::vector<T>& d_sinks) {
+  ea::BackwardTerms<T> terms;
+  if (p.m.d_lse) terms.d_lse = d_lse.cview();
+  if (p.m.sinks) {
+    d_sinks.assign(static_cast<std::size_t>(p.s.H), T(-777.25));
+    terms.d_sinks = d_sinks.data();
+  }
+  return terms;
+}
 
 template <class T>
 Whole<T> whole_results(const Problem<T>& p, bool with_backward) {
@@ -308,9 +331,12 @@ Whole<T> whole_results(const Problem<T>& p, bool with_backward) {
     w.dk = Heads<T>(s.B, s.Hkv, s.Tk, s.dk);
     w.dv = Heads<T>(s.B, s.Hkv, s.Tk, s.dv);
     ea::attention_heads_backward_into(p.q.cview(), p.k.cview(), p.v.cview(), w.out.cview(), w.lse.cview(),
-                                      p.d_out.cview(), w.dq.view(), w.dk.view(), w.dv.view(), p.opt, masks);
+                                      p.d_out.cview(), w.dq.view(), w.dk.view(), w.dv.view(), p.opt, masks,
+                                      terms_of(p, p.d_lse, w.d_sinks));
+    std::optional<ea_test::Array4> d_lse;
+    if (p.m.d_lse) d_lse = p.d_lse.to_array4();
     w.exact = ea_test::reference_heads_backward<T>(p.q.to_array4(), p.k.to_array4(), p.v.to_array4(),
-                                                   p.spec(), p.d_out.to_array4());
+                                                   p.spec(), p.d_out.to_array4(), std::nullopt, d_lse);
   } else {
     w.exact.forward = ea_test::reference_heads(p.q.to_array4(), p.k.to_array4(), p.v.to_array4(), p.spec());
   }
@@ -396,6 +422,22 @@ void check_backward(const Whole<T>& w, const Local<T>& l, const Heads<T>& dq, co
   check_rows("dV", dv, l.k_segments, w.dv, e.dv, bound(e.dv_tol), false);
 }
 
+/// dL/dsinks (every rank has all H) against the whole results (twice the bound) and the exact.
+template <class T>
+void check_d_sinks(const Whole<T>& w, const std::vector<T>& d_sinks) {
+  const auto& e = w.exact;
+  EA_MPI_CHECK(d_sinks.size() == e.d_sinks.size(), "dL/dsinks: " << d_sinks.size() << " values");
+  for (std::size_t h = 0; h < std::min(d_sinks.size(), e.d_sinks.size()); ++h) {
+    const long double x = d_sinks[h], tol = e.d_sinks_tol[h];
+    const bool ok = std::fabs(x - e.d_sinks[h]) <= tol &&
+                    std::fabs(x - static_cast<long double>(w.d_sinks[h])) <= 2 * tol;
+    EA_MPI_CHECK(ok, "dL/dsinks[" << h << "] = " << static_cast<double>(x) << ", single-process "
+                                  << static_cast<double>(w.d_sinks[h]) << ", exact "
+                                  << static_cast<double>(e.d_sinks[h]) << ", bound "
+                                  << static_cast<double>(tol));
+  }
+}
+
 enum class Method { Ring, Ulysses };
 inline const char* method_name(Method m) { return m == Method::Ring ? "ring" : "ulysses"; }
 
@@ -403,6 +445,7 @@ inline const char* method_name(Method m) { return m == Method::Ring ? "ring" : "
 template <class T>
 struct Run {
   Heads<T> out, lse, dq, dk, dv;
+  std::vector<T> d_sinks;
   dist::Stats stats, backward_stats;
 };
 
@@ -431,14 +474,15 @@ Run<T> run_distributed(Method method, MPI_Comm comm, const Problem<T>& p, const 
   r.dk = Heads<T>(s.B, s.Hkv, l.k.T, s.dk, other, sentinel);
   r.dv = Heads<T>(s.B, s.Hkv, l.k.T, s.dv, other, sentinel);
   config.stats = &r.backward_stats;
+  const ea::BackwardTerms<T> terms = terms_of(p, l.d_lse, r.d_sinks);
   if (method == Method::Ring)
     dist::ring_attention_heads_backward_into(comm, l.q.cview(), l.k.cview(), l.v.cview(), r.out.cview(),
                                              r.lse.cview(), l.d_out.cview(), r.dq.view(), r.dk.view(),
-                                             r.dv.view(), opt, masks, config);
+                                             r.dv.view(), opt, masks, config, terms);
   else
     dist::ulysses_attention_heads_backward_into(comm, l.q.cview(), l.k.cview(), l.v.cview(), r.out.cview(),
                                                 r.lse.cview(), l.d_out.cview(), r.dq.view(), r.dk.view(),
-                                                r.dv.view(), opt, masks, config);
+                                                r.dv.view(), opt, masks, config, terms);
   return r;
 }
 
@@ -542,6 +586,24 @@ inline std::vector<Case> forward_cases(int P) {
     o.window_left = 3;
     cases.push_back({"chunked with a window, GQA", shape(19, 21, 2), o, {}});
   }
+  {
+    // Attention sinks (gpt-oss): added once per row, however many key blocks the row's keys come
+    // in; with dL/dLSE in the backward. Bottom-right with T_q > T_k: rows that see only the sink.
+    cases.push_back({"sinks, causal, dL/dLSE", shape(23, 23, H), causal(TL), {{}, false, true, true}});
+    cases.push_back({"sinks, causal bottom-right, T_q > T_k, GQA",
+                     shape(21, 13, 2),
+                     causal(BR),
+                     {{}, false, true, false}});
+    ea::Options o = causal(BR);
+    o.chunk_size = 4;
+    cases.push_back({"sinks, chunks, key lengths 0 and full, ALiBi, dL/dLSE",
+                     shape(15, 18, H),
+                     o,
+                     {{0, 18}, true, true, true}});
+    cases.push_back(
+        {"dL/dLSE without sinks, window", shape(19, 19, H), ea::Options{}, {{}, false, false, true}});
+    cases.back().opt.window_left = 5;
+  }
   // Fewer tokens than 2P chunks: empty ZigZag chunks.
   cases.push_back({"5 tokens", shape(5, 5, H), causal(TL), {}});
   {
@@ -588,6 +650,7 @@ void check_case(Method method, const Case& c, bool backward, std::uint64_t seed)
     if (ok) {
       check_forward(whole, l, r.out, r.lse);
       if (backward) check_backward(whole, l, r.dq, r.dk, r.dv);
+      if (backward && p.m.sinks) check_d_sinks(whole, r.d_sinks);
     }
     if (min_over_ranks(ok ? 1 : 0, w.comm) == 0) continue;  // the same decision on every rank
     check_stats("forward stats", p, r.stats, w.comm);

@@ -19,6 +19,7 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/BackwardTerms.hpp>
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
@@ -34,21 +35,23 @@ namespace abi {
 
 // The four distributed calls on views of T, whose log-sum-exps are of type L: as the float and
 // double ones of Distributed.hpp (computed in float, results rounded once).
-#define EIGEN_ATTENTION_ABI_DISTRIBUTED(T, L)                                                             \
-  void ring_attention_heads_into(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k,               \
-                                 HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse,               \
-                                 const Options& opt, const Masks<T>& masks, const Config& config);        \
-  void ring_attention_heads_backward_into(                                                                \
-      MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,                    \
-      HeadsView<const T> attn, HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<T> dq,        \
-      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const Config& config); \
-  void ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k,            \
-                                    HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse,            \
-                                    const Options& opt, const Masks<T>& masks, const Config& config);     \
-  void ulysses_attention_heads_backward_into(                                                             \
-      MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,                    \
-      HeadsView<const T> attn, HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<T> dq,        \
-      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const Config& config);
+#define EIGEN_ATTENTION_ABI_DISTRIBUTED(T, L)                                                            \
+  void ring_attention_heads_into(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k,              \
+                                 HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse,              \
+                                 const Options& opt, const Masks<T>& masks, const Config& config);       \
+  void ring_attention_heads_backward_into(                                                               \
+      MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,                   \
+      HeadsView<const T> attn, HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<T> dq,       \
+      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const Config& config, \
+      const BackwardTerms<T>& terms);                                                                    \
+  void ulysses_attention_heads_into(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k,           \
+                                    HeadsView<const T> v, HeadsView<T> attn, HeadsView<L> lse,           \
+                                    const Options& opt, const Masks<T>& masks, const Config& config);    \
+  void ulysses_attention_heads_backward_into(                                                            \
+      MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsView<const T> v,                   \
+      HeadsView<const T> attn, HeadsView<const L> lse, HeadsView<const T> d_attn, HeadsView<T> dq,       \
+      HeadsView<T> dk, HeadsView<T> dv, const Options& opt, const Masks<T>& masks, const Config& config, \
+      const BackwardTerms<T>& terms);
 
 EIGEN_ATTENTION_ABI_DISTRIBUTED(BFloat16Bits, float)
 EIGEN_ATTENTION_ABI_DISTRIBUTED(HalfBits, float)
@@ -164,7 +167,8 @@ Gradients<typename DQ::Scalar> backward_one(Method method, MPI_Comm comm, const 
                                             const Eigen::MatrixBase<DA>& attn,
                                             const Eigen::MatrixBase<DL>& lse,
                                             const Eigen::MatrixBase<DG>& d_attn, const Options& opt,
-                                            const Masks<typename DQ::Scalar>& masks, const Config& config) {
+                                            const Masks<typename DQ::Scalar>& masks, const Config& config,
+                                            const BackwardTerms<typename DQ::Scalar>& terms) {
   using Scalar = typename DQ::Scalar;
   (void)EigenAttention::detail::ScalarCheck<Scalar, typename DK::Scalar, typename DV::Scalar,
                                             typename DA::Scalar, typename DL::Scalar, typename DG::Scalar>{};
@@ -181,12 +185,12 @@ Gradients<typename DQ::Scalar> backward_one(Method method, MPI_Comm comm, const 
     ring_attention_heads_backward_into(
         comm, single<DQ>(q.map()), single<DK>(k.map()), single<DV>(v.map()), single<DA>(a.map()),
         single<DL>(l.map()), single<DG>(g.map()), HeadsView<Scalar>::single(grads.dq),
-        HeadsView<Scalar>::single(grads.dk), HeadsView<Scalar>::single(grads.dv), opt, masks, config);
+        HeadsView<Scalar>::single(grads.dk), HeadsView<Scalar>::single(grads.dv), opt, masks, config, terms);
   } else {
     ulysses_attention_heads_backward_into(
         comm, single<DQ>(q.map()), single<DK>(k.map()), single<DV>(v.map()), single<DA>(a.map()),
         single<DL>(l.map()), single<DG>(g.map()), HeadsView<Scalar>::single(grads.dq),
-        HeadsView<Scalar>::single(grads.dk), HeadsView<Scalar>::single(grads.dv), opt, masks, config);
+        HeadsView<Scalar>::single(grads.dk), HeadsView<Scalar>::single(grads.dv), opt, masks, config, terms);
   }
   return grads;
 }
