@@ -36,15 +36,15 @@ void check_case(Rng& rng, const Case& c, ea::Kernel kernel) {
   const ea::SequenceId ids[1] = {id};
   const std::int64_t cu[2] = {0, c.Tq};
   ea::attention_decode_into(cache, ids, 1, ea_test::side_by_side(s.Q, c.dk), cu, r.out, r.lse, opt,
-                            ea_test::alibi_only(c.alibi ? s.slopes.data() : nullptr));
+                            ea_test::decode_masks(c, s));
   // The returning form gives the same bits.
   const Rows<T> out =
-      ea::attention_decode(cache, id, s.Q, opt, ea_test::alibi_only(c.alibi ? s.slopes.data() : nullptr));
+      ea::attention_decode(cache, id, s.Q, opt, ea_test::decode_masks(c, s));
   EA_CHECK_EQUAL(out, r.out);
   // One sequence: cu_seqlens_q may be null (all of Q).
   Rows<T> whole;
   ea::attention_decode_into(cache, ids, 1, ea_test::side_by_side(s.Q, c.dk), nullptr, whole, opt,
-                            ea_test::alibi_only(c.alibi ? s.slopes.data() : nullptr));
+                            ea_test::decode_masks(c, s));
   EA_CHECK_EQUAL(whole, r.out);
 
   const MultiHeadReference ref = reference_of(c, s);
@@ -74,6 +74,7 @@ TEST_CASE_TEMPLATE("decode vs reference: page sizes and lengths at the page boun
         c.Tk = tk;
         c.Tq = std::min(tq, std::max<Index>(tk, 1));
         c.causal = true;
+        c.sinks = tq == 3;  // with T_k = 0: a row that sees only its sink
         CAPTURE(c.describe());
         for (const auto kernel : kernels_under_test()) {
           const std::string kname = ea::kernel_name(kernel);
@@ -104,6 +105,7 @@ TEST_CASE_TEMPLATE("decode vs reference: options, GQA and MQA", S, float, double
     if (rng.integer(0, 3) == 0) c.window_right = rng.integer(0, 3);
     if (rng.integer(0, 3) == 0) c.softcap = 5 + 10 * (rng.uniform() + 1);
     c.alibi = rng.integer(0, 3) == 0;
+    c.sinks = n % 3 == 2;
     if (rng.integer(0, 3) == 0) c.scale = 0.05 + 0.1 * (rng.uniform() + 1);
     c.magnitude = 0.5 + (rng.uniform() + 1);
     if (n % 4 == 1) c.chunk = rng.integer(1, 2) == 1 ? rng.integer(1, 8) : rng.integer(16, 400);

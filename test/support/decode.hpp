@@ -37,6 +37,7 @@ struct Case {
   long chunk = 0;  // Options::chunk_size
   double softcap = 0;
   bool alibi = false;
+  bool sinks = false;  // Masks::sinks, one per query head
   std::optional<double> scale;
   double magnitude = 1;
   std::string describe() const {
@@ -45,7 +46,7 @@ struct Case {
            " page=" + std::to_string(page) + " causal=" + std::to_string(causal) +
            " window=" + std::to_string(window_left) + "," + std::to_string(window_right) +
            " chunk=" + std::to_string(chunk) + " softcap=" + std::to_string(softcap) +
-           " alibi=" + std::to_string(alibi);
+           " alibi=" + std::to_string(alibi) + " sinks=" + std::to_string(sinks);
   }
 };
 
@@ -56,11 +57,11 @@ Compute<S> rounded(Compute<S> x) {
 }
 
 /// One sequence: K (Tk x Hkv dk) and V (Tk x Hkv dv) of values that S holds exactly, Q
-/// (Tq x H dk), and H ALiBi slopes.
+/// (Tq x H dk), H ALiBi slopes and H sinks.
 template <typename S>
 struct Sequence {
   Rows<Compute<S>> K, V, Q;
-  std::vector<Compute<S>> slopes;
+  std::vector<Compute<S>> slopes, sinks;
 };
 
 template <typename S>
@@ -73,6 +74,7 @@ Sequence<S> make_sequence(Rng& rng, const Case& c) {
   s.K = s.K.unaryExpr([](T x) { return rounded<S>(x); });
   s.V = s.V.unaryExpr([](T x) { return rounded<S>(x); });
   for (Index h = 0; h < c.H; ++h) s.slopes.push_back(static_cast<T>(0.5 / static_cast<double>(h + 1)));
+  for (Index h = 0; h < c.H; ++h) s.sinks.push_back(static_cast<T>(0.6 * static_cast<double>(h % 5) - 0.4));
   return s;
 }
 
@@ -126,6 +128,7 @@ Result<Compute<S>> heads_call(const Case& c, const Sequence<S>& s, const ea::Opt
   ea::HeadsView<T> l{r.lse.data(), 1, c.H, c.Tq, 1, 0, 1, c.H, 1};
   ea::Masks<T> masks;
   if (c.alibi) masks.alibi_slopes = s.slopes.data();
+  if (c.sinks) masks.sinks = s.sinks.data();
   ea::attention_heads_into(q, k, v, o, l, opt, masks);
   return r;
 }
@@ -154,6 +157,8 @@ MultiHeadReference reference_of(const Case& c, const Sequence<S>& s) {
   spec.softcap = c.softcap;
   if (c.alibi)
     for (const auto x : s.slopes) spec.alibi.push_back(static_cast<long double>(x));
+  if (c.sinks)
+    for (const auto x : s.sinks) spec.sinks.push_back(static_cast<long double>(x));
   return reference_heads(heads_array(s.Q, c.H), heads_array(s.K, c.Hkv), heads_array(s.V, c.Hkv), spec);
 }
 
@@ -174,6 +179,15 @@ void check_reference(const Result<T>& r, const MultiHeadReference& ref, const Ca
 }
 
 }  // namespace decode
+/// The masks of a decode case: its ALiBi slopes and sinks, when it has them.
+template <typename S>
+ea::Masks<decode::Compute<S>> decode_masks(const decode::Case& c, const decode::Sequence<S>& s) {
+  ea::Masks<decode::Compute<S>> m;
+  if (c.alibi) m.alibi_slopes = s.slopes.data();
+  if (c.sinks) m.sinks = s.sinks.data();
+  return m;
+}
+
 /// Masks holding ALiBi slopes only (null: none), as decode takes them.
 template <typename S>
 ea::Masks<S> alibi_only(const S* slopes) {
