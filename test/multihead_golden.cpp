@@ -3,8 +3,9 @@
 // make_multihead_golden.py there): OUT, LSE, SCORES and the head-averaged SCORES from
 // attention_heads_into, attention_heads_decomposed_into and attention_varlen_into, for every kernel, both
 // buffer layouts (the files hold BHTD; the tests also lay them out as BTHD), threads 1 and 2,
-// in float and double. Tolerances: the error model of tolerance.hpp, extended for soft-cap,
-// ALiBi and biases in support/reference.hpp (multihead_budget).
+// in float and double; attention sinks (the files' SINKS) go in as Masks::sinks. Tolerances: the
+// error model of tolerance.hpp, extended for soft-cap, ALiBi and biases in support/reference.hpp
+// (multihead_budget).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -62,16 +63,16 @@ void for_each_case(bool varlen, int expected, F check) {
 
 }  // namespace
 
-TEST_CASE("multihead golden: the data directory holds all 45 expected cases") {
+TEST_CASE("multihead golden: the data directory holds all 48 expected cases") {
   check_golden_dir(multihead_data_dir(), expected_multihead_files(), ".txt");
-  CHECK(expected_multihead_files().size() == 45);
+  CHECK(expected_multihead_files().size() == 48);
   CHECK(multihead_golden_files().size() == expected_multihead_files().size());
 }
 
 TEST_CASE("multihead golden: every case parses and the long-double reference agrees with PyTorch") {
   const auto files = multihead_golden_files();
   REQUIRE(files.size() == expected_multihead_files().size());
-  int varlen = 0, dead_rows = 0, chunked = 0;
+  int varlen = 0, dead_rows = 0, chunked = 0, with_sinks = 0, sink_only_rows = 0;
   for (const auto& path : files) {
     const std::string file = path.filename().string();
     CAPTURE(file);
@@ -91,18 +92,27 @@ TEST_CASE("multihead golden: every case parses and the long-double reference agr
     }
     for (const long double x : g.lse.v) dead_rows += x == -std::numeric_limits<long double>::infinity();
     chunked += g.spec.chunk > 0;
+    with_sinks += !g.spec.sinks.empty();
+    if (!g.spec.sinks.empty())  // rows that see no key: OUT 0 and LSE exactly the head's sink
+      for (Eigen::Index b = 0; b < g.lse.n[0]; ++b)
+        for (Eigen::Index h = 0; h < g.lse.n[1]; ++h)
+          for (Eigen::Index i = 0; i < g.lse.n[2]; ++i)
+            sink_only_rows += g.lse(b, h, i, 0) == g.spec.sinks[static_cast<size_t>(h)] &&
+                              (g.out.slice(b, h).row(i).array() == 0).all();
   }
-  // The suite covers what it claims: four varlen cases, five chunked-local ones and rows that see
-  // no key.
-  CHECK(varlen == 4);
+  // The suite covers what it claims: five varlen cases, five chunked-local ones, three with
+  // attention sinks, rows that see no key, and rows that see only the sink.
+  CHECK(varlen == 5);
   CHECK(chunked == 5);
+  CHECK(with_sinks == 3);
   CHECK(dead_rows > 0);
+  CHECK(sink_only_rows > 0);
 }
 
 TEST_CASE_TEMPLATE(
     "multihead golden: attention_heads_into and _decomposed, every kernel, both layouts, threads 1 and 2", T,
     float, double) {
-  for_each_case(false, 41, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
+  for_each_case(false, 43, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
     const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], tk = g.K.n[2], dv = g.V.n[3];
     const MasksBuffer<T> masks(g.spec);
     for_each_layout([&](mh::Layout layout) {
@@ -141,10 +151,10 @@ TEST_CASE_TEMPLATE(
 
 TEST_CASE_TEMPLATE("multihead golden: attention_varlen_into, every kernel, both layouts, threads 1 and 2", T,
                    float, double) {
-  for_each_case(true, 4, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
+  for_each_case(true, 5, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
     const Eigen::Index H = g.Q.n[1], tq = g.Q.n[2], dv = g.V.n[3];
     const Eigen::Index batch = static_cast<Eigen::Index>(g.cu_q.size()) - 1;
-    const MasksBuffer<T> masks(g.spec);  // ALiBi only
+    const MasksBuffer<T> masks(g.spec);  // ALiBi and sinks only
     for_each_layout([&](mh::Layout layout) {
       const HeadsBuffer<T> Q(g.Q, layout), K(g.K, layout), V(g.V, layout);
       for_each_kernel_and_threads(g.spec, [&](const mh::Options& opt, int) {

@@ -10,7 +10,8 @@
 ///
 ///     eigen_attention_backward_golden 1
 ///     mode single|heads|varlen         single: B = H = H_kv = 1 and no mask, bias, lengths
-///                                      or ALiBi (the Eigen front door attention_backward)
+///                                      or ALiBi (the Eigen front door attention_backward; a
+///                                      sink is allowed)
 ///     causal 0|1
 ///     align top_left|bottom_right
 ///     scale default|<number>           default = 1/sqrt(d_k)
@@ -20,16 +21,21 @@
 ///     then arrays, each "<NAME> <rank> <n_0> ... <n_rank-1>" followed by the elements in
 ///     row-major (C) order ("-inf" where infinite):
 ///       optional, in this order: MASK 4 b h T_q T_k (0/1; b in {1, B}, h in {1, H}),
-///         BIAS 4 b h T_q T_k, KEY_LENGTHS 1 B, ALIBI 1 H,
+///         BIAS 4 b h T_q T_k, KEY_LENGTHS 1 B, ALIBI 1 H, SINKS 1 H (Masks::sinks),
 ///         CU_SEQLENS_Q 1 n+1 and CU_SEQLENS_K 1 n+1 (varlen only, both)
 ///       Q 4 B H T_q d_k, K 4 B H_kv T_k d_k, V 4 B H_kv T_k d_v   (always BHTD)
 ///       OUT 4 B H T_q d_v, LSE 4 B H T_q 1 (-inf: the row sees no key)   the forward's results
 ///       D_OUT 4 B H T_q d_v                          dL/dOUT
 ///       D_SCORES 4 B H T_q T_k                       optional, not in varlen: dL/dSCORES; ~1e8
 ///                                                    where the key is masked (no effect)
+///       D_LSE 4 B H T_q 1                            optional: dL/dLSE (BackwardTerms::d_lse);
+///                                                    ~1e8 on rows with LSE = -inf (no effect)
 ///       DQ 4 B H T_q d_k, DK 4 B H_kv T_k d_k, DV 4 B H_kv T_k d_v   the gradients of
 ///                                                    L = sum(OUT D_OUT) + sum(SCORES D_SCORES)
+///                                                    + sum(LSE D_LSE) (rows with a finite LSE)
 ///       D_BIAS 4 b h T_q T_k                         optional (with BIAS): dL/dBIAS, BIAS's shape
+///       D_SINKS 1 H                                  with SINKS, and only then: dL/dsinks
+///                                                    (BackwardTerms::d_sinks)
 ///     end
 ///
 /// In varlen mode B = 1 and T_q, T_k are the packed totals; sequence s owns query rows
@@ -94,7 +100,11 @@ inline const std::vector<std::string>& expected_backward_files() {
                                                  "chunk_causal_gqa_d_scores",
                                                  "chunk_bottom_right_key_lengths",
                                                  "varlen_chunk_causal",
-                                                 "single_dk192_dv128_causal"};
+                                                 "single_dk192_dv128_causal",
+                                                 "single_sinks_d_lse_causal",
+                                                 "sinks_gqa_d_scores_d_lse",
+                                                 "d_lse_zloss_causal_bottom_right",
+                                                 "varlen_sinks_d_lse"};
   return names;
 }
 
@@ -109,8 +119,10 @@ struct BackwardGolden {
   Array4 out, lse;                       ///< the forward's results
   Array4 d_out;                          ///< dL/dOUT
   std::optional<Array4> d_scores;        ///< dL/dSCORES [B, H, T_q, T_k]
+  std::optional<Array4> d_lse;           ///< dL/dLSE [B, H, T_q, 1]
   Array4 dq, dk, dv;                     ///< the gradients
   std::optional<Array4> d_bias;          ///< dL/dBIAS, the shape of spec.bias
+  std::optional<Array4> d_sinks;         ///< dL/dsinks as [1, 1, H, 1] (with spec.sinks)
 
   bool varlen() const { return mode == BackwardMode::Varlen; }
 };
@@ -137,8 +149,9 @@ inline BackwardGolden load_backward_golden(const std::filesystem::path& path) {
 
   // The arrays, which must come in the documented order.
   const std::vector<std::string> order = {
-      "MASK", "BIAS", "KEY_LENGTHS", "ALIBI",    "CU_SEQLENS_Q", "CU_SEQLENS_K", "Q",  "K",     "V",
-      "OUT",  "LSE",  "D_OUT",       "D_SCORES", "DQ",           "DK",           "DV", "D_BIAS"};
+      "MASK",  "BIAS", "KEY_LENGTHS", "ALIBI", "SINKS",  "CU_SEQLENS_Q", "CU_SEQLENS_K",
+      "Q",     "K",    "V",           "OUT",   "LSE",    "D_OUT",        "D_SCORES",
+      "D_LSE", "DQ",   "DK",          "DV",    "D_BIAS", "D_SINKS"};
   size_t next = 0;  // arrays before order[next] may no longer come
   const golden_format::Arrays arrays = r.arrays([&](const std::string& name, const golden_format::Arrays&) {
     const auto at = std::find(order.begin(), order.end(), name);
@@ -175,6 +188,18 @@ inline BackwardGolden load_backward_golden(const std::filesystem::path& path) {
     g.d_scores = r.need(arrays, "D_SCORES");
     if (g.d_scores->n != Shape{{d.B, d.H, d.tq, d.tk}}) r.fail("D_SCORES has a bad shape");
   }
+  if (arrays.count("D_LSE")) {
+    g.d_lse = r.need(arrays, "D_LSE");
+    if (g.d_lse->n != Shape{{d.B, d.H, d.tq, 1}}) r.fail("D_LSE has a bad shape");
+  }
+  if (arrays.count("D_SINKS") != (g.spec.sinks.empty() ? 0u : 1u))
+    r.fail("D_SINKS comes with SINKS, and only then");
+  if (arrays.count("D_SINKS")) {
+    const auto& a = arrays.at("D_SINKS");
+    if (a.dims != std::vector<Eigen::Index>{d.H}) r.fail("D_SINKS must hold H entries");
+    g.d_sinks = Array4(1, 1, d.H, 1);
+    g.d_sinks->v = a.data;
+  }
   const bool has_cu = arrays.count("CU_SEQLENS_Q") || arrays.count("CU_SEQLENS_K");
   switch (g.mode) {
     case BackwardMode::Single:
@@ -206,11 +231,21 @@ inline std::vector<std::filesystem::path> backward_golden_files() {
 
 /// The long-double reference of a golden case, with its error bounds for a computation in T:
 /// reference_backward.hpp's reference_heads_backward (single and heads modes, with the case's
-/// D_SCORES) or reference_varlen_backward (varlen mode), on the case's Q, K, V and D_OUT.
+/// D_SCORES) or reference_varlen_backward (varlen mode), on the case's Q, K, V, D_OUT and D_LSE
+/// (and its sinks, in spec).
 template <class T>
 BackwardReference golden_reference(const BackwardGolden& g) {
-  if (g.varlen()) return reference_varlen_backward<T>(g.Q, g.K, g.V, g.spec, g.cu_q, g.cu_k, g.d_out);
-  return reference_heads_backward<T>(g.Q, g.K, g.V, g.spec, g.d_out, g.d_scores);
+  if (g.varlen())
+    return reference_varlen_backward<T>(g.Q, g.K, g.V, g.spec, g.cu_q, g.cu_k, g.d_out, g.d_lse);
+  return reference_heads_backward<T>(g.Q, g.K, g.V, g.spec, g.d_out, g.d_scores, g.d_lse);
+}
+
+/// H values (the reference's d_sinks or their bounds) as a [1, 1, H, 1] array, the shape
+/// BackwardGolden::d_sinks has.
+inline Array4 sinks_array(const std::vector<long double>& v) {
+  Array4 a(1, 1, static_cast<Eigen::Index>(v.size()), 1);
+  a.v = v;
+  return a;
 }
 
 /// The element-wise bounds a result computed in T is held to against the GOLDEN values (not
@@ -227,10 +262,12 @@ BackwardReference golden_reference(const BackwardGolden& g) {
 /// The library is given the golden's inputs and its OUT and LSE rounded to T; tol_T covers
 /// that: the logit error delta of the forward model includes rounding Q and K (tolerance.hpp),
 /// the weight's error the LSE's (within the forward budget: u |LSE| <= delta / 4 + u log T_k),
-/// and rounding dOUT, V, D_SCORES, the bias or a slope adds u per term, within the model's
-/// spare (d_k + d_v + T_q + T_k + 10) u and its factor 2.
+/// and rounding dOUT, V, D_SCORES, D_LSE, the bias or a slope adds u per term, within the
+/// model's spare (d_k + d_v + T_q + T_k + 10) u and its factor 2 (the sinks are exact in float).
+/// dL/dsinks is held to the same sum of its bounds, tol_T + tol_double.
 struct GoldenBounds {
   Array4 dq, dk, dv, d_bias;  ///< d_bias: the bias's shape (when the case has a bias)
+  Array4 d_sinks;             ///< [1, 1, H, 1] (when the case has sinks)
 };
 
 template <class T>
@@ -241,7 +278,7 @@ GoldenBounds golden_bounds(const BackwardGolden& g) {
     return a;
   };
   return {plus(t.dq_tol, d.dq_tol), plus(t.dk_tol, d.dk_tol), plus(t.dv_tol, d.dv_tol),
-          plus(t.d_bias_tol, d.d_bias_tol)};
+          plus(t.d_bias_tol, d.d_bias_tol), plus(sinks_array(t.d_sinks_tol), sinks_array(d.d_sinks_tol))};
 }
 
 }  // namespace ea_test

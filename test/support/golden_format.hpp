@@ -5,7 +5,8 @@
 /// backward_golden.hpp), and, for the two multi-head formats (multihead_golden.hpp and
 /// backward_golden.hpp, which extends it), the options lines, the arrays
 /// "<NAME> <rank> <n_0> ... <n_rank-1>" with their row-major elements up to "end", the shapes
-/// of Q, K and V, and the optional inputs MASK, BIAS, KEY_LENGTHS, ALIBI and CU_SEQLENS_Q/_K.
+/// of Q, K and V, and the optional inputs MASK, BIAS, KEY_LENGTHS, ALIBI, SINKS and
+/// CU_SEQLENS_Q/_K.
 /// Each loader adds what is its own: its header, its modes, which arrays it takes (and in what
 /// order), its results and their shapes. Also the listing and the presence check of a data
 /// directory's cases.
@@ -177,8 +178,8 @@ class Reader {
     return as_array4(raw(arrays, name), name);
   }
 
-  /// The optional inputs MASK and BIAS ([1|B, 1|H, T_q, T_k]), KEY_LENGTHS ([B]) and ALIBI
-  /// ([H]), into `spec`.
+  /// The optional inputs MASK and BIAS ([1|B, 1|H, T_q, T_k]), KEY_LENGTHS ([B]), ALIBI ([H])
+  /// and SINKS ([H], Masks::sinks), into `spec`.
   void masks(const Arrays& arrays, const Dims& d, MultiHeadSpec& spec) const {
     for (auto [n, to] : {std::pair{"MASK", &spec.mask}, std::pair{"BIAS", &spec.bias}}) {
       if (!arrays.count(n)) continue;
@@ -197,6 +198,11 @@ class Reader {
       const auto& a = arrays.at("ALIBI");
       if (a.dims != std::vector<Eigen::Index>{d.H}) fail("ALIBI must hold H entries");
       spec.alibi = a.data;
+    }
+    if (arrays.count("SINKS")) {
+      const auto& a = arrays.at("SINKS");
+      if (a.dims != std::vector<Eigen::Index>{d.H}) fail("SINKS must hold H entries");
+      spec.sinks = a.data;
     }
   }
 

@@ -17,10 +17,11 @@
 ///     then arrays, each "<NAME> <rank> <n_0> ... <n_rank-1>" followed by the elements in
 ///     row-major (C) order ("-inf" where infinite):
 ///       optional, in this order: MASK 4 b h T_q T_k (0/1; b in {1, B}, h in {1, H}),
-///         BIAS 4 b h T_q T_k, KEY_LENGTHS 1 B, ALIBI 1 H,
+///         BIAS 4 b h T_q T_k, KEY_LENGTHS 1 B, ALIBI 1 H, SINKS 1 H (Masks::sinks),
 ///         CU_SEQLENS_Q 1 n+1 and CU_SEQLENS_K 1 n+1 (varlen only, both)
 ///       Q 4 B H T_q d_k, K 4 B H_kv T_k d_k, V 4 B H_kv T_k d_v   (always BHTD)
-///       OUT 4 B H T_q d_v, LSE 4 B H T_q 1 (-inf: the row sees no key)
+///       OUT 4 B H T_q d_v, LSE 4 B H T_q 1 (-inf: the row sees no key; with SINKS the sink is
+///         in it, and it is sink_h for a row that sees no key)
 ///       heads mode only: SCORES 4 B H T_q T_k, AVG_SCORES 4 B 1 T_q T_k (mean over heads)
 ///     end
 ///
@@ -108,7 +109,10 @@ inline const std::vector<std::string>& expected_multihead_files() {
                                                  "chunk_window_no_causal",
                                                  "chunk_key_lengths_alibi",
                                                  "varlen_chunk_causal",
-                                                 "dk192_dv128_causal_gqa"};
+                                                 "dk192_dv128_causal_gqa",
+                                                 "sinks_causal_gqa",
+                                                 "sinks_causal_bottom_right_dead_rows",
+                                                 "varlen_sinks_causal_bottom_right"};
   return names;
 }
 
@@ -140,9 +144,9 @@ inline MultiHeadGolden load_multihead_golden(const std::filesystem::path& path) 
         if (read.count(name)) r.fail("array " + name + " given twice");
         order.push_back(name);
       });
-  const std::vector<std::string> allowed = {"MASK",         "BIAS",   "KEY_LENGTHS", "ALIBI", "CU_SEQLENS_Q",
-                                            "CU_SEQLENS_K", "Q",      "K",           "V",     "OUT",
-                                            "LSE",          "SCORES", "AVG_SCORES"};
+  const std::vector<std::string> allowed = {
+      "MASK", "BIAS", "KEY_LENGTHS", "ALIBI", "SINKS", "CU_SEQLENS_Q", "CU_SEQLENS_K",
+      "Q",    "K",    "V",           "OUT",   "LSE",   "SCORES",       "AVG_SCORES"};
   for (const auto& n : order)
     if (std::find(allowed.begin(), allowed.end(), n) == allowed.end()) r.fail("unknown array " + n);
   g.Q = r.need(arrays, "Q");

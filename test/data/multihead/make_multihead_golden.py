@@ -7,7 +7,7 @@ Needs Debian's python3-torch (1.13); run with /usr/bin/python3 from any director
 the cases listed at the end of this script, as <name>.txt next to it. Each case is seeded from
 its own name, so adding a case never changes another.
 
-PyTorch 1.13's F._scaled_dot_product_attention has no GQA, window, ALiBi, soft-cap or
+PyTorch 1.13's F._scaled_dot_product_attention has no GQA, window, ALiBi, soft-cap, sink or
 alignment options, so every case is computed with explicit torch ops, step by step as
 MultiHead.hpp states the semantics (see explicit() below). Wherever SDPA can express the case
 (no soft-cap), the script also runs SDPA and asserts that its output and weights agree with the
@@ -17,6 +17,15 @@ explicit ones to 1e-12 (and that its NaN rows are exactly the fully masked rows)
   - otherwise through one combined float mask (ALiBi term + bias, -inf where masked).
 GQA goes to SDPA as K/V repeated per query head; an explicit scale as Q scaled by
 scale * sqrt(d_k) (SDPA 1.13 always divides by sqrt(d_k)).
+
+ATTENTION SINKS (Masks::sinks, gpt-oss): one logit per query head that joins every row's
+softmax and carries no value. explicit() computes them as the softmax over the logits with the
+sink as one more column, the column dropped before V: L_i = logsumexp([s_i, sink_h]) is the LSE,
+w_ij = exp(s_ij - L_i) the weights (they sum to less than 1), OUT_i = sum_j w_ij V_j; a row that
+sees no key gets OUT = 0 and LSE = sink_h. The script checks this against the closed form
+L_i = log(exp(sink_h) + sum_j exp(s_ij)) (torch.logaddexp, w = exp(s - L)) to 1e-13, and SDPA
+against both: the sink goes to SDPA as one more key (zero K and V rows) whose float-mask column
+holds the sink logit, and the weights SDPA gives that key are dropped.
 
 FILE FORMAT (text, whitespace-separated tokens; one case per file):
 
@@ -35,6 +44,7 @@ FILE FORMAT (text, whitespace-separated tokens; one case per file):
         BIAS 4 b h T_q T_k        additive bias, same broadcast rules
         KEY_LENGTHS 1 B           integers in [0, T_k]
         ALIBI 1 H                 one slope per query head
+        SINKS 1 H                 one sink logit per query head (Masks::sinks)
         CU_SEQLENS_Q 1 n+1        varlen only: offsets into the packed query rows
         CU_SEQLENS_K 1 n+1        varlen only: offsets into the packed key rows
       inputs (always, always in the BHTD layout):
@@ -43,8 +53,10 @@ FILE FORMAT (text, whitespace-separated tokens; one case per file):
         V 4 B H_kv T_k d_v
       outputs:
         OUT 4 B H T_q d_v
-        LSE 4 B H T_q 1           -inf for a row that sees no key (its OUT row is 0)
-        SCORES 4 B H T_q T_k      heads mode only: the per-head softmax weights
+        LSE 4 B H T_q 1           -inf for a row that sees no key (its OUT row is 0);
+                                  with SINKS the sink is in it (sink_h for such a row)
+        SCORES 4 B H T_q T_k      heads mode only: the per-head softmax weights (the
+                                  keys' only: with SINKS a row sums to less than 1)
         AVG_SCORES 4 B 1 T_q T_k  heads mode only: SCORES averaged over the H heads
     end
 
@@ -73,10 +85,11 @@ def seed(name):
 
 
 def logits(q, k, causal=False, align="top_left", scale=None, window=(-1, -1), softcap=0.0,
-           mask=None, bias=None, key_lengths=None, alibi=None, chunk=0):
+           mask=None, bias=None, key_lengths=None, alibi=None, chunk=0, sinks=None):
     """Steps 1-5 of the semantics table of MultiHead.hpp with torch ops (differentiable).
     Returns the logits s (-inf where masked), `visible`, and the additive (ALiBi + bias) term
-    for the SDPA check."""
+    for the SDPA check. (`sinks` is not used here: the sink joins at the softmax, step 6, see
+    with_sink().)"""
     B, H, Tq, dk = q.shape
     Hkv, Tk = k.shape[1], k.shape[2]
     assert H % Hkv == 0
@@ -115,13 +128,52 @@ def logits(q, k, causal=False, align="top_left", scale=None, window=(-1, -1), so
     return s, visible, additive
 
 
-def explicit(q, k, v, **opt):
-    """The semantics table of MultiHead.hpp with torch ops (opt: logits()'s options). Returns
-    out, lse and the weights."""
+def sink_column(s, sinks):
+    """The sink logits (one per query head; a list or a tensor, which keeps its autograd link)
+    as one column per row of the logits s [B, H, T_q, T_k]: [B, H, T_q, 1]."""
+    B, H, Tq, _ = s.shape
+    return torch.as_tensor(sinks, dtype=DT).view(1, H, 1, 1).expand(B, H, Tq, 1)
+
+
+def with_sink(s, sinks):
+    """Step 6 with attention sinks (Masks::sinks), as the issue states it: the softmax over the
+    logits s [B, H, T_q, T_k] (-inf where masked) with the sink as one more column, the column
+    dropped before V. Returns the LSE (the sink included; sink_h for a row that sees no key) and
+    the keys' weights (a row sums to less than 1; zeros for a row that sees no key).
+    Differentiable in s and in the sinks (a tensor with requires_grad), with no NaN: the sink
+    column is finite, so no row is all -inf."""
+    ext = torch.cat([s, sink_column(s, sinks)], dim=-1)
+    return torch.logsumexp(ext, dim=-1, keepdim=True), torch.softmax(ext, dim=-1)[..., :-1]
+
+
+def check_sink_formula(name, s, sinks, lse, w):
+    """Asserts with_sink()'s LSE and weights equal the closed form of Masks.hpp to 1e-13:
+    L_i = log(exp(sink_h) + sum_j exp(s_ij)) (torch.logaddexp of the keys' logsumexp and the sink;
+    -inf for a row that sees no key, so L_i = sink_h there) and w_ij = exp(s_ij - L_i)."""
+    s, lse, w = s.detach(), lse.detach(), w.detach()
+    L = torch.logaddexp(torch.logsumexp(s, dim=-1, keepdim=True), sink_column(s, sinks).detach())
+    w2 = torch.exp(s - L)
+    assert torch.isfinite(L).all() and torch.isfinite(w2).all(), name
+    dl = (L - lse).abs().max().item() if L.numel() else 0.0
+    dw = (w2 - w).abs().max().item() if w.numel() else 0.0
+    assert dl <= 1e-13 * (1 + lse.abs().max().item()) and dw <= 1e-13, \
+        f"{name}: the sink's closed form differs: lse {dl}, weights {dw}"
+    dead = torch.isinf(s).all(dim=-1)  # rows that see no key: LSE = the sink, zero weights
+    assert torch.equal(lse[dead].flatten(), sink_column(s, sinks).detach()[dead].flatten()), name
+    assert (w[dead] == 0).all(), name
+
+
+def explicit(q, k, v, name="", **opt):
+    """The semantics table of MultiHead.hpp with torch ops (opt: logits()'s options, and
+    `sinks`). Returns out, lse and the weights."""
     s, _, _ = logits(q, k, **opt)
     vr = v.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    lse = torch.logsumexp(s, dim=-1, keepdim=True)
-    w = torch.softmax(s, dim=-1).nan_to_num(0.0)                # 6. no visible key: zeros
+    if opt.get("sinks") is not None:                            # 6. with the sink
+        lse, w = with_sink(s, opt["sinks"])
+        check_sink_formula(name, s, opt["sinks"], lse, w)
+    else:
+        lse = torch.logsumexp(s, dim=-1, keepdim=True)
+        w = torch.softmax(s, dim=-1).nan_to_num(0.0)            # 6. no visible key: zeros
     out = w @ vr                                                # 7.
     return out, lse, w
 
@@ -139,11 +191,22 @@ def sdpa_native(Tq, Tk, opt):
     attention, a bool mask, a float bias or is_causal (top-left, or T_q == T_k)."""
     mask, bias, causal = opt.get("mask"), opt.get("bias"), opt.get("causal", False)
     return (opt.get("alibi") is None and opt.get("window", (-1, -1)) == (-1, -1)
-            and opt.get("chunk", 0) == 0
+            and opt.get("chunk", 0) == 0 and opt.get("sinks") is None
             and opt.get("key_lengths") is None
             and not (mask is not None and bias is not None)
             and not (causal and (mask is not None or bias is not None))
             and not (causal and opt.get("align", "top_left") == "bottom_right" and Tq != Tk))
+
+
+def sdpa_sink_key(qs, kr, vr, fm, sinks):
+    """The sink as SDPA (1.13) can take it: one more key, with zero K and V rows (so its scaled
+    logit is 0 and it adds nothing to OUT), whose float-mask column is the sink logit. qs, kr and
+    vr are sdpa_inputs()'s, fm the combined float mask [B, H, T_q, T_k]."""
+    B, H, Tq, _ = qs.shape
+    kz = torch.zeros(B, H, 1, kr.shape[3], dtype=DT)
+    vz = torch.zeros(B, H, 1, vr.shape[3], dtype=DT)
+    return (qs, torch.cat([kr, kz], dim=2), torch.cat([vr, vz], dim=2),
+            torch.cat([fm, sink_column(fm, sinks)], dim=-1))
 
 
 def sdpa_check(name, q, k, v, out, w, lse, opt):
@@ -165,8 +228,12 @@ def sdpa_check(name, q, k, v, out, w, lse, opt):
     else:
         _, visible, additive = logits(q, k, **opt)
         fm = additive.masked_fill(~visible, NEG_INF)
-        o2, w2 = F._scaled_dot_product_attention(qs, kr, vr, fm, 0.0, True, False)
         how = "SDPA float mask"
+        if opt.get("sinks") is not None:
+            qs, kr, vr, fm = sdpa_sink_key(qs, kr, vr, fm, opt["sinks"])
+            how += " + sink key"
+        o2, w2 = F._scaled_dot_product_attention(qs, kr, vr, fm, 0.0, True, False)
+        w2 = w2[..., :Tk]  # the sink key's weights dropped (no-op without sinks)
     dead = torch.isinf(lse).squeeze(-1)  # rows with no visible key
     if dead.any():
         assert torch.isnan(w2[dead]).all(), name + ": SDPA should give NaN on fully masked rows"
@@ -186,6 +253,13 @@ def rand(*shape, mag=1.0):
 def alibi_slopes(H):
     # The ALiBi paper's geometric slopes 2^(-8 (h+1) / H): exact in float.
     return [2.0 ** (-8.0 * (h + 1) / H) for h in range(H)]
+
+
+def sink_logits(H):
+    """One sink logit per query head, drawn after the case's other inputs (so that a case
+    without sinks draws what it drew before): normal with mean 1 and deviation 1.5, rounded to a
+    multiple of 2^-6 so that it is exact in float (as the ALiBi slopes are)."""
+    return [round((1.0 + 1.5 * x) * 64) / 64 for x in torch.randn(H, dtype=DT).tolist()]
 
 
 def heads_inputs(name, B, H, Hkv, Tq, Tk, dk, dv, mask=None, bias=None, alibi=False, mag=1.0,
@@ -254,8 +328,8 @@ def write_array(f, name, t):
 
 def write_case(directory, name, kind, mode, opt, arrays):
     """Writes <directory>/<name>.txt: the header "eigen_attention_<kind>_golden 1", the mode and
-    opt's options, the optional inputs opt holds (MASK, BIAS, KEY_LENGTHS, ALIBI), then `arrays`
-    ((NAME, tensor) pairs in the file's order; a None tensor is left out) and "end"."""
+    opt's options, the optional inputs opt holds (MASK, BIAS, KEY_LENGTHS, ALIBI, SINKS), then
+    `arrays` ((NAME, tensor) pairs in the file's order; a None tensor is left out) and "end"."""
     scale, window = opt.get("scale"), opt.get("window", (-1, -1))
     with open(os.path.join(directory, name + ".txt"), "w") as f:
         f.write(f"eigen_attention_{kind}_golden 1\n")
@@ -274,6 +348,8 @@ def write_case(directory, name, kind, mode, opt, arrays):
             write_array(f, "KEY_LENGTHS", torch.tensor(opt["key_lengths"]))
         if opt.get("alibi") is not None:
             write_array(f, "ALIBI", torch.tensor(opt["alibi"], dtype=DT))
+        if opt.get("sinks") is not None:
+            write_array(f, "SINKS", torch.as_tensor(opt["sinks"], dtype=DT))
         for n, t in arrays:
             if t is not None:
                 write_array(f, n, t)
@@ -287,13 +363,15 @@ CASES = []
 
 def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", scale=None,
                window=(-1, -1), softcap=0.0, mask=None, bias=None, key_lengths=None, alibi=False,
-               mag=1.0, dead_row=False, chunk=0):
-    """mask / bias: None or the broadcast shape "1x1", "Bx1", "BxH", "1xH"."""
+               mag=1.0, dead_row=False, chunk=0, sinks=False):
+    """mask / bias: None or the broadcast shape "1x1", "Bx1", "BxH", "1xH"; sinks: draw one
+    sink logit per query head."""
     q, k, v, m, bi, slopes = heads_inputs(name, B, H, Hkv, Tq, Tk, dk, dv, mask, bias, alibi,
                                           mag, dead_row)
     opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap, mask=m,
-               bias=bi, key_lengths=key_lengths, alibi=slopes, chunk=chunk)
-    out, lse, w = explicit(q, k, v, **opt)
+               bias=bi, key_lengths=key_lengths, alibi=slopes, chunk=chunk,
+               sinks=sink_logits(H) if sinks else None)
+    out, lse, w = explicit(q, k, v, name=name, **opt)
     how = sdpa_check(name, q, k, v, out, w, lse, opt)
     write_case(HERE, name, "multihead", "heads", opt,
                (("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse), ("SCORES", w),
@@ -302,10 +380,10 @@ def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", 
 
 
 def varlen_case(name, H, Hkv, q_lens, k_lens, dk, dv, causal=False, align="top_left", scale=None,
-                window=(-1, -1), softcap=0.0, alibi=False, chunk=0):
+                window=(-1, -1), softcap=0.0, alibi=False, chunk=0, sinks=False):
     q, k, v, slopes, cq, ck, rows = varlen_inputs(name, H, Hkv, q_lens, k_lens, dk, dv, alibi)
     opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap,
-               alibi=slopes, chunk=chunk)
+               alibi=slopes, chunk=chunk, sinks=sink_logits(H) if sinks else None)
     tq = sum(q_lens)
     out = torch.zeros(1, H, tq, dv, dtype=DT)
     lse = torch.full((1, H, tq, 1), NEG_INF, dtype=DT)
@@ -314,7 +392,7 @@ def varlen_case(name, H, Hkv, q_lens, k_lens, dk, dv, causal=False, align="top_l
         if lq == 0:
             continue
         qs, ks, vs = q[:, :, rq], k[:, :, rk], v[:, :, rk]
-        o, l, w = explicit(qs, ks, vs, **opt)
+        o, l, w = explicit(qs, ks, vs, name=name, **opt)
         if lk > 0:
             hows.add(sdpa_check(name, qs, ks, vs, o, w, l, opt).split(" (")[0])
         out[:, :, rq] = o
@@ -402,6 +480,13 @@ def write_cases():
     varlen_case("varlen_chunk_causal", 2, 1, [5, 0, 9], [5, 3, 9], 6, 4, causal=True, chunk=4)
     # DeepSeek's non-absorbed head: d_k = 192, d_v = 128
     heads_case("dk192_dv128_causal_gqa", 1, 2, 1, 6, 9, 192, 128, causal=True, align="bottom_right")
+    # attention sinks (Masks::sinks): causal with GQA; bottom-right with T_q > T_k, whose first
+    # rows see no key (OUT 0, LSE = the sink); packed sequences, one without keys
+    heads_case("sinks_causal_gqa", 2, 4, 2, 7, 7, 6, 4, causal=True, sinks=True)
+    heads_case("sinks_causal_bottom_right_dead_rows", 2, 2, 1, 7, 4, 6, 4, causal=True,
+               align="bottom_right", sinks=True)  # the first 3 query rows see only the sink
+    varlen_case("varlen_sinks_causal_bottom_right", 2, 1, [4, 3, 0, 5], [6, 0, 2, 3], 6, 4,
+                causal=True, align="bottom_right", sinks=True)
 
 
 if __name__ == "__main__":
