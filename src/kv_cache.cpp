@@ -434,6 +434,98 @@ void kv_pool_truncate(KVPool* pool, std::int32_t sequence, std::int64_t length) 
   s.length = length;
 }
 
+namespace {
+
+/// Token `from` of sequence s, every head's keys and values, to token `to` (in s's pages).
+void move_token(const KVPool& pool, const KVPool::Sequence& s, index_t from, index_t to) {
+  const auto at = [&](index_t pos) { return s.pages[static_cast<std::size_t>(pos / pool.page_size)]; };
+  for (index_t h = 0; h < pool.kv_heads; ++h) {
+    std::memcpy(page_row(pool, pool.k, pool.d_k, at(to), h, to % pool.page_size),
+                page_row(pool, pool.k, pool.d_k, at(from), h, from % pool.page_size),
+                static_cast<std::size_t>(pool.d_k * pool.bytes));
+    std::memcpy(page_row(pool, pool.v, pool.d_v, at(to), h, to % pool.page_size),
+                page_row(pool, pool.v, pool.d_v, at(from), h, from % pool.page_size),
+                static_cast<std::size_t>(pool.d_v * pool.bytes));
+  }
+}
+
+/// Page `index` of s replaced by a free page holding a copy of its first `slots` tokens: before
+/// s writes into a page another sequence shares (copy-on-write). The caller has checked that a
+/// free page is there.
+void own_page(KVPool& pool, KVPool::Sequence& s, index_t index, index_t slots) {
+  std::int32_t& page = s.pages[static_cast<std::size_t>(index)];
+  if (pool.refs[static_cast<std::size_t>(page)] <= 1) return;
+  const std::int32_t copy = pool.free.back();
+  pool.free.pop_back();
+  copy_page(pool, pool.k, pool.d_k, page, copy, slots);
+  copy_page(pool, pool.v, pool.d_v, page, copy, slots);
+  --pool.refs[static_cast<std::size_t>(page)];
+  pool.refs[static_cast<std::size_t>(copy)] = 1;
+  page = copy;
+}
+
+}  // namespace
+
+void kv_pool_erase(KVPool* pool, std::int32_t sequence, std::int64_t begin, std::int64_t end) {
+  const char* api = "erase";
+  std::unique_lock<std::shared_mutex> lock(pool->mutex);
+  KVPool::Sequence& s = live(api, *pool, sequence);
+  const index_t L = s.length, P = pool->page_size;
+  if (begin < 0 || end < begin || end > L) {
+    fail(api, "tokens [" + std::to_string(begin) + ", " + std::to_string(end) +
+                  ") are not a range of the tokens [0, " + num(L) + ") of sequence " +
+                  std::to_string(sequence));
+  }
+  const index_t n = end - begin;
+  if (n == 0) return;
+  if (end == L) {  // the tail: truncate
+    drop_pages(*pool, s, pages_for(*pool, begin));
+    s.length = begin;
+    return;
+  }
+  const index_t first = begin / P, off = begin % P;
+  if (n % P == 0) {
+    // Whole pages: the pages of [begin, end) go, and the token at `end` takes `begin`'s slot of a
+    // page of its own. When begin is inside a page, that page's first `off` tokens (kept) are
+    // copied into the page holding `end`, over erased ones, and then it goes too.
+    const index_t last = end / P;  // the page holding token `end` (end < L: it exists)
+    if (off != 0) {
+      const bool shared = pool->refs[static_cast<std::size_t>(s.pages[static_cast<std::size_t>(last)])] > 1;
+      if (shared && pool->free.empty()) {
+        fail(api, "the cache is full: erasing from sequence " + std::to_string(sequence) +
+                      " copies one page it shares with a fork (copy-on-write), and no page is free");
+      }
+      own_page(*pool, s, last, std::min(P, L - last * P));
+      for (index_t t = 0; t < off; ++t) {  // token first * P + t to last * P + t
+        const index_t from = first * P + t, to = last * P + t;
+        move_token(*pool, s, from, to);
+      }
+    }
+    for (index_t i = first; i < last; ++i) {
+      const std::int32_t page = s.pages[static_cast<std::size_t>(i)];
+      if (--pool->refs[static_cast<std::size_t>(page)] == 0) pool->free.push_back(page);
+    }
+    s.pages.erase(s.pages.begin() + first, s.pages.begin() + last);
+    s.length = L - n;
+    return;
+  }
+  // Otherwise the tokens after `end` move down by n, one by one, into the pages from `first` on
+  // (each copied first when another sequence shares it); the pages past the new length go.
+  const index_t length = L - n, keep = pages_for(*pool, length);
+  index_t copies = 0;
+  for (index_t i = first; i < keep; ++i)
+    if (pool->refs[static_cast<std::size_t>(s.pages[static_cast<std::size_t>(i)])] > 1) ++copies;
+  if (copies > static_cast<index_t>(pool->free.size())) {
+    fail(api, "the cache is full: erasing from sequence " + std::to_string(sequence) + " copies " +
+                  counted(copies, "page") + " it shares with a fork (copy-on-write), and " +
+                  num(static_cast<index_t>(pool->free.size())) + " are free");
+  }
+  for (index_t i = first; i < keep; ++i) own_page(*pool, s, i, std::min(P, L - i * P));
+  for (index_t t = end; t < L; ++t) move_token(*pool, s, t, t - n);
+  drop_pages(*pool, s, keep);
+  s.length = length;
+}
+
 void kv_pool_release(KVPool* pool, std::int32_t sequence) {
   std::unique_lock<std::shared_mutex> lock(pool->mutex);
   KVPool::Sequence& s = live("release", *pool, sequence);

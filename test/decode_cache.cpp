@@ -84,6 +84,10 @@ struct Pair {
     cache.truncate(s, n);
     REQUIRE(model.truncate(s.value, n));
   }
+  void erase(ea::SequenceId s, Index begin, Index end) {
+    cache.erase(s, begin, end);
+    REQUIRE(model.erase(s.value, begin, end));
+  }
   void release(ea::SequenceId s) {
     cache.release(s);
     model.release(s.value);
@@ -290,6 +294,89 @@ TEST_CASE_TEMPLATE("decode cache: a truncated fork leaves the other sequence its
   CHECK_CACHE(p);
   check_decodes_as_fresh(rng, p, other, "fork truncated to a page boundary, appended");
   check_decodes_as_fresh(rng, p, child, "its parent");
+}
+
+TEST_CASE_TEMPLATE("decode cache: erase keeps the tokens before and after the range, as a fresh sequence", S,
+                   float, Eigen::bfloat16) {
+  // Whole pages from a page boundary (no copy), whole pages from inside a page (its kept tokens
+  // copied into the page holding `end`), any other count (tokens moved down), the tail
+  // (truncate), an empty range; on a sequence alone and on one sharing its pages with a fork,
+  // whose tokens and pages stay as they were.
+  Rng rng(6120);
+  Shape sh;
+  sh.page = 16;
+  const Index P = sh.page, L = 5 * P + 7;
+  struct Range {
+    Index begin, end;
+  };
+  const Range ranges[] = {{P, 3 * P}, {4, 4 + 2 * P}, {5, 5 + P}, {3, 30}, {2 * P + 1, 2 * P + 2},
+                          {0, P + 3}, {L - 9, L},     {0, L},     {7, 7}};
+  for (const bool forked : {false, true}) {
+    for (const Range& range : ranges) {
+      CAPTURE(forked);
+      CAPTURE(range.begin);
+      CAPTURE(range.end);
+      Pair<S> p(sh, 16 * P);
+      const auto s = p.create();
+      p.append(s, p.keys(rng, L), p.values(rng, L), &rng);
+      ea::SequenceId other;
+      std::vector<std::int32_t> other_pages;
+      if (forked) {
+        other = p.fork(s);
+        other_pages = p.cache.pages(other);
+      }
+      const Index free0 = p.cache.free_pages();
+      p.erase(s, range.begin, range.end);
+      const Index n = range.end - range.begin;
+      CHECK(p.cache.length(s) == L - n);
+      CHECK_CACHE(p);
+      if (!forked && n % P == 0 && range.begin % P == 0)  // whole pages, nothing copied
+        CHECK(p.cache.free_pages() == free0 + n / P);
+      if (forked) {
+        CHECK(p.cache.pages(other) == other_pages);
+        check_decodes_as_fresh(rng, p, other, "the fork of an erased sequence");
+      }
+      if (L - n > 0) check_decodes_as_fresh(rng, p, s, "erased");
+      p.append(s, p.keys(rng, P + 2), p.values(rng, P + 2), &rng);
+      CHECK_CACHE(p);
+      check_decodes_as_fresh(rng, p, s, "erased, then appended");
+    }
+  }
+}
+
+TEST_CASE("decode cache: erase of a range outside the tokens, or of a released sequence, throws") {
+  Rng rng(6121);
+  Shape sh;
+  Pair<float> p(sh, 4 * sh.page);
+  const auto s = p.create();
+  p.append(s, p.keys(rng, 20), p.values(rng, 20));
+  const auto pages = p.cache.pages(s);
+  for (const auto& [begin, end] : std::vector<std::pair<Index, Index>>{{-1, 3}, {5, 4}, {3, 21}}) {
+    CAPTURE(begin);
+    CAPTURE(end);
+    try {
+      p.cache.erase(s, begin, end);
+      CHECK_MESSAGE(false, "no exception");
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      CHECK_MESSAGE(what.find("PagedKVCache::erase") != std::string::npos, what);
+      CHECK_MESSAGE(
+          what.find("[" + std::to_string(begin) + ", " + std::to_string(end) + ")") != std::string::npos,
+          what);
+    }
+    CHECK(p.cache.length(s) == 20);
+    CHECK(p.cache.pages(s) == pages);
+  }
+  // A fork sharing every page, and no free page for the copy erase must make first.
+  Pair<float> full(sh, 2 * sh.page);
+  const auto a = full.create();
+  full.append(a, full.keys(rng, 2 * sh.page), full.values(rng, 2 * sh.page));
+  full.fork(a);
+  CHECK_THROWS_AS(full.cache.erase(a, 3, 5), std::invalid_argument);
+  CHECK(!full.model.erase(a.value, 3, 5));
+  CHECK_CACHE(full);
+  p.release(s);
+  CHECK_THROWS_AS(p.cache.erase(s, 0, 1), std::invalid_argument);
 }
 
 TEST_CASE("decode cache: a released id is stale for good, even when create() reuses its slot") {

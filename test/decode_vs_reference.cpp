@@ -38,8 +38,7 @@ void check_case(Rng& rng, const Case& c, ea::Kernel kernel) {
   ea::attention_decode_into(cache, ids, 1, ea_test::side_by_side(s.Q, c.dk), cu, r.out, r.lse, opt,
                             ea_test::decode_masks(c, s));
   // The returning form gives the same bits.
-  const Rows<T> out =
-      ea::attention_decode(cache, id, s.Q, opt, ea_test::decode_masks(c, s));
+  const Rows<T> out = ea::attention_decode(cache, id, s.Q, opt, ea_test::decode_masks(c, s));
   EA_CHECK_EQUAL(out, r.out);
   // One sequence: cu_seqlens_q may be null (all of Q).
   Rows<T> whole;

@@ -237,6 +237,18 @@ class PagedKVCache {
   SequenceId fork(SequenceId s) { return {abi::kv_pool_fork(pool_.get(), s.value)}; }
   /// Keeps the first `length` tokens of s (0 <= length <= this->length(s)).
   void truncate(SequenceId s, std::int64_t length) { abi::kv_pool_truncate(pool_.get(), s.value, length); }
+  /// Removes tokens [begin, end) of s (0 <= begin <= end <= this->length(s)); the tokens after
+  /// them move down by end - begin, so that s keeps its first `begin` tokens and its last
+  /// length - end, in order: StreamingLLM's "sink tokens and a window" (examples/streaming.cpp).
+  /// When end - begin is a whole number of pages, the pages inside the range are freed and at
+  /// most begin % page_size tokens are copied; otherwise the tokens after `end` are copied down
+  /// and the pages past the new length freed. A page s shares with a fork is copied before it is
+  /// written (copy-on-write), which may need free pages.
+  /// 	hrows std::invalid_argument when s is not in the cache, the range is not within its tokens,
+  /// or a copy-on-write needs more free pages than there are; nothing has changed then.
+  void erase(SequenceId s, std::int64_t begin, std::int64_t end) {
+    abi::kv_pool_erase(pool_.get(), s.value, begin, end);
+  }
   /// Frees s and its pages that no other sequence shares. s (and every copy of it) is then stale:
   /// every use throws std::invalid_argument, even after create() reuses its slot.
   void release(SequenceId s) { abi::kv_pool_release(pool_.get(), s.value); }

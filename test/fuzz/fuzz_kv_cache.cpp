@@ -11,6 +11,8 @@
 //   then operations until the input ends (at most 64), each a kind byte and its arguments:
 //     create; append of 0..40 tokens (as a matrix, a HeadsView, a column-major matrix or an
 //     expression); fork; truncate (to a length in range, one past it, or negative); release;
+//     erase (a range in the sequence, a whole number of pages from a random begin, past the
+//     end, or from a negative begin);
 //     decode of one sequence (T_q 1..3, options) or of two at once; an append that must fail
 //     (K or V of the wrong width, K and V of different token counts, a HeadsView of batch 2 or
 //     with one head too many). Each operation names its sequence with a byte that picks among the
@@ -316,7 +318,7 @@ void run(Reader& r, std::size_t size) {
             h.cache.num_pages(), h.cache.free_pages());
 
   for (int step = 0; step < 64 && r.consumed() < size; ++step) {
-    const int kind = r.u8() % 10;
+    const int kind = r.u8() % 11;
     switch (kind) {
       case 0: {
         const ea::SequenceId id = h.cache.create();
@@ -388,6 +390,35 @@ void run(Reader& r, std::size_t size) {
           auto expected = before;
           expected.erase(s.value);
           EA_EXPECT(h.pages() == expected, "release changed other sequences' pages");
+        }
+        break;
+      }
+      case 10: {
+        const ea::SequenceId s = h.pick(r);
+        const std::uint8_t mode = r.u8(), a = r.u8(), b = r.u8();
+        const std::int64_t length = h.model.live(s.value) ? h.model.sequence(s.value).length() : 0;
+        std::int64_t begin = a % (length + 1), end = begin + b % (length - begin + 1);
+        if (mode % 8 == 4 || mode % 8 == 5) end = begin + h.cache.page_size() * (1 + b % 3);  // whole pages
+        if (mode % 8 == 6) end = length + 1 + b;
+        if (mode % 8 == 7) begin = -1 - a;
+        note(format("erase %d (%lld tokens) [%lld, %lld)", s.value, (long long)length, (long long)begin,
+                    (long long)end));
+        const auto before = h.pages();
+        const Index free_before = h.cache.free_pages();
+        std::string message;
+        const bool ok = succeeds([&] { h.cache.erase(s, begin, end); }, message);
+        if (!h.model.live(s.value)) {
+          judge(h, "erase", ok, false, message, before, free_before);
+          break;
+        }
+        // The model says whether the range fits and the copies find free pages (doing it when so).
+        const bool model_ok = h.model.erase(s.value, begin, end);
+        judge(h, "erase", ok, model_ok, message, before, free_before);
+        if (ok) {
+          const auto after = h.pages();
+          for (const auto& [id, p] : before)
+            if (id != s.value)
+              EA_EXPECT(after.at(id) == p, "erase of %d changed the pages of %d", s.value, id);
         }
         break;
       }

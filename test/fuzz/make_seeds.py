@@ -256,6 +256,13 @@ def release(seq):
     return bytes([5, seq])
 
 
+def erase(seq, begin=0, n=0, pages=0, beyond=False, negative=False):
+    """Tokens [begin, begin + n) (begin taken modulo length + 1, n modulo what is left + 1), or
+    `pages` whole pages (1..3) from begin, or a range past the end, or from a negative begin."""
+    mode = 7 if negative else 6 if beyond else 4 if pages else 0
+    return bytes([10, seq, mode, begin, (pages - 1) if pages else n])
+
+
 def decode(seq, tq=1, causal=True, window=None, softcap=False, threads=1):
     """Options byte: bit 0 causal, bit 1 window_left = 5 * (bits 4-7), bit 2 softcap 3, bit 3 two threads."""
     opts = (1 if causal else 0) | (2 | (window // 5) << 4 if window is not None else 0) | (4 if softcap else 0)
@@ -291,6 +298,10 @@ def kv_cache_seeds():
             create(), append(0, 40), append(0, 40), truncate(0, 64), decode(0), truncate(0, 33), append(0, 31),
             truncate(0, 2, beyond=True), truncate(0, 0, negative=True), truncate(0, 0), append(0, 5), decode(0, tq=3),
             page=32, pages=6),
+        "erase_streaming": kv_cache(
+            create(), append(0, 40), erase(0, 4, pages=1), decode(0), append(0, 30), fork(0), erase(0, 5, 17),
+            decode(0), decode(1), erase(1, 3, pages=2), append(1, 7), decode(1, tq=2), erase(0, 0, 0, beyond=True),
+            erase(1, 0, 0, negative=True), erase(1, 2, 200), decode(1), page=16, pages=6),
         "release_and_reuse": kv_cache(
             create(), create(), append(0, 10), append(1, 10), release(0), decode(0), append(0, 3), fork(0),
             truncate(0, 1), release(0), decode(2), decode(3), create(), append(0, 4), decode_two(0, 1, 1, 2)),

@@ -4,7 +4,8 @@
 /// each live sequence's tokens (its rows of K and V, in the storage type) and the pages it holds
 /// as abstract page numbers with reference counts (fork shares them, append takes new ones and
 /// first replaces a partly filled last page that another sequence shares, truncate and release
-/// drop them), so that the cache's bookkeeping (length, pages(), free_pages(): which pages two
+/// drop them, erase drops the pages inside its range or moves tokens down, replacing each shared
+/// page it writes), so that the cache's bookkeeping (length, pages(), free_pages(): which pages two
 /// sequences share, where copy-on-write happened, how many pages are in use) and the bytes in its
 /// pages can be compared with the model after every operation. Also: a sequence's tokens read
 /// back from the pages, and a decode on a fresh cache holding the model's tokens (the yardstick
@@ -132,6 +133,58 @@ class CacheModel {
     drop(s, pages_for(static_cast<Index>(length)));
     s.K.conservativeResize(static_cast<Index>(length), Eigen::NoChange);
     s.V.conservativeResize(static_cast<Index>(length), Eigen::NoChange);
+    return true;
+  }
+  /// Removes tokens [begin, end), as PagedKVCache::erase: a whole number of pages drops the pages
+  /// of the range (the page holding `end` replaced first, when shared and `begin` is inside a page:
+  /// it receives that page's kept tokens); otherwise every page from begin's to the new last one is
+  /// replaced when shared, and the pages past the new length dropped. false, changing nothing, for
+  /// a range outside [0, length] or too few free pages for the replacements.
+  bool erase(std::int32_t id, std::int64_t begin, std::int64_t end) {
+    Sequence& s = sequences_.at(id);
+    const Index L = s.length(), P = page_size_;
+    if (begin < 0 || end < begin || end > L) return false;
+    const Index b = static_cast<Index>(begin), e = static_cast<Index>(end), n = e - b;
+    if (n == 0) return true;
+    if (e == L) return truncate(id, begin);
+    const Index first = b / P;
+    if (n % P == 0) {
+      const Index last = e / P;
+      long& page = s.pages[static_cast<std::size_t>(last)];
+      if (b % P != 0 && refs_.at(page) > 1) {
+        if (free_pages() == 0) return false;
+        --refs_[page];
+        page = next_page_;
+        refs_[next_page_++] = 1;
+      }
+      for (Index i = first; i < last; ++i) {
+        const long q = s.pages[static_cast<std::size_t>(i)];
+        if (--refs_[q] == 0) refs_.erase(q);
+      }
+      s.pages.erase(s.pages.begin() + first, s.pages.begin() + last);
+    } else {
+      const Index keep = pages_for(L - n);
+      Index copies = 0;
+      for (Index i = first; i < keep; ++i)
+        copies += refs_.at(s.pages[static_cast<std::size_t>(i)]) > 1 ? 1 : 0;
+      if (copies > free_pages()) return false;
+      for (Index i = first; i < keep; ++i) {
+        long& page = s.pages[static_cast<std::size_t>(i)];
+        if (refs_.at(page) <= 1) continue;
+        --refs_[page];
+        page = next_page_;
+        refs_[next_page_++] = 1;
+      }
+      drop(s, keep);
+    }
+    const auto cut = [&](TokenRows<S>& m) {
+      TokenRows<S> r(L - n, m.cols());
+      r.topRows(b) = m.topRows(b);
+      r.bottomRows(L - e) = m.bottomRows(L - e);
+      m = std::move(r);
+    };
+    cut(s.K);
+    cut(s.V);
     return true;
   }
   void release(std::int32_t id) {

@@ -113,6 +113,8 @@ EIGEN_ATTENTION_KV_POOL_APPEND(HalfBits)
 EIGEN_ATTENTION_EXPORT std::int32_t kv_pool_fork(KVPool* pool, std::int32_t sequence);
 /// PagedKVCache::truncate.
 EIGEN_ATTENTION_EXPORT void kv_pool_truncate(KVPool* pool, std::int32_t sequence, std::int64_t length);
+EIGEN_ATTENTION_EXPORT void kv_pool_erase(KVPool* pool, std::int32_t sequence, std::int64_t begin,
+                                          std::int64_t end);
 /// PagedKVCache::release.
 EIGEN_ATTENTION_EXPORT void kv_pool_release(KVPool* pool, std::int32_t sequence);
 /// PagedKVCache::length.
