@@ -351,7 +351,8 @@ TEST_CASE("decode cache: erase of a range outside the tokens, or of a released s
   const auto s = p.create();
   p.append(s, p.keys(rng, 20), p.values(rng, 20));
   const auto pages = p.cache.pages(s);
-  for (const auto& [begin, end] : std::vector<std::pair<Index, Index>>{{-1, 3}, {5, 4}, {3, 21}}) {
+  for (const auto& range : std::vector<std::pair<Index, Index>>{{-1, 3}, {5, 4}, {3, 21}}) {
+    const Index begin = range.first, end = range.second;
     CAPTURE(begin);
     CAPTURE(end);
     try {
@@ -981,7 +982,7 @@ TEST_CASE_TEMPLATE("decode cache: bfloat16 and half storage against float storag
     ea::PagedKVCache<float> high(c.Hkv, c.dk, c.dv, c.page, c.Tk);
     const auto a = low.create(), b = high.create();
     append_in_pieces(rng, low, a, s);
-    append_in_pieces(rng, high, b, Sequence<float>{s.K, s.V, s.Q, s.slopes});
+    append_in_pieces(rng, high, b, Sequence<float>{s.K, s.V, s.Q, s.slopes, s.sinks});
     const MultiHeadReference ref = reference_of(c, s);
     for (const auto kernel : kernels_under_test()) {
       const std::string kname = ea::kernel_name(kernel);
