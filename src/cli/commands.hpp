@@ -14,7 +14,7 @@ struct RunArgs {
   bool causal = false;
   std::string align = "top-left";
   std::string scale, softcap, window, chunk_size;
-  std::string mask, key_lengths, alibi;
+  std::string mask, key_lengths, alibi, sinks;
   std::string layout = "bhtd";
   std::string compute;  // float, double, bf16, half; empty: the inputs' type
   bool compute_given = false;

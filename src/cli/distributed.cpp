@@ -411,15 +411,20 @@ int run_typed(MPI_Comm comm, const DistributedPlan& p, double start) {
   };
   std::vector<T> out(static_cast<std::size_t>(std::max<index_t>(p.B * p.H * sq.rows * p.dv, 1)));
   std::vector<T> lse(p.lse.empty() ? 0 : static_cast<std::size_t>(std::max<index_t>(p.B * p.H * sq.rows, 1)));
-  std::vector<T> slopes(p.alibi.size());
-  for (std::size_t i = 0; i < slopes.size(); ++i) {
-    // Those of the plain run: in the computation's type (float16 for float16 files).
-    slopes[i] = p.out_dtype == DType::Float16 ? static_cast<T>(static_cast<float>(Eigen::half(p.alibi[i])))
-                                              : static_cast<T>(p.alibi[i]);
-  }
+  // The slopes and sinks of the plain run: in the computation's type (float16 for float16 files).
+  const auto in_type = [&](const std::vector<double>& x) {
+    std::vector<T> values(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      values[i] = p.out_dtype == DType::Float16 ? static_cast<T>(static_cast<float>(Eigen::half(x[i])))
+                                                : static_cast<T>(x[i]);
+    }
+    return values;
+  };
+  const std::vector<T> slopes = in_type(p.alibi), sinks = in_type(p.sinks);
   Masks<T> masks;
   if (p.has_key_lengths) masks.key_lengths = p.key_lengths.data();
   if (p.has_alibi) masks.alibi_slopes = slopes.data();
+  if (p.has_sinks) masks.sinks = sinks.data();
   dist::Stats stats;
   dist::Config config;
   config.sharding = p.zigzag ? dist::Sharding::ZigZag : dist::Sharding::Contiguous;

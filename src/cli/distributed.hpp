@@ -46,6 +46,8 @@ struct DistributedPlan {
   std::vector<std::int64_t> key_lengths;  ///< --key-lengths, one per batch entry
   bool has_alibi = false;
   std::vector<double> alibi;  ///< --alibi, one slope per query head (exact in double)
+  bool has_sinks = false;
+  std::vector<double> sinks;  ///< --sinks, one logit per query head (exact in double)
   std::string out, lse;       ///< the outputs asked for (empty: not written)
   bool quiet = false;
 };

@@ -70,7 +70,7 @@ Files:
                            for 4-D ones, whatever --layout says (bthd inputs too)
       --lse FILE           the log-sum-exp of each row's logits: [T_q] for 2-D inputs,
                            [batch, heads, T_q] for 4-D ones (either layout); -inf for a row
-                           that sees no key
+                           that sees no key (its head's sink with --sinks)
   At least one output is required: --out, --scores, --lse or --heatmap (below); only
   those given are written.
 
@@ -94,25 +94,30 @@ Masks and biases, applied in this order:
                            (0 = off; with --causal, as Llama 4's chunked layers)
       --key-lengths FILE   int32 or int64, one per batch entry: keys from that length on
                            are padding (masked); the alignment then uses it as T_k
-  A row that sees no key gets zero weights, a zero output and LSE = -inf.
+      --sinks FILE         attention sinks (gpt-oss): one float logit per query head that
+                           joins each row's softmax and carries no value: the weights are
+                           exp(logit - LSE), LSE = log(exp(sink_h) + sum of exp(logits)),
+                           so they sum to less than 1
+  A row that sees no key gets zero weights, a zero output and LSE = -inf (with --sinks:
+  LSE = its head's sink).
 
 Other options:
       --compute float|double|bf16|half
-                           the type of the computation (default: the inputs' dtype:
-                           float for float32, double for float64, half for float16).
-                           Q, K, V, a float --mask and --alibi are converted to it
-                           (exactly when it is wider, rounded once to nearest even when
-                           narrower); bf16 and half are computed in float32. Outputs are
-                           written in it: float32, float64, float16 (LSE float32); bf16's
-                           as float32 (NumPy has no bfloat16: bfloat16 values, widened
-                           exactly). When bf16 or half rounds the inputs (float32 or
-                           float64 files; bf16 of float16 files too), run also computes
-                           in the inputs' own type (float32 for float16) on the inputs as
-                           read, and in float32 on the rounded inputs, and prints for
-                           ATTN (and SCORES, LSE when written) the max abs difference
-                           against each: the first is what the rounding of inputs and
-                           outputs costs, the second isolates the call's own error from
-                           the inputs' rounding; three computations instead of one
+                           the type of the computation (default: the inputs' dtype: float
+                           for float32, double for float64, half for float16). Q, K, V, a
+                           float --mask, --alibi and --sinks are converted to it (exactly
+                           when it is wider, rounded once to nearest even when narrower);
+                           bf16 and half are computed in float32. Outputs are written in
+                           it: float32, float64, float16 (LSE float32); bf16's as float32
+                           (NumPy has no bfloat16: bfloat16 values, widened exactly).
+                           When bf16 or half rounds the inputs (float32 or float64 files;
+                           bf16 of float16 files too), run also computes in the inputs'
+                           own type (float32 for float16) on the inputs as read, and in
+                           float32 on the rounded inputs, and prints for ATTN (and
+                           SCORES, LSE when written) the max abs difference against each:
+                           the first is what the rounding of inputs and outputs costs,
+                           the second isolates the call's own error from the inputs'
+                           rounding; three computations instead of one
       --layout bhtd|bthd   the order of 4-D Q, K, V and ATTN (default bhtd); SCORES and LSE
                            are [batch, heads, ...] in both
       --threads N          threads (default 0: one per hardware thread); the results are
@@ -141,11 +146,11 @@ Distributed (sequence-parallel over MPI; only in a build with MPI):
                            each rank whole sequences of H/P heads, so the query heads H
                            (4-D inputs) must be a multiple of the ranks P. --causal,
                            --align, --window, --chunk-size, --alibi, --key-lengths,
-                           --softcap and --scale hold at global positions; --mask,
-                           --scores and --heatmap have no sharded form and are
-                           refused; --compute is float or double (float16 files:
-                           computed in float32, ATTN written as float16, as without
-                           it)
+                           --softcap and --scale hold at global positions, and --sinks
+                           as without it; --mask, --scores and --heatmap have no
+                           sharded form and are refused; --compute is float or double
+                           (float16 files: computed in float32, ATTN written as
+                           float16, as without it)
       --sharding contiguous|zigzag
                            the tokens of each rank: contiguous = one balanced block each,
                            in rank order (the default); zigzag = 2P chunks, rank r holding

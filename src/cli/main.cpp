@@ -125,6 +125,7 @@ int run_main(int argc, char** argv) {
   run->add_option("--mask", run_args.mask);
   run->add_option("--key-lengths", run_args.key_lengths);
   run->add_option("--alibi", run_args.alibi);
+  run->add_option("--sinks", run_args.sinks);
   run->add_option("--layout", run_args.layout);
   CLI::Option* run_compute = run->add_option("--compute", run_args.compute);
   run->add_option("--threads", run_args.threads);

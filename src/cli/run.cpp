@@ -312,6 +312,15 @@ void check_alibi(const Input& alibi, const Geometry& g) {
   }
 }
 
+// --sinks: one float logit per query head.
+void check_sinks(const Input& sinks, const Geometry& g) {
+  check_vector_shape(sinks, g.H, "one sink logit per query head");
+  if (!is_float(sinks.a.dtype)) {
+    throw Failure(sinks.path, std::string("dtype ") + dtype_name(sinks.a.dtype) +
+                                  "; attention sinks are float16, float32 or float64");
+  }
+}
+
 // A pointer the library accepts for an empty array (its data pointer may be null).
 template <typename T>
 const T* data_of(const Array& a) {
@@ -458,7 +467,7 @@ class Buffer {
 struct Job {
   const RunArgs& a;
   const Settings& s;
-  const Input &q, &k, &v, &mask, &lengths, &alibi;
+  const Input &q, &k, &v, &mask, &lengths, &alibi, &sinks;
   const Geometry& g;
   Layout layout;                          // of Q, K, V and ATTN (bhtd for 2-D inputs)
   std::vector<std::int64_t> key_lengths;  // --key-lengths, widened to int64
@@ -480,7 +489,7 @@ template <typename T, typename Via = T>
 Result<T> compute(const Job& j, bool average) {
   using C = ComputeScalar<T>;
   const Geometry& g = j.g;
-  std::vector<T> qs, ks, vs, bias, slopes;
+  std::vector<T> qs, ks, vs, bias, slopes, sink_logits;
   const auto view = [&](const Input& in, std::vector<T>& store, std::int64_t heads, std::int64_t tokens,
                         std::int64_t dim) {
     const T* p = values_of<T, Via>(in.a, store);
@@ -501,6 +510,7 @@ Result<T> compute(const Job& j, bool average) {
   }
   if (j.lengths.given()) masks.key_lengths = j.key_lengths.data();
   if (j.alibi.given()) masks.alibi_slopes = values_of<T, Via>(j.alibi.a, slopes);
+  if (j.sinks.given()) masks.sinks = values_of<T, Via>(j.sinks.a, sink_logits);
 
   // Outputs, in the compute type and the inputs' rank; ATTN in their layout too, LSE and
   // SCORES always with the heads before the tokens ([B, H, T_q] and [B, H, T_q, T_k],
@@ -746,7 +756,7 @@ int run_command(const RunArgs& a) {
   const Input q = load("--q", a.q), k = load("--k", a.k), v = load("--v", a.v);
   const Geometry g = check_inputs(q, k, v, s.layout);
   const Input mask = load("--mask", a.mask), lengths = load("--key-lengths", a.key_lengths),
-              alibi = load("--alibi", a.alibi);
+              alibi = load("--alibi", a.alibi), sinks = load("--sinks", a.sinks);
   if (!a.tokens.empty()) read_tokens(a.tokens);  // a bad tokens file fails before the work
 
   progress.phase("preparing");
@@ -756,7 +766,7 @@ int run_command(const RunArgs& a) {
   } else {
     check_options<float>(a, s, q, g, compute);
   }
-  Job j{a, s, q, k, v, mask, lengths, alibi, g, g.rank == 2 ? Layout::BHTD : s.layout, {}};
+  Job j{a, s, q, k, v, mask, lengths, alibi, sinks, g, g.rank == 2 ? Layout::BHTD : s.layout, {}};
   if (mask.given()) {
     check_mask_shape(mask, g);
     if (mask.a.dtype != DType::Bool && !is_float(mask.a.dtype)) {
@@ -766,6 +776,7 @@ int run_command(const RunArgs& a) {
   }
   if (lengths.given()) j.key_lengths = key_lengths_of(lengths, g);
   if (alibi.given()) check_alibi(alibi, g);
+  if (sinks.given()) check_sinks(sinks, g);
 
   // The heatmap's choice, checked before the work.
   if (!a.heatmap.empty()) {
@@ -885,7 +896,8 @@ DistributedPlan plan_distributed(const RunArgs& a) {
   p.lse_dtype = p.compute_double ? DType::Float64 : DType::Float32;
 
   // The small inputs are read whole, by every rank.
-  const Input lengths = load("--key-lengths", a.key_lengths), alibi = load("--alibi", a.alibi);
+  const Input lengths = load("--key-lengths", a.key_lengths), alibi = load("--alibi", a.alibi),
+              sinks = load("--sinks", a.sinks);
   if (lengths.given()) {
     p.has_key_lengths = true;
     p.key_lengths = key_lengths_of(lengths, g);
@@ -896,6 +908,13 @@ DistributedPlan plan_distributed(const RunArgs& a) {
     std::vector<double> store;
     const double* slopes = values_of<double>(alibi.a, store);
     p.alibi.assign(slopes, slopes + alibi.a.size());
+  }
+  if (sinks.given()) {
+    check_sinks(sinks, g);
+    p.has_sinks = true;
+    std::vector<double> store;
+    const double* logits = values_of<double>(sinks.a, store);
+    p.sinks.assign(logits, logits + sinks.a.size());
   }
   p.out = a.out;
   p.lse = a.lse;

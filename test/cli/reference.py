@@ -14,8 +14,11 @@ the table in include/EigenAttention/MultiHead.hpp, in the order it gives:
          left >= 0 and j < i + offset - left; when right >= 0 and j > i + offset + right;
          when j >= Tk_b
       6. row softmax subtracting the row maximum; a row with no visible key has zero weights,
-         a zero output row and LSE = -inf (never NaN)
-      7. ATTN = weights V; LSE = max + log(sum of exp(s - max))
+         a zero output row and LSE = -inf (never NaN). With sinks (one logit per query head,
+         no value): the sink joins the row's softmax, L = log(exp(sink_h) + sum of exp(s)),
+         the weights are exp(s - L) (summing to less than 1); a row with no visible key has
+         zero weights, a zero output row and LSE = sink_h
+      7. ATTN = weights V; LSE = max + log(sum of exp(s - max)) (L with sinks)
     --average-heads: the weights averaged over the H query heads, [B, T_q, T_k].
 
 Everything here is float64 whatever the dtype of the files: float32 inputs are widened exactly,
@@ -26,11 +29,12 @@ import numpy as np
 
 
 def reference_attention(q, k, v, causal=False, align="top-left", scale=None, softcap=0.0,
-                        window=(-1, -1), mask=None, bias=None, key_lengths=None, alibi=None, chunk=0):
+                        window=(-1, -1), mask=None, bias=None, key_lengths=None, alibi=None, chunk=0,
+                        sinks=None):
     """Returns (out [B, H, T_q, d_v], weights [B, H, T_q, T_k], lse [B, H, T_q]), float64.
     q, k, v: 4-D arrays in [batch, heads, tokens, dim] order. mask (bool) and bias (float):
     4-D [B or 1, H or 1, T_q, T_k]. key_lengths: B integers. alibi: H slopes. chunk: the
-    chunked-local attention's chunk size (0: off)."""
+    chunked-local attention's chunk size (0: off). sinks: H sink logits."""
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
@@ -73,12 +77,15 @@ def reference_attention(q, k, v, causal=False, align="top-left", scale=None, sof
             if mask is not None:
                 vis &= mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0]
             s = np.where(vis, s, -np.inf)                              # 5
+            sink = None if sinks is None else float(sinks[h])
             for r in range(Tq):                                        # 6, 7
-                if not vis[r].any():
-                    continue  # zeros and -inf, as initialised
-                m = s[r].max()
+                if not vis[r].any():  # zeros, as initialised; LSE -inf (as initialised) or the sink
+                    if sink is not None:
+                        lse[b, h, r] = sink
+                    continue
+                m = s[r].max() if sink is None else max(s[r].max(), sink)
                 e = np.where(vis[r], np.exp(s[r] - m), 0.0)
-                total = e.sum()
+                total = e.sum() + (0.0 if sink is None else np.exp(sink - m))
                 weights[b, h, r] = e / total
                 out[b, h, r] = weights[b, h, r] @ v[b, kh]
                 lse[b, h, r] = m + np.log(total)

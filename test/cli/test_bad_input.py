@@ -328,6 +328,41 @@ def key_lengths_and_slopes(ctx):
 
 
 @case
+def sinks(ctx):
+    # --sinks: one float logit per query head (H = 4 here; H_kv = 2 is not enough), float16,
+    # float32 or float64, and a file that exists. The message names the file and the problem.
+    setup(ctx, four_d=True)
+    for name, value, dtype, what, words in (
+            ("sinks_3.npy", [0.1, 0.2, 0.3], "<f8", "3 sinks for H=4", ("shape (3,)", "(4,)", "per query head")),
+            ("sinks_2.npy", [0.1, 0.2], "<f4", "2 sinks (H_kv=2; one per query head is required)",
+             ("shape (2,)", "(4,)", "per query head")),
+            ("sinks_2d.npy", [[0.1, 0.2, 0.3, 0.4]], "<f8", "2-D sinks", ("shape (1, 4)", "(4,)", "sink")),
+            ("sinks_0d.npy", 0.5, "<f8", "a scalar sink for H=4", ("shape ()", "(4,)", "sink")),
+            ("sinks_i4.npy", [0, 1, 2, 3], "<i4", "int32 sinks", ("dtype int32", "float32", "sinks")),
+            ("sinks_b1.npy", [True, False, True, False], "|b1", "bool sinks", ("dtype bool", "float32", "sinks"))):
+        write(ctx, name, None, dtype=dtype, value=value)
+        expect_error(ctx, base_args() + ["--sinks", name], what, mentions=(name,) + words)
+    eacli.write_raw(ctx.path("sinks_c8.npy"), npy_bytes("<c8", (4,), b"\0" * 32))
+    expect_error(ctx, base_args() + ["--sinks", "sinks_c8.npy"], "complex sinks",
+                 mentions=("sinks_c8.npy",), any_of=("dtype", "<c8", "complex"))
+    expect_error(ctx, base_args() + ["--sinks", "nosinks.npy"], "sinks do not exist", mentions=("nosinks.npy",))
+    os.mkdir(ctx.path("sinkdir.npy"))
+    expect_error(ctx, base_args() + ["--sinks", "sinkdir.npy"], "sinks are a directory", mentions=("sinkdir.npy",))
+    # 2-D inputs: one head, one sink ([1] or a scalar); two are too many.
+    for n in ("Q.npy", "K.npy", "V.npy"):
+        os.remove(ctx.path(n))
+    setup(ctx)
+    write(ctx, "sinks_two.npy", None, value=[0.5, 0.5])
+    expect_error(ctx, base_args() + ["--sinks", "sinks_two.npy"], "2 sinks for one head",
+                 mentions=("sinks_two.npy", "(1,)"))
+    write(ctx, "sinks_one.npy", None, value=[0.5])
+    write(ctx, "sinks_scalar.npy", None, value=0.5)
+    for name in ("sinks_one.npy", "sinks_scalar.npy"):
+        ctx.run_ok(["run", "--q", "Q.npy", "--k", "K.npy", "--v", "V.npy", "--out", "ATTN.npy", "--sinks", name,
+                    "--quiet"])
+
+
+@case
 def shape_scalar(ctx):
     # A 0-D (scalar) array as Q: rejected, and the error describes it as what it is (0-D, shape
     # ()), not as some other shape.

@@ -15,8 +15,8 @@ import eacli  # noqa: E402
 from eacli import case, check  # noqa: E402
 
 RUN_OPTIONS = ["--q", "--k", "--v", "--out", "--scores", "--lse", "--causal", "--align", "--scale", "--mask",
-               "--key-lengths", "--window", "--chunk-size", "--alibi", "--softcap", "--layout", "--threads", "--average-heads",
-               "--heatmap", "--quiet", "--compute"]
+               "--key-lengths", "--window", "--chunk-size", "--alibi", "--sinks", "--softcap", "--layout", "--threads",
+               "--average-heads", "--heatmap", "--quiet", "--compute"]
 HEATMAP_OPTIONS = ["--scores", "--batch", "--head", "--tokens", "--png"]
 
 

@@ -5,8 +5,8 @@
 - A wider type than the files' (float of float16, double of float32) converts the inputs
   exactly: the outputs, in that type, are bitwise those of a run on files of the widened values.
   A narrower one (float of float64) rounds them once, as NumPy's astype does.
-- bf16 (and half of float32/float64 files) rounds Q, K, V, the bias and the ALiBi slopes to
-  nearest even, once, computes in float and writes ATTN and SCORES as float32 holding bfloat16
+- bf16 (and half of float32/float64 files) rounds Q, K, V, the bias, the ALiBi slopes and the
+  sinks to nearest even, once, computes in float and writes ATTN and SCORES as float32 holding bfloat16
   values ('<f2' for half), LSE as float32, then reports the differences against a computation in
   the inputs' own type on the inputs as read, and against float on the rounded inputs. Checked:
   the report's form and numbers (each recomputed here from runs of the tool in float on the
@@ -107,7 +107,7 @@ def write_inputs(ctx, sub, arrays):
         eacli.write_npy(ctx.path(os.path.join(sub, name)), a)
 
 
-def run_args(sub, extra, mask=False, alibi=False):
+def run_args(sub, extra, mask=False, alibi=False, sinks=False):
     p = lambda n: os.path.join(sub, n)  # noqa: E731
     args = ["run", "--q", p("Q.npy"), "--k", p("K.npy"), "--v", p("V.npy"), "--out", p("ATTN.npy"),
             "--scores", p("SCORES.npy"), "--lse", p("LSE.npy")]
@@ -115,6 +115,8 @@ def run_args(sub, extra, mask=False, alibi=False):
         args += ["--mask", p("MASK.npy")]
     if alibi:
         args += ["--alibi", p("SLOPES.npy")]
+    if sinks:
+        args += ["--sinks", p("SINKS.npy")]
     return args + list(extra)
 
 
@@ -126,7 +128,7 @@ def outputs(ctx, sub, descr, lse_descr, shapes):
 
 
 def check_rounding_run(ctx, kind, file_dtype, layout="bhtd", seed=0, B=2, H=4, Hkv=2, Tq=9, Tk=13, dk=16,
-                       dv=8, bias=True, alibi=True, extra=("--causal", "--align", "bottom-right")):
+                       dv=8, bias=True, alibi=True, sinks=False, extra=("--causal", "--align", "bottom-right")):
     """Runs --compute `kind` on random `file_dtype` inputs and checks everything the module's
     docstring says. Returns the parsed report."""
     import numpy as np
@@ -138,22 +140,25 @@ def check_rounding_run(ctx, kind, file_dtype, layout="bhtd", seed=0, B=2, H=4, H
     v = rng.standard_normal((B, Hkv, Tk, dv)).astype(dt)
     m = (rng.standard_normal((1, H, Tq, Tk))).astype(dt) if bias else None
     s = rng.uniform(0.05, 0.5, H).astype(dt) if alibi else None
+    z = rng.uniform(-1.0, 2.0, H).astype(dt) if sinks else None
     to_file = (lambda a: a.transpose(0, 2, 1, 3)) if layout == "bthd" else (lambda a: a)
     shapes = ((B, Tq, H, dv) if layout == "bthd" else (B, H, Tq, dv), (B, H, Tq, Tk), (B, H, Tq))
 
-    def files(qq, kk, vv, mm, ss):
+    def files(qq, kk, vv, mm, ss, zz):
         d = {"Q.npy": to_file(qq), "K.npy": to_file(kk), "V.npy": to_file(vv)}
         if mm is not None:
             d["MASK.npy"] = mm
         if ss is not None:
             d["SLOPES.npy"] = ss
+        if zz is not None:
+            d["SINKS.npy"] = zz
         return d
 
     extra = list(extra) + ["--layout", layout]
     tag = "--compute %s of %s %s" % (kind, file_dtype, layout)
     # 1. --compute KIND on the files as read.
-    write_inputs(ctx, "in", files(q, k, v, m, s))
-    r = ctx.run_ok(run_args("in", extra + ["--compute", kind], bias, alibi))
+    write_inputs(ctx, "in", files(q, k, v, m, s, z))
+    r = ctx.run_ok(run_args("in", extra + ["--compute", kind], bias, alibi, sinks))
     typ, rounding, diffs = parse_report(r.stdout, tag)
     check(typ == {"bf16": "bfloat16", "half": "float16"}[kind], "%s: the report names %s" % (tag, typ))
     descr = "<f4" if kind == "bf16" else "<f2"
@@ -169,17 +174,18 @@ def check_rounding_run(ctx, kind, file_dtype, layout="bhtd", seed=0, B=2, H=4, H
     # 2. The same in the files' own type on the files as read: float64, or float32 (for float16
     # files too: the report's reference is float, not half).
     exact_dtype = "float64" if dt == np.float64 else "float32"
-    write_inputs(ctx, "own", files(q, k, v, m, s))
+    write_inputs(ctx, "own", files(q, k, v, m, s, z))
     ctx.run_ok(run_args("own", extra + ["--compute", "double" if exact_dtype == "float64" else "float"], bias,
-                        alibi))
+                        alibi, sinks))
     exact_descr = "<f8" if exact_dtype == "float64" else "<f4"
     own = outputs(ctx, "own", exact_descr, exact_descr, shapes)
     # 3. float on the inputs rounded by NumPy.
     rq, rk, rv = (rounded(a, kind) for a in (q, k, v))
     rm = rounded(m, kind) if bias else None
     rs = rounded(s, kind) if alibi else None
-    write_inputs(ctx, "rounded", files(rq, rk, rv, rm, rs))
-    ctx.run_ok(run_args("rounded", extra + ["--compute", "float"], bias, alibi))
+    rz = rounded(z, kind) if sinks else None
+    write_inputs(ctx, "rounded", files(rq, rk, rv, rm, rs, rz))
+    ctx.run_ok(run_args("rounded", extra + ["--compute", "float"], bias, alibi, sinks))
     flt = outputs(ctx, "rounded", "<f4", "<f4", shapes)
 
     # The report, recomputed.
@@ -216,7 +222,8 @@ def check_rounding_run(ctx, kind, file_dtype, layout="bhtd", seed=0, B=2, H=4, H
     want = reference_attention(rq, rk, rv, causal="--causal" in extra,
                                align="bottom-right" if "bottom-right" in extra else "top-left",
                                bias=None if rm is None else rm.astype(np.float64),
-                               alibi=None if rs is None else rs.astype(np.float64))
+                               alibi=None if rs is None else rs.astype(np.float64),
+                               sinks=None if rz is None else rz.astype(np.float64))
     u = {"bf16": 2.0 ** -8, "half": 2.0 ** -11}[kind]
     for name, g, w, tol in (("ATTN", canon(got[0]), want[0], u), ("SCORES", got[1], want[1], u),
                             ("LSE", got[2], want[2], 0.0)):
@@ -253,6 +260,18 @@ def bf16_of_float16(ctx):
 @case
 def half_of_float32(ctx):
     check_rounding_run(ctx, "half", "float32", "bthd", seed=5)
+
+
+@case
+def bf16_sinks_of_float64(ctx):
+    # Sinks rounded to bfloat16 with the rest; T_q > T_k bottom-right: the first rows see only
+    # the sink (zero ATTN, LSE = the rounded sink).
+    check_rounding_run(ctx, "bf16", "float64", "bhtd", seed=9, Tq=13, Tk=9, sinks=True)
+
+
+@case
+def half_sinks_of_float32(ctx):
+    check_rounding_run(ctx, "half", "float32", "bthd", seed=10, Tq=13, Tk=9, bias=False, sinks=True)
 
 
 @case

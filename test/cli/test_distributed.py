@@ -18,7 +18,7 @@ the rounding differs, a few ulps of the compute type on these sizes (d <= 16, T 
 - float32: 1e-5 (~170 ulps; a semantic difference, a wrong row or mask, is >= 1e-2 here).
 - float16 files (computed in float32, ATTN written as float16 by both): 2^-10, two half ulps
   (each side rounds its float32 result once to half; the float32 results differ by ~1e-6).
-Rows that see no key are exactly 0 in ATTN and -inf in LSE in both.
+Rows that see no key are exactly 0 in ATTN and -inf in LSE (with --sinks: the sink) in both.
 """
 
 import os
@@ -225,6 +225,36 @@ def ulysses_bhtd(ctx):
     files = write_inputs(ctx, "w", "bhtd", "float64", B=2, H=6, Tq=23, dk=8, dv=4, seed=6)
     check_distributed(ctx, "w", files, "float64", ["--causal"], methods=("ulysses", "ring"),
                       shardings=("zigzag",))
+
+
+# --- sinks --------------------------------------------------------------------------------------
+
+@case
+def sinks(ctx):
+    """--sinks (one logit per query head, joined once to each row's softmax): bhtd float64, 4
+    query heads on 2 K/V heads, T_q = 17 on T_k = 11 causal bottom-right, so that the first rows
+    see only the sink (ATTN 0, LSE = the sink); ring on 3 ranks (uneven shards), Ulysses on 2.
+    float16 files with float16 sinks, ring on 2 ranks. A wrong number of sinks fails on every
+    rank."""
+    import numpy as np
+    launcher()
+    files = q, k, v = write_inputs(ctx, "s", "bhtd", "float64", B=2, H=4, Hkv=2, Tq=17, Tk=11, dk=8, dv=8,
+                                   seed=7)
+    eacli.write_npy(ctx.path("sinks.npy"), np.array([0.5, -1.0, 2.0, 0.0], dtype=np.float64))
+    options = ["--layout", "bhtd", "--causal", "--align", "bottom-right", "--sinks", "sinks.npy"]
+    check_distributed(ctx, "s", files, "float64", options, shardings=("contiguous", "zigzag"), ranks=(3,))
+    check_distributed(ctx, "s", files, "float64", options, methods=("ulysses",), ranks=(2,))
+    lse = eacli.read_npy_strict(ctx.path("s_plain_lse.npy"))[0]
+    check(np.array_equal(lse[:, :, 0], np.broadcast_to([0.5, -1.0, 2.0, 0.0], (2, 4))),
+          "sinks: the LSE of the rows that see no key is not the sink: %r" % lse[:, :, 0])
+    files = write_inputs(ctx, "h", "2d", "float16", Tq=23, Tk=15, seed=8)
+    eacli.write_npy(ctx.path("sink_h.npy"), np.array([1.25], dtype=np.float16))
+    check_distributed(ctx, "h", files, "float16", ["--causal", "--align", "bottom-right", "--sinks", "sink_h.npy"],
+                      lse=False, ranks=(2,))
+    eacli.write_npy(ctx.path("sinks_3.npy"), np.array([0.5, -1.0, 2.0], dtype=np.float64))
+    expect_error(ctx, 2, ["run", "--q", q, "--k", k, "--v", v, "--out", "o.npy", "--sinks", "sinks_3.npy",
+                          "--distributed", "ring"], "3 sinks for 4 heads",
+                 mentions=("sinks_3.npy", "(4,)", "per query head"))
 
 
 # --- errors -------------------------------------------------------------------------------------

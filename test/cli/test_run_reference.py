@@ -19,8 +19,8 @@ Tolerances, compared as |got - want| <= tol * (1 + |want|) element by element:
   it as a relative error, and ATTN, a convex combination of V rows (|v| <= ~4), inherits it as
   an absolute error of the same order. 2e-5 covers that worst case, and a tool in half
   precision (~1e-3) or with any semantic difference (>= 1e-3 here) still fails.
-- float16 (case float16; inputs, bias and ALiBi slopes '<f2', computed in float32, ATTN and
-  SCORES written as '<f2', LSE as '<f4'): ATTN and SCORES 2^-11 + 2.5e-5. The reference is the
+- float16 (case float16; inputs, bias, ALiBi slopes and sinks '<f2', computed in float32, ATTN
+  and SCORES written as '<f2', LSE as '<f4'): ATTN and SCORES 2^-11 + 2.5e-5. The reference is the
   exact attention of the half values read (exact in float32 too), so the tool's float32
   arithmetic costs what it costs float32 inputs (2e-5 above, with 0.5e-5 more for the
   rounding of that float result's own error), and the one rounding of the result to half adds
@@ -28,8 +28,8 @@ Tolerances, compared as |got - want| <= tol * (1 + |want|) element by element:
   |got - want| <= 2^-11 |want| + 2.5e-5 (1 + |want|) <= (2^-11 + 2.5e-5)(1 + |want|). A tool
   that rounds to half twice, or computes in half, still fails on most of these sizes (its
   errors are several 2^-11). LSE is never rounded to half: 2e-5, as float32.
-Rows without a visible key must be exactly zero in ATTN and SCORES and exactly -inf in LSE;
-no NaN may appear anywhere.
+Rows without a visible key must be exactly zero in ATTN and SCORES and exactly -inf in LSE
+(with --sinks: exactly the head's sink as read); no NaN may appear anywhere.
 """
 
 import os
@@ -71,7 +71,7 @@ class Run:
 
     def __init__(self, ctx, tag, layout, dtype, B=2, H=4, Hkv=None, Tq=7, Tk=11, dk=8, dv=None,
                  causal=False, align=None, scale=None, softcap=None, window=None, chunk=None, mask=None,
-                 mask_shape=None, key_lengths=None, kl_dtype="int64", alibi=False,
+                 mask_shape=None, key_lengths=None, kl_dtype="int64", alibi=False, sinks=False,
                  average_heads=False, scores=True, lse=True, threads=None, seed=0, extra=(),
                  npy_version=None, quiet=False, attn=True, heatmap=False):
         import numpy as np
@@ -163,6 +163,11 @@ class Run:
             slopes = rng.uniform(0.05, 0.8, H).astype(npdt)
             eacli.write_npy(self.sub.path("SLOPES.npy"), slopes)
             args += ["--alibi", "SLOPES.npy"]
+        logits = None
+        if sinks:
+            logits = rng.uniform(-1.0, 2.0, H).astype(npdt)
+            eacli.write_npy(self.sub.path("SINKS.npy"), logits)
+            args += ["--sinks", "SINKS.npy"]
         args += list(extra)
         self.args = args
         before = self.sub.files()
@@ -175,7 +180,8 @@ class Run:
         self.want_out, self.want_w, self.want_lse = reference_attention(
             q, k, v, causal=causal, align=align or "top-left", scale=scale, softcap=softcap or 0.0,
             window=window or (-1, -1), chunk=chunk or 0, mask=m4, bias=b4, key_lengths=kl,
-            alibi=None if slopes is None else slopes.astype(np.float64))
+            alibi=None if slopes is None else slopes.astype(np.float64),
+            sinks=None if logits is None else logits.astype(np.float64))
 
         descr = DESCR[dtype]
         # ATTN: like Q, with d_v.
@@ -211,6 +217,19 @@ class Run:
                 check(np.isneginf(self.lse[empty]).all(), "%s: LSE of empty rows is not -inf" % self.desc)
             if self.scores is not None and not average_heads:
                 check(not self.scores[empty].any(), "%s: SCORES rows without a visible key are not zero" % self.desc)
+        if logits is not None:
+            # With sinks, rows without a visible key: zero ATTN and SCORES, LSE exactly the
+            # head's sink as read (exact in the LSE's dtype).
+            empty = (self.want_w == 0).all(axis=-1)
+            if self.out is not None:
+                check(not self.out[empty].any(), "%s: ATTN rows that see only the sink are not zero" % self.desc)
+            if self.scores is not None and not average_heads:
+                check(not self.scores[empty].any(),
+                      "%s: SCORES rows that see only the sink are not zero" % self.desc)
+            if self.lse is not None:
+                sink_of = np.broadcast_to(logits.astype(np.float64)[None, :, None], (B, H, Tq))
+                check(np.array_equal(self.lse.astype(np.float64)[empty], sink_of[empty]),
+                      "%s: LSE of rows that see only the sink is not the sink" % self.desc)
 
 
 def each(ctx, kinds, tag, **kw):
@@ -336,6 +355,18 @@ def alibi(ctx):
 
 
 @case
+def sinks(ctx):
+    # Attention sinks: causal bottom-right with T_q > T_k (the first rows see only the sink:
+    # zero ATTN and SCORES, LSE = the sink); with GQA, key lengths (one sequence without keys),
+    # a window, ALiBi, soft-cap and --average-heads.
+    each(ctx, ALL, "causal-bottom-right-tq>tk", sinks=True, causal=True, align="bottom-right", Tq=9, Tk=5,
+         seed=81)
+    each(ctx, FOUR_D, "gqa-lengths-window-alibi", sinks=True, H=4, Hkv=2, key_lengths=[11, 0], window=(3, -1),
+         alibi=True, softcap=2.5, causal=True, Tq=7, Tk=11, seed=82)
+    each(ctx, ("bhtd",), "average-heads", sinks=True, average_heads=True, causal=True, Tq=6, Tk=8, seed=83)
+
+
+@case
 def gqa(ctx):
     each(ctx, FOUR_D, "6:3", H=6, Hkv=3, Tq=6, Tk=7, seed=34)
     each(ctx, FOUR_D, "8:2", H=8, Hkv=2, Tq=6, Tk=7, dv=3, seed=35)
@@ -447,7 +478,8 @@ def npy_versions(ctx):
 @case
 def float16(ctx):
     # '<f2' inputs in, '<f2' ATTN and SCORES out (LSE '<f4'), computed in float: every layout,
-    # with the options that bring their own float16 data (a bias, ALiBi slopes) and the rest.
+    # with the options that bring their own float16 data (a bias, ALiBi slopes, sinks) and the
+    # rest.
     import numpy as np
     runs = []
     for kind in ALL:
@@ -456,6 +488,8 @@ def float16(ctx):
                         align="bottom-right", Tq=6, Tk=10, seed=71))
         runs.append(Run(ctx, "alibi-window-" + kind, kind, "float16", alibi=True, window=(3, 1), Tq=9, Tk=9,
                         seed=72))
+        runs.append(Run(ctx, "sinks-causal-" + kind, kind, "float16", sinks=True, causal=True,
+                        align="bottom-right", Tq=9, Tk=6, seed=76))
     for kind in FOUR_D:
         runs.append(Run(ctx, "gqa-lengths-" + kind, kind, "float16", H=6, Hkv=2, key_lengths=[9, 0, 4],
                         B=3, mask="bool", mask_shape=(3, 1, 5, 9), Tq=5, Tk=9, softcap=1.5, scale=0.5,
