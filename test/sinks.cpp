@@ -40,7 +40,7 @@ bool same_bits(const Eigen::DenseBase<T>& a, const Eigen::DenseBase<T>& b) {
   return true;
 }
 
-/// [1, H, T, d] of a T x (H d) matrix of heads side by side.
+/// [1, H, T, d] of a T x (H d) matrix of heads side by side (d = 1: a T x H matrix of LSEs).
 template <class T>
 ea::HeadsView<const T> heads(const RowMatrix<T>& m, std::ptrdiff_t H) {
   return ea::HeadsView<const T>::side_by_side(m, m.cols() / H);
@@ -169,20 +169,17 @@ TEST_CASE_TEMPLATE(
     opt.kernel = kernel;
     std::vector<T> scores(static_cast<std::size_t>(H * tq * tk)), scores2(scores.size());
     RowMatrix<T> out(tq, H * dv), out2(tq, H * dv), lse(tq, H), lse2(tq, H);
-    const auto lse_view = [&](RowMatrix<T>& l) {
-      return ea::HeadsView<T>{l.data(), 1, H, tq, 1, 0, 1, H, 1};
-    };
     ea::Masks<T> masks;
     masks.sinks = sinks.data();
     ea::attention_heads_decomposed_into(heads(Q, H), heads(K, H), heads(V, H),
                                         ea::HeadsView<T>::bhtd(scores.data(), 1, H, tq, tk),
-                                        heads_out(out, H), lse_view(lse), opt, masks);
+                                        heads_out(out, H), heads_out(lse, H), opt, masks);
     ea::Masks<T> moved;
     moved.sinks = shifted.data();
     moved.bias = ea::BroadcastView<T>::of(shift);
     ea::attention_heads_decomposed_into(heads(Q, H), heads(K, H), heads(V, H),
                                         ea::HeadsView<T>::bhtd(scores2.data(), 1, H, tq, tk),
-                                        heads_out(out2, H), lse_view(lse2), opt, moved);
+                                        heads_out(out2, H), heads_out(lse2, H), opt, moved);
     for (Eigen::Index h = 0; h < H; ++h)
       for (Eigen::Index i = 0; i < tq; ++i) {
         T sum = 0;
@@ -211,7 +208,6 @@ TEST_CASE_TEMPLATE("sinks: key blocks merged without the sink, then one merge wi
   const auto V = random_matrix<RowMatrix<T>>(rng, tk, H * dv);
   const std::vector<T> sinks = {T(0.75), T(-0.5)};
   const T tol = T(128) * std::numeric_limits<T>::epsilon();
-  const auto lse_view = [&](RowMatrix<T>& l) { return ea::HeadsView<T>{l.data(), 1, H, tq, 1, 0, 1, H, 1}; };
   for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
@@ -220,20 +216,20 @@ TEST_CASE_TEMPLATE("sinks: key blocks merged without the sink, then one merge wi
     RowMatrix<T> out(tq, H * dv), lse(tq, H);
     ea::Masks<T> masks;
     masks.sinks = sinks.data();
-    ea::attention_heads_into(heads(Q, H), heads(K, H), heads(V, H), heads_out(out, H), lse_view(lse), opt,
+    ea::attention_heads_into(heads(Q, H), heads(K, H), heads(V, H), heads_out(out, H), heads_out(lse, H), opt,
                              masks);
     RowMatrix<T> a(tq, H * dv), la(tq, H), b(tq, H * dv), lb(tq, H);
     const RowMatrix<T> K0 = K.topRows(k1), V0 = V.topRows(k1), K1 = K.bottomRows(tk - k1),
                        V1 = V.bottomRows(tk - k1);
-    ea::attention_heads_into(heads(Q, H), heads(K0, H), heads(V0, H), heads_out(a, H), lse_view(la), opt);
-    ea::attention_heads_into(heads(Q, H), heads(K1, H), heads(V1, H), heads_out(b, H), lse_view(lb), opt);
-    ea::merge_attention_into(heads(a, H), lse_view(la), heads(b, H), lse_view(lb), heads_out(a, H),
-                             lse_view(la));
+    ea::attention_heads_into(heads(Q, H), heads(K0, H), heads(V0, H), heads_out(a, H), heads_out(la, H), opt);
+    ea::attention_heads_into(heads(Q, H), heads(K1, H), heads(V1, H), heads_out(b, H), heads_out(lb, H), opt);
+    ea::merge_attention_into(heads(a, H), heads_out(la, H), heads(b, H), heads_out(lb, H), heads_out(a, H),
+                             heads_out(la, H));
     RowMatrix<T> zeros = RowMatrix<T>::Zero(tq, H * dv), sink_lse(tq, H);
     for (Eigen::Index i = 0; i < tq; ++i)
       for (Eigen::Index h = 0; h < H; ++h) sink_lse(i, h) = sinks[static_cast<std::size_t>(h)];
-    ea::merge_attention_into(heads(a, H), lse_view(la), heads(zeros, H), lse_view(sink_lse), heads_out(a, H),
-                             lse_view(la));
+    ea::merge_attention_into(heads(a, H), heads_out(la, H), heads(zeros, H), heads_out(sink_lse, H),
+                             heads_out(a, H), heads_out(la, H));
     CHECK((a - out).cwiseAbs().maxCoeff() <= tol);
     CHECK((la - lse).cwiseAbs().maxCoeff() <= tol * T(4));
   }
@@ -253,12 +249,6 @@ TEST_CASE_TEMPLATE("sinks: varlen is its sequences one by one, forward and backw
   const std::vector<T> sinks = {T(0.5), T(-1), T(2), T(0)};
   ea::Masks<T> masks;
   masks.sinks = sinks.data();
-  const auto lse_view = [&](RowMatrix<T>& l) {
-    return ea::HeadsView<T>{l.data(), 1, H, l.rows(), 1, 0, 1, H, 1};
-  };
-  const auto lse_cview = [&](const RowMatrix<T>& l) {
-    return ea::HeadsView<const T>{l.data(), 1, H, l.rows(), 1, 0, 1, H, 1};
-  };
   for (const auto kernel : kernels_under_test()) {
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
@@ -269,14 +259,14 @@ TEST_CASE_TEMPLATE("sinks: varlen is its sequences one by one, forward and backw
     opt.threads = 2;
     RowMatrix<T> out(total_q, H * dv), lse(total_q, H);
     ea::attention_varlen_into(heads(Q, H), heads(K, Hkv), heads(V, Hkv), cu_q.data(), cu_k.data(), 3,
-                              heads_out(out, H), lse_view(lse), opt, masks);
+                              heads_out(out, H), heads_out(lse, H), opt, masks);
     RowMatrix<T> dq(total_q, H * dk), dk_(total_k, Hkv * dk), dv_(total_k, Hkv * dv);
     std::vector<T> d_sinks(H, T(-777));
     ea::BackwardTerms<T> terms;
-    terms.d_lse = lse_cview(d_lse);
+    terms.d_lse = heads(d_lse, H);
     terms.d_sinks = d_sinks.data();
     ea::attention_varlen_backward_into(
-        heads(Q, H), heads(K, Hkv), heads(V, Hkv), heads(out, H), lse_cview(lse), heads(dO, H), cu_q.data(),
+        heads(Q, H), heads(K, Hkv), heads(V, Hkv), heads(out, H), heads(lse, H), heads(dO, H), cu_q.data(),
         cu_k.data(), 3, heads_out(dq, H), heads_out(dk_, Hkv), heads_out(dv_, Hkv), opt, masks, terms);
     std::vector<T> summed(H, T(0));
     for (std::size_t s = 0; s + 1 < cu_q.size(); ++s) {
@@ -285,17 +275,17 @@ TEST_CASE_TEMPLATE("sinks: varlen is its sequences one by one, forward and backw
       const RowMatrix<T> Qs = Q.middleRows(q0, nq), Ks = K.middleRows(k0, nk), Vs = V.middleRows(k0, nk),
                          dOs = dO.middleRows(q0, nq), dLs = d_lse.middleRows(q0, nq);
       RowMatrix<T> o(nq, H * dv), l(nq, H);
-      ea::attention_heads_into(heads(Qs, H), heads(Ks, Hkv), heads(Vs, Hkv), heads_out(o, H), lse_view(l),
+      ea::attention_heads_into(heads(Qs, H), heads(Ks, Hkv), heads(Vs, Hkv), heads_out(o, H), heads_out(l, H),
                                opt, masks);
       CHECK(same_bits(o, RowMatrix<T>(out.middleRows(q0, nq))));
       CHECK(same_bits(l, RowMatrix<T>(lse.middleRows(q0, nq))));
       RowMatrix<T> gq(nq, H * dk), gk(nk, Hkv * dk), gv(nk, Hkv * dv);
       std::vector<T> ds(H, T(-777));
       ea::BackwardTerms<T> t;
-      t.d_lse = lse_cview(dLs);
+      t.d_lse = heads(dLs, H);
       t.d_sinks = ds.data();
       ea::attention_heads_backward_into(heads(Qs, H), heads(Ks, Hkv), heads(Vs, Hkv), heads(o, H),
-                                        lse_cview(l), heads(dOs, H), heads_out(gq, H), heads_out(gk, Hkv),
+                                        heads(l, H), heads(dOs, H), heads_out(gq, H), heads_out(gk, Hkv),
                                         heads_out(gv, Hkv), opt, masks, t);
       CHECK(same_bits(gq, RowMatrix<T>(dq.middleRows(q0, nq))));
       CHECK(same_bits(gk, RowMatrix<T>(dk_.middleRows(k0, nk))));
@@ -327,8 +317,8 @@ TEST_CASE_TEMPLATE("sinks: a NaN sink reaches its own head's rows only", T, floa
     ea::Options opt;
     opt.kernel = kernel;
     RowMatrix<T> out(tq, H * dv), lse(tq, H);
-    ea::attention_heads_into(heads(Q, H), heads(K, H), heads(V, H), heads_out(out, H),
-                             ea::HeadsView<T>{lse.data(), 1, H, tq, 1, 0, 1, H, 1}, opt, masks);
+    ea::attention_heads_into(heads(Q, H), heads(K, H), heads(V, H), heads_out(out, H), heads_out(lse, H), opt,
+                             masks);
     CHECK(out.leftCols(dv).array().isNaN().all());
     CHECK(lse.col(0).array().isNaN().all());
     CHECK(out.rightCols(dv).allFinite());
@@ -358,12 +348,12 @@ TEST_CASE_TEMPLATE("sinks: bfloat16 and half are the float call on the widened i
     opt.kernel = kernel;
     RowMatrix<S> out(tq, H * dv);
     RowMatrix<float> lse(tq, H), wide_out(tq, H * dv), wide_lse(tq, H);
-    ea::attention_heads_into(heads(Q, H), heads(K, H), heads(V, H), heads_out(out, H),
-                             ea::HeadsView<float>{lse.data(), 1, H, tq, 1, 0, 1, H, 1}, opt, masks);
+    ea::attention_heads_into(heads(Q, H), heads(K, H), heads(V, H), heads_out(out, H), heads_out(lse, H), opt,
+                             masks);
     const RowMatrix<float> Qf = Q.template cast<float>(), Kf = K.template cast<float>(),
                            Vf = V.template cast<float>();
     ea::attention_heads_into(heads(Qf, H), heads(Kf, H), heads(Vf, H), heads_out(wide_out, H),
-                             ea::HeadsView<float>{wide_lse.data(), 1, H, tq, 1, 0, 1, H, 1}, opt, wide_masks);
+                             heads_out(wide_lse, H), opt, wide_masks);
     CHECK(same_bits(out, narrow(wide_out)));
     CHECK(same_bits(lse, wide_lse));
   }
