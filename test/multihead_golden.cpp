@@ -63,9 +63,9 @@ void for_each_case(bool varlen, int expected, F check) {
 
 }  // namespace
 
-TEST_CASE("multihead golden: the data directory holds all 48 expected cases") {
+TEST_CASE("multihead golden: the data directory holds all 51 expected cases") {
   check_golden_dir(multihead_data_dir(), expected_multihead_files(), ".txt");
-  CHECK(expected_multihead_files().size() == 48);
+  CHECK(expected_multihead_files().size() == 51);
   CHECK(multihead_golden_files().size() == expected_multihead_files().size());
 }
 
@@ -112,7 +112,7 @@ TEST_CASE("multihead golden: every case parses and the long-double reference agr
 TEST_CASE_TEMPLATE(
     "multihead golden: attention_heads_into and _decomposed, every kernel, both layouts, threads 1 and 2", T,
     float, double) {
-  for_each_case(false, 43, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
+  for_each_case(false, 46, [](const MultiHeadGolden& g, const MultiHeadReference& ref) {
     const Eigen::Index B = g.Q.n[0], H = g.Q.n[1], tq = g.Q.n[2], tk = g.K.n[2], dv = g.V.n[3];
     const MasksBuffer<T> masks(g.spec);
     for_each_layout([&](mh::Layout layout) {

@@ -112,7 +112,10 @@ inline const std::vector<std::string>& expected_multihead_files() {
                                                  "dk192_dv128_causal_gqa",
                                                  "sinks_causal_gqa",
                                                  "sinks_causal_bottom_right_dead_rows",
-                                                 "varlen_sinks_causal_bottom_right"};
+                                                 "varlen_sinks_causal_bottom_right",
+                                                 "mla_absorbed",
+                                                 "tree_decode_gqa",
+                                                 "tree_decode_batch_per_head"};
   return names;
 }
 

@@ -371,12 +371,20 @@ def heads_case(name, B, H, Hkv, Tq, Tk, dk, dv, causal=False, align="top_left", 
     opt = dict(causal=causal, align=align, scale=scale, window=window, softcap=softcap, mask=m,
                bias=bi, key_lengths=key_lengths, alibi=slopes, chunk=chunk,
                sinks=sink_logits(H) if sinks else None)
+    finish_heads_case(name, q, k, v, opt)
+
+
+def finish_heads_case(name, q, k, v, opt, note=""):
+    """Computes a heads-mode case from its inputs (opt: logits()'s options and `sinks`), checks
+    it against SDPA, writes it and lists it (with `note`, the case's own cross-checks). Returns
+    out, lse and the weights."""
     out, lse, w = explicit(q, k, v, name=name, **opt)
     how = sdpa_check(name, q, k, v, out, w, lse, opt)
     write_case(HERE, name, "multihead", "heads", opt,
                (("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse), ("SCORES", w),
                 ("AVG_SCORES", w.mean(dim=1, keepdim=True))))
-    CASES.append((name, how))
+    CASES.append((name, how + note))
+    return out, lse, w
 
 
 def varlen_case(name, H, Hkv, q_lens, k_lens, dk, dv, causal=False, align="top_left", scale=None,
@@ -401,6 +409,125 @@ def varlen_case(name, H, Hkv, q_lens, k_lens, dk, dv, causal=False, align="top_l
                (("CU_SEQLENS_Q", torch.tensor(cq)), ("CU_SEQLENS_K", torch.tensor(ck)),
                 ("Q", q), ("K", k), ("V", v), ("OUT", out), ("LSE", lse)))
     CASES.append((name, ", ".join(sorted(hows))))
+
+
+def mla_absorbed_case(name, H=8, Tq=2, Tk=37, d_c=64, d_nope=32, d_rope=16):
+    """DeepSeek MLA decode in its absorbed form (at small dims). The inputs: the latent cache c
+    (T_k x d_c), the shared rotary keys k_rope (T_k x d_rope), per-head W_UK and W_UV
+    (H x d_nope x d_c), and the queries q_nope (H x T_q x d_nope), q_rope (H x T_q x d_rope);
+    scale 1/sqrt(d_nope + d_rope) (that of the unabsorbed head, not of the absorbed d_k),
+    causal bottom-right (T_q > 1: multi-token prediction).
+    Unabsorbed (the reference): K_h = [c W_UK_h^T, k_rope], V_h = c W_UV_h^T,
+    q_h = [q_nope_h, q_rope_h], out_h = softmax(scale q_h K_h^T + mask) V_h.
+    Absorbed (what the file holds): Q_h = [q_nope_h W_UK_h, q_rope_h] (d_k = d_c + d_rope), one
+    KV head with K = [c, k_rope] and V = c (the first d_c columns of K), so that OUT_h =
+    softmax(scale Q_h K^T + mask) c and out_h = OUT_h W_UV_h^T. Asserts both identities (the
+    logits and the up-projected output) to 1e-12."""
+    seed(name)
+    c = rand(Tk, d_c)
+    k_rope = rand(Tk, d_rope)
+    w_uk = rand(H, d_nope, d_c, mag=d_nope ** -0.5)
+    w_uv = rand(H, d_nope, d_c, mag=d_nope ** -0.5)
+    q_nope = rand(H, Tq, d_nope)
+    q_rope = rand(H, Tq, d_rope)
+    scale = 1.0 / math.sqrt(d_nope + d_rope)
+    opt = dict(causal=True, align="bottom_right", scale=scale)
+    # unabsorbed: H KV heads of d_k = d_nope + d_rope, d_v = d_nope
+    k_un = torch.cat([c @ w_uk.transpose(-1, -2), k_rope.expand(H, Tk, d_rope)], dim=-1)
+    v_un = c @ w_uv.transpose(-1, -2)
+    q_un = torch.cat([q_nope, q_rope], dim=-1)
+    s_un, _, _ = logits(q_un.unsqueeze(0), k_un.unsqueeze(0), **opt)
+    out_un, _, _ = explicit(q_un.unsqueeze(0), k_un.unsqueeze(0), v_un.unsqueeze(0), name=name,
+                            **opt)
+    # absorbed: one KV head, V = the first d_c columns of K
+    q = torch.cat([q_nope @ w_uk, q_rope], dim=-1).unsqueeze(0)   # [1, H, T_q, d_c + d_rope]
+    k = torch.cat([c, k_rope], dim=-1).view(1, 1, Tk, d_c + d_rope)
+    v = k[..., :d_c].clone()
+    s_ab, _, _ = logits(q, k, **opt)
+    fin = torch.isfinite(s_un)
+    assert torch.equal(fin, torch.isfinite(s_ab)), name
+    dl = (s_ab[fin] - s_un[fin]).abs().max().item()
+    out, _, _ = finish_heads_case(name, q, k, v, opt)
+    do = (out[0] @ w_uv.transpose(-1, -2) - out_un[0]).abs().max().item()   # OUT_h W_UV_h^T vs out_h
+    assert dl <= 1e-12 and do <= 1e-12, f"{name}: absorbed != unabsorbed: logits {dl}, out {do}"
+    CASES[-1] = (name, CASES[-1][1] + f"; vs unabsorbed: logits {dl:.1e}, out {do:.1e}")
+    print(f"{name}: max |absorbed - unabsorbed| logits {dl:.3e}, OUT W_UV^T vs out {do:.3e}")
+
+
+def tree_ancestry(parents):
+    """The ancestor-or-self relation of a draft tree (parents[i] < i, -1 for a root: a child of
+    the last cached token): [T_q, T_q] bool, [i, j] = draft j is draft i or an ancestor of it."""
+    Tq = len(parents)
+    a = torch.zeros(Tq, Tq, dtype=torch.bool)
+    for i, p in enumerate(parents):
+        assert -1 <= p < i, f"parents {parents}: a parent must come before its child"
+        a[i, i] = True
+        if p >= 0:
+            a[i] |= a[p]
+    return a
+
+
+def tree_mask(parents, Tk):
+    """Speculative decoding's tree mask [T_q, T_k]: every cached token (j < T_k - T_q) and, in
+    the last T_q columns (the drafts, in the order of the queries), the draft's ancestors and
+    itself. Asserts it lies within the causal bottom-right frontier j <= i + T_k - T_q."""
+    Tq = len(parents)
+    m = torch.ones(Tq, Tk, dtype=torch.bool)
+    m[:, Tk - Tq:] = tree_ancestry(parents)
+    frontier = torch.arange(Tk).unsqueeze(0) <= torch.arange(Tq).unsqueeze(1) + (Tk - Tq)
+    assert not (m & ~frontier).any(), f"tree {parents} crosses the causal frontier"
+    return m
+
+
+def tree_path_check(name, q, k, v, out, trees, alibi=None):
+    """Each draft's output as plain attention over its own path (the cached tokens, its
+    ancestors, itself), gathered without a mask; ALiBi at the tokens' cache positions. trees:
+    [B][H] parents lists. Returns the largest difference from `out`."""
+    B, H, Tq, _ = q.shape
+    Tk = k.shape[2]
+    g = H // k.shape[1]
+    sc = 1.0 / math.sqrt(q.shape[3])
+    worst = 0.0
+    for b in range(B):
+        for h in range(H):
+            anc = tree_ancestry(trees[b][h])
+            for i in range(Tq):
+                cols = torch.tensor(list(range(Tk - Tq)) +
+                                    [Tk - Tq + j for j in range(Tq) if anc[i, j]])
+                s = sc * (k[b, h // g, cols] @ q[b, h, i])
+                if alibi is not None:
+                    s = s - alibi[h] * ((Tk - Tq + i) - cols).abs().to(DT)
+                o = torch.softmax(s, dim=0) @ v[b, h // g, cols]
+                worst = max(worst, (o - out[b, h, i]).abs().max().item())
+    assert worst <= 1e-12, f"{name}: the tree's paths disagree: {worst}"
+    return worst
+
+
+def tree_case(name, B, H, Hkv, Tq, Tk, d, trees, causal=False, alibi=False):
+    """Speculative decoding's tree attention: the last T_q of the T_k cached keys are drafted
+    tokens forming a tree, and the queries are those drafts. trees: one parents list for all
+    (MASK [1, 1, T_q, T_k]) or [B][H] of them (MASK [B, H, T_q, T_k]). With causal (bottom-right),
+    asserts the flag changes no bit (the tree implies it)."""
+    q, k, v, _, _, slopes = heads_inputs(name, B, H, Hkv, Tq, Tk, d, d, alibi=alibi)
+    if isinstance(trees[0], int):
+        mask = tree_mask(trees, Tk).view(1, 1, Tq, Tk)
+        per = [[trees] * H] * B
+    else:
+        mask = torch.stack([torch.stack([tree_mask(t, Tk) for t in row]) for row in trees])
+        per = trees
+    # aligned bottom-right (the queries are the last T_q tokens: ALiBi's distances, the flag)
+    opt = dict(causal=causal, align="bottom_right", mask=mask, alibi=slopes)
+    if causal:
+        plain = explicit(q, k, v, name=name, **dict(opt, causal=False))
+        with_flag = explicit(q, k, v, name=name, **opt)
+        assert all(torch.equal(a, b) for a, b in zip(plain, with_flag)), \
+            f"{name}: the causal flag changes the tree's result"
+    out, _, _ = finish_heads_case(name, q, k, v, opt)
+    dp = tree_path_check(name, q, k, v, out, per, slopes)
+    note = f"; paths {dp:.1e}" + ("; causal flag: bitwise no change" if causal else "")
+    CASES[-1] = (name, CASES[-1][1] + note)
+    print(f"{name}: max |tree - each draft's path alone| {dp:.3e}"
+          + (", causal flag changes no bit" if causal else ""))
 
 
 # ----------------------------------------------------------------------------- the cases
@@ -487,6 +614,19 @@ def write_cases():
                align="bottom_right", sinks=True)  # the first 3 query rows see only the sink
     varlen_case("varlen_sinks_causal_bottom_right", 2, 1, [4, 3, 0, 5], [6, 0, 2, 3], 6, 4,
                 causal=True, align="bottom_right", sinks=True)
+    # DeepSeek MLA decode, absorbed: 8 query heads on one latent KV head (K = [c, k_rope], d_k = 80,
+    # V = c, its first 64 columns), T_q = 2 (multi-token prediction), causal bottom-right, the
+    # unabsorbed head's scale 1/sqrt(32 + 16); checked against the unabsorbed computation
+    mla_absorbed_case("mla_absorbed")
+    # speculative decoding's tree attention: the last T_q keys are the drafts (the queries), each
+    # sees every earlier cached token, its ancestors and itself (a boolean mask; parents[i] < i,
+    # -1 for a root). One tree for all (GQA 8:2); a tree per sequence and head (a forest, a star
+    # and a chain among them) with the causal bottom-right flag (implied) and ALiBi
+    tree_case("tree_decode_gqa", 1, 8, 2, 6, 41, 40, [-1, 0, 0, 1, 1, 2])
+    tree_case("tree_decode_batch_per_head", 2, 4, 4, 5, 29, 24,
+              [[[-1, 0, 0, 1, 1], [-1, 0, 1, 0, 3], [-1, -1, 0, 1, 2], [-1, 0, 0, 0, 0]],
+               [[-1, 0, 1, 1, 2], [-1, -1, -1, 0, 1], [-1, 0, 0, 2, 2], [-1, 0, 1, 2, 3]]],
+              causal=True, alibi=True)
 
 
 if __name__ == "__main__":
