@@ -19,6 +19,11 @@
 //       from (the library's forward on the same inputs, or arbitrary values), and the element
 //       values (a palette of 0, +-1, small and large normals, NaN, +-Inf, denormals, +-1e38,
 //       +-FLT_MAX; raw bits; or a PRNG seeded from the input).
+//   [end] the multi-head calls, forward and backward: the attention sinks (Masks::sinks: none,
+//       small values, -inf, NaN, large ones, raw bits); the multi-head backward then its
+//       BackwardTerms (d_lse, with a shape fault at times, and whether d_sinks is wanted, with or
+//       without sinks). Read after everything else, so that inputs from before they existed
+//       decode as they did (the input's end reads as none).
 // make_seeds.py writes the seed corpus in this format. Run an input with EA_FUZZ_VERBOSE=1 set
 // to print what it decodes into.
 //
@@ -28,12 +33,14 @@
 //   rule (the model below mirrors MultiHead.hpp / Attention.hpp / Backward.hpp / Options.hpp),
 //   and then writes nothing (the backward's resizable outputs keep their size and values too);
 // - no call writes outside its outputs' elements, nor into any input;
-// - a row that sees no key has zero SCORES, zero ATTN and LSE = -inf; hidden keys weigh exactly 0;
-//   every weight is in [0, 1] or NaN;
+// - a row that sees no key has zero SCORES, zero ATTN and LSE = -inf (its sink, with sinks);
+//   hidden keys weigh exactly 0; every weight is in [0, 1] or NaN; a NaN sink makes its head's LSE
+//   NaN, and the ATTN and visible weights of its rows that see a key with finite inputs;
 // - a row whose inputs (its Q row, the K/V rows and bias entries of the keys it sees, the scale,
 //   the ALiBi slope) are finite with magnitude <= 1e3 has no NaN, weights summing to 1 (1e-3),
 //   a finite LSE and an ATTN inside the range of the V rows it sees; when its logits are also
-//   small (<= 50) it matches a long-double reference;
+//   small (<= 50) it matches a long-double reference (the sink one more term of its softmax: the
+//   weights sum to 1 - P_sink);
 // - merge_attention_into's rows follow its formula;
 // - the backward (whatever ATTN and LSE hold): a row that sees no key has a zero dQ row, a key
 //   that no row of its K/V head sees (padded keys included) zero dK and dV rows, and a dbias entry
@@ -41,7 +48,9 @@
 //   and LSE, a gradient element whose inputs (the rows that see it: their Q, dOUT, ATTN rows, LSE,
 //   the K/V rows, bias and d_scores entries they see, the scale, the slope) are finite with
 //   magnitude <= 1e3 is finite, and when their logits are also small (<= 50) it matches the
-//   long-double reference of test/support/reference_backward.hpp within 4x its per-element bound;
+//   long-double reference of test/support/reference_backward.hpp within 4x its per-element bound,
+//   sinks and dL/dLSE included; dL/dsinks is 0 without rows or for a sink of -inf, finite, and
+//   the reference's sum when every row of its head is tame or sees no key;
 // - results with several threads are bitwise equal to one thread's.
 // A violation prints the decoded configuration and traps. Any other exception escapes (a crash).
 //

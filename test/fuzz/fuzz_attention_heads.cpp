@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // fuzz_attention, the multi-head calls: attention_heads_into, attention_heads_decomposed_into,
-// attention_varlen_into, attention_varlen_decomposed_into, with masks, biases, key lengths, ALiBi slopes and
-// packed offsets (fuzz_attention.cpp: the input format and the contract).
+// attention_varlen_into, attention_varlen_decomposed_into, with masks, biases, key lengths, ALiBi slopes,
+// attention sinks and packed offsets (fuzz_attention.cpp: the input format and the contract).
 #include "fuzz_attention_model.hpp"
 #include "fuzz_overlap.hpp"
 
@@ -54,6 +54,8 @@ struct HeadsCall {
   std::array<bool, kSlots> present{};
   Tensor<std::int64_t> lengths;
   Tensor<T> slopes;
+  Tensor<T> sinks;  // H values, decoded last (fill_values)
+  bool has_sinks = false;
   Tensor<std::int64_t> cuq, cuk;
   Index packed_size = 0;
   Tensor<T> packed;  // varlen_decomposed: the packed weights
@@ -255,6 +257,12 @@ struct HeadsCall {
     if (claim_slot >= 0)
       note(format("claim: %s size %d = %td (its buffer holds %td)", slot_name(claim_slot), claim.axis,
                   claim.value, n[claim_slot][claim.axis]));
+    // Last, so that inputs from before sinks existed decode as they did: the sinks, in a buffer
+    // of their own.
+    sinks = make_tensor<T>(1, 1, 1, n[kQ][1], Lay::BHTD, 0);
+    place(sinks, arena);
+    arena.allocate();
+    has_sinks = fill_sinks(r, sinks, n[kQ][1]);
   }
 
   /// The views, masks and sizes handed to the library.
@@ -278,6 +286,7 @@ struct HeadsCall {
     masks.bias = broadcast(bias, kBias);
     masks.key_lengths = has_lengths ? lengths.data() : nullptr;
     masks.alibi_slopes = has_alibi ? slopes.data() : nullptr;
+    masks.sinks = has_sinks ? sinks.data() : nullptr;
     sequences = seq_claim < 0 ? seq_claim : S;
   }
 
@@ -398,6 +407,8 @@ struct HeadsCall {
         if (has_bias) c.bias = matrix_of(bias, bias.n[0] == 1 ? 0 : b, bias.n[1] == 1 ? 0 : h);
         c.alibi = has_alibi;
         if (has_alibi) c.slope = slopes.at(0, 0, 0, h);
+        c.has_sink = has_sinks;
+        if (has_sinks) c.sink = sinks.at(0, 0, 0, h);
         if (has_out) c.attn = matrix_of(t[kOut], bi, h, q0, lq);
         if (has_lse) c.lse = matrix_of(t[kLse], bi, h, q0, lq);
         if (has_scores) c.scores = matrix_of(t[kScores], bi, h);

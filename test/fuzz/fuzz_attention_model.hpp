@@ -75,8 +75,11 @@ class Arena {
     return static_cast<int>(need_.size()) - 1;
   }
   void require(int id, std::size_t bytes) { need_[id] = std::max(need_[id], bytes); }
+  /// Allocates the buffers added since the last call (so that tensors decoded late, such as a
+  /// call's sinks and BackwardTerms, can join the arena after the others are filled).
   void allocate() {
-    for (std::size_t n : need_) {
+    for (std::size_t i = buffers_.size(); i < need_.size(); ++i) {
+      const std::size_t n = need_[i];
       auto b = std::make_unique<Buffer>();
       b->size = n;
       b->bytes.reset(new unsigned char[n]);  // new[0] too: a unique pointer no access may use
@@ -620,6 +623,8 @@ struct Case {
   Acc<T> bias;
   bool alibi = false;
   T slope = 0;
+  bool has_sink = false;  // Masks::sinks given: `sink` is this head's
+  T sink = 0;
   Acc<T> attn, scores, lse;
 };
 
@@ -664,13 +669,21 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
   const bool want_v = c.attn.present();
   const Index dv = want_v ? c.v.cols : 0;
   const bool scale_safe = rules.scale <= T(1e3);
+  // The sink (Masks::sinks), its own model: one more logit of every row's softmax, with no value.
+  // -inf is no sink. A NaN sink makes every LSE of its head NaN, and the ATTN and visible SCORES of
+  // its rows that see a key (whose inputs are finite) NaN; +inf, raw bits beyond the finite range,
+  // leave those rows unchecked. A finite sink keeps a row safe; it keeps it tame (the reference's
+  // tolerances hold) when |sink| <= 50, as the logits.
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  const bool sink_on = c.has_sink && !(c.sink == minus_inf);
+  const bool sink_nan = sink_on && std::isnan(c.sink), sink_finite = sink_on && std::isfinite(c.sink);
   std::vector<char> vis(static_cast<std::size_t>(tk));
   std::vector<long double> logit(static_cast<std::size_t>(tk));
   for (Index i = 0; i < c.q.rows; ++i) {
     Index nvis = 0;
     bool safe = scale_safe && (!c.alibi || tame_value(c.slope, 1e3));
     for (Index d = 0; d < dk; ++d) safe = safe && tame_value(c.q(i, d), 1e3);
-    bool tame = safe;
+    bool tame = safe && (!sink_finite || std::fabs(double(c.sink)) <= 50);
     long double max_logit = -INFINITY;
     for (Index j = 0; j < tk; ++j) {
       const bool v =
@@ -708,14 +721,25 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
       logit[j] = l;
       max_logit = std::max(max_logit, l);
     }
-    long double ref_sum = 0;
+    // Inputs finite and small (safe_inputs) yet a NaN sink: the row must be NaN. Beyond the
+    // finite range, the sink leaves the row unchecked.
+    const bool safe_inputs = safe;
+    if (sink_on && !sink_finite) safe = tame = false;
+    long double ref_sum = 0, ref_sink = 0;  // ref_sink: the sink's weight
     if (tame && nvis > 0) {
+      if (sink_finite) max_logit = std::max(max_logit, (long double)c.sink);
       for (Index j = 0; j < tk; ++j)
         if (vis[j]) ref_sum += std::exp(logit[j] - max_logit);
+      if (sink_finite) {
+        ref_sink = std::exp((long double)c.sink - max_logit);
+        ref_sum += ref_sink;
+        ref_sink /= ref_sum;
+      }
     }
     const auto ref_weight = [&](Index j) { return std::exp(logit[j] - max_logit) / ref_sum; };
-    const std::string where = format("%s row %td (%td visible keys, safe=%d, tame=%d)", c.name.c_str(), i,
-                                     nvis, int(safe), int(tame));
+    const std::string where =
+        format("%s row %td (%td visible keys, safe=%d, tame=%d%s)", c.name.c_str(), i, nvis, int(safe),
+               int(tame), sink_on ? format(", sink %.9g", double(c.sink)).c_str() : "");
 
     if (c.scores.present()) {
       long double sum = 0;
@@ -731,6 +755,9 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
         EA_EXPECT(!safe || !std::isnan(s),
                   "%s: SCORES(%td, %td) is NaN though every input it depends on is finite", where.c_str(), i,
                   j);
+        EA_EXPECT(!(sink_nan && safe_inputs) || std::isnan(s),
+                  "%s: SCORES(%td, %td) = %.9g, but the row's sink is NaN (must be NaN)", where.c_str(), i, j,
+                  double(s));
         sum += s;
         if (tame) {
           const long double ref = ref_weight(j);
@@ -738,8 +765,16 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
                     "%s: SCORES(%td, %td) = %.9g, reference %.9Lg", where.c_str(), i, j, double(s), ref);
         }
       }
-      if (safe && nvis > 0) {
+      if (safe && nvis > 0 && !sink_finite) {
         EA_EXPECT(std::fabs(sum - 1) <= 1e-3, "%s: SCORES row sums to %.9Lg", where.c_str(), sum);
+      }
+      // With a sink, the weights leave it its share: they sum to 1 - P_sink.
+      if (safe && nvis > 0 && sink_finite) {
+        EA_EXPECT(sum <= 1 + 1e-3, "%s: SCORES row sums to %.9Lg (> 1)", where.c_str(), sum);
+        if (tame)
+          EA_EXPECT(std::fabs(sum - (1 - ref_sink)) <= 1e-3,
+                    "%s: SCORES row sums to %.9Lg, the reference leaves the sink %.9Lg (sum %.9Lg)",
+                    where.c_str(), sum, ref_sink, 1 - ref_sink);
       }
     }
     if (c.attn.present()) {
@@ -750,6 +785,9 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
                     i, d, double(a));
           continue;
         }
+        EA_EXPECT(!(sink_nan && safe_inputs) || std::isnan(a),
+                  "%s: ATTN(%td, %td) = %.9g, but the row's sink is NaN (must be NaN)", where.c_str(), i, d,
+                  double(a));
         if (!safe) continue;
         long double vmax = 0, ref = 0, ref_mag = 0, via_scores = 0, via_mag = 0;
         for (Index j = 0; j < tk; ++j) {
@@ -782,7 +820,13 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
     }
     if (c.lse.present()) {
       const T l = c.lse(i, 0);
-      if (nvis == 0) {
+      if (sink_nan) {
+        EA_EXPECT(std::isnan(l), "%s: LSE(%td) = %.9g, but the row's sink is NaN (must be NaN)",
+                  where.c_str(), i, double(l));
+      } else if (nvis == 0 && sink_on) {
+        EA_EXPECT(l == c.sink, "%s: LSE(%td) = %.9g for a row that sees no key (must be its sink, %.9g)",
+                  where.c_str(), i, double(l), double(c.sink));
+      } else if (nvis == 0) {
         EA_EXPECT(l == -std::numeric_limits<T>::infinity(),
                   "%s: LSE(%td) = %.9g for a row that sees no key (must be -inf)", where.c_str(), i,
                   double(l));
@@ -938,6 +982,43 @@ void fill_alibi(Reader& r, const Tensor<T>& slopes, Index H, bool big) {
   std::string s = "  alibi slopes (" + f.describe() + "):";
   for (Index h = 0; h < H; ++h) s += format(" %g", double(slopes.at(0, 0, 0, h)));
   note(s);
+}
+
+/// H attention sinks (Masks::sinks), or none: false. Decoded after everything else a call reads,
+/// so that inputs written before sinks existed decode as they did (a 0 byte, as the input's end
+/// reads, is none). Per head or one for all: small finite values, -inf (no sink), NaN, +-40 or
+/// -60 (dominant, or nothing), 1e4 (beyond the reference's range), or raw bits.
+template <class T>
+bool fill_sinks(Reader& r, const Tensor<T>& sinks, Index H) {
+  const std::uint8_t mode = r.u8() % 4;  // 0: none; 1: a byte per head; 2: one byte for all; 3: raw bits
+  if (mode == 0) return false;
+  const auto value = [](std::uint8_t x) -> T {
+    switch (x % 16) {
+      case 10:
+        return -std::numeric_limits<T>::infinity();
+      case 11:
+        return std::numeric_limits<T>::quiet_NaN();
+      case 12:
+        return T(40);
+      case 13:
+        return T(-60);
+      case 14:
+        return T(1e4);
+      case 15:
+        return T(-40);
+      default:
+        return T(1.5) * T(int(x >> 4) - 8);  // [-12, 10.5]
+    }
+  };
+  const std::uint8_t all = mode == 2 ? r.u8() : 0;
+  std::string s = "  sinks:";
+  for (Index h = 0; h < H; ++h) {
+    const T x = mode == 1 ? value(r.u8()) : mode == 2 ? value(all) : raw_bits<T>(r);
+    sinks.at(0, 0, 0, h) = x;
+    s += format(" %g", double(x));
+  }
+  note(s);
+  return true;
 }
 
 /// A mask or bias tensor as the BroadcastView handed to the library (its sizes claimed by `c`).

@@ -136,6 +136,27 @@ def heads_backward(call="heads_backward", dtype="f", d_scores=False, d_bias=0, a
     return b + tail
 
 
+# The two option bytes after options()'s (Options::chunk_size and chunk_origin): off. The older seeds
+# above leave them out, so their later fields decode one or two bytes early.
+NO_CHUNKS = bytes([0, 0])
+
+
+def sinks(*values, one_for_all=None):
+    """Attention sinks, read after everything else a multi-head call reads (heads(): after its tail;
+    heads_backward(): after out, lse, d_out, d_scores): a byte per head (values), or one for all heads.
+    A value byte x: x % 16 < 10 gives 1.5 * ((x >> 4) - 8); 10 -inf, 11 NaN, 12 40, 13 -60, 14 1e4, 15 -40."""
+    if one_for_all is not None:
+        return bytes([2, one_for_all])
+    return bytes([1]) + bytes(values)
+
+
+def terms(d_lse=False, d_sinks=False, without_sinks=False, d_lse_fault=False, lay=0, fill=None):
+    """heads_backward()'s BackwardTerms, after its sinks: dL/dLSE (its layout byte and values) and whether
+    dL/dsinks is wanted (without_sinks: even without sinks, which must throw)."""
+    b = (1 if d_lse else 0) | (2 if d_sinks else 0) | (0x1c if without_sinks else 0) | (0xe0 if d_lse_fault else 0)
+    return bytes([b]) + (bytes([lay]) + (fill or filler(seed=21)) if d_lse else b"")
+
+
 def attention_seeds():
     nan_q = filler(mode=2, values=bytes([13, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]))
     return {
@@ -183,6 +204,30 @@ def attention_seeds():
         "varlen_backward_three_sequences": heads_backward(
             call="varlen_backward", seqs=((3, 4), (0, 2), (5, 1)), extra=(2, 1), mpres=0x40,
             opts=options(causal=True, bottom_right=True), tail=filler(seed=11)),
+        # Attention sinks (the heads' H = 2 unless said), and the backward's dL/dLSE and dL/dsinks. These
+        # give the chunk bytes that options() predates (NO_CHUNKS), so that they decode as written.
+        "heads_sinks_causal_bottom_right": heads("heads", pres=1, tq=6, tk=4,
+                                                 opts=options(causal=True, bottom_right=True) + NO_CHUNKS,
+                                                 tail=sinks(0x90, 0x50)),
+        "heads_decomposed_sinks_one_for_all": heads("heads_decomposed", pres=0x01, mpres=0x10,
+                                                    opts=options() + NO_CHUNKS,
+                                                    tail=bytes([0, 3, 0, 2]) + sinks(one_for_all=0xc0)),
+        "varlen_sinks_nan_head": heads("varlen", seqs=((3, 4), (2, 0)), pres=1, opts=options() + NO_CHUNKS,
+                                       tail=sinks(0x0b, 0x70)),
+        "heads_backward_sinks_d_lse_d_sinks": heads_backward(
+            tq=6, tk=4, opts=options(causal=True, bottom_right=True) + NO_CHUNKS,
+            tail=b"".join(filler(seed=s) for s in (11, 12, 13)) + sinks(0x90, 0x3c) + terms(d_lse=True, d_sinks=True)),
+        "varlen_backward_sinks_d_lse": heads_backward(
+            call="varlen_backward", seqs=((3, 4), (0, 2), (5, 1)), extra=(2, 1),
+            opts=options(causal=True, bottom_right=True) + NO_CHUNKS,
+            tail=b"".join(filler(seed=s) for s in (11, 12, 13)) + sinks(0x60, 0xa0) +
+            terms(d_lse=True, d_sinks=True, lay=1)),
+        "heads_backward_minus_inf_sinks": heads_backward(
+            d_scores=True, opts=options() + NO_CHUNKS,
+            tail=b"".join(filler(seed=s) for s in (11, 12, 13, 14)) + sinks(one_for_all=0x0a) + terms(d_sinks=True)),
+        "heads_backward_d_sinks_without_sinks": heads_backward(
+            opts=options() + NO_CHUNKS,
+            tail=b"".join(filler(seed=s) for s in (11, 12, 13)) + bytes([0]) + terms(d_sinks=True, without_sinks=True)),
     }
 
 
