@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -121,6 +122,15 @@ void run(const char* type) {
     const Row d_out = Row::Random(s.tq, s.dv), d_scores = Row::Random(s.tq, s.tk);
     Row dq(s.tq, s.dk), dv(s.tk, s.dv);
     Col dk(s.tk, s.dk);  // a column-major gradient too
+    // An attention sink, and the backward's dL/dLSE in and dL/dsink out.
+    const T sink = T(0.75);
+    ea::Masks<T> sink_masks;
+    sink_masks.sinks = &sink;
+    const ea::Vector<T> d_lse = ea::Vector<T>::Random(s.tq);
+    T d_sink = 0;
+    ea::BackwardTerms<T> terms;
+    terms.d_lse = ea::HeadsView<const T>::single(d_lse);
+    terms.d_sinks = &d_sink;
     for (const ea::Kernel kernel : kernels) {
       ea::Options opt;
       opt.causal = s.causal;
@@ -149,6 +159,11 @@ void run(const char* type) {
                            [&] { ea::attention_backward_into(Q, K, V, out, lse, d_out, dq, dk, dv, opt); });
       expect_no_allocation("attention_backward_into with d_scores " + where, [&] {
         ea::attention_backward_into(Q, K, V, out, lse, d_out, d_scores, dq, dk, dv, opt);
+      });
+      expect_no_allocation("attention_into with lse and a sink " + where,
+                           [&] { ea::attention_into(Q, K, V, out, lse, opt, sink_masks); });
+      expect_no_allocation("attention_backward_into with a sink, d_lse and d_sinks " + where, [&] {
+        ea::attention_backward_into(Q, K, V, out, lse, d_out, dq, dk, dv, opt, sink_masks, terms);
       });
     }
   }
@@ -188,6 +203,19 @@ void run_heads_backward(const char* type) {
            Op = In::bthd(out.data(), 1, tq, H, dv);
   const Out dQp = Out::bthd(gq.data(), 1, tq, H, dk), dKp = Out::bthd(gk.data(), 1, tk, Hkv, dk),
             dVp = Out::bthd(gv.data(), 1, tk, Hkv, dv);
+  // Attention sinks (one of them -inf: none), and the backward's dL/dLSE in and dL/dsinks out.
+  const std::vector<T> sinks = {T(0.5), T(-1), T(2), T(-std::numeric_limits<float>::infinity())};
+  ea::Masks<T> with_sinks = masks;
+  with_sinks.sinks = sinks.data();
+  ea::Masks<T> varlen_sinks;
+  varlen_sinks.sinks = sinks.data();
+  std::vector<L> d_lse(lse.size()), d_sinks(static_cast<std::size_t>(H));
+  for (std::size_t i = 0; i < d_lse.size(); ++i) d_lse[i] = static_cast<L>(0.25 * double(i % 7) - 0.75);
+  ea::BackwardTerms<T> terms, varlen_terms;
+  terms.d_lse = ea::HeadsView<const L>::bhtd(d_lse.data(), 1, H, tq, 1);
+  terms.d_sinks = d_sinks.data();
+  varlen_terms.d_lse = ea::HeadsView<const L>::bthd(d_lse.data(), 1, tq, H, 1);
+  varlen_terms.d_sinks = d_sinks.data();
   for (const ea::Kernel kernel : kernels_checked()) {
     ea::Options opt;
     opt.causal = true;
@@ -207,6 +235,21 @@ void run_heads_backward(const char* type) {
     });
     expect_no_allocation("attention_varlen_backward_into " + where, [&] {
       ea::attention_varlen_backward_into(Qp, Kp, Vp, Op, lse_in, dOp, cu_q, cu_k, 2, dQp, dKp, dVp, opt);
+    });
+    // With sinks: the forwards, and the backwards from them with dL/dLSE and dL/dsinks.
+    expect_no_allocation("attention_heads_into with sinks " + where, [&] {
+      ea::attention_heads_into(Q, K, V, Out::bhtd(out.data(), 1, H, tq, dv), lse_out, opt, with_sinks);
+    });
+    expect_no_allocation("attention_heads_backward_into with sinks, d_lse and d_sinks " + where, [&] {
+      ea::attention_heads_backward_into(Q, K, V, O, lse_in, dO, dS, dQ, dK, dV, dB, opt, with_sinks, terms);
+    });
+    expect_no_allocation("attention_varlen_into with sinks " + where, [&] {
+      ea::attention_varlen_into(Qp, Kp, Vp, cu_q, cu_k, 2, Out::bthd(out.data(), 1, tq, H, dv), lse_out, opt,
+                                varlen_sinks);
+    });
+    expect_no_allocation("attention_varlen_backward_into with sinks, d_lse and d_sinks " + where, [&] {
+      ea::attention_varlen_backward_into(Qp, Kp, Vp, Op, lse_in, dOp, cu_q, cu_k, 2, dQp, dKp, dVp, opt,
+                                         varlen_sinks, varlen_terms);
     });
   }
 }
