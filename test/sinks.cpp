@@ -145,6 +145,16 @@ TEST_CASE_TEMPLATE("sinks: a sink of -inf is no sink, bitwise, forward and backw
     CHECK(same_bits(ga.dk, gb.dk));
     CHECK(same_bits(ga.dv, gb.dv));
     CHECK(d_sink == T(0));
+    // No key at all, with dL/dLSE: still no sink, dL/dsink exactly 0 (the tiled kernels once gave
+    // each row d_lse_i here, the share of a sink that weighs 1).
+    const RowMatrix<T> K0(0, dk), V0(0, dv);
+    RowMatrix<T> out0, d_lse = random_matrix<RowMatrix<T>>(rng, tq, 1);
+    Vec<T> lse0;
+    ea::attention_into(Q, K0, V0, out0, lse0, opt, masks);
+    terms.d_lse = heads(d_lse, 1);
+    d_sink = T(-777);
+    (void)ea::attention_backward(Q, K0, V0, out0, lse0, dO, opt, masks, terms);
+    CHECK(d_sink == T(0));
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -47,11 +48,13 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
   zero_rows(p.grad.dq);
   const index_t tq = p.q.rows, tk = p.k.rows, dk = p.q.cols, R = kBackwardRows, C = kBackwardCols;
   // A row that sees no key has LSE = sink, the sink's weight 1 and its share of dL/dsink d_lse_i
-  // (0 without d_lse); step 2 overwrites the rows of the query tiles it runs.
+  // (0 without d_lse); a sink of -inf is no sink (weight 0, share 0, as the reference kernel). Step
+  // 2 overwrites the rows of the query tiles it runs.
   const RawMatrix<T>& sink_rows = p.grad.d_sink_rows;
+  const bool sink_weighs = p.has_sink && p.sink != -std::numeric_limits<T>::infinity();
   for (index_t i = 0; sink_rows.data != nullptr && i < tq; ++i)
     sink_rows.data[i * sink_rows.row_stride] =
-        p.grad.d_lse.data != nullptr ? p.grad.d_lse.data[i * p.grad.d_lse.row_stride] : T(0);
+        sink_weighs && p.grad.d_lse.data != nullptr ? p.grad.d_lse.data[i * p.grad.d_lse.row_stride] : T(0);
   if (tq == 0 || tk == 0) return;
   // A query tile's weights: R rows of all T_k keys, held key tile by key tile (R x C each, so that
   // a step reads a compact block rather than rows T_k apart, a page each at long T_k), each row
