@@ -82,6 +82,11 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
   const DecodeKernel<T> kernel = decode_kernel<T>(kernel_set(p.kernel));
   const abi::PagedKV& kv = p.paged->kv;
   const index_t G = p.q.heads / kv.kv_heads, dk = kv.d_k, dv = kv.d_v, bytes = scalar_type_bytes(kv.storage);
+  // Bytes of a key and its value: a latent cache's values are in its keys (read once).
+  const bool latent = kv.v == kv.k && kv.v_page_stride == kv.k_page_stride &&
+                      kv.v_token_stride == kv.k_token_stride && kv.v_head_stride == kv.k_head_stride &&
+                      dv <= dk;
+  const index_t row_elements = latent ? dk : dk + dv;
   // The calling thread's, kept from call to call (the pool's threads see them through these
   // references: a thread_local named in the tasks would be each worker's own).
   thread_local std::vector<Block> block_storage;
@@ -114,7 +119,7 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
         // The R rows' arithmetic on each key, and the bytes of its key and value rows.
         if (ke > kb) {
           const double keys = static_cast<double>(ke - kb);
-          work += work_of(keys * R, per_pair(Pass::Decode, dk, dv), keys * bytes * (dk + dv));
+          work += work_of(keys * R, per_pair(Pass::Decode, dk, dv), keys * bytes * row_elements);
         }
         blocks.push_back(blk);
       }
@@ -166,6 +171,15 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
     c.d_v = dv;
     c.out = partials_data + task.slot;
     c.lse = partials_data + task.slot + R * dv;
+    if (const BroadcastView<bool>& tree = p.paged->tree; !tree.empty()) {  // speculative decoding
+      const index_t tq = p.cu_q[blk.sequence + 1] - p.cu_q[blk.sequence];
+      c.tree_head_stride = tree.heads == 1 ? 0 : tree.head_stride;
+      c.tree = tree.data + (tree.batch == 1 ? 0 : blk.sequence * tree.batch_stride) +
+               blk.kv_head * G * c.tree_head_stride;
+      c.tree_row_stride = tree.row_stride;
+      c.tree_col_stride = tree.col_stride;
+      c.tree_from = seq.length - tq;
+    }
     kernel(c);
   });
 
@@ -220,7 +234,7 @@ namespace {
 /// The keys of a decode call with its sequences (`storage` keeps them) and ALiBi slopes.
 template <typename C>
 PagedKeys<C> paged_keys(const char* api, const abi::PagedKeys& keys, const C* alibi_slopes, const C* sinks,
-                        std::vector<PagedSequence>& storage) {
+                        const BroadcastView<bool>& tree, std::vector<PagedSequence>& storage) {
   PagedKeys<C> paged;
   if (keys.view != nullptr) {
     paged.kv = *keys.view;
@@ -234,6 +248,7 @@ PagedKeys<C> paged_keys(const char* api, const abi::PagedKeys& keys, const C* al
   paged.sequences = storage.data();
   paged.alibi_slopes = alibi_slopes;
   paged.sinks = sinks;
+  paged.tree = tree;
   return paged;
 }
 
@@ -253,16 +268,16 @@ template <typename S, typename L>
 void decode_call(const char* api, const abi::PagedKeys& keys, HeadsView<const S> q, const std::int64_t* cu,
                  abi::DecodeOutput<S>& attn, abi::DecodeOutput<L>* lse, const Options& opt,
                  const Masks<L>& masks) {
-  if (!masks.mask.empty() || !masks.bias.empty() || masks.key_lengths != nullptr) {
+  if (!masks.bias.empty() || masks.key_lengths != nullptr) {
     fail(api,
-         "decode takes ALiBi slopes and sinks only from masks (masks.mask, masks.bias and masks.key_lengths "
-         "must be "
+         "decode takes ALiBi slopes, sinks and a tree mask from masks (masks.bias and masks.key_lengths must "
+         "be "
          "empty: each sequence's keys are the cache's)");
   }
   thread_local std::vector<PagedSequence> sequences;
   std::shared_lock<std::shared_mutex> lock;  // a cache's pool: held shared while the call reads it
   if (keys.pool != nullptr) lock = pool_lock(*keys.pool);
-  const PagedKeys<L> paged = paged_keys(api, keys, masks.alibi_slopes, masks.sinks, sequences);
+  const PagedKeys<L> paged = paged_keys(api, keys, masks.alibi_slopes, masks.sinks, masks.mask, sequences);
   const index_t H = q.heads, T = q.tokens, dv = paged.kv.d_v;
   const Slot<S> attn_slot{attn.matrix, "attn", "T_q x (H d_v)", T, H * dv};
   const Slot<L> lse_slot{lse != nullptr ? lse->matrix : nullptr, "lse", "T_q x H", T, H};

@@ -45,6 +45,9 @@ struct KVPool {
   ScalarType storage;
   index_t bytes;  // per element
   index_t kv_heads, d_k, d_v, page_size, num_pages;
+  // A latent cache (MLA): each value is the first d_v elements of its key, stored once in the
+  // key pages (v is k, with the key strides).
+  bool values_in_keys = false;
   unsigned char* k = nullptr;
   unsigned char* v = nullptr;
   std::vector<std::int32_t> refs;  // sequences holding each page
@@ -64,7 +67,7 @@ struct KVPool {
 
   ~KVPool() {
     std::free(k);
-    std::free(v);
+    if (v != k) std::free(v);
   }
   // Pages are [num_pages, kv_heads, page_size, d] ("HND"): the keys of one head in one page are
   // contiguous, so that a decode, which reads one head at a time, streams through memory.
@@ -78,7 +81,8 @@ struct KVPool {
     l.kv_heads = kv_heads;
     l.d_k = d_k;
     l.d_v = d_v;
-    const PageStrides ks = hnd_strides(kv_heads, page_size, d_k), vs = hnd_strides(kv_heads, page_size, d_v);
+    const PageStrides ks = hnd_strides(kv_heads, page_size, d_k),
+                      vs = values_in_keys ? ks : hnd_strides(kv_heads, page_size, d_v);
     l.k_page_stride = ks.page, l.k_token_stride = ks.token, l.k_head_stride = ks.head;
     l.v_page_stride = vs.page, l.v_token_stride = vs.token, l.v_head_stride = vs.head;
     return l;
@@ -210,6 +214,12 @@ void copy_page(const KVPool& pool, unsigned char* base, index_t dim, std::int32_
   }
 }
 
+/// Copies the first `slots` tokens of page `from` to page `to`: keys and values.
+void copy_kv_page(const KVPool& pool, std::int32_t from, std::int32_t to, index_t slots) {
+  copy_page(pool, pool.k, pool.d_k, from, to, slots);
+  if (!pool.values_in_keys) copy_page(pool, pool.v, pool.d_v, from, to, slots);
+}
+
 /// New keys or values: [1, kv_heads, T_new, dim] of the storage type or float; `matrix_cols`, the
 /// columns of the caller's matrix (heads side by side), or -1 for a view.
 template <typename S>
@@ -281,13 +291,19 @@ void drop_pages(KVPool& pool, KVPool::Sequence& s, index_t keep) {
 
 }  // namespace
 
-KVPool* kv_pool_create(ScalarType storage, index_t kv_heads, index_t d_k, index_t d_v, index_t page_size,
-                       index_t capacity_tokens) {
-  const char* api = "PagedKVCache";
+namespace {
+
+/// A pool of keys and values, or (values_in_keys) of keys whose first d_v elements are the values.
+KVPool* create_pool(const char* api, ScalarType storage, index_t kv_heads, index_t d_k, index_t d_v,
+                    index_t page_size, index_t capacity_tokens, bool values_in_keys) {
   if (scalar_type_bytes(storage) == 0) fail(api, "unknown storage type");
   if (kv_heads < 1 || d_k < 1 || d_v < 0) {
     fail(api, "needs kv_heads >= 1, d_k >= 1 and d_v >= 0; got kv_heads = " + num(kv_heads) +
                   ", d_k = " + num(d_k) + ", d_v = " + num(d_v));
+  }
+  if (values_in_keys && d_v > d_k) {
+    fail(api, "the values of a latent cache are the first d_v elements of its keys: d_v = " + num(d_v) +
+                  " must be at most d_k = " + num(d_k));
   }
   if (page_size < 16 || page_size > 256 || (page_size & (page_size - 1)) != 0) {
     fail(api, "page_size must be a power of two from 16 to 256, got " + num(page_size));
@@ -325,13 +341,26 @@ KVPool* kv_pool_create(ScalarType storage, index_t kv_heads, index_t d_k, index_
     internal::prefer_huge_pages(p, static_cast<std::size_t>(n));
     return static_cast<unsigned char*>(p);
   };
+  pool->values_in_keys = values_in_keys;
   pool->k = allocate(k_bytes);
-  pool->v = allocate(v_bytes);
+  pool->v = values_in_keys ? pool->k : allocate(v_bytes);
   pool->refs.assign(static_cast<std::size_t>(pages), 0);
   pool->free.resize(static_cast<std::size_t>(pages));
   for (index_t p = 0; p < pages; ++p)
     pool->free[static_cast<std::size_t>(p)] = static_cast<std::int32_t>(pages - 1 - p);
   return pool.release();
+}
+
+}  // namespace
+
+KVPool* kv_pool_create(ScalarType storage, index_t kv_heads, index_t d_k, index_t d_v, index_t page_size,
+                       index_t capacity_tokens) {
+  return create_pool("PagedKVCache", storage, kv_heads, d_k, d_v, page_size, capacity_tokens, false);
+}
+
+KVPool* kv_pool_create_latent(ScalarType storage, index_t d_k, index_t d_v, index_t page_size,
+                              index_t capacity_tokens) {
+  return create_pool("PagedKVCache::latent", storage, 1, d_k, d_v, page_size, capacity_tokens, true);
 }
 
 void kv_pool_destroy(KVPool* pool) noexcept { delete pool; }
@@ -345,16 +374,28 @@ std::int32_t kv_pool_create_sequence(KVPool* pool) {
 
 namespace {
 
+/// Appends keys k and values v (null for a latent cache: the values are in the keys).
 template <typename S>
 void append(KVPool* pool, std::int32_t sequence, const HeadsView<const S>& k, index_t k_cols,
-            const HeadsView<const S>& v, index_t v_cols) {
+            const HeadsView<const S>* v, index_t v_cols) {
   const char* api = "append";
   std::unique_lock<std::shared_mutex> lock(pool->mutex);
   KVPool::Sequence& s = live(api, *pool, sequence);
+  if (pool->values_in_keys && v != nullptr) {
+    fail(api, "this is a latent cache (PagedKVCache::latent): its values are the first d_v = " +
+                  num(pool->d_v) + " elements of its keys; append(s, latent) takes the keys alone");
+  }
+  if (!pool->values_in_keys && v == nullptr) {
+    fail(api,
+         "this cache stores keys and values apart: append(s, k, v) takes both (append(s, latent) is "
+         "for a latent cache, PagedKVCache::latent)");
+  }
   check_tokens(api, *pool, "K", k, k_cols, pool->d_k, "d_k");
-  check_tokens(api, *pool, "V", v, v_cols, pool->d_v, "d_v");
-  if (k.tokens != v.tokens) {
-    fail(api, "K has " + counted(k.tokens, "token") + " but V has " + num(v.tokens));
+  if (v != nullptr) {
+    check_tokens(api, *pool, "V", *v, v_cols, pool->d_v, "d_v");
+    if (k.tokens != v->tokens) {
+      fail(api, "K has " + counted(k.tokens, "token") + " but V has " + num(v->tokens));
+    }
   }
   if (k.tokens == 0) return;
   const index_t length = s.length;
@@ -382,8 +423,7 @@ void append(KVPool* pool, std::int32_t sequence, const HeadsView<const S>& k, in
     const std::int32_t old = s.pages.back(), copy = pool->free.back();
     pool->free.pop_back();
     const index_t slots = length % pool->page_size;
-    copy_page(*pool, pool->k, pool->d_k, old, copy, slots);
-    copy_page(*pool, pool->v, pool->d_v, old, copy, slots);
+    copy_kv_page(*pool, old, copy, slots);
     --pool->refs[old];
     pool->refs[copy] = 1;
     s.pages.back() = copy;
@@ -395,7 +435,7 @@ void append(KVPool* pool, std::int32_t sequence, const HeadsView<const S>& k, in
     s.pages.push_back(page);
   }
   write_tokens(*pool, s, pool->k, pool->d_k, length, k);
-  write_tokens(*pool, s, pool->v, pool->d_v, length, v);
+  if (v != nullptr) write_tokens(*pool, s, pool->v, pool->d_v, length, *v);
   s.length = length + k.tokens;
 }
 
@@ -404,7 +444,11 @@ void append(KVPool* pool, std::int32_t sequence, const HeadsView<const S>& k, in
 #define EIGEN_ATTENTION_KV_POOL_APPEND(S)                                                               \
   void kv_pool_append(KVPool* pool, std::int32_t sequence, HeadsView<const S> k, index_t k_matrix_cols, \
                       HeadsView<const S> v, index_t v_matrix_cols) {                                    \
-    append(pool, sequence, k, k_matrix_cols, v, v_matrix_cols);                                         \
+    append(pool, sequence, k, k_matrix_cols, &v, v_matrix_cols);                                        \
+  }                                                                                                     \
+  void kv_pool_append_latent(KVPool* pool, std::int32_t sequence, HeadsView<const S> k,                 \
+                             index_t k_matrix_cols) {                                                   \
+    append<S>(pool, sequence, k, k_matrix_cols, nullptr, -1);                                           \
   }
 EIGEN_ATTENTION_KV_POOL_APPEND(float)
 EIGEN_ATTENTION_KV_POOL_APPEND(double)
@@ -443,6 +487,7 @@ void move_token(const KVPool& pool, const KVPool::Sequence& s, index_t from, ind
     std::memcpy(page_row(pool, pool.k, pool.d_k, at(to), h, to % pool.page_size),
                 page_row(pool, pool.k, pool.d_k, at(from), h, from % pool.page_size),
                 static_cast<std::size_t>(pool.d_k * pool.bytes));
+    if (pool.values_in_keys) continue;
     std::memcpy(page_row(pool, pool.v, pool.d_v, at(to), h, to % pool.page_size),
                 page_row(pool, pool.v, pool.d_v, at(from), h, from % pool.page_size),
                 static_cast<std::size_t>(pool.d_v * pool.bytes));
@@ -457,8 +502,7 @@ void own_page(KVPool& pool, KVPool::Sequence& s, index_t index, index_t slots) {
   if (pool.refs[static_cast<std::size_t>(page)] <= 1) return;
   const std::int32_t copy = pool.free.back();
   pool.free.pop_back();
-  copy_page(pool, pool.k, pool.d_k, page, copy, slots);
-  copy_page(pool, pool.v, pool.d_v, page, copy, slots);
+  copy_kv_page(pool, page, copy, slots);
   --pool.refs[static_cast<std::size_t>(page)];
   pool.refs[static_cast<std::size_t>(copy)] = 1;
   page = copy;

@@ -32,6 +32,9 @@ struct PagedKeys {
   index_t batch = 0;
   const C* alibi_slopes = nullptr;
   const C* sinks = nullptr;  // Masks::sinks, one per query head
+  // Masks::mask as a tree mask (speculative decoding): [B or 1, H or 1, M, M], element (b, h, i, j)
+  // relating sequence b's query i to its j-th new token (key T_k - T_q + j).
+  BroadcastView<bool> tree;
 };
 
 /// Checks a PagedKVView's batch, block tables and lengths, and makes `sequences` its batch

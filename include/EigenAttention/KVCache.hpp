@@ -117,6 +117,31 @@ struct PagedKVView {
             lengths, batch};
   }
 
+  /// Latent pages (MLA, as PagedKVCache::latent): one KV head whose values are the first d_v
+  /// elements of its keys, each token stored once, pages laid out [num_pages, page_size, d_k].
+  static PagedKVView latent(const T* pages, std::ptrdiff_t num_pages, std::ptrdiff_t page_size,
+                            std::ptrdiff_t d_k, std::ptrdiff_t d_v, const std::int32_t* block_tables,
+                            std::ptrdiff_t block_table_stride, const std::int64_t* lengths,
+                            std::ptrdiff_t batch) {
+    return {pages,
+            pages,
+            num_pages,
+            page_size,
+            1,
+            d_k,
+            d_v,
+            page_size * d_k,
+            d_k,
+            d_k,
+            page_size * d_k,
+            d_k,
+            d_k,
+            block_tables,
+            block_table_stride,
+            lengths,
+            batch};
+  }
+
   /// The same view without its type (what the compiled library takes).
   abi::PagedKV raw() const {
     return {k_pages,
@@ -197,6 +222,27 @@ class PagedKVCache {
       : pool_(abi::kv_pool_create(kScalarType<T>, kv_heads, d_k, d_v, page_size, capacity_tokens)),
         layout_(abi::kv_pool_layout(pool_.get())) {}
 
+  /// A latent cache (MLA absorbed decode: DeepSeek V2/V3, Kimi): one KV head whose key is a
+  /// token's latent vector and rotary part, [c; k_rope] (d_k elements, 576 in DeepSeek V3), and
+  /// whose value is the first d_v elements of that key (the latent c, 512), so that each token is
+  /// stored once: d_k numbers instead of d_k + d_v (1.9x less memory, and less for each decode to
+  /// read). append(s, latent) takes the T_new x d_k rows alone; decode is then the same call, with
+  /// H query heads (W_UK absorbed into the queries) over the one KV head, bitwise equal to a cache
+  /// that holds the same keys and values apart. Page sizes and capacity as the constructor.
+  /// \code
+  /// auto cache = EigenAttention::PagedKVCache<Eigen::bfloat16>::latent(576, 512, 64, 1 << 16);
+  /// cache.append(s, latent_rows);                                        // T x 576
+  /// EigenAttention::Options opt;
+  /// opt.scale = 1 / std::sqrt(192.0f);                                   // the unabsorbed head dim
+  /// auto out = EigenAttention::attention_decode(cache, s, q_absorbed, opt);  // 1 x (H * 512)
+  /// \endcode
+  /// \throws std::invalid_argument when d_v > d_k or for the constructor's reasons; std::bad_alloc.
+  static PagedKVCache latent(std::ptrdiff_t d_k, std::ptrdiff_t d_v, std::ptrdiff_t page_size,
+                             std::ptrdiff_t capacity_tokens) {
+    return PagedKVCache(abi::kv_pool_create_latent(kScalarType<T>, d_k, d_v, page_size, capacity_tokens),
+                        true);
+  }
+
   /// A new, empty sequence, with an id no earlier sequence had (see SequenceId).
   /// \throws std::length_error when 65,536 sequences are live.
   SequenceId create() { return {abi::kv_pool_create_sequence(pool_.get())}; }
@@ -230,6 +276,27 @@ class PagedKVCache {
   void append(SequenceId s, HeadsView<const S> k, HeadsView<const S> v) {
     check_input_type<S>();
     abi::kv_pool_append(pool_.get(), s.value, detail::bits(k), -1, detail::bits(v), -1);
+  }
+  /// Appends T_new tokens to sequence s of a latent cache (latent()): `latent` is T_new x d_k, each
+  /// row a token's key [c; k_rope], whose first d_v elements are its value. Otherwise as append(s,
+  /// k, v), which a latent cache refuses (and a cache made by the constructor refuses this one).
+  template <class DK>
+  void append(SequenceId s, const Eigen::MatrixBase<DK>& latent) {
+    using S = typename DK::Scalar;
+    check_input_type<S>();
+    detail::InputView<DK> kk(latent.derived());
+    const auto km = kk.map();
+    abi::kv_pool_append_latent(
+        pool_.get(), s.value,
+        detail::bits(detail::side_by_side<const S>(km.data(), km.rows(), km.cols(), km.outerStride(),
+                                                   km.innerStride(), layout_.kv_heads, layout_.d_k)),
+        km.cols());
+  }
+  /// append(s, latent) from a [1, 1, T_new, d_k] view (batch 1) of the storage type or of float.
+  template <typename S>
+  void append(SequenceId s, HeadsView<const S> latent) {
+    check_input_type<S>();
+    abi::kv_pool_append_latent(pool_.get(), s.value, detail::bits(latent), -1);
   }
 
   /// A new sequence that shares every page of s (no copy), with a new id.
@@ -283,8 +350,11 @@ class PagedKVCache {
   /// The key pages, [num_pages, kv_heads, page_size, d_k] (read-only: for inspection, or for a
   /// PagedKVView::hnd with block tables from pages()).
   const T* key_pages() const { return static_cast<const T*>(layout_.k); }
-  /// The value pages, [num_pages, kv_heads, page_size, d_v].
+  /// The value pages, [num_pages, kv_heads, page_size, d_v]; of a latent cache, the key pages
+  /// (each value the first d_v elements of its key: value_pages() == key_pages()).
   const T* value_pages() const { return static_cast<const T*>(layout_.v); }
+  /// Is this a latent cache (latent()): are the values the first d_v elements of the keys?
+  bool values_in_keys() const { return values_in_keys_; }
 
   /// The pool behind this cache, for the compiled library.
   const abi::KVPool* pool() const { return pool_.get(); }
@@ -298,8 +368,11 @@ class PagedKVCache {
     static_assert(std::is_same_v<S, T> || std::is_same_v<S, float>,
                   "EigenAttention: append takes keys and values of the cache's storage type or float");
   }
+  PagedKVCache(abi::KVPool* pool, bool values_in_keys)
+      : pool_(pool), layout_(abi::kv_pool_layout(pool)), values_in_keys_(values_in_keys) {}
   std::unique_ptr<abi::KVPool, Deleter> pool_;
   abi::PagedKV layout_;
+  bool values_in_keys_ = false;
 };
 
 /// Writes decode attention for a batch of sequences of `cache` into attn (and lse): sequences[b]'s
@@ -316,9 +389,13 @@ class PagedKVCache {
 /// type. The new tokens are the last of each sequence's cached keys (append them first): query
 /// token i of a sequence with T_q queries and T_k keys is token T_k - T_q + i, and `opt.causal`, the
 /// window and ALiBi use that position (bottom-right alignment, whatever opt.alignment says).
-/// Options: scale, causal, window_left/right, softcap, kernel, threads. masks: ALiBi slopes only
-/// (masks.alibi_slopes, H of them, or null); a mask, bias or key lengths throw (each sequence's
-/// keys are the cache's). Bitwise identical results for every opt.threads. \throws
+/// Options: scale, causal, window_left/right, chunk_size, softcap, kernel, threads. masks: ALiBi
+/// slopes and sinks (H of each, or null), and `mask` as a tree mask for speculative decoding:
+/// [B or 1, H or 1, M, M] with M >= every sequence's T_q, whose element (b, h, i, j), for i, j <
+/// T_q of sequence b, says whether its query i may see its j-th new token (key T_k - T_q + j, the
+/// drafts appended just before the call); every earlier cached key stays visible (subject to the
+/// options), and causal, the window and chunks still apply. A bias or key lengths throw (each
+/// sequence's keys are the cache's). Bitwise identical results for every opt.threads. \throws
 /// std::invalid_argument naming the argument and its shape; nothing is written or resized then.
 template <typename T, typename Q, class A, class L, detail::EnableIfDecodeOutputs<A, L> = 0>
 void attention_decode_into(const PagedKVCache<T>& cache, const SequenceId* sequences, std::ptrdiff_t batch,

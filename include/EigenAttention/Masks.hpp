@@ -91,7 +91,9 @@ struct BroadcastView {
 /// `sinks` is given).
 template <typename Scalar>
 struct Masks {
-  /// Boolean mask, true = may attend (PyTorch SDPA's convention), [T_q, T_k] broadcastable.
+  /// Boolean mask, true = may attend (PyTorch SDPA's convention), [T_q, T_k] broadcastable. In
+  /// the decode calls, a tree mask [B or 1, H or 1, M, M] relating each sequence's T_q <= M queries
+  /// to its last T_q cached tokens (speculative decoding; attention_decode_into).
   BroadcastView<bool> mask;
   /// Additive bias on the logits, [T_q, T_k] broadcastable.
   BroadcastView<Scalar> bias;

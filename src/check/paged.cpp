@@ -3,6 +3,7 @@
 // queries and their offsets, the ALiBi slopes; the options.
 #include "check/paged.hpp"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace EigenAttention {
@@ -90,6 +91,24 @@ void check_query_offsets(const char* api, const std::int64_t* cu, index_t batch,
   }
 }
 
+/// A tree mask (speculative decoding): [B or 1, H or 1, M, M], M at least each sequence's queries.
+void check_tree(const char* api, const BroadcastView<bool>& m, index_t B, index_t H, const std::int64_t* cu,
+                InputList& inputs) {
+  if (m.empty()) return;
+  const Array a = array_of("mask", m, Form::Heads);
+  index_t most = 0;
+  for (index_t b = 0; b < B; ++b) most = std::max<index_t>(most, cu[b + 1] - cu[b]);
+  const bool batch_ok = m.batch == 1 || m.batch == B, heads_ok = m.heads == 1 || m.heads == H;
+  if (!batch_ok || !heads_ok || m.rows != m.cols || m.rows < most) {
+    fail(api, "mask (in decode, the tree mask of speculative decoding) is " + a.shape() + " but must be [" +
+                  either_or_1(B) + ", " + either_or_1(H) + ", M, M] with M >= " + num(most) +
+                  ", the most queries of a sequence (element (b, h, i, j): may query i of sequence b see its "
+                  "j-th new token, key T_k - T_q + j)");
+  }
+  check_countable(api, a);
+  inputs.push_back(a);
+}
+
 }  // namespace
 
 template <typename T>
@@ -116,6 +135,7 @@ void check_paged_inputs(const Call<T>& c, InputList& inputs) {
   for (const Array& page : pages) inputs.push_back(page);
   if (paged.alibi_slopes != nullptr) inputs.push_back(vector_of("alibi_slopes", paged.alibi_slopes, q.heads));
   if (paged.sinks != nullptr) inputs.push_back(vector_of("sinks", paged.sinks, q.heads));
+  if (cu != nullptr) check_tree(api, paged.tree, paged.batch, q.heads, cu, inputs);
   if (cu != nullptr) inputs.push_back(vector_of("cu_seqlens_q", cu, paged.batch + 1));
 }
 

@@ -168,6 +168,18 @@ struct RawDecodeChunk {
   index_t d_k, d_v;
   T* out;  // group * rows x d_v, row stride d_v
   T* lse;  // group * rows
+  // The tree mask of speculative decoding (Masks::mask in decode), when tree is not null: query
+  // row i of the sequence (head-in-group g) sees key j >= tree_from only when
+  // tree[g * tree_head_stride + i * tree_row_stride + (j - tree_from) * tree_col_stride].
+  const bool* tree = nullptr;
+  index_t tree_from = 0, tree_head_stride = 0, tree_row_stride = 0, tree_col_stride = 0;
+
+  /// Does the tree mask hide key j from row r of the chunk (head-in-group r / rows)?
+  bool tree_hides(index_t r, index_t j) const {
+    return tree != nullptr && j >= tree_from &&
+           !tree[(r / rows) * tree_head_stride + (first_row + r % rows) * tree_row_stride +
+                 (j - tree_from) * tree_col_stride];
+  }
 };
 
 template <typename T>

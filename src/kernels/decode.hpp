@@ -223,6 +223,13 @@ void axpys_block(index_t R, const T* p, index_t ldp, const Row* v, index_t dv, T
   }
 }
 
+/// Are the chunk's values the first d_v elements of its keys (a latent cache)?
+template <typename T>
+bool values_in_keys(const RawDecodeChunk<T>& c) {
+  return c.v == c.k && c.v_page_stride == c.k_page_stride && c.v_token_stride == c.k_token_stride &&
+         c.d_v <= c.d_k;
+}
+
 /// Up to this many rows (query heads x tokens) a chunk streams through its keys and values
 /// once, each row of them read from memory once and used for every query row at once; more
 /// rows (chunked prefill) go through Eigen's GEMM, where the arithmetic dominates.
@@ -239,7 +246,9 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   const index_t ub = std::max(c.first_key, p.first_key(c.first_row));
   const index_t ue = std::min(c.end_key, p.end_key(last_row));
   const index_t ib = std::max(c.first_key, p.first_key(last_row));
-  const index_t ie = std::min(c.end_key, p.end_key(c.first_row));
+  // (A tree mask's drafts are seen by some rows only: they go row by row, below.)
+  const index_t ie =
+      std::min({c.end_key, p.end_key(c.first_row), c.tree != nullptr ? c.tree_from : c.end_key});
   Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> out(c.out, R, dv, Eigen::OuterStride<>(ldo));
   out.setZero();
   if (ub >= ue) {
@@ -275,9 +284,11 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
     for_each_row<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, ue, [&](index_t j, const S* k) {
       dots(R, c.q, dk, StoredRow<T, S>(k, dk, k_scratch), p.scale, s + (j - ub), lds);
     });
-  } else {
-    index_t ldk = 0;
-    const T* K = paged_rows<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, n, k_scratch, ldk);
+  }
+  index_t ldk = 0;
+  const T* K = nullptr;
+  if (!stream) {
+    K = paged_rows<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, n, k_scratch, ldk);
     S_.setZero();
     gemm_abt(R, n, dk, c.q, std::max<index_t>(dk, 1), K, ldk, s, lds, p.scale, qk);
   }
@@ -300,6 +311,9 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       if (p.has_alibi) head.alibi_slope = c.alibi[r / c.rows];
       apply_extras(head, c.first_row + r % c.rows, ub + a, row);
     }
+    if (c.tree != nullptr)  // the drafts the tree hides from this row
+      for (index_t j = std::max(ub + a, c.tree_from); j < ub + b; ++j)
+        if (c.tree_hides(r, j)) row(j - ub - a) = minus_inf;
     const T max = row_max(row);
     m[r] = max;
     if (max == minus_inf) {  // no key of this chunk is visible to the row
@@ -330,8 +344,12 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       for (int b = 0; b < held; ++b) axpys(R, s + (first + b - ub), lds, block[b], dv, c.out);
     } else {
       index_t ldv = 0;
-      const T* V =
-          paged_rows<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ib, ie - ib, v_scratch, ldv);
+      // A latent cache's values are the first d_v elements of its keys (PagedKVCache::latent):
+      // the rows of K already at hand (in place or converted) are V's.
+      const T* V = values_in_keys(c) ? K + (ib - ub) * ldk
+                                     : paged_rows<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ib,
+                                                        ie - ib, v_scratch, ldv);
+      if (values_in_keys(c)) ldv = ldk;
       gemm_ab(R, dv, ie - ib, s + (ib - ub), lds, V, ldv, c.out, ldo, pv);
     }
   }
@@ -340,7 +358,7 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
     for (index_t r = 0; r < R; ++r) {
       index_t a, b;
       span(r, a, b);
-      if (m[r] == minus_inf || j - ub < a || j - ub >= b) continue;
+      if (m[r] == minus_inf || j - ub < a || j - ub >= b || c.tree_hides(r, j)) continue;
       for (index_t e = 0; e < dv; ++e) out(r, e) += s[r * lds + (j - ub)] * v.at(e);
     }
   };

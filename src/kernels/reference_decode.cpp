@@ -4,6 +4,7 @@
 // reference kernel (reference.cpp, the formula in Eigen expressions) on every query head, with
 // the queries at the end of the sequence (bottom-right alignment). Slow and single-threaded:
 // the yardstick the decode kernels are tested against, and Kernel::Reference.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -60,6 +61,18 @@ void reference_decode(const Problem<T>& p) {
         for (index_t c = 0; c < dv; ++c) V(n, c) = cached<T>(kv, true, s, g, n, c);
       }
       for (index_t h = g * group; h < (g + 1) * group; ++h) {
+        // A tree mask (speculative decoding) as the forward's T_q x T_k mask: every earlier key
+        // visible, the last T_q keys as the tree says.
+        const BroadcastView<bool>& tree = p.paged->tree;
+        Eigen::Matrix<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> mask;
+        if (!tree.empty()) {
+          mask.setConstant(tq, tk, true);
+          const bool* t = tree.data + (tree.batch == 1 ? 0 : b * tree.batch_stride) +
+                          (tree.heads == 1 ? 0 : h * tree.head_stride);
+          for (index_t i = 0; i < tq; ++i)
+            for (index_t j = std::max<index_t>(0, tq - tk); j < tq; ++j)  // (T_q > T_k: drafts before key 0)
+              mask(i, tk - tq + j) = t[i * tree.row_stride + j * tree.col_stride];
+        }
         RawProblem<T> r{};
         r.q = raw_matrix<const T>(p.q.data + q0 * p.q.token_stride + h * p.q.head_stride, tq, dk,
                                   p.q.token_stride, p.q.dim_stride);
@@ -77,7 +90,8 @@ void reference_decode(const Problem<T>& p) {
         r.has_sink = p.paged->sinks != nullptr;
         r.sink = r.has_sink ? p.paged->sinks[h] : T(0);
         r.bias = {nullptr, 0, 0, 0, 0};
-        r.mask = {nullptr, 0, 0, 0, 0};
+        r.mask = tree.empty() ? RawMatrix<const bool>{nullptr, 0, 0, 0, 0}
+                              : raw_matrix<const bool>(mask.data(), tq, tk, tk, 1);
         r.scores = {nullptr, 0, 0, 0, 0};
         r.attn = dv == 0 ? RawMatrix<T>{p.out.data, tq, 0, 0, 0}
                          : raw_matrix<T>(p.out.data + q0 * p.out.token_stride + h * p.out.head_stride, tq, dv,

@@ -93,17 +93,24 @@ struct DecodeOutput {
 EIGEN_ATTENTION_EXPORT KVPool* kv_pool_create(ScalarType storage, std::ptrdiff_t kv_heads, std::ptrdiff_t d_k,
                                               std::ptrdiff_t d_v, std::ptrdiff_t page_size,
                                               std::ptrdiff_t capacity_tokens);
+/// PagedKVCache::latent: one KV head whose values are the first d_v elements of its keys, stored
+/// once. \throws std::invalid_argument, std::bad_alloc.
+EIGEN_ATTENTION_EXPORT KVPool* kv_pool_create_latent(ScalarType storage, std::ptrdiff_t d_k,
+                                                     std::ptrdiff_t d_v, std::ptrdiff_t page_size,
+                                                     std::ptrdiff_t capacity_tokens);
 /// PagedKVCache's destructor.
 EIGEN_ATTENTION_EXPORT void kv_pool_destroy(KVPool* pool) noexcept;
 /// PagedKVCache::create.
 EIGEN_ATTENTION_EXPORT std::int32_t kv_pool_create_sequence(KVPool* pool);
 /// PagedKVCache::append: k and v are [1, kv_heads, T_new, d] of the storage type or float (a view
 /// of another shape is reported as the caller's matrix when `matrix_cols` >= 0: T_new x
-/// matrix_cols).
+/// matrix_cols); kv_pool_append_latent: the keys alone, for a latent cache.
 #define EIGEN_ATTENTION_KV_POOL_APPEND(S)                                                               \
   EIGEN_ATTENTION_EXPORT void kv_pool_append(KVPool* pool, std::int32_t sequence, HeadsView<const S> k, \
                                              std::ptrdiff_t k_matrix_cols, HeadsView<const S> v,        \
-                                             std::ptrdiff_t v_matrix_cols);
+                                             std::ptrdiff_t v_matrix_cols);                             \
+  EIGEN_ATTENTION_EXPORT void kv_pool_append_latent(KVPool* pool, std::int32_t sequence,                \
+                                                    HeadsView<const S> k, std::ptrdiff_t k_matrix_cols);
 EIGEN_ATTENTION_KV_POOL_APPEND(float)
 EIGEN_ATTENTION_KV_POOL_APPEND(double)
 EIGEN_ATTENTION_KV_POOL_APPEND(BFloat16Bits)
