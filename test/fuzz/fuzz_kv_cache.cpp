@@ -13,7 +13,7 @@
 //     expression); fork; truncate (to a length in range, one past it, or negative); release;
 //     erase (a range in the sequence, a whole number of pages from a random begin, past the
 //     end, or from a negative begin);
-//     decode of one sequence (T_q 1..3, options) or of two at once; an append that must fail
+//     decode of one sequence (T_q 1..3, options, a tree mask) or of two at once; an append that must fail
 //     (K or V of the wrong width, K and V of different token counts, a HeadsView of batch 2 or
 //     with one head too many). Each operation names its sequence with a byte that picks among the
 //     live ids, the released ones and two never handed out (so that dead ids are used too).
@@ -153,15 +153,25 @@ ea::Options decode_options(std::uint8_t b) {
 
 void decode_one(Harness& h, Reader& r) {
   const ea::SequenceId s = h.pick(r);
-  const Index tq = 1 + r.u8() % 3;
+  const std::uint8_t tb = r.u8();
+  const Index tq = 1 + tb % 3;
   const std::uint8_t ob = r.u8();
   const ea::Options opt = decode_options(ob);
-  note(format("decode %d: T_q %td, causal %d, window_left %td, chunk %td, softcap %g, threads %d", s.value,
-              tq, int(opt.causal), opt.window_left, opt.chunk_size, opt.softcap, opt.threads));
+  // A tree mask (speculative decoding) over the last T_q tokens in a third of the decodes of
+  // several tokens: each row sees itself and a random choice of the others (drawn from the value
+  // stream, so that the input's bytes mean what they meant before).
+  const bool tree = tq > 1 && (tb / 3) % 3 == 1;
+  char tree_bits[9] = {};
+  for (Index i = 0; tree && i < tq * tq; ++i) tree_bits[i] = i % (tq + 1) == 0 || h.values.unit() < 0.5;
+  ea::Masks<float> masks;
+  if (tree) masks.mask = ea::BroadcastView<bool>::matrix(reinterpret_cast<const bool*>(tree_bits), tq, tq);
+  note(format("decode %d: T_q %td, causal %d, window_left %td, chunk %td, softcap %g, threads %d, tree %d",
+              s.value, tq, int(opt.causal), opt.window_left, opt.chunk_size, opt.softcap, opt.threads,
+              int(tree)));
   const Rows Q = h.random(tq, h.heads * h.d_k);
   if (h.model.live(s.value)) {
-    const auto got = ea_test::kv_model::decode_sequence(h.cache, s, Q, opt);
-    const auto want = ea_test::kv_model::decode_model(h.model, s.value, Q, opt);
+    const auto got = ea_test::kv_model::decode_sequence(h.cache, s, Q, opt, masks);
+    const auto want = ea_test::kv_model::decode_model(h.model, s.value, Q, opt, masks);
     EA_EXPECT(
         ea_test::kv_model::same_bits(got.out, want.out) && ea_test::kv_model::same_bits(got.lse, want.lse),
         "decode of sequence %d (%td tokens) differs from a fresh cache's decode of its tokens", s.value,

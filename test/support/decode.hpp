@@ -144,9 +144,10 @@ Array4 heads_array(const M& m, Index heads) {
   return a;
 }
 
-/// The long-double reference of a case.
+/// The long-double reference of a case (with a 0/1 mask [1, 1|H, Tq, Tk], when given).
 template <typename S>
-MultiHeadReference reference_of(const Case& c, const Sequence<S>& s) {
+MultiHeadReference reference_of(const Case& c, const Sequence<S>& s,
+                                const std::optional<Array4>& mask = std::nullopt) {
   MultiHeadSpec spec;
   spec.causal = c.causal;
   spec.bottom_right = true;
@@ -159,6 +160,7 @@ MultiHeadReference reference_of(const Case& c, const Sequence<S>& s) {
     for (const auto x : s.slopes) spec.alibi.push_back(static_cast<long double>(x));
   if (c.sinks)
     for (const auto x : s.sinks) spec.sinks.push_back(static_cast<long double>(x));
+  spec.mask = mask;
   return reference_heads(heads_array(s.Q, c.H), heads_array(s.K, c.Hkv), heads_array(s.V, c.Hkv), spec);
 }
 

@@ -334,12 +334,13 @@ struct Decoded {
 /// attention_decode_into of Q against sequence id of the cache.
 template <typename S, class DQ>
 Decoded<ea::ComputeScalar<S>> decode_sequence(const ea::PagedKVCache<S>& cache, ea::SequenceId id,
-                                              const Eigen::MatrixBase<DQ>& Q, const ea::Options& opt) {
+                                              const Eigen::MatrixBase<DQ>& Q, const ea::Options& opt,
+                                              const ea::Masks<ea::ComputeScalar<S>>& masks = {}) {
   Decoded<ea::ComputeScalar<S>> r;
   const std::int64_t cu[2] = {0, static_cast<std::int64_t>(Q.rows())};
   ea::attention_decode_into(cache, &id, 1,
                             ea::HeadsView<const typename DQ::Scalar>::side_by_side(Q, cache.d_k()), cu, r.out,
-                            r.lse, opt);
+                            r.lse, opt, masks);
   return r;
 }
 
@@ -348,19 +349,21 @@ Decoded<ea::ComputeScalar<S>> decode_sequence(const ea::PagedKVCache<S>& cache, 
 template <typename S, class DQ>
 Decoded<ea::ComputeScalar<S>> decode_fresh(Index kv_heads, Index d_k, Index d_v, Index page_size,
                                            const TokenRows<S>& K, const TokenRows<S>& V,
-                                           const Eigen::MatrixBase<DQ>& Q, const ea::Options& opt) {
+                                           const Eigen::MatrixBase<DQ>& Q, const ea::Options& opt,
+                                           const ea::Masks<ea::ComputeScalar<S>>& masks = {}) {
   ea::PagedKVCache<S> fresh(kv_heads, d_k, d_v, page_size, K.rows());
   const ea::SequenceId id = fresh.create();
   fresh.append(id, K, V);
-  return decode_sequence(fresh, id, Q, opt);
+  return decode_sequence(fresh, id, Q, opt, masks);
 }
 
 /// decode_fresh of sequence id of the model.
 template <typename S, class DQ>
 Decoded<ea::ComputeScalar<S>> decode_model(const CacheModel<S>& model, std::int32_t id,
-                                           const Eigen::MatrixBase<DQ>& Q, const ea::Options& opt) {
+                                           const Eigen::MatrixBase<DQ>& Q, const ea::Options& opt,
+                                           const ea::Masks<ea::ComputeScalar<S>>& masks = {}) {
   const auto& s = model.sequence(id);
-  return decode_fresh(model.kv_heads(), model.d_k(), model.d_v(), model.page_size(), s.K, s.V, Q, opt);
+  return decode_fresh(model.kv_heads(), model.d_k(), model.d_v(), model.page_size(), s.K, s.V, Q, opt, masks);
 }
 
 }  // namespace kv_model
