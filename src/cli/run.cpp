@@ -902,19 +902,20 @@ DistributedPlan plan_distributed(const RunArgs& a) {
     p.has_key_lengths = true;
     p.key_lengths = key_lengths_of(lengths, g);
   }
+  const auto exact = [](const Input& in) {  // a small input's values as exact doubles
+    std::vector<double> store;
+    const double* x = values_of<double>(in.a, store);
+    return std::vector<double>(x, x + in.a.size());
+  };
   if (alibi.given()) {
     check_alibi(alibi, g);
     p.has_alibi = true;
-    std::vector<double> store;
-    const double* slopes = values_of<double>(alibi.a, store);
-    p.alibi.assign(slopes, slopes + alibi.a.size());
+    p.alibi = exact(alibi);
   }
   if (sinks.given()) {
     check_sinks(sinks, g);
     p.has_sinks = true;
-    std::vector<double> store;
-    const double* logits = values_of<double>(sinks.a, store);
-    p.sinks.assign(logits, logits + sinks.a.size());
+    p.sinks = exact(sinks);
   }
   p.out = a.out;
   p.lse = a.lse;
