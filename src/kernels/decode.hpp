@@ -8,14 +8,13 @@
 // the softmax is exact in two passes: the logits of the whole chunk, then exp(logit - max) and
 // the product with V; decode.cpp merges the chunks by their log-sum-exp in key order.
 //
-// Up to kStreamRows query rows (decode proper), the chunk streams through its keys, then its
-// values, a row at a time along the page table: each row is loaded once, in place from its page
-// (bfloat16 and half widened packet by packet, or through a one-row buffer where the
-// instruction set has no such widening), and used for every query row at once (dot_rows and
-// axpy_rows in eigen_internal.hpp); the rows a few KiB ahead are prefetched by hand, since one
-// head's rows in a page are a short run of memory. More rows (prefill) go through Eigen's GEMM
-// (M = keys, N = heads x tokens) on the chunk's rows, in place when they are one run of memory
-// in the compute type, else gathered (and widened) into per-thread scratch.
+// Up to kStreamRows query rows (decode proper; decode_streams of tile_policy.hpp), the chunk streams through
+// its keys, then its values, a row at a time along the page table: each row is loaded once, in place from its
+// page (bfloat16 and half widened packet by packet, or through a one-row buffer where the instruction set has
+// no such widening), and used for every query row at once (dot_rows and axpy_rows in eigen_internal.hpp); the
+// rows a few KiB ahead are prefetched by hand, since one head's rows in a page are a short run of memory.
+// More rows (prefill) go through Eigen's GEMM (M = keys, N = heads x tokens) on the chunk's rows, in place
+// when they are one run of memory in the compute type, else gathered (and widened) into per-thread scratch.
 //
 // Masks are the forward's (RawProblem::first_key/end_key and apply_extras from tiled.hpp), at
 // the queries' positions in the sequence. The product with V runs over the keys that every row
@@ -230,11 +229,6 @@ bool values_in_keys(const RawDecodeChunk<T>& c) {
          c.d_v <= c.d_k;
 }
 
-/// Up to this many rows (query heads x tokens) a chunk streams through its keys and values
-/// once, each row of them read from memory once and used for every query row at once; more
-/// rows (chunked prefill) go through Eigen's GEMM, where the arithmetic dominates.
-constexpr index_t kStreamRows = 16;
-
 template <typename T, typename S>
 void decode_chunk_as(const RawDecodeChunk<T>& c) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
@@ -255,7 +249,10 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
     std::fill(c.lse, c.lse + R, minus_inf);
     return;
   }
-  const bool stream = R <= kStreamRows;
+  // A few rows (decode proper) stream through the keys and values once, each row of them read
+  // from memory once and used for every query row at once; more rows (chunked prefill), or
+  // accumulators too wide for L1 (MLA's d_v = 512), go through Eigen's GEMM (tile_policy.hpp).
+  const bool stream = decode_streams(cache_sizes(), R, dv, static_cast<index_t>(sizeof(T)));
   const index_t n = ue - ub;
   const index_t lds = static_cast<index_t>(Arena<T>::round(n));  // rows start 64-byte aligned
   Blocking<T> qk(stream ? 1 : R, stream ? 1 : n, stream ? 1 : dk),

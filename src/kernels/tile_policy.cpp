@@ -23,5 +23,9 @@ ForwardTiles forward_tiles(const CacheSizes& c, index_t dk, index_t dv, index_t 
   return {std::max(keys, panel)};
 }
 
+bool decode_streams(const CacheSizes& c, index_t rows, index_t dv, index_t element) {
+  return rows <= kStreamRows && rows * dv * element <= c.l1 / 4;
+}
+
 }  // namespace internal
 }  // namespace EigenAttention

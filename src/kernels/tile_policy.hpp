@@ -49,5 +49,14 @@ struct ForwardTiles {
 ForwardTiles forward_tiles(const CacheSizes& c, index_t dk, index_t dv, index_t strip_rows, index_t panel,
                            index_t element);
 
+/// Does a decode chunk of `rows` query rows (heads x tokens) stream through its keys and values
+/// (kernels/decode.hpp), rather than go through Eigen's GEMM? Up to kStreamRows rows, while the
+/// rows' d_v accumulators, which the value pass reads and writes for every few value rows, fit
+/// in a quarter of L1: MLA's d_v = 512 in float ran 1.4x (8 heads, 16 KiB) and 1.35x (16 heads)
+/// faster through the GEMM on a Zen 5 EPYC (48 KiB L1; bench/results/issue26_mla.txt), while GQA
+/// groups of d = 128 (at most 8 KiB at 16 rows) stream.
+constexpr index_t kStreamRows = 16;
+bool decode_streams(const CacheSizes& c, index_t rows, index_t dv, index_t element);
+
 }  // namespace internal
 }  // namespace EigenAttention
