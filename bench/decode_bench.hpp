@@ -8,6 +8,7 @@
 //   decode_bench_step.cpp       section 2: one decode step of one long sequence, per storage,
 //                               page size and threads, beside contiguous views and attention_heads_into
 //   decode_bench_batch.cpp      sections 3 and 4: a batch of mixed lengths; append of one token
+//   decode_bench_latent.cpp     section 5: MLA absorbed decode over a latent cache
 //   decode_bench.cpp            the order of the sections, the summary, main
 #pragma once
 
@@ -58,7 +59,8 @@ struct Args {
   double seconds = 0.5;  // a warm run lasts about seconds / 5
   bool cold = true;      // also time single calls after evicting the last-level cache
   bool quick = false;
-  bool s_bandwidth = true, s_step = true, s_batch = true, s_append = true;
+  bool s_bandwidth = true, s_step = true, s_batch = true, s_append = true, s_latent = true;
+  std::vector<Idx> latent_heads{16, 32, 64, 128};  // section 5's query heads
 };
 
 using bench::kUsage;
@@ -263,6 +265,8 @@ void step_section(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, Su
 // Sections 3 and 4 (decode_bench_batch.cpp).
 void batch_section(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, Summary& sum);
 void append_section(const Args& a, Summary& sum);
+// Section 5 (decode_bench_latent.cpp).
+void latent_section(const Args& a, ea::Kernel kernel, Summary& sum);
 
 // The header (decode_bench_options.cpp).
 void print_machine(const Args& a, ea::Kernel kernel);

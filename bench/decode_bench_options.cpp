@@ -16,7 +16,7 @@ const char* const bench::kUsage =
     "usage: eigen_attention_decode_bench [options]\n"
     "  --quick              T_k = 2048, batch of 4 sequences of 64..512 tokens, page sizes 16,256,\n"
     "                       appends at T = 256,2048, 5 runs, --seconds 0.1: a check that it runs\n"
-    "  --sections LIST      of bandwidth,step,batch,append (default all; step and batch need the\n"
+    "  --sections LIST      of bandwidth,step,batch,append,latent (default all; step and batch need the\n"
     "                       bandwidth of their byte sizes and measure it when it is left out)\n"
     "  --t-k N              keys of the single sequence (default 32768)\n"
     "  --shape H,H_kv,d     query heads, KV heads, head dim (default 32,8,128)\n"
@@ -27,6 +27,7 @@ const char* const bench::kUsage =
     "  --batch-range MIN,MAX  their lengths, drawn deterministically (default 512,8192)\n"
     "  --batch-page-sizes LIST  (default 16,256)\n"
     "  --append-t LIST      lengths at which one-token appends are timed (default 1024,8192,32768)\n"
+    "  --latent-heads LIST  query heads of the MLA section (default 16,32,64,128)\n"
     "  --kernel K           auto|avx512|avx2|portable|reference (default auto)\n"
     "  --reps N             measured runs per row, the median printed (default 7, at least 5)\n"
     "  --seconds S          a warm run lasts about S / 5 (default 0.5)\n"
@@ -69,7 +70,10 @@ Args parse_args(int argc, char** argv) {
       bench::parse_sections(args.value(), {{"bandwidth", &a.s_bandwidth},
                                            {"step", &a.s_step},
                                            {"batch", &a.s_batch},
-                                           {"append", &a.s_append}});
+                                           {"append", &a.s_append},
+                                           {"latent", &a.s_latent}});
+    } else if (arg == "--latent-heads") {
+      a.latent_heads = parse_ints<Idx>(args.value(), "latent heads", 1, 1024);
     } else if (arg == "--t-k") {
       a.t_k = static_cast<Idx>(parse_int(args.value(), "T_k"));
       if (a.t_k < 1 || a.t_k > (Idx(1) << 24)) usage_error("--t-k out of range");
