@@ -14,7 +14,9 @@
 //                 per sequence;
 //   4. append     the time of appending one token at T = 1k, 8k, 32k;
 //   5. latent     MLA absorbed decode over a latent cache (d_k = 576, d_v = 512, one KV head) with
-//                 16 .. 128 query heads, against the bandwidth, the FMA peak and a K/V cache.
+//                 16 .. 128 query heads, against the bandwidth, the FMA peak and a K/V cache;
+//   6. tree       speculative decoding's verify call (4, 8, 16 drafts, a tree mask) against the
+//                 causal call and one-token calls.
 // bytes/step = 2 * T_k * H_kv * d * sizeof(storage); GB/s = bytes / time; the fraction is the
 // decode's GB/s over the bandwidth of the same bytes on the same number of threads, warm (calls
 // back to back) and cold (the caches evicted before each call). Every output is checked against
@@ -124,6 +126,7 @@ int main(int argc, char** argv) {
     if (a.s_batch) batch_section(a, kernel, bw, sum);
     if (a.s_append) append_section(a, sum);
     if (a.s_latent) latent_section(a, kernel, sum);
+    if (a.s_tree) tree_section(a, kernel, sum);
 
     // The bandwidth again, to show how steady the machine was.
     if (!sizes.empty()) {

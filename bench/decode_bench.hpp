@@ -9,6 +9,7 @@
 //                               page size and threads, beside contiguous views and attention_heads_into
 //   decode_bench_batch.cpp      sections 3 and 4: a batch of mixed lengths; append of one token
 //   decode_bench_latent.cpp     section 5: MLA absorbed decode over a latent cache
+//   decode_bench_tree.cpp       section 6: speculative decoding's verify call with a tree mask
 //   decode_bench.cpp            the order of the sections, the summary, main
 #pragma once
 
@@ -59,7 +60,7 @@ struct Args {
   double seconds = 0.5;  // a warm run lasts about seconds / 5
   bool cold = true;      // also time single calls after evicting the last-level cache
   bool quick = false;
-  bool s_bandwidth = true, s_step = true, s_batch = true, s_append = true, s_latent = true;
+  bool s_bandwidth = true, s_step = true, s_batch = true, s_append = true, s_latent = true, s_tree = true;
   std::vector<Idx> latent_heads{16, 32, 64, 128};  // section 5's query heads
 };
 
@@ -267,6 +268,8 @@ void batch_section(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, S
 void append_section(const Args& a, Summary& sum);
 // Section 5 (decode_bench_latent.cpp).
 void latent_section(const Args& a, ea::Kernel kernel, Summary& sum);
+// Section 6 (decode_bench_tree.cpp).
+void tree_section(const Args& a, ea::Kernel kernel, Summary& sum);
 
 // The header (decode_bench_options.cpp).
 void print_machine(const Args& a, ea::Kernel kernel);

@@ -16,8 +16,9 @@ const char* const bench::kUsage =
     "usage: eigen_attention_decode_bench [options]\n"
     "  --quick              T_k = 2048, batch of 4 sequences of 64..512 tokens, page sizes 16,256,\n"
     "                       appends at T = 256,2048, 5 runs, --seconds 0.1: a check that it runs\n"
-    "  --sections LIST      of bandwidth,step,batch,append,latent (default all; step and batch need the\n"
-    "                       bandwidth of their byte sizes and measure it when it is left out)\n"
+    "  --sections LIST      of bandwidth,step,batch,append,latent,tree (default all; step and\n"
+    "                       batch need the bandwidth of their byte sizes and measure it when it\n"
+    "                       is left out)\n"
     "  --t-k N              keys of the single sequence (default 32768)\n"
     "  --shape H,H_kv,d     query heads, KV heads, head dim (default 32,8,128)\n"
     "  --page-sizes LIST    page sizes of the single sequence (default 16,32,64,128,256)\n"
@@ -71,7 +72,8 @@ Args parse_args(int argc, char** argv) {
                                            {"step", &a.s_step},
                                            {"batch", &a.s_batch},
                                            {"append", &a.s_append},
-                                           {"latent", &a.s_latent}});
+                                           {"latent", &a.s_latent},
+                                           {"tree", &a.s_tree}});
     } else if (arg == "--latent-heads") {
       a.latent_heads = parse_ints<Idx>(args.value(), "latent heads", 1, 1024);
     } else if (arg == "--t-k") {
