@@ -175,7 +175,7 @@ struct RawDecodeChunk {
   index_t tree_from = 0, tree_head_stride = 0, tree_row_stride = 0, tree_col_stride = 0;
 
   /// Does the tree mask hide key j from row r of the chunk (head-in-group r / rows)?
-  bool tree_hides(index_t r, index_t j) const {
+  EIGEN_ATTENTION_SHARED_INLINE bool tree_hides(index_t r, index_t j) const {
     return tree != nullptr && j >= tree_from &&
            !tree[(r / rows) * tree_head_stride + (first_row + r % rows) * tree_row_stride +
                  (j - tree_from) * tree_col_stride];
