@@ -997,13 +997,7 @@ TEST_CASE_TEMPLATE("decode cache: bfloat16 and half storage against float storag
                                 opt, ea_test::alibi_only(slopes));
       check_reference(r_low, ref, c, 1, "bfloat16/half storage vs the long-double reference");
       check_reference(r_high, ref, c, 1, "float storage vs the long-double reference");
-      for (Index h = 0; h < c.H; ++h) {
-        const Budget bud = multihead_budget<float>(ref, h).times(2);
-        CAPTURE(h);
-        EA_CHECK_NEAR(to_long_double(r_low.out.middleCols(h * c.dv, c.dv)),
-                      to_long_double(r_high.out.middleCols(h * c.dv, c.dv)), bud.attn);
-        EA_CHECK_NEAR(to_long_double(r_low.lse.col(h)), to_long_double(r_high.lse.col(h)), bud.lse);
-      }
+      check_each_other(r_low, r_high, ref, c);
     }
   }
 }

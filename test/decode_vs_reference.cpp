@@ -51,13 +51,7 @@ void check_case(Rng& rng, const Case& c, ea::Kernel kernel) {
   if constexpr (std::is_same_v<S, T>) {
     const Result<T> h = heads_call(c, s, opt);
     check_reference(h, ref, c, 1, "attention_heads_into vs the long-double reference");
-    for (Index head = 0; head < c.H; ++head) {
-      const Budget b = multihead_budget<T>(ref, head).times(2);
-      CAPTURE(head);
-      EA_CHECK_NEAR(to_long_double(r.out.middleCols(head * c.dv, c.dv)),
-                    to_long_double(h.out.middleCols(head * c.dv, c.dv)), b.attn);
-      EA_CHECK_NEAR(to_long_double(r.lse.col(head)), to_long_double(h.lse.col(head)), b.lse);
-    }
+    check_each_other(r, h, ref, c);
   }
 }
 

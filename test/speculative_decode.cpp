@@ -108,17 +108,11 @@ void check_case(Rng& rng, const Case& c, Index Hm, bool arbitrary, ea::Kernel ke
   EA_CHECK_EQUAL(again.out, r.out);
   EA_CHECK_EQUAL(again.lse, r.lse);
 
-  MultiHeadReference ref = reference_of(c, s, dense);
+  const MultiHeadReference ref = reference_of(c, s, dense);
   check_reference(r, ref, c, 1, "tree-masked decode vs the long-double reference with the dense mask");
   if constexpr (std::is_same_v<S, T>) {
     const Result<T> h = heads_with_mask(c, s, options_of(c, kernel, 1), dense);
-    for (Index head = 0; head < c.H; ++head) {
-      const Budget b = multihead_budget<T>(ref, head).times(2);
-      CAPTURE(head);
-      EA_CHECK_NEAR(to_long_double(r.out.middleCols(head * c.dv, c.dv)),
-                    to_long_double(h.out.middleCols(head * c.dv, c.dv)), b.attn);
-      EA_CHECK_NEAR(to_long_double(r.lse.col(head)), to_long_double(h.lse.col(head)), b.lse);
-    }
+    check_each_other(r, h, ref, c);
   }
 }
 

@@ -180,6 +180,19 @@ void check_reference(const Result<T>& r, const MultiHeadReference& ref, const Ca
   }
 }
 
+/// CHECKs two results of a case against each other, head by head, within twice the multi-head
+/// error budget of the compute type (two results, each within the budget of the exact one).
+template <typename T>
+void check_each_other(const Result<T>& a, const Result<T>& b, const MultiHeadReference& ref, const Case& c) {
+  for (Index h = 0; h < c.H; ++h) {
+    const Budget bud = multihead_budget<T>(ref, h).times(2);
+    CAPTURE(h);
+    EA_CHECK_NEAR(to_long_double(a.out.middleCols(h * c.dv, c.dv)),
+                  to_long_double(b.out.middleCols(h * c.dv, c.dv)), bud.attn);
+    EA_CHECK_NEAR(to_long_double(a.lse.col(h)), to_long_double(b.lse.col(h)), bud.lse);
+  }
+}
+
 }  // namespace decode
 /// The masks of a decode case: its ALiBi slopes and sinks, when it has them.
 template <typename S>
