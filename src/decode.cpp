@@ -82,7 +82,8 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
   const DecodeKernel<T> kernel = decode_kernel<T>(kernel_set(p.kernel));
   const abi::PagedKV& kv = p.paged->kv;
   const index_t G = p.q.heads / kv.kv_heads, dk = kv.d_k, dv = kv.d_v, bytes = scalar_type_bytes(kv.storage);
-  // Bytes of a key and its value: a latent cache's values are in its keys (read once).
+  // A latent cache (PagedKVCache::latent): its values are the first d_v elements of its keys, read
+  // once (the work below counts them once; the kernel takes the key rows as values).
   const bool latent = kv.v == kv.k && kv.v_page_stride == kv.k_page_stride &&
                       kv.v_token_stride == kv.k_token_stride && kv.v_head_stride == kv.k_head_stride &&
                       dv <= dk;
@@ -171,6 +172,7 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
     c.d_v = dv;
     c.out = partials_data + task.slot;
     c.lse = partials_data + task.slot + R * dv;
+    c.values_in_keys = latent;
     if (const BroadcastView<bool>& tree = p.paged->tree; !tree.empty()) {  // speculative decoding
       const index_t tq = p.cu_q[blk.sequence + 1] - p.cu_q[blk.sequence];
       c.tree_head_stride = tree.heads == 1 ? 0 : tree.head_stride;

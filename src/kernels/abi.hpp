@@ -166,8 +166,9 @@ struct RawDecodeChunk {
   const std::int32_t* pages;   // the sequence's pages, in token order
   index_t first_key, end_key;  // the chunk: keys [first_key, end_key)
   index_t d_k, d_v;
-  T* out;  // group * rows x d_v, row stride d_v
-  T* lse;  // group * rows
+  T* out;                       // group * rows x d_v, row stride d_v
+  T* lse;                       // group * rows
+  bool values_in_keys = false;  // a latent cache's: the values are the first d_v elements of the keys
   // The tree mask of speculative decoding (Masks::mask in decode), when tree is not null: query
   // row i of the sequence (head-in-group g) sees key j >= tree_from only when
   // tree[g * tree_head_stride + i * tree_row_stride + (j - tree_from) * tree_col_stride].

@@ -222,13 +222,6 @@ void axpys_block(index_t R, const T* p, index_t ldp, const Row* v, index_t dv, T
   }
 }
 
-/// Are the chunk's values the first d_v elements of its keys (a latent cache)?
-template <typename T>
-bool values_in_keys(const RawDecodeChunk<T>& c) {
-  return c.v == c.k && c.v_page_stride == c.k_page_stride && c.v_token_stride == c.k_token_stride &&
-         c.d_v <= c.d_k;
-}
-
 template <typename T, typename S>
 void decode_chunk_as(const RawDecodeChunk<T>& c) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
@@ -343,10 +336,10 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       index_t ldv = 0;
       // A latent cache's values are the first d_v elements of its keys (PagedKVCache::latent):
       // the rows of K already at hand (in place or converted) are V's.
-      const T* V = values_in_keys(c) ? K + (ib - ub) * ldk
-                                     : paged_rows<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ib,
-                                                        ie - ib, v_scratch, ldv);
-      if (values_in_keys(c)) ldv = ldk;
+      const T* V = c.values_in_keys ? K + (ib - ub) * ldk
+                                    : paged_rows<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ib,
+                                                       ie - ib, v_scratch, ldv);
+      if (c.values_in_keys) ldv = ldk;
       gemm_ab(R, dv, ie - ib, s + (ib - ub), lds, V, ldv, c.out, ldo, pv);
     }
   }
