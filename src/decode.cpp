@@ -86,7 +86,7 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
   // once (the work below counts them once; the kernel takes the key rows as values).
   const bool latent = kv.v == kv.k && kv.v_page_stride == kv.k_page_stride &&
                       kv.v_token_stride == kv.k_token_stride && kv.v_head_stride == kv.k_head_stride &&
-                      dv <= dk;
+                      kv.v_scales == kv.k_scales && dv <= dk;
   const index_t row_elements = latent ? dk : dk + dv;
   // The calling thread's, kept from call to call (the pool's threads see them through these
   // references: a thread_local named in the tasks would be each worker's own).
@@ -173,6 +173,12 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
     c.out = partials_data + task.slot;
     c.lse = partials_data + task.slot + R * dv;
     c.values_in_keys = latent;
+    if (kv.k_scales != nullptr) {  // quantized storage: the KV head's scales
+      c.k_scales = kv.k_scales + blk.kv_head * kv.scale_head_stride;
+      c.v_scales = kv.v_scales + blk.kv_head * kv.scale_head_stride;
+      c.scale_page_stride = kv.scale_page_stride;
+      c.scale_token_stride = kv.scale_token_stride;
+    }
     if (const BroadcastView<bool>& tree = p.paged->tree; !tree.empty()) {  // speculative decoding
       const index_t tq = p.cu_q[blk.sequence + 1] - p.cu_q[blk.sequence];
       c.tree_head_stride = tree.heads == 1 ? 0 : tree.head_stride;

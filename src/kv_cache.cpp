@@ -17,6 +17,7 @@
 #include <EigenAttention/KVCache.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -32,6 +33,7 @@
 #include "check/array.hpp"
 #include "check/options.hpp"
 #include "kernels/convert.hpp"
+#include "kernels/quantized.hpp"
 #include "outputs.hpp"
 #include "paged_keys.hpp"
 #include "text.hpp"
@@ -50,6 +52,10 @@ struct KVPool {
   bool values_in_keys = false;
   unsigned char* k = nullptr;
   unsigned char* v = nullptr;
+  // Quantized storage: a float scale per token and head, [num_pages, kv_heads, page_size], for the
+  // keys and for the values (of a latent cache, the keys' only). Null otherwise.
+  float* k_scales = nullptr;
+  float* v_scales = nullptr;
   std::vector<std::int32_t> refs;  // sequences holding each page
   std::vector<std::int32_t> free;  // free pages; the next one handed out is at the back
   struct Sequence {
@@ -68,6 +74,8 @@ struct KVPool {
   ~KVPool() {
     std::free(k);
     if (v != k) std::free(v);
+    std::free(k_scales);
+    if (v_scales != k_scales) std::free(v_scales);
   }
   // Pages are [num_pages, kv_heads, page_size, d] ("HND"): the keys of one head in one page are
   // contiguous, so that a decode, which reads one head at a time, streams through memory.
@@ -85,6 +93,12 @@ struct KVPool {
                       vs = values_in_keys ? ks : hnd_strides(kv_heads, page_size, d_v);
     l.k_page_stride = ks.page, l.k_token_stride = ks.token, l.k_head_stride = ks.head;
     l.v_page_stride = vs.page, l.v_token_stride = vs.token, l.v_head_stride = vs.head;
+    l.k_scales = k_scales;
+    l.v_scales = v_scales;
+    if (k_scales != nullptr) {
+      const PageStrides ss = hnd_strides(kv_heads, page_size, 1);
+      l.scale_page_stride = ss.page, l.scale_token_stride = ss.token, l.scale_head_stride = ss.head;
+    }
     return l;
   }
 };
@@ -166,6 +180,10 @@ void store(ScalarType s, float x, unsigned char* dst) {
       std::memcpy(dst, &h.bits, 2);
       return;
     }
+    case ScalarType::Int8:
+    case ScalarType::Float8E4M3:
+    case ScalarType::Float8E5M2:
+      return;  // quantized with a scale per token and head: quantize_tokens
   }
 }
 
@@ -176,12 +194,58 @@ unsigned char* page_row(const KVPool& pool, unsigned char* base, index_t dim, in
   return base + (page * st.page + h * st.head + slot * st.token) * pool.bytes;
 }
 
-/// Copies the tokens of `src` ([1, kv_heads, T_new, dim], of the storage type or float) into the
-/// pool's pages (`base`) from token `first` of sequence s on.
+/// The scale of head h of the pool's page `page`, slot `slot` ([num_pages, kv_heads, page_size]).
+float* scale_at(const KVPool& pool, float* scales, index_t page, index_t h, index_t slot) {
+  return scales + (page * pool.kv_heads + h) * pool.page_size + slot;
+}
+
+/// Element c of head h of token t of `src`, in float.
 template <typename S>
-void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* base, index_t dim,
-                  index_t first, const HeadsView<const S>& src) {
-  if (src.dim == 0) return;  // d = 0: nothing to store (and src.data may be null: no offsets from it)
+float input_value(const HeadsView<const S>& src, index_t t, index_t h, index_t c) {
+  return internal::to_compute(src.data[t * src.token_stride + h * src.head_stride + c * src.dim_stride]);
+}
+
+/// Quantizes the tokens of `src` ([1, kv_heads, T_new, dim], float, bfloat16 or half; finite) into
+/// the pool's pages (`base`) and scales from token `first` of sequence s on: each token's head
+/// with its own scale (quantized.hpp).
+template <typename Q, typename S>
+void quantize_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* base, float* scales,
+                     index_t dim, index_t first, const HeadsView<const S>& src) {
+  std::vector<float> row(static_cast<std::size_t>(dim));
+  for (index_t t = 0; t < src.tokens; ++t) {
+    const index_t pos = first + t;
+    const index_t page = s.pages[static_cast<std::size_t>(pos / pool.page_size)], slot = pos % pool.page_size;
+    for (index_t h = 0; h < src.heads; ++h) {
+      for (index_t c = 0; c < dim; ++c) row[static_cast<std::size_t>(c)] = input_value(src, t, h, c);
+      *scale_at(pool, scales, page, h, slot) = internal::quantize_row(
+          row.data(), dim, reinterpret_cast<Q*>(page_row(pool, base, dim, page, h, slot)));
+    }
+  }
+}
+
+/// Copies the tokens of `src` ([1, kv_heads, T_new, dim], of the storage type or float; of a
+/// quantized pool, float, bfloat16 or half, quantized) into the pool's pages (`base`, with
+/// `scales` when quantized) from token `first` of sequence s on.
+template <typename S>
+void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* base, float* scales,
+                  index_t dim, index_t first, const HeadsView<const S>& src) {
+  if (src.dim == 0 && scales == nullptr) return;  // d = 0: nothing to store (and src.data may be null)
+  if constexpr (!std::is_same_v<S, double>) {
+    switch (pool.storage) {
+      case ScalarType::Int8:
+        quantize_tokens<Int8>(pool, s, base, scales, dim, first, src);
+        return;
+      case ScalarType::Float8E4M3:
+        quantize_tokens<Float8E4M3>(pool, s, base, scales, dim, first, src);
+        return;
+      case ScalarType::Float8E5M2:
+        quantize_tokens<Float8E5M2>(pool, s, base, scales, dim, first, src);
+        return;
+      default:
+        break;
+    }
+  }
+  if (src.dim == 0) return;
   const bool same = kScalarType<S> == pool.storage;
   for (index_t t = 0; t < src.tokens; ++t) {
     const index_t pos = first + t;
@@ -214,10 +278,16 @@ void copy_page(const KVPool& pool, unsigned char* base, index_t dim, std::int32_
   }
 }
 
-/// Copies the first `slots` tokens of page `from` to page `to`: keys and values.
+/// Copies the first `slots` tokens of page `from` to page `to`: keys and values (and their scales).
 void copy_kv_page(const KVPool& pool, std::int32_t from, std::int32_t to, index_t slots) {
   copy_page(pool, pool.k, pool.d_k, from, to, slots);
   if (!pool.values_in_keys) copy_page(pool, pool.v, pool.d_v, from, to, slots);
+  if (pool.k_scales == nullptr) return;
+  for (float* scales : {pool.k_scales, pool.v_scales}) {
+    if (scales == pool.v_scales && pool.values_in_keys) break;
+    for (index_t h = 0; h < pool.kv_heads; ++h)
+      std::copy_n(scale_at(pool, scales, from, h, 0), slots, scale_at(pool, scales, to, h, 0));
+  }
 }
 
 /// New keys or values: [1, kv_heads, T_new, dim] of the storage type or float; `matrix_cols`, the
@@ -225,7 +295,12 @@ void copy_kv_page(const KVPool& pool, std::int32_t from, std::int32_t to, index_
 template <typename S>
 void check_tokens(const char* api, const KVPool& pool, const char* name, const HeadsView<const S>& t,
                   index_t matrix_cols, index_t dim, const char* dim_name) {
-  if (kScalarType<S> != pool.storage && kScalarType<S> != ScalarType::Float32) {
+  if (scalar_type_quantized(pool.storage)) {
+    if (kScalarType<S> == ScalarType::Float64) {
+      fail(api, std::string(name) + " is float64 but the cache stores " + scalar_type_name(pool.storage) +
+                    " (a quantized cache's append takes float32, bfloat16 or float16 and quantizes it)");
+    }
+  } else if (kScalarType<S> != pool.storage && kScalarType<S> != ScalarType::Float32) {
     fail(api, std::string(name) + " is " + scalar_type_name(kScalarType<S>) + " but the cache stores " +
                   scalar_type_name(pool.storage) + " (append takes the storage type or float32)");
   }
@@ -239,6 +314,25 @@ void check_tokens(const char* api, const KVPool& pool, const char* name, const H
                   num(dim) + " = " + num(pool.kv_heads * dim) + " (heads side by side)");
   }
   if (t.data == nullptr && t.tokens * t.heads * t.dim != 0) fail(api, std::string(name) + " has no data");
+  if constexpr (!std::is_same_v<S, double>) {
+    if (!scalar_type_quantized(pool.storage)) return;
+    // A quantized token's scale comes from its largest magnitude: a NaN or an infinity has none.
+    for (index_t n = 0; n < t.tokens; ++n) {
+      for (index_t h = 0; h < t.heads; ++h) {
+        for (index_t c = 0; c < t.dim; ++c) {
+          const float x = input_value(t, n, h, c);
+          if (!std::isfinite(x)) {
+            fail(api,
+                 std::string(name) + " token " + num(n) + " (of the " + num(t.tokens) +
+                     " appended), KV head " + num(h) + ", element " + num(c) + " is " +
+                     (std::isnan(x) ? "NaN" : "infinite") + ": a " + scalar_type_name(pool.storage) +
+                     " cache stores each token's head as a scale and elements, and a NaN or infinity has no "
+                     "scale; nothing was appended");
+          }
+        }
+      }
+    }
+  }
 }
 
 /// The page numbers a sequence of `length` tokens holds.
@@ -344,6 +438,11 @@ KVPool* create_pool(const char* api, ScalarType storage, index_t kv_heads, index
   pool->values_in_keys = values_in_keys;
   pool->k = allocate(k_bytes);
   pool->v = values_in_keys ? pool->k : allocate(v_bytes);
+  if (scalar_type_quantized(storage)) {  // a float per token and head (fits: at most a float per element)
+    const index_t scale_bytes = pages * page_size * kv_heads * static_cast<index_t>(sizeof(float));
+    pool->k_scales = reinterpret_cast<float*>(allocate(scale_bytes));
+    pool->v_scales = values_in_keys ? pool->k_scales : reinterpret_cast<float*>(allocate(scale_bytes));
+  }
   pool->refs.assign(static_cast<std::size_t>(pages), 0);
   pool->free.resize(static_cast<std::size_t>(pages));
   for (index_t p = 0; p < pages; ++p)
@@ -434,8 +533,8 @@ void append(KVPool* pool, std::int32_t sequence, const HeadsView<const S>& k, in
     pool->refs[page] = 1;
     s.pages.push_back(page);
   }
-  write_tokens(*pool, s, pool->k, pool->d_k, length, k);
-  if (v != nullptr) write_tokens(*pool, s, pool->v, pool->d_v, length, *v);
+  write_tokens(*pool, s, pool->k, pool->k_scales, pool->d_k, length, k);
+  if (v != nullptr) write_tokens(*pool, s, pool->v, pool->v_scales, pool->d_v, length, *v);
   s.length = length + k.tokens;
 }
 
@@ -487,10 +586,18 @@ void move_token(const KVPool& pool, const KVPool::Sequence& s, index_t from, ind
     std::memcpy(page_row(pool, pool.k, pool.d_k, at(to), h, to % pool.page_size),
                 page_row(pool, pool.k, pool.d_k, at(from), h, from % pool.page_size),
                 static_cast<std::size_t>(pool.d_k * pool.bytes));
+    if (pool.k_scales != nullptr) {
+      *scale_at(pool, pool.k_scales, at(to), h, to % pool.page_size) =
+          *scale_at(pool, pool.k_scales, at(from), h, from % pool.page_size);
+    }
     if (pool.values_in_keys) continue;
     std::memcpy(page_row(pool, pool.v, pool.d_v, at(to), h, to % pool.page_size),
                 page_row(pool, pool.v, pool.d_v, at(from), h, from % pool.page_size),
                 static_cast<std::size_t>(pool.d_v * pool.bytes));
+    if (pool.v_scales != nullptr) {
+      *scale_at(pool, pool.v_scales, at(to), h, to % pool.page_size) =
+          *scale_at(pool, pool.v_scales, at(from), h, from % pool.page_size);
+    }
   }
 }
 

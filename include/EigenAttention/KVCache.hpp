@@ -58,11 +58,19 @@ struct [[deprecated(
 /// auto kv = EigenAttention::PagedKVView<float>::nhd(k.data(), v.data(), num_pages, 16, 8, 128, 128,
 ///                                                   tables.data(), max_pages, lengths.data(), batch);
 /// \endcode
+///
+/// Quantized pages (T = Int8, Float8E4M3, Float8E5M2) come with a float scale per token and KV
+/// head for the keys and for the values, set by with_scales(): element c of key (p, t, h) stands
+/// for `k_scales[p * scale_page_stride + t * scale_token_stride + h * scale_head_stride] * value`.
+/// The factories set the scale strides of their layout with d = 1 (nhd: [num_pages, page_size,
+/// kv_heads]; hnd: [num_pages, kv_heads, page_size]; latent: [num_pages, page_size]).
 template <typename T>
 struct PagedKVView {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Eigen::bfloat16> ||
-                    std::is_same_v<T, Eigen::half>,
-                "EigenAttention: cached keys and values are float, double, Eigen::bfloat16 or Eigen::half");
+  static_assert(
+      std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, Eigen::bfloat16> ||
+          std::is_same_v<T, Eigen::half> || kIsQuantized<T>,
+      "EigenAttention: cached keys and values are float, double, Eigen::bfloat16, Eigen::half, Int8, "
+      "Float8E4M3 or Float8E5M2");
   const T* k_pages = nullptr;  ///< key page 0, slot 0, head 0, element 0
   const T* v_pages = nullptr;  ///< value page 0, slot 0, head 0, element 0
   ///@{
@@ -80,29 +88,49 @@ struct PagedKVView {
   std::ptrdiff_t block_table_stride = 0;  ///< entries per sequence in block_tables
   const std::int64_t* lengths = nullptr;  ///< tokens of each sequence, batch entries
   std::ptrdiff_t batch = 0;               ///< sequences
+  ///@{
+  /// The scales of quantized keys and values (with_scales()); null for the other types.
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+  ///@}
+  ///@{
+  /// Strides in floats of the scales between pages, slots and heads (set by the factories).
+  std::ptrdiff_t scale_page_stride = 0, scale_token_stride = 0, scale_head_stride = 0;
+  ///@}
+
+  /// The same view with the scales of its quantized keys and values (of a latent view, the one
+  /// array of the keys, given twice).
+  PagedKVView with_scales(const float* keys, const float* values) const {
+    PagedKVView v = *this;
+    v.k_scales = keys;
+    v.v_scales = values;
+    return v;
+  }
 
   /// Pages laid out [num_pages, page_size, kv_heads, d] (vLLM's, FlashInfer's "NHD").
   static PagedKVView nhd(const T* k, const T* v, std::ptrdiff_t num_pages, std::ptrdiff_t page_size,
                          std::ptrdiff_t kv_heads, std::ptrdiff_t d_k, std::ptrdiff_t d_v,
                          const std::int32_t* block_tables, std::ptrdiff_t block_table_stride,
                          const std::int64_t* lengths, std::ptrdiff_t batch) {
-    return {k,
-            v,
-            num_pages,
-            page_size,
-            kv_heads,
-            d_k,
-            d_v,
-            page_size * kv_heads * d_k,
-            kv_heads * d_k,
-            d_k,
-            page_size * kv_heads * d_v,
-            kv_heads * d_v,
-            d_v,
-            block_tables,
-            block_table_stride,
-            lengths,
-            batch};
+    PagedKVView view{k,
+                     v,
+                     num_pages,
+                     page_size,
+                     kv_heads,
+                     d_k,
+                     d_v,
+                     page_size * kv_heads * d_k,
+                     kv_heads * d_k,
+                     d_k,
+                     page_size * kv_heads * d_v,
+                     kv_heads * d_v,
+                     d_v,
+                     block_tables,
+                     block_table_stride,
+                     lengths,
+                     batch};
+    view.set_scale_strides(page_size * kv_heads, kv_heads, 1);
+    return view;
   }
   /// Pages laid out [num_pages, kv_heads, page_size, d] (FlashInfer's "HND").
   static PagedKVView hnd(const T* k, const T* v, std::ptrdiff_t num_pages, std::ptrdiff_t page_size,
@@ -111,10 +139,13 @@ struct PagedKVView {
                          const std::int64_t* lengths, std::ptrdiff_t batch) {
     const abi::PageStrides ks = abi::hnd_strides(kv_heads, page_size, d_k),
                            vs = abi::hnd_strides(kv_heads, page_size, d_v);
-    return {k,       v,        num_pages, page_size,    kv_heads,
-            d_k,     d_v,      ks.page,   ks.token,     ks.head,
-            vs.page, vs.token, vs.head,   block_tables, block_table_stride,
-            lengths, batch};
+    PagedKVView view{k,       v,        num_pages, page_size,    kv_heads,
+                     d_k,     d_v,      ks.page,   ks.token,     ks.head,
+                     vs.page, vs.token, vs.head,   block_tables, block_table_stride,
+                     lengths, batch};
+    const abi::PageStrides ss = abi::hnd_strides(kv_heads, page_size, 1);
+    view.set_scale_strides(ss.page, ss.token, ss.head);
+    return view;
   }
 
   /// Latent pages (MLA, as PagedKVCache::latent): one KV head whose values are the first d_v
@@ -123,23 +154,25 @@ struct PagedKVView {
                             std::ptrdiff_t d_k, std::ptrdiff_t d_v, const std::int32_t* block_tables,
                             std::ptrdiff_t block_table_stride, const std::int64_t* lengths,
                             std::ptrdiff_t batch) {
-    return {pages,
-            pages,
-            num_pages,
-            page_size,
-            1,
-            d_k,
-            d_v,
-            page_size * d_k,
-            d_k,
-            d_k,
-            page_size * d_k,
-            d_k,
-            d_k,
-            block_tables,
-            block_table_stride,
-            lengths,
-            batch};
+    PagedKVView view{pages,
+                     pages,
+                     num_pages,
+                     page_size,
+                     1,
+                     d_k,
+                     d_v,
+                     page_size * d_k,
+                     d_k,
+                     d_k,
+                     page_size * d_k,
+                     d_k,
+                     d_k,
+                     block_tables,
+                     block_table_stride,
+                     lengths,
+                     batch};
+    view.set_scale_strides(page_size, 1, 1);
+    return view;
   }
 
   /// The same view without its type (what the compiled library takes).
@@ -161,7 +194,17 @@ struct PagedKVView {
             block_tables,
             block_table_stride,
             lengths,
-            batch};
+            batch,
+            k_scales,
+            v_scales,
+            scale_page_stride,
+            scale_token_stride,
+            scale_head_stride};
+  }
+
+ private:
+  void set_scale_strides(std::ptrdiff_t page, std::ptrdiff_t token, std::ptrdiff_t head) {
+    scale_page_stride = page, scale_token_stride = token, scale_head_stride = head;
   }
 };
 
@@ -190,7 +233,13 @@ static_assert(sizeof(SequenceId) == sizeof(std::int32_t), "SequenceId must be a 
 /// prompts, beam search) and shrink by truncation (speculative decoding).
 ///
 /// T is the storage type: float, double, Eigen::bfloat16 or Eigen::half (the last two halve
-/// the bytes each decode step reads; queries, outputs and arithmetic are then float). Pages are
+/// the bytes each decode step reads; queries, outputs and arithmetic are then float), or a
+/// quantized type, Int8, Float8E4M3 or Float8E5M2 (a quarter of float's bytes, plus one float
+/// scale per token and KV head for the keys and one for the values): append() quantizes float,
+/// bfloat16 or half rows on the way in (scale = max |x| of the token's head over the type's
+/// largest value, elements rounded to nearest even, saturating; a NaN or infinity throws, naming
+/// the token and head, and nothing is appended), and decode reads scale x element in registers
+/// (docs/decode.md, "Quantized caches"). Pages are
 /// laid out [num_pages, kv_heads, page_size, d] (FlashInfer's "HND": a decode reads one head's
 /// keys at a time, contiguous within a page) and allocated once, at construction: the
 /// capacity is fixed, and running out is an error (std::invalid_argument) that changes nothing.
@@ -353,6 +402,12 @@ class PagedKVCache {
   /// The value pages, [num_pages, kv_heads, page_size, d_v]; of a latent cache, the key pages
   /// (each value the first d_v elements of its key: value_pages() == key_pages()).
   const T* value_pages() const { return static_cast<const T*>(layout_.v); }
+  /// The scales of a quantized cache's keys (Int8, Float8E4M3, Float8E5M2: key element c of page p,
+  /// head h, slot t stands for key_scales()[(p * kv_heads + h) * page_size + t] times its value),
+  /// [num_pages, kv_heads, page_size]; null for the other storage types.
+  const float* key_scales() const { return layout_.k_scales; }
+  /// The scales of a quantized cache's values, as key_scales(); of a latent cache, key_scales().
+  const float* value_scales() const { return layout_.v_scales; }
   /// Is this a latent cache (latent()): are the values the first d_v elements of the keys?
   bool values_in_keys() const { return values_in_keys_; }
 
@@ -365,8 +420,15 @@ class PagedKVCache {
   };
   template <typename S>
   static void check_input_type() {
-    static_assert(std::is_same_v<S, T> || std::is_same_v<S, float>,
-                  "EigenAttention: append takes keys and values of the cache's storage type or float");
+    if constexpr (kIsQuantized<T>) {
+      static_assert(
+          std::is_same_v<S, float> || std::is_same_v<S, Eigen::bfloat16> || std::is_same_v<S, Eigen::half>,
+          "EigenAttention: a quantized cache's append takes keys and values of float, Eigen::bfloat16 or "
+          "Eigen::half, and quantizes them");
+    } else {
+      static_assert(std::is_same_v<S, T> || std::is_same_v<S, float>,
+                    "EigenAttention: append takes keys and values of the cache's storage type or float");
+    }
   }
   PagedKVCache(abi::KVPool* pool, bool values_in_keys)
       : pool_(pool), layout_(abi::kv_pool_layout(pool)), values_in_keys_(values_in_keys) {}

@@ -4,7 +4,9 @@
 #include "check/paged.hpp"
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 namespace EigenAttention {
 namespace internal {
@@ -55,6 +57,19 @@ void check_pages(const char* api, const PagedKeys<ComputeScalar<S>>& paged, Inpu
       pages_of("V pages", kv.v, bytes, kv, kv.d_v, kv.v_page_stride, kv.v_token_stride, kv.v_head_stride);
   check_sizes(api, k_pages);
   check_sizes(api, v_pages);
+  // Quantized pages come with a float scale per token and KV head, for the keys and the values.
+  const bool quantized = scalar_type_quantized(kv.storage);
+  if (!quantized && (kv.k_scales != nullptr || kv.v_scales != nullptr)) {
+    fail(api, std::string("the pages are ") + scalar_type_name(kv.storage) +
+                  ", which has no scales: k_scales and v_scales are for int8, float8_e4m3fn and float8_e5m2 "
+                  "pages");
+  }
+  if (quantized && kv.num_pages > 0 && (kv.k_scales == nullptr || kv.v_scales == nullptr)) {
+    fail(api, std::string("the pages are ") + scalar_type_name(kv.storage) + " but " +
+                  (kv.k_scales == nullptr ? "k_scales" : "v_scales") +
+                  " is null: quantized pages need a float scale per token and KV head for the keys and for "
+                  "the values (PagedKVView::with_scales)");
+  }
   check_scratch<T>(api, kv.d_k, kv.d_v, 0);
   for (index_t b = 0; b < batch; ++b) {
     const PagedSequence& s = sequences[b];
@@ -68,6 +83,19 @@ void check_pages(const char* api, const PagedKeys<ComputeScalar<S>>& paged, Inpu
   }
   inputs.push_back(k_pages);
   inputs.push_back(v_pages);
+  if (quantized) {
+    for (const auto& [name, data] : {std::pair<const char*, const float*>{"K scales", kv.k_scales},
+                                     std::pair<const char*, const float*>{"V scales", kv.v_scales}}) {
+      const Array scales{name,
+                         reinterpret_cast<std::uintptr_t>(data),
+                         4,
+                         {kv.num_pages, kv.page_size, kv.kv_heads, 1},
+                         {kv.scale_page_stride, kv.scale_token_stride, kv.scale_head_stride, 1},
+                         Print::Heads};
+      check_sizes(api, scales);
+      inputs.push_back(scales);
+    }
+  }
 }
 
 /// The offsets of each sequence's tokens in Q (cu_seqlens_q: batch + 1 of them, from 0 to T_q).

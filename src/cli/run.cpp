@@ -804,6 +804,9 @@ int run_command(const RunArgs& a) {
     case Compute::BFloat16:
       return run_typed<Eigen::bfloat16>(j, files, outs, progress);
     case Compute::Float16:
+    case Compute::Int8:  // KV-cache storage only: --compute never names them
+    case Compute::Float8E4M3:
+    case Compute::Float8E5M2:
       break;
   }
   return run_typed<Eigen::half>(j, files, outs, progress);

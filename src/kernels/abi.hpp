@@ -169,6 +169,11 @@ struct RawDecodeChunk {
   T* out;                       // group * rows x d_v, row stride d_v
   T* lse;                       // group * rows
   bool values_in_keys = false;  // a latent cache's: the values are the first d_v elements of the keys
+  // Quantized storage (scalar_type_quantized): the scales of the KV head's keys and values in page
+  // 0, slot 0; a row's at + page * scale_page_stride + slot * scale_token_stride. Null otherwise.
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+  index_t scale_page_stride = 0, scale_token_stride = 0;
   // The tree mask of speculative decoding (Masks::mask in decode), when tree is not null: query
   // row i of the sequence (head-in-group g) sees key j >= tree_from only when
   // tree[g * tree_head_stride + i * tree_row_stride + (j - tree_from) * tree_col_stride].

@@ -32,36 +32,45 @@
 
 #include <EigenAttention/KVCache.hpp>
 
+#include "kernels/quantized.hpp"
 #include "kernels/tiled.hpp"
 
 namespace EigenAttention {
 namespace internal {
 namespace {
 
-/// dst[0, n) = src[0, n), converted to T (bfloat16 and half: widen() of convert.hpp).
+/// dst[0, n) = src[0, n), converted to T (bfloat16 and half: widen() of convert.hpp; the
+/// quantized types: scale x element, dequantize() of quantized.hpp).
 template <typename T, typename S>
-void convert_row(const S* src, T* dst, index_t n) {
+void convert_row(const S* src, T* dst, index_t n, float scale) {
   if constexpr (std::is_same_v<S, T>) {
+    (void)scale;
     std::copy(src, src + n, dst);
+  } else if constexpr (kIsQuantized<S>) {
+    static_assert(std::is_same_v<T, float>, "quantized caches are computed in float");
+    dequantize(src, n, scale, dst);
   } else {
     static_assert(std::is_same_v<T, float>, "bfloat16 and half are computed in float");
+    (void)scale;
     widen(src, 1, n, dst);
   }
 }
 
 /// A stored row as dot_rows and axpy_rows read it (eigen_internal.hpp): in place when stored
 /// as T; bfloat16 and half widened packet by packet where this instruction set has a packet of
-/// floats that wide (AVX-512: 16, AVX2: 8; half needs F16C), else first converted into `buffer`.
+/// floats that wide (AVX-512: 16, AVX2: 8; half needs F16C), and the quantized types decoded and
+/// scaled likewise (quantized.hpp), else first converted into `buffer`. `scale`: the row's
+/// (quantized types; 1 otherwise).
 template <typename T, typename S>
 struct StoredRow {  // S == T, or converted into the buffer
   PlainRow<T> row{nullptr};
   StoredRow() = default;
-  StoredRow(const S* data, index_t dim, T* buffer) {
+  StoredRow(const S* data, index_t dim, T* buffer, float scale) {
     if constexpr (std::is_same_v<S, T>) {
-      (void)dim, (void)buffer;
+      (void)dim, (void)buffer, (void)scale;
       row.data = data;
     } else {
-      convert_row(data, buffer, dim);
+      convert_row(data, buffer, dim, scale);
       row.data = buffer;
     }
   }
@@ -77,7 +86,7 @@ template <>
 struct StoredRow<float, BFloat16Bits> {  // widen_packet of convert.hpp: 16 (AVX-512) or 8 (AVX2)
   const BFloat16Bits* data = nullptr;
   StoredRow() = default;
-  StoredRow(const BFloat16Bits* d, index_t, float*) : data(d) {}
+  StoredRow(const BFloat16Bits* d, index_t, float*, float) : data(d) {}
   template <class Packet>
   Packet packet(index_t c) const {
     return widen_packet(data + c);
@@ -91,7 +100,7 @@ template <>
 struct StoredRow<float, HalfBits> {  // widen_packet of convert.hpp: 16
   const HalfBits* data = nullptr;
   StoredRow() = default;
-  StoredRow(const HalfBits* d, index_t, float*) : data(d) {}
+  StoredRow(const HalfBits* d, index_t, float*, float) : data(d) {}
   template <class Packet>
   Packet packet(index_t c) const {
     return widen_packet(data + c);
@@ -100,19 +109,70 @@ struct StoredRow<float, HalfBits> {  // widen_packet of convert.hpp: 16
 };
 #endif
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__F16C__))
+/// A quantized row: each packet decoded (value_packet of quantized.hpp) and scaled, fl(scale x
+/// value) as dequantize() computes it.
+template <typename Q>
+struct QuantizedRow {
+  const Q* data = nullptr;
+  float scale = 1;
+  QuantizedRow() = default;
+  QuantizedRow(const Q* d, index_t, float*, float s) : data(d), scale(s) {}
+  template <class Packet>
+  Packet packet(index_t c) const {
+    return Eigen::internal::pmul(value_packet(data + c), Eigen::internal::pset1<Packet>(scale));
+  }
+  float at(index_t c) const { return scale * to_compute(data[c]); }
+};
+template <>
+struct StoredRow<float, Int8> : QuantizedRow<Int8> {
+  using QuantizedRow<Int8>::QuantizedRow;
+};
+template <>
+struct StoredRow<float, Float8E4M3> : QuantizedRow<Float8E4M3> {
+  using QuantizedRow<Float8E4M3>::QuantizedRow;
+};
+template <>
+struct StoredRow<float, Float8E5M2> : QuantizedRow<Float8E5M2> {
+  using QuantizedRow<Float8E5M2>::QuantizedRow;
+};
+#endif
+
+/// Stored keys or values of the chunk's KV head: row j (slot j % page_size of page pages[j /
+/// page_size]) at base + page * page_stride + slot * token_stride, dim elements, and for a
+/// quantized type its scale at scales + page * scale_page_stride + slot * scale_token_stride.
+template <typename S>
+struct PagedRows {
+  const S* base;
+  index_t page_stride, token_stride, dim;
+  const float* scales;  // null: not quantized (every row's scale is 1)
+  index_t scale_page_stride, scale_token_stride;
+};
+template <typename S, typename T>
+PagedRows<S> keys_of(const RawDecodeChunk<T>& c) {
+  return {static_cast<const S*>(c.k), c.k_page_stride,     c.k_token_stride, c.d_k, c.k_scales,
+          c.scale_page_stride,        c.scale_token_stride};
+}
+template <typename S, typename T>
+PagedRows<S> values_of(const RawDecodeChunk<T>& c) {
+  return {static_cast<const S*>(c.v), c.v_page_stride,     c.v_token_stride, c.d_v, c.v_scales,
+          c.scale_page_stride,        c.scale_token_stride};
+}
+
 /// Bytes read ahead of the row in use: the pages of one head are short runs of memory (a few
 /// KiB), too short for the hardware prefetcher to reach full speed on each, so the rows this far
 /// ahead along the page table are prefetched by hand. (2 to 8 KiB measured alike on a Xeon;
 /// 16 KiB and more slower.)
 constexpr index_t kPrefetchBytes = 4096;
 
-/// f(j, row) for the keys (or values) j in [first, end) of the chunk's KV head, in order, `row`
-/// pointing at its dim stored elements.
+/// f(j, row, scale) for the keys (or values) j in [first, end) of the chunk's KV head, in order,
+/// `row` pointing at its dim stored elements, `scale` its scale (1 when not quantized).
 template <typename T, typename S, class F>
-void for_each_row(const RawDecodeChunk<T>& c, const S* base, index_t page_stride, index_t token_stride,
-                  index_t dim, index_t first, index_t end, F&& f) {
+void for_each_row(const RawDecodeChunk<T>& c, const PagedRows<S>& rows, index_t first, index_t end, F&& f) {
   const index_t ps = c.page_size;
-  const index_t row_bytes = dim * static_cast<index_t>(sizeof(S));
+  const S* const base = rows.base;
+  const index_t page_stride = rows.page_stride, token_stride = rows.token_stride;
+  const index_t row_bytes = rows.dim * static_cast<index_t>(sizeof(S));
   // The prefetch cursor: key `ahead`, slot `ahead_slot` of page number `ahead_page`, at
   // `ahead_row` (counted, not divided: a division per row costs as much as the row's arithmetic).
   const index_t rows_ahead = std::max<index_t>(4, kPrefetchBytes / std::max<index_t>(row_bytes, 1));
@@ -123,6 +183,9 @@ void for_each_row(const RawDecodeChunk<T>& c, const S* base, index_t page_stride
   for (index_t j = first; j < end;) {
     const index_t slot = j % ps, run = std::min(end - j, ps - slot);
     const S* row = base + c.pages[j / ps] * page_stride + slot * token_stride;
+    const float* scale = rows.scales != nullptr ? rows.scales + c.pages[j / ps] * rows.scale_page_stride +
+                                                      slot * rows.scale_token_stride
+                                                : nullptr;
     for (index_t u = 0; u < run; ++u, row += token_stride) {
       if (ahead < end) {
         for (index_t b = 0; b < row_bytes; b += 64)
@@ -136,7 +199,11 @@ void for_each_row(const RawDecodeChunk<T>& c, const S* base, index_t page_stride
           ahead_row += token_stride;
         }
       }
-      f(j + u, row);
+      if (scale != nullptr) {
+        f(j + u, row, scale[u * rows.scale_token_stride]);
+      } else {
+        f(j + u, row, 1.0f);
+      }
     }
     j += run;
   }
@@ -146,9 +213,11 @@ void for_each_row(const RawDecodeChunk<T>& c, const S* base, index_t page_stride
 /// row stride `ld`: in place when they are of type T and lie in pages that follow each other in
 /// memory, else gathered (and converted) into `scratch` (n x dim).
 template <typename T, typename S>
-const T* paged_rows(const RawDecodeChunk<T>& c, const S* base, index_t page_stride, index_t token_stride,
-                    index_t dim, index_t first, index_t n, T* scratch, index_t& ld) {
-  const index_t ps = c.page_size;
+const T* paged_rows(const RawDecodeChunk<T>& c, const PagedRows<S>& rows, index_t first, index_t n,
+                    T* scratch, index_t& ld) {
+  const index_t ps = c.page_size, dim = rows.dim, page_stride = rows.page_stride,
+                token_stride = rows.token_stride;
+  const S* const base = rows.base;
   if constexpr (std::is_same_v<S, T>) {
     const index_t p0 = first / ps, p1 = (first + n - 1) / ps;
     bool in_place = p0 == p1 || page_stride == ps * token_stride;
@@ -158,8 +227,9 @@ const T* paged_rows(const RawDecodeChunk<T>& c, const S* base, index_t page_stri
       return base + c.pages[p0] * page_stride + (first % ps) * token_stride;
     }
   }
-  for_each_row<T, S>(c, base, page_stride, token_stride, dim, first, first + n,
-                     [&](index_t j, const S* row) { convert_row(row, scratch + (j - first) * dim, dim); });
+  for_each_row<T, S>(c, rows, first, first + n, [&](index_t j, const S* row, float scale) {
+    convert_row(row, scratch + (j - first) * dim, dim, scale);
+  });
   ld = std::max<index_t>(dim, 1);
   return scratch;
 }
@@ -267,18 +337,17 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   pv.use(block_a, block_b);
 
   // S = scale Q K^T over the keys some row sees.
-  const S* const k_base = static_cast<const S*>(c.k);
-  const S* const v_base = static_cast<const S*>(c.v);
+  const PagedRows<S> keys = keys_of<S>(c), values = values_of<S>(c);
   TileMap<T> S_(s, R, n, Eigen::OuterStride<>(lds));
   if (stream) {
-    for_each_row<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, ue, [&](index_t j, const S* k) {
-      dots(R, c.q, dk, StoredRow<T, S>(k, dk, k_scratch), p.scale, s + (j - ub), lds);
+    for_each_row<T, S>(c, keys, ub, ue, [&](index_t j, const S* k, float scale) {
+      dots(R, c.q, dk, StoredRow<T, S>(k, dk, k_scratch, scale), p.scale, s + (j - ub), lds);
     });
   }
   index_t ldk = 0;
   const T* K = nullptr;
   if (!stream) {
-    K = paged_rows<T, S>(c, k_base, c.k_page_stride, c.k_token_stride, dk, ub, n, k_scratch, ldk);
+    K = paged_rows<T, S>(c, keys, ub, n, k_scratch, ldk);
     S_.setZero();
     gemm_abt(R, n, dk, c.q, std::max<index_t>(dk, 1), K, ldk, s, lds, p.scale, qk);
   }
@@ -322,29 +391,27 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       StoredRow<T, S> block[kValueBlock];
       int held = 0;
       index_t first = ib;
-      for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ib, ie,
-                         [&](index_t j, const S* v) {
-                           if (held == 0) first = j;
-                           block[held] = StoredRow<T, S>(v, dv, v_scratch + held * dv);
-                           if (++held == kValueBlock) {
-                             axpys_block(R, s + (first - ub), lds, block, dv, c.out);
-                             held = 0;
-                           }
-                         });
+      for_each_row<T, S>(c, values, ib, ie, [&](index_t j, const S* v, float scale) {
+        if (held == 0) first = j;
+        block[held] = StoredRow<T, S>(v, dv, v_scratch + held * dv, scale);
+        if (++held == kValueBlock) {
+          axpys_block(R, s + (first - ub), lds, block, dv, c.out);
+          held = 0;
+        }
+      });
       for (int b = 0; b < held; ++b) axpys(R, s + (first + b - ub), lds, block[b], dv, c.out);
     } else {
       index_t ldv = 0;
       // A latent cache's values are the first d_v elements of its keys (PagedKVCache::latent):
       // the rows of K already at hand (in place or converted) are V's.
-      const T* V = c.values_in_keys ? K + (ib - ub) * ldk
-                                    : paged_rows<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ib,
-                                                       ie - ib, v_scratch, ldv);
+      const T* V =
+          c.values_in_keys ? K + (ib - ub) * ldk : paged_rows<T, S>(c, values, ib, ie - ib, v_scratch, ldv);
       if (c.values_in_keys) ldv = ldk;
       gemm_ab(R, dv, ie - ib, s + (ib - ub), lds, V, ldv, c.out, ldo, pv);
     }
   }
-  const auto ragged = [&](index_t j, const S* stored) {
-    const StoredRow<T, S> v(stored, dv, v_scratch);
+  const auto ragged = [&](index_t j, const S* stored, float scale) {
+    const StoredRow<T, S> v(stored, dv, v_scratch, scale);
     for (index_t r = 0; r < R; ++r) {
       index_t a, b;
       span(r, a, b);
@@ -353,10 +420,10 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
     }
   };
   if (ib < ie) {
-    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ub, ib, ragged);
-    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ie, ue, ragged);
+    for_each_row<T, S>(c, values, ub, ib, ragged);
+    for_each_row<T, S>(c, values, ie, ue, ragged);
   } else {
-    for_each_row<T, S>(c, v_base, c.v_page_stride, c.v_token_stride, dv, ub, ue, ragged);
+    for_each_row<T, S>(c, values, ub, ue, ragged);
   }
   for (index_t r = 0; r < R; ++r) {
     if (m[r] == minus_inf) {
@@ -379,6 +446,15 @@ void decode_chunk(const RawDecodeChunk<T>& c) {
         return;
       case ScalarType::Float16:
         decode_chunk_as<T, HalfBits>(c);
+        return;
+      case ScalarType::Int8:
+        decode_chunk_as<T, Int8>(c);
+        return;
+      case ScalarType::Float8E4M3:
+        decode_chunk_as<T, Float8E4M3>(c);
+        return;
+      case ScalarType::Float8E5M2:
+        decode_chunk_as<T, Float8E5M2>(c);
         return;
       default:
         decode_chunk_as<T, float>(c);

@@ -13,6 +13,7 @@
 #include "execute.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/quantized.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -30,17 +31,29 @@ T stored_value(const void* base, ScalarType storage, index_t at) {
       return static_cast<T>(to_compute(static_cast<const BFloat16Bits*>(base)[at]));
     case ScalarType::Float16:
       return static_cast<T>(to_compute(static_cast<const HalfBits*>(base)[at]));
+    case ScalarType::Int8:
+      return static_cast<T>(to_compute(static_cast<const Int8*>(base)[at]));
+    case ScalarType::Float8E4M3:
+      return static_cast<T>(to_compute(static_cast<const Float8E4M3*>(base)[at]));
+    case ScalarType::Float8E5M2:
+      return static_cast<T>(to_compute(static_cast<const Float8E5M2*>(base)[at]));
   }
   return T(0);
 }
 
-/// Token n of KV head h of a sequence, element c, from its page.
+/// Token n of KV head h of a sequence, element c, from its page (of a quantized type: times the
+/// token's scale, fl(scale x value) as every decode kernel reads it).
 template <typename T>
 T cached(const abi::PagedKV& kv, bool values, const PagedSequence& s, index_t h, index_t n, index_t c) {
   const index_t page = s.pages[n / kv.page_size], slot = n % kv.page_size;
   const index_t at = values ? page * kv.v_page_stride + slot * kv.v_token_stride + h * kv.v_head_stride + c
                             : page * kv.k_page_stride + slot * kv.k_token_stride + h * kv.k_head_stride + c;
-  return stored_value<T>(values ? kv.v : kv.k, kv.storage, at);
+  const T x = stored_value<T>(values ? kv.v : kv.k, kv.storage, at);
+  const float* scales = values ? kv.v_scales : kv.k_scales;
+  if (scales == nullptr) return x;
+  return static_cast<T>(
+      scales[page * kv.scale_page_stride + slot * kv.scale_token_stride + h * kv.scale_head_stride] *
+      static_cast<float>(x));
 }
 
 }  // namespace

@@ -67,6 +67,14 @@ struct PagedKV {
   std::ptrdiff_t block_table_stride = 0;       ///< PagedKVView::block_table_stride
   const std::int64_t* lengths = nullptr;       ///< PagedKVView::lengths
   std::ptrdiff_t batch = 0;                    ///< PagedKVView::batch
+  ///@{
+  /// Quantized storage (scalar_type_quantized): the scale of each token and KV head of the keys
+  /// and of the values, at page * scale_page_stride + slot * scale_token_stride + head *
+  /// scale_head_stride (floats), as PagedKVView's.
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+  std::ptrdiff_t scale_page_stride = 0, scale_token_stride = 0, scale_head_stride = 0;
+  ///@}
 };
 
 struct KVPool;  ///< the state of a PagedKVCache, opaque here
@@ -287,10 +295,12 @@ abi::PagedKeys cache_keys(const PagedKVCache<T>& cache, const Id* sequences, std
 /// Decode queries (and attn) are of the cache's compute type, or of its 16-bit storage type.
 template <typename T, typename S>
 struct DecodeQueryCheck {
-  static constexpr bool ok = std::is_same_v<S, ComputeScalar<T>> || std::is_same_v<S, T>;
-  static_assert(ok,
-                "EigenAttention: decode queries and attn are of the cache's compute type (float for float, "
-                "bfloat16 and half caches, double for double caches) or of its storage type");
+  static constexpr bool ok =
+      std::is_same_v<S, ComputeScalar<T>> || (std::is_same_v<S, T> && !kIsQuantized<T>);
+  static_assert(
+      ok,
+      "EigenAttention: decode queries and attn are of the cache's compute type (float for float, "
+      "bfloat16, half and quantized caches, double for double caches) or of its 16-bit storage type");
 };
 
 /// An output argument O of a decode call whose element type must be S: a writable HeadsView<S> or
