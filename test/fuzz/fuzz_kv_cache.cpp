@@ -8,7 +8,8 @@
 //   [4] query heads per KV head 1 + b % 3      [5] pages 1 + b % 8 (a small pool: "full" happens)
 //   [6] capacity_tokens = pages * page size - b % page size (rounded up to the same pages)
 //   [7..10] the seed of the token and query values (uniform in [-2, 2])
-//   then operations until the input ends (at most 64), each a kind byte and its arguments:
+//   then operations until the input ends (at most 64), each a kind byte and its arguments (run on
+//   the float cache and, alike, on three quantized caches: int8, e4m3 and e5m2):
 //     create; append of 0..40 tokens (as a matrix, a HeadsView, a column-major matrix or an
 //     expression); fork; truncate (to a length in range, one past it, or negative); release;
 //     erase (a range in the sequence, a whole number of pages from a random begin, past the
@@ -31,7 +32,11 @@
 //   changes no other sequence's pages; create and fork hand out an id that is not live;
 // - a decode of a live sequence equals bitwise (out and lse) the decode of the model's tokens in
 //   a fresh cache of the same page size; a decode naming a dead sequence throws
-//   std::invalid_argument and writes nothing into its outputs.
+//   std::invalid_argument and writes nothing into its outputs;
+// - the quantized caches (PagedKVCache<Int8 | Float8E4M3 | Float8E5M2>, the model's float tokens
+//   quantized by each append) succeed and fail as the float cache does, hand out the same ids and
+//   pages and free pages, decode bitwise as a fresh quantized cache of the model's tokens, and
+//   refuse an append with a NaN or an infinity (tried beside every bad append), changing nothing.
 // A violation prints the decoded operations and traps.
 
 #include <algorithm>
@@ -39,9 +44,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../support/kv_cache_model.hpp"
@@ -66,6 +73,10 @@ struct Harness {
   ea::PagedKVCache<float> cache;
   CacheModel<float> model;
   ea_fuzz::Rng values;
+  // The same operations on quantized caches (see the contract above).
+  ea::PagedKVCache<ea::Int8> int8;
+  ea::PagedKVCache<ea::Float8E4M3> e4m3;
+  ea::PagedKVCache<ea::Float8E5M2> e5m2;
 
   Harness(Index page_, Index kv_heads_, Index d_k_, Index d_v_, Index group, Index capacity,
           std::uint64_t seed)
@@ -76,7 +87,18 @@ struct Harness {
         heads(kv_heads_ * group),
         cache(kv_heads_, d_k_, d_v_, page_, capacity),
         model(kv_heads_, d_k_, d_v_, page_, capacity),
-        values(seed) {}
+        values(seed),
+        int8(kv_heads_, d_k_, d_v_, page_, capacity),
+        e4m3(kv_heads_, d_k_, d_v_, page_, capacity),
+        e5m2(kv_heads_, d_k_, d_v_, page_, capacity) {}
+
+  /// f(cache, name) for each quantized cache.
+  template <class F>
+  void each_quantized(F&& f) {
+    f(int8, "int8");
+    f(e4m3, "e4m3");
+    f(e5m2, "e5m2");
+  }
 
   Rows random(Index rows, Index cols) {
     Rows m(rows, cols);
@@ -95,7 +117,19 @@ struct Harness {
     return {ids[r.u8() % ids.size()]};
   }
 
-  std::string check() const { return ea_test::kv_model::check_cache(cache, model); }
+  std::string check() {
+    std::string why = ea_test::kv_model::check_cache(cache, model);
+    each_quantized([&](const auto& q, const char* name) {
+      if (!why.empty()) return;
+      if (q.free_pages() != cache.free_pages()) why = std::string(name) + " cache: free_pages differ";
+      for (const auto& entry : model.sequences()) {
+        const ea::SequenceId id{entry.first};
+        if (q.length(id) != cache.length(id) || q.pages(id) != cache.pages(id))
+          why = std::string(name) + " cache: sequence " + std::to_string(id.value) + " has other pages";
+      }
+    });
+    return why;
+  }
   std::map<std::int32_t, std::vector<std::int32_t>> pages() const {
     return ea_test::kv_model::all_pages(cache, model);
   }
@@ -138,6 +172,17 @@ void judge(Harness& h, const char* what, bool ok, bool expected_ok, const std::s
   }
 }
 
+/// Runs op(cache) on each quantized cache: it must succeed exactly when the float cache's did.
+template <class Op>
+void mirror(Harness& h, const char* what, bool ok, Op&& op) {
+  h.each_quantized([&](auto& q, const char* name) {
+    std::string message;
+    const bool q_ok = succeeds([&] { op(q); }, message);
+    EA_EXPECT(q_ok == ok, "%s %s on the float cache but %s on the %s cache (%s)", what,
+              ok ? "succeeded" : "threw", q_ok ? "succeeded" : "threw", name, message.c_str());
+  });
+}
+
 ea::Options decode_options(std::uint8_t b) {
   ea::Options opt;
   opt.causal = b & 1;
@@ -176,6 +221,15 @@ void decode_one(Harness& h, Reader& r) {
         ea_test::kv_model::same_bits(got.out, want.out) && ea_test::kv_model::same_bits(got.lse, want.lse),
         "decode of sequence %d (%td tokens) differs from a fresh cache's decode of its tokens", s.value,
         h.model.sequence(s.value).length());
+    h.each_quantized([&](const auto& q, const char* name) {
+      using Stored = typename std::decay_t<decltype(q)>::Storage;
+      const auto qgot = ea_test::kv_model::decode_sequence(q, s, Q, opt, masks);
+      const auto qwant = ea_test::kv_model::decode_model_as<Stored>(h.model, s.value, Q, opt, masks);
+      EA_EXPECT(ea_test::kv_model::same_bits(qgot.out, qwant.out) &&
+                    ea_test::kv_model::same_bits(qgot.lse, qwant.lse),
+                "decode of sequence %d on the %s cache differs from a fresh %s cache's decode of its tokens",
+                s.value, name, name);
+    });
   } else {
     std::vector<float> out(static_cast<std::size_t>(tq * h.heads * h.d_v), kSentinel),
         lse(static_cast<std::size_t>(tq * h.heads), kSentinel);
@@ -263,6 +317,7 @@ void append(Harness& h, Reader& r) {
       },
       message);
   judge(h, "append", ok, fits, message, before, free_before);
+  mirror(h, "append", ok, [&](auto& q) { q.append(s, K, V); });
   if (!ok && live) {
     EA_EXPECT(message.find("full") != std::string::npos, "append refused for want of pages says: %s",
               message.c_str());
@@ -311,6 +366,25 @@ void bad_append(Harness& h, Reader& r) {
       },
       message);
   judge(h, "bad append", ok, false, message, before, free_before);
+  // A NaN or an infinity in a token the quantized caches would otherwise take: refused, naming it.
+  if (n <= 40) {
+    Rows Kq = h.random(n, kw), Vq = h.random(n, vw);
+    const Index t = static_cast<Index>(h.values.unit() * static_cast<double>(n)) % n;
+    const float bad = h.values.unit() < 0.5 ? std::numeric_limits<float>::quiet_NaN()
+                                            : -std::numeric_limits<float>::infinity();
+    Rows& target = vw > 0 && h.values.unit() < 0.5 ? Vq : Kq;
+    target(t, static_cast<Index>(h.values.unit() * static_cast<double>(target.cols())) % target.cols()) = bad;
+    mirror(h, "an append with a NaN or infinity", false, [&](auto& q) {
+      try {
+        q.append(s, Kq, Vq);
+      } catch (const std::invalid_argument& e) {
+        const std::string m = e.what();
+        EA_EXPECT(!h.model.live(s.value) || m.find(std::to_string(t) + " (of the") != std::string::npos,
+                  "the refused append does not name token %td: %s", t, m.c_str());
+        throw;
+      }
+    });
+  }
 }
 
 void run(Reader& r, std::size_t size) {
@@ -335,6 +409,9 @@ void run(Reader& r, std::size_t size) {
         note(format("create -> %d", id.value));
         EA_EXPECT(h.model.can_adopt(id.value), "create handed out %d, which is live", id.value);
         h.model.create(id.value);
+        mirror(h, "create", true, [&](auto& q) {
+          EA_EXPECT(q.create() == id, "a quantized cache's create handed out another id");
+        });
         break;
       }
       case 1:
@@ -350,6 +427,9 @@ void run(Reader& r, std::size_t size) {
         const bool ok = succeeds([&] { id = h.cache.fork(s); }, message);
         note(format("fork %d -> %d", s.value, ok ? id.value : -1));
         judge(h, "fork", ok, h.model.live(s.value), message, before, free_before);
+        mirror(h, "fork", ok, [&](auto& q) {
+          EA_EXPECT(q.fork(s) == id, "a quantized cache's fork handed out another id");
+        });
         if (ok) {
           EA_EXPECT(h.model.can_adopt(id.value), "fork handed out %d, which is live", id.value);
           h.model.fork(s.value, id.value);
@@ -373,6 +453,7 @@ void run(Reader& r, std::size_t size) {
         const bool ok = succeeds([&] { h.cache.truncate(s, to); }, message);
         judge(h, "truncate", ok, h.model.live(s.value) && to >= 0 && to <= length, message, before,
               free_before);
+        mirror(h, "truncate", ok, [&](auto& q) { q.truncate(s, to); });
         if (ok) {
           EA_EXPECT(h.model.truncate(s.value, to), "the model refused");
           const auto after = h.pages();
@@ -395,6 +476,7 @@ void run(Reader& r, std::size_t size) {
         std::string message;
         const bool ok = succeeds([&] { h.cache.release(s); }, message);
         judge(h, "release", ok, h.model.live(s.value), message, before, free_before);
+        mirror(h, "release", ok, [&](auto& q) { q.release(s); });
         if (ok) {
           h.model.release(s.value);
           auto expected = before;
@@ -417,6 +499,7 @@ void run(Reader& r, std::size_t size) {
         const Index free_before = h.cache.free_pages();
         std::string message;
         const bool ok = succeeds([&] { h.cache.erase(s, begin, end); }, message);
+        mirror(h, "erase", ok, [&](auto& q) { q.erase(s, begin, end); });
         if (!h.model.live(s.value)) {
           judge(h, "erase", ok, false, message, before, free_before);
           break;

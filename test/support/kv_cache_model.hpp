@@ -346,15 +346,23 @@ Decoded<ea::ComputeScalar<S>> decode_sequence(const ea::PagedKVCache<S>& cache, 
 
 /// The same decode on a fresh cache (same page size and sizes) holding exactly `K` and `V`,
 /// appended at once into pages that follow each other.
+/// decode_fresh on a cache of the storage type Stored (a quantized one: K and V quantized as appended).
+template <typename Stored, typename S, class DQ>
+Decoded<ea::ComputeScalar<Stored>> decode_fresh_as(Index kv_heads, Index d_k, Index d_v, Index page_size,
+                                                   const TokenRows<S>& K, const TokenRows<S>& V,
+                                                   const Eigen::MatrixBase<DQ>& Q, const ea::Options& opt,
+                                                   const ea::Masks<ea::ComputeScalar<Stored>>& masks = {}) {
+  ea::PagedKVCache<Stored> fresh(kv_heads, d_k, d_v, page_size, K.rows());
+  const ea::SequenceId id = fresh.create();
+  fresh.append(id, K, V);
+  return decode_sequence(fresh, id, Q, opt, masks);
+}
 template <typename S, class DQ>
 Decoded<ea::ComputeScalar<S>> decode_fresh(Index kv_heads, Index d_k, Index d_v, Index page_size,
                                            const TokenRows<S>& K, const TokenRows<S>& V,
                                            const Eigen::MatrixBase<DQ>& Q, const ea::Options& opt,
                                            const ea::Masks<ea::ComputeScalar<S>>& masks = {}) {
-  ea::PagedKVCache<S> fresh(kv_heads, d_k, d_v, page_size, K.rows());
-  const ea::SequenceId id = fresh.create();
-  fresh.append(id, K, V);
-  return decode_sequence(fresh, id, Q, opt, masks);
+  return decode_fresh_as<S>(kv_heads, d_k, d_v, page_size, K, V, Q, opt, masks);
 }
 
 /// decode_fresh of sequence id of the model.
@@ -364,6 +372,15 @@ Decoded<ea::ComputeScalar<S>> decode_model(const CacheModel<S>& model, std::int3
                                            const ea::Masks<ea::ComputeScalar<S>>& masks = {}) {
   const auto& s = model.sequence(id);
   return decode_fresh(model.kv_heads(), model.d_k(), model.d_v(), model.page_size(), s.K, s.V, Q, opt, masks);
+}
+/// decode_fresh_as<Stored> of sequence id of the model (of float tokens: quantized as appended).
+template <typename Stored, typename S, class DQ>
+Decoded<ea::ComputeScalar<Stored>> decode_model_as(const CacheModel<S>& model, std::int32_t id,
+                                                   const Eigen::MatrixBase<DQ>& Q, const ea::Options& opt,
+                                                   const ea::Masks<ea::ComputeScalar<Stored>>& masks = {}) {
+  const auto& s = model.sequence(id);
+  return decode_fresh_as<Stored>(model.kv_heads(), model.d_k(), model.d_v(), model.page_size(), s.K, s.V, Q,
+                                 opt, masks);
 }
 
 }  // namespace kv_model
