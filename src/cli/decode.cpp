@@ -77,8 +77,10 @@ DecodeSettings check(const DecodeArgs& args) {
     if (t < 0 || t > 4096) throw usage_error("--threads", "must be from 0 to 4096, got " + args.threads);
     s.threads = static_cast<int>(t);
   }
-  if (args.storage != "float" && args.storage != "bf16" && args.storage != "half") {
-    throw usage_error("--storage", "must be float, bf16 or half, got '" + args.storage + "'");
+  if (args.storage != "float" && args.storage != "bf16" && args.storage != "half" && args.storage != "int8" &&
+      args.storage != "e4m3" && args.storage != "e5m2") {
+    throw usage_error("--storage",
+                      "must be float, bf16, half, int8, e4m3 or e5m2, got '" + args.storage + "'");
   }
   s.storage = args.storage;
   if (s.heads % s.kv_heads != 0) {
@@ -102,9 +104,17 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/// Bytes of one token's key (or value) of one head in storage T: d elements, and for the quantized
+/// types their float scale.
 template <typename T>
-int generate(const DecodeSettings& s, index_t storage_bytes) {
+double row_bytes(index_t d) {
+  return double(d) * double(scalar_type_bytes(kScalarType<T>)) + (kIsQuantized<T> ? 4.0 : 0.0);
+}
+
+template <typename T>
+int generate(const DecodeSettings& s) {
   const index_t B = s.sequences, Hkv = s.kv_heads, d = s.dim, H = s.heads, width = Hkv * d;
+  const double token_bytes = double(Hkv) * row_bytes<T>(d);  // a token's keys (or values), every head
   const unsigned hardware = std::max(1u, std::thread::hardware_concurrency());
 
   // Prompt lengths: deterministic pseudo-random in [prompt_min, prompt_max] (xorshift64).
@@ -122,7 +132,7 @@ int generate(const DecodeSettings& s, index_t storage_bytes) {
     prompt_tokens += p;
   }
   // The pool is reserved at once but touched as it fills: refuse what this machine cannot hold.
-  const double cache_bytes = 2.0 * double(capacity) * double(width) * double(storage_bytes);
+  const double cache_bytes = 2.0 * double(capacity) * token_bytes;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && page > 0 && cache_bytes > 0.8 * double(pages) * double(page)) {
     char what[200];
@@ -190,7 +200,7 @@ int generate(const DecodeSettings& s, index_t storage_bytes) {
     decode_total += t_decode;
     index_t keys = 0;
     for (const SequenceId id : ids) keys += cache.length(id);
-    bytes_read += 2.0 * double(keys) * double(width) * double(storage_bytes);
+    bytes_read += 2.0 * double(keys) * token_bytes;
     checksum += double(out(0, 0));
   }
   const double total = since(t_generate);
@@ -206,8 +216,8 @@ int generate(const DecodeSettings& s, index_t storage_bytes) {
               s.sequences);
   std::printf(
       "tokens/s = generated tokens / the generation's time (appends and decodes); GB/s = the bytes the\n"
-      "decodes must read (2 x cached tokens x H_kv x d x %td bytes, summed over the steps) / their time.\n",
-      storage_bytes);
+      "decodes must read (2 x cached tokens x H_kv x %.0f bytes%s, summed over the steps) / their time.\n",
+      row_bytes<T>(d), kIsQuantized<T> ? " (d elements and a float scale)" : "");
   return 0;
 }
 
@@ -215,9 +225,12 @@ int generate(const DecodeSettings& s, index_t storage_bytes) {
 
 int decode_command(const DecodeArgs& args) {
   const DecodeSettings s = check(args);
-  if (s.storage == "bf16") return generate<Eigen::bfloat16>(s, 2);
-  if (s.storage == "half") return generate<Eigen::half>(s, 2);
-  return generate<float>(s, 4);
+  if (s.storage == "bf16") return generate<Eigen::bfloat16>(s);
+  if (s.storage == "half") return generate<Eigen::half>(s);
+  if (s.storage == "int8") return generate<Int8>(s);
+  if (s.storage == "e4m3") return generate<Float8E4M3>(s);
+  if (s.storage == "e5m2") return generate<Float8E5M2>(s);
+  return generate<float>(s);
 }
 
 }  // namespace cli

@@ -225,8 +225,9 @@ sequence's prompt (random keys and values) is appended to the cache, then every 
 appends one new token (random key and value) to every sequence and decodes all of them
 in one batched call (one query token each). Prints the tokens generated per second
 (tokens/s, appends and decodes timed) and the memory bandwidth of the decodes: GB/s =
-the bytes they must read (2 x cached tokens x kv-heads x dim x the storage's bytes,
-summed over the steps) / their time. Writes no file.
+the bytes they must read (2 x cached tokens x kv-heads x (dim x the storage's bytes,
+plus a 4-byte scale for int8, e4m3 and e5m2), summed over the steps) / their time.
+Writes no file.
 
 Options:
       --sequences N      sequences decoded together (default 8)
@@ -237,9 +238,11 @@ Options:
                          number = all the same (default 512,8192)
       --generate N       tokens generated per sequence (default 256)
       --page-size P      tokens per page of the cache: 16, 32, 64, 128 or 256 (default 16)
-      --storage float|bf16|half
+      --storage float|bf16|half|int8|e4m3|e5m2
                          the cache's element type (default float); bf16 and half halve
-                         the bytes read, the arithmetic stays float
+                         the bytes read; int8 and the FP8 formats e4m3 and e5m2 quarter
+                         them (quantized as appended, a float scale per token and head);
+                         the arithmetic stays float
       --threads N        threads (default 0: one per hardware thread)
   -h, --help             show this help and exit
 

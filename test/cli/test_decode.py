@@ -67,8 +67,10 @@ def check_report(r, what, sequences, generate, prompt_min, prompt_max, storage, 
 
 @case
 def decode_tiny(ctx):
-    for storage, name in (("float", "float32"), ("bf16", "bfloat16"), ("half", "float16")):
-        for page in (16, 256):
+    for storage, name, pages in (("float", "float32", (16, 256)), ("bf16", "bfloat16", (16, 256)),
+                                 ("half", "float16", (16, 256)), ("int8", "int8", (16,)),
+                                 ("e4m3", "float8_e4m3fn", (32,)), ("e5m2", "float8_e5m2", (64,))):
+        for page in pages:
             args = ["decode"] + TINY + ["--storage", storage, "--page-size", str(page)]
             r = ctx.run_ok(args, timeout=60)
             check_report(r, " ".join(args), 3, 6, 5, 40, name, page)
