@@ -7,21 +7,23 @@
 //                 on 1 and 2 threads: the yardstick of every fraction below;
 //   2. step       one decode step (T_q = 1) of one sequence of T_k = 32768 keys, H = 32, H_kv = 8,
 //                 d = 128: a PagedKVCache with its pages in random order, per page size (16 .. 256),
-//                 storage (float, bf16, half) and threads, against the same keys in one contiguous
-//                 buffer (PagedKVView, block table 0, 1, 2, ...) and against attention_heads_into with
-//                 T_q = 1 (today's way without a cache);
+//                 storage (float, bf16, half; int8, e4m3, e5m2 on request) and threads, against the same keys
+//                 in one contiguous buffer (PagedKVView, block table 0, 1, 2, ...) and against
+//                 attention_heads_into with T_q = 1 (today's way without a cache);
 //   3. batch      8 sequences of mixed lengths (512 .. 8192) in one batched call, against one call
 //                 per sequence;
 //   4. append     the time of appending one token at T = 1k, 8k, 32k;
 //   5. latent     MLA absorbed decode over a latent cache (d_k = 576, d_v = 512, one KV head) with
 //                 16 .. 128 query heads, against the bandwidth, the FMA peak and a K/V cache;
 //   6. tree       speculative decoding's verify call (4, 8, 16 drafts, a tree mask) against the
-//                 causal call and one-token calls.
-// bytes/step = 2 * T_k * H_kv * d * sizeof(storage); GB/s = bytes / time; the fraction is the
-// decode's GB/s over the bandwidth of the same bytes on the same number of threads, warm (calls
-// back to back) and cold (the caches evicted before each call). Every output is checked against
-// the contiguous float one; the run exits 1 when one is off. Never run as a test; --quick is a
-// quick "does it run".
+//                 causal call and one-token calls;
+//   7. quantized  the error of int8, e4m3 and e5m2 caches (and bf16, half) on realistic keys and
+//                 values against the float cache (not timed).
+// bytes/step = 2 * T_k * H_kv * (d * sizeof(storage) + 4 for a quantized row's scale); GB/s = bytes / time;
+// the fraction is the decode's GB/s over the bandwidth of the same bytes on the same number of threads, warm
+// (calls back to back) and cold (the caches evicted before each call). Every output is checked against the
+// contiguous float one; the run exits 1 when one is off. Never run as a test; --quick is a quick "does it
+// run".
 //
 // The sections live in decode_bench_*.cpp; decode_bench.hpp lists them.
 #include "decode_bench.hpp"
@@ -104,10 +106,10 @@ int main(int argc, char** argv) {
     Idx batch_tokens = 0;
     for (Idx l : batch_lengths(a)) batch_tokens += l;
     for (const std::string& s : a.storages) {
-      const Idx b = storage_bytes(s);
-      const std::string unit = b == 4 ? "float" : "bf16/half";
-      if (a.s_step || a.s_bandwidth) sizes.emplace_back(2 * a.t_k * a.kv_heads * a.d * b, "step, " + unit);
-      if (a.s_batch) sizes.emplace_back(2 * batch_tokens * a.kv_heads * a.d * b, "batch, " + unit);
+      const Idx b = row_bytes(s, a.d);
+      const std::string unit = s == "float" ? "float" : quantized(s) ? "8-bit + scales" : "bf16/half";
+      if (a.s_step || a.s_bandwidth) sizes.emplace_back(2 * a.t_k * a.kv_heads * b, "step, " + unit);
+      if (a.s_batch) sizes.emplace_back(2 * batch_tokens * a.kv_heads * b, "batch, " + unit);
     }
     BandwidthTable bw;
     if (!sizes.empty()) {
@@ -127,6 +129,7 @@ int main(int argc, char** argv) {
     if (a.s_append) append_section(a, sum);
     if (a.s_latent) latent_section(a, kernel, sum);
     if (a.s_tree) tree_section(a, kernel, sum);
+    if (a.s_quantized) quantized_section(a, kernel, sum);
 
     // The bandwidth again, to show how steady the machine was.
     if (!sizes.empty()) {

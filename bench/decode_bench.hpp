@@ -10,6 +10,7 @@
 //   decode_bench_batch.cpp      sections 3 and 4: a batch of mixed lengths; append of one token
 //   decode_bench_latent.cpp     section 5: MLA absorbed decode over a latent cache
 //   decode_bench_tree.cpp       section 6: speculative decoding's verify call with a tree mask
+//   decode_bench_quantized.cpp  section 7: the error of the quantized caches (not timed)
 //   decode_bench.cpp            the order of the sections, the summary, main
 #pragma once
 
@@ -28,6 +29,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -60,7 +62,8 @@ struct Args {
   double seconds = 0.5;  // a warm run lasts about seconds / 5
   bool cold = true;      // also time single calls after evicting the last-level cache
   bool quick = false;
-  bool s_bandwidth = true, s_step = true, s_batch = true, s_append = true, s_latent = true, s_tree = true;
+  bool s_bandwidth = true, s_step = true, s_batch = true, s_append = true, s_latent = true, s_tree = true,
+       s_quantized = true;
   std::vector<Idx> latent_heads{16, 32, 64, 128};  // section 5's query heads
 };
 
@@ -72,8 +75,45 @@ using bench::usage_error;
 
 Args parse_args(int argc, char** argv);
 
+// Is the storage quantized (int8, e4m3, e5m2: a float scale per token and KV head beside the elements)?
+inline bool quantized(const std::string& storage) {
+  return storage == "int8" || storage == "e4m3" || storage == "e5m2";
+}
 // Bytes of one stored element.
-inline Idx storage_bytes(const std::string& storage) { return storage == "float" ? 4 : 2; }
+inline Idx storage_bytes(const std::string& storage) {
+  return storage == "float" ? 4 : quantized(storage) ? 1 : 2;
+}
+// Bytes of one token's key (or value) of one KV head: d elements, and a quantized row's scale.
+inline Idx row_bytes(const std::string& storage, Idx d) {
+  return d * storage_bytes(storage) + (quantized(storage) ? 4 : 0);
+}
+// f(T{}) with T the storage type named `storage` (float, bf16, half, int8, e4m3, e5m2).
+template <class F>
+void with_storage(const std::string& storage, F&& f) {
+  if (storage == "float") {
+    f(float{});
+  } else if (storage == "bf16") {
+    f(Eigen::bfloat16{});
+  } else if (storage == "half") {
+    f(Eigen::half{});
+  } else if (storage == "int8") {
+    f(ea::Int8{});
+  } else if (storage == "e4m3") {
+    f(ea::Float8E4M3{});
+  } else {
+    f(ea::Float8E5M2{});
+  }
+}
+// The bench's name of a storage type.
+template <typename T>
+const char* storage_name() {
+  if constexpr (std::is_same_v<T, float>) return "float";
+  if constexpr (std::is_same_v<T, Eigen::bfloat16>) return "bf16";
+  if constexpr (std::is_same_v<T, Eigen::half>) return "half";
+  if constexpr (std::is_same_v<T, ea::Int8>) return "int8";
+  if constexpr (std::is_same_v<T, ea::Float8E4M3>) return "e4m3";
+  return "e5m2";
+}
 
 // The lengths of the batch's sequences: deterministic pseudo-random in [batch_min, batch_max].
 std::vector<Idx> batch_lengths(const Args& a);
@@ -270,6 +310,8 @@ void append_section(const Args& a, Summary& sum);
 void latent_section(const Args& a, ea::Kernel kernel, Summary& sum);
 // Section 6 (decode_bench_tree.cpp).
 void tree_section(const Args& a, ea::Kernel kernel, Summary& sum);
+// Section 7 (decode_bench_quantized.cpp).
+void quantized_section(const Args& a, ea::Kernel kernel, Summary& sum);
 
 // The header (decode_bench_options.cpp).
 void print_machine(const Args& a, ea::Kernel kernel);

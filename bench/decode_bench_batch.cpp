@@ -23,7 +23,7 @@ void batch_rows(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, Summ
   const Idx B = Idx(len.size()), Hkv = a.kv_heads, d = a.d, H = a.heads;
   Idx tokens = 0;
   for (Idx l : len) tokens += l;
-  const Idx bytes = 2 * tokens * Hkv * d * Idx(sizeof(T));
+  const Idx bytes = 2 * tokens * Hkv * row_bytes(name, d);
   Mat<float> q(B, H * d), out(B, H * d), out_loop(B, H * d), out1(1, H * d);
   const auto q_heads = ea::HeadsView<const float>::side_by_side(q, d);  // [1, H, B, d]
   fill_uniform(q.data(), q.size(), 11);
@@ -125,7 +125,7 @@ void append_rows(const Args& a, Summary& sum, const char* name, const KeysValues
     const double median = t[t.size() / 2];
     if (std::isnan(first)) first = median;
     last = median;
-    const double bytes = 2.0 * double(Hkv * d) * double(sizeof(T));
+    const double bytes = 2.0 * double(Hkv) * double(row_bytes(name, d));
     std::printf("%-7s %4ld %7ld | %9.2f %9.3f | %7.2f\n", name, long(ps), long(t_len), median * 1e6,
                 bytes / median / 1e9, median / first);
     std::fflush(stdout);
@@ -163,14 +163,9 @@ void batch_section(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, S
               "ms/step", "tok/s", "GB/s", "frac", "cold ms", "GB/s", "frac", "loop ms", "x", "max|diff|");
   std::fflush(stdout);
   const KeysValues kv(tokens, a.kv_heads * a.d, 5);
-  for (const std::string& s : a.storages) {
-    if (s == "float")
-      batch_rows<float>(a, kernel, bw, sum, "float", kv, len, first);
-    else if (s == "bf16")
-      batch_rows<Eigen::bfloat16>(a, kernel, bw, sum, "bf16", kv, len, first);
-    else
-      batch_rows<Eigen::half>(a, kernel, bw, sum, "half", kv, len, first);
-  }
+  for (const std::string& s : a.storages)
+    with_storage(s,
+                 [&](auto tag) { batch_rows<decltype(tag)>(a, kernel, bw, sum, s.c_str(), kv, len, first); });
   std::printf("\n");
 }
 
@@ -184,14 +179,8 @@ void append_section(const Args& a, Summary& sum) {
   std::printf("%-7s %4s %7s | %9s %9s | %7s\n", "storage", "page", "T", "us/append", "GB/s", "x T0");
   std::fflush(stdout);
   const KeysValues kv(*std::max_element(a.append_ts.begin(), a.append_ts.end()), a.kv_heads * a.d, 8);
-  for (const std::string& s : a.storages) {
-    if (s == "float")
-      append_rows<float>(a, sum, "float", kv);
-    else if (s == "bf16")
-      append_rows<Eigen::bfloat16>(a, sum, "bf16", kv);
-    else
-      append_rows<Eigen::half>(a, sum, "half", kv);
-  }
+  for (const std::string& s : a.storages)
+    with_storage(s, [&](auto tag) { append_rows<decltype(tag)>(a, sum, s.c_str(), kv); });
   std::printf("\n");
 }
 

@@ -16,13 +16,13 @@ const char* const bench::kUsage =
     "usage: eigen_attention_decode_bench [options]\n"
     "  --quick              T_k = 2048, batch of 4 sequences of 64..512 tokens, page sizes 16,256,\n"
     "                       appends at T = 256,2048, 5 runs, --seconds 0.1: a check that it runs\n"
-    "  --sections LIST      of bandwidth,step,batch,append,latent,tree (default all; step and\n"
+    "  --sections LIST      of bandwidth,step,batch,append,latent,tree,quantized (default all; step and\n"
     "                       batch need the bandwidth of their byte sizes and measure it when it\n"
     "                       is left out)\n"
     "  --t-k N              keys of the single sequence (default 32768)\n"
     "  --shape H,H_kv,d     query heads, KV heads, head dim (default 32,8,128)\n"
     "  --page-sizes LIST    page sizes of the single sequence (default 16,32,64,128,256)\n"
-    "  --storage LIST       float, bf16, half (default all three)\n"
+    "  --storage LIST       float, bf16, half, int8, e4m3, e5m2 (default float, bf16, half)\n"
     "  --threads LIST       Options::threads values, and the bandwidth's threads (default 1,2)\n"
     "  --batch N            sequences of the batch (default 8)\n"
     "  --batch-range MIN,MAX  their lengths, drawn deterministically (default 512,8192)\n"
@@ -73,7 +73,8 @@ Args parse_args(int argc, char** argv) {
                                            {"batch", &a.s_batch},
                                            {"append", &a.s_append},
                                            {"latent", &a.s_latent},
-                                           {"tree", &a.s_tree}});
+                                           {"tree", &a.s_tree},
+                                           {"quantized", &a.s_quantized}});
     } else if (arg == "--latent-heads") {
       a.latent_heads = parse_ints<Idx>(args.value(), "latent heads", 1, 1024);
     } else if (arg == "--t-k") {
@@ -90,7 +91,8 @@ Args parse_args(int argc, char** argv) {
     } else if (arg == "--storage") {
       a.storages.clear();
       for (const std::string& s : split(args.value())) {
-        if (s != "float" && s != "bf16" && s != "half") usage_error("unknown storage '" + s + "'");
+        if (s != "float" && s != "bf16" && s != "half" && !quantized(s))
+          usage_error("unknown storage '" + s + "'");
         a.storages.push_back(s);
       }
       // float first: the other storages' rows compare with it.

@@ -8,26 +8,13 @@
 
 #include <EigenAttention/MultiHead.hpp>
 
+#include <memory>
+#include <tuple>
 #include <type_traits>
 
 namespace ea_decode_bench {
 
 namespace {
-
-template <typename T>
-const char* storage_name();
-template <>
-const char* storage_name<float>() {
-  return "float";
-}
-template <>
-const char* storage_name<Eigen::bfloat16>() {
-  return "bf16";
-}
-template <>
-const char* storage_name<Eigen::half>() {
-  return "half";
-}
 
 constexpr Idx kContigPage = 256;  // page size of the contiguous views (any would do: no gather)
 
@@ -120,12 +107,33 @@ Buffer<T> contiguous_pages(const Mat<float>& src, Idx kv_heads, Idx d, bool hnd)
   return buf;
 }
 
+// The keys (or values) of `flat`, a quantized cache holding one sequence in its pages 0, 1, 2, ...
+// (a fresh cache's order), and their scales, copied into buffers laid out NHD or HND.
+template <typename T>
+std::pair<Buffer<T>, Buffer<float>> quantized_pages(const ea::PagedKVCache<T>& flat, bool values, bool hnd) {
+  const Idx P = flat.page_size(), H = flat.kv_heads(), d = values ? flat.d_v() : flat.d_k(),
+            pages = flat.num_pages();
+  Buffer<T> buf(pages * P * H * d);
+  Buffer<float> scales(pages * P * H);
+  const T* src = values ? flat.value_pages() : flat.key_pages();
+  const float* src_scales = values ? flat.value_scales() : flat.key_scales();
+  for (Idx p = 0; p < pages; ++p)
+    for (Idx h = 0; h < H; ++h)
+      for (Idx slot = 0; slot < P; ++slot) {
+        const Idx from = (p * H + h) * P + slot, to = hnd ? from : (p * P + slot) * H + h;
+        scales.data()[to] = src_scales[from];
+        std::memcpy(static_cast<void*>(buf.data() + to * d), src + from * d,
+                    static_cast<std::size_t>(d) * sizeof(T));
+      }
+  return {std::move(buf), std::move(scales)};
+}
+
 template <typename T>
 void storage_rows(StepCtx& c) {
   const Args& a = c.a;
   const char* name = storage_name<T>();
   const Idx Hkv = a.kv_heads, d = a.d, Tk = a.t_k, H = a.heads;
-  const Idx bytes = 2 * Tk * Hkv * d * Idx(sizeof(T));
+  const Idx bytes = 2 * Tk * Hkv * row_bytes(name, d);
   Mat<float> out(1, H * d), contig_ref;
   const auto q = ea::HeadsView<const float>::side_by_side(c.q, d);  // [1, H, 1, d]
 
@@ -136,13 +144,28 @@ void storage_rows(StepCtx& c) {
     for (Idx p = 0; p < pages; ++p) table[static_cast<std::size_t>(p)] = static_cast<std::int32_t>(p);
     const std::int64_t length[1] = {Tk};
     const bool hnd_first = c.cache_keys == "contig HND";
+    // A quantized storage's elements and scales: a fresh cache's (its pages in order), copied.
+    std::unique_ptr<ea::PagedKVCache<T>> flat;
+    if constexpr (ea::kIsQuantized<T>) {
+      flat = std::make_unique<ea::PagedKVCache<T>>(Hkv, d, d, kContigPage, Tk);
+      flat->append(flat->create(), c.kv.k, c.kv.v);
+    }
     for (const bool hnd : {hnd_first, !hnd_first}) {
-      const Buffer<T> kb = contiguous_pages<T>(c.kv.k, Hkv, d, hnd),
-                      vb = contiguous_pages<T>(c.kv.v, Hkv, d, hnd);
-      const auto view = hnd ? ea::PagedKVView<T>::hnd(kb.data(), vb.data(), pages, kContigPage, Hkv, d, d,
-                                                      table.data(), pages, length, 1)
-                            : ea::PagedKVView<T>::nhd(kb.data(), vb.data(), pages, kContigPage, Hkv, d, d,
-                                                      table.data(), pages, length, 1);
+      Buffer<T> kb, vb;
+      Buffer<float> ks, vs;
+      if constexpr (ea::kIsQuantized<T>) {
+        std::tie(kb, ks) = quantized_pages(*flat, false, hnd);
+        std::tie(vb, vs) = quantized_pages(*flat, true, hnd);
+      } else {
+        kb = contiguous_pages<T>(c.kv.k, Hkv, d, hnd);
+        vb = contiguous_pages<T>(c.kv.v, Hkv, d, hnd);
+      }
+      const auto view = (hnd ? ea::PagedKVView<T>::hnd(kb.data(), vb.data(), pages, kContigPage, Hkv, d, d,
+                                                       table.data(), pages, length, 1)
+                             : ea::PagedKVView<T>::nhd(kb.data(), vb.data(), pages, kContigPage, Hkv, d, d,
+                                                       table.data(), pages, length, 1))
+                            .with_scales(ea::kIsQuantized<T> ? ks.data() : nullptr,
+                                         ea::kIsQuantized<T> ? vs.data() : nullptr);
       for (const int threads : a.threads) {
         const ea::Options opt = options(c, threads);
         const auto call = [&] {
@@ -252,14 +275,8 @@ void step_section(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, Su
             layout == "HND" ? "contig HND" : "contig NHD"};
   fill_uniform(c.q.data(), c.q.size(), 1);
   for (const std::string& s : a.storages) {
-    if (s == "float") {
-      storage_rows<float>(c);
-      heads_rows(c);
-    } else if (s == "bf16") {
-      storage_rows<Eigen::bfloat16>(c);
-    } else {
-      storage_rows<Eigen::half>(c);
-    }
+    with_storage(s, [&](auto tag) { storage_rows<decltype(tag)>(c); });
+    if (s == "float") heads_rows(c);
   }
   std::printf("\n");
 }
