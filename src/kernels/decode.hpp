@@ -253,6 +253,26 @@ void dots(index_t R, const T* q, index_t dk, const Row& k, T scale, T* s, index_
       break;
   }
 }
+/// dots for kKeyBlock key rows at once (dot_rows_block of eigen_internal.hpp).
+constexpr int kKeyBlock = 4;
+template <typename T, class Row>
+void dots_block(index_t R, const T* q, index_t dk, const Row* k, T scale, T* s, index_t lds) {
+  index_t r = 0;
+  for (; r + 4 <= R; r += 4) dot_rows_block<4, kKeyBlock>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+  switch (R - r) {
+    case 3:
+      dot_rows_block<3, kKeyBlock>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      break;
+    case 2:
+      dot_rows_block<2, kKeyBlock>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      break;
+    case 1:
+      dot_rows_block<1, kKeyBlock>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      break;
+    default:
+      break;
+  }
+}
 template <typename T, class Row>
 void axpys(index_t R, const T* p, index_t ldp, const Row& v, index_t dv, T* o) {
   index_t r = 0;
@@ -322,7 +342,8 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       pv(stream ? 1 : R, stream ? 1 : dv, stream ? 1 : n);
   const index_t pack_a = stream ? 0 : std::max(qk.size_a(), pv.size_a());
   const index_t pack_b = stream ? 0 : std::max(qk.size_b(), pv.size_b());
-  const index_t rows_kept = stream ? kValueBlock : n;  // converted keys or values: a few rows, or the chunk's
+  const index_t rows_kept =
+      stream ? std::max<index_t>(kKeyBlock, kValueBlock) : n;  // converted rows: a few, or the chunk's
   Arena<T> arena(Arena<T>::round(R * lds) + Arena<T>::round(rows_kept * dk) +
                  Arena<T>::round(rows_kept * dv) + 2 * Arena<T>::round(R) + Arena<T>::round(pack_a) +
                  Arena<T>::round(pack_b));
@@ -340,9 +361,19 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   const PagedRows<S> keys = keys_of<S>(c), values = values_of<S>(c);
   TileMap<T> S_(s, R, n, Eigen::OuterStride<>(lds));
   if (stream) {
+    // kKeyBlock keys at a time (each converted into its own buffer where needed), the rest one by one.
+    StoredRow<T, S> block[kKeyBlock];
+    int held = 0;
+    index_t first = ub;
     for_each_row<T, S>(c, keys, ub, ue, [&](index_t j, const S* k, float scale) {
-      dots(R, c.q, dk, StoredRow<T, S>(k, dk, k_scratch, scale), p.scale, s + (j - ub), lds);
+      if (held == 0) first = j;
+      block[held] = StoredRow<T, S>(k, dk, k_scratch + held * dk, scale);
+      if (++held == kKeyBlock) {
+        dots_block(R, c.q, dk, block, p.scale, s + (first - ub), lds);
+        held = 0;
+      }
     });
+    for (int b = 0; b < held; ++b) dots(R, c.q, dk, block[b], p.scale, s + (first + b - ub), lds);
   }
   index_t ldk = 0;
   const T* K = nullptr;
