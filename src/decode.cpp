@@ -196,8 +196,8 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
   for_tasks(static_cast<index_t>(blocks.size()), threads, [&](index_t k) {
     const Block& blk = blocks[static_cast<std::size_t>(k)];
     const index_t R = G * blk.rows;
-    thread_local std::vector<T> weights;
-    weights.resize(static_cast<std::size_t>(blk.tasks));
+    thread_local std::vector<T> weights;  // the chunks' weights, then the row's sums (merge_lse_row)
+    weights.resize(static_cast<std::size_t>(blk.tasks + dv));
     const Task* chunks = tasks.data() + blk.first_task;
     for (index_t r = 0; r < R; ++r) {
       const index_t h = blk.kv_head * G + r / blk.rows;
@@ -205,7 +205,8 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
       const T lse = merge_lse_row<T>(
           blk.tasks, [&](index_t t) { return partials_data[chunks[t].slot + R * dv + r]; },
           [&](index_t t, index_t c) { return partials_data[chunks[t].slot + r * dv + c]; }, dv,
-          dv == 0 ? p.out.data : element(p.out, h, row, 0), p.out.dim_stride, weights.data());
+          dv == 0 ? p.out.data : element(p.out, h, row, 0), p.out.dim_stride, weights.data(),
+          weights.data() + blk.tasks);
       if (p.paged->sinks == nullptr) {
         if (p.want_lse) *element(p.lse, h, row, 0) = lse;
         continue;

@@ -20,10 +20,12 @@ namespace internal {
 ///     out = sum_p w_p value_p / sum_p w_p in part order, lse = max + log(sum_p w_p); a NaN lse
 ///     makes the row NaN.
 /// Each element of every part is read before out's element is written: out may be a part
-/// (merging in place).
+/// (merging in place). With `sums` (room for dim), the parts are added one after the other into it,
+/// each read along its elements (many parts: decode's chunks), in the same order per element, so
+/// with the same result, bit for bit, as without (a part at a time, element by element).
 template <typename T, class Lse, class Value>
 T merge_lse_row(index_t parts, const Lse& lse, const Value& value, index_t dim, T* out, index_t stride,
-                T* weights) {
+                T* weights, T* sums = nullptr) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   index_t live = 0, only = 0;
   T max = minus_inf;
@@ -57,6 +59,21 @@ T merge_lse_row(index_t parts, const Lse& lse, const Value& value, index_t dim, 
     if (l == minus_inf) continue;
     sum = first ? weights[p] : sum + weights[p];
     first = false;
+  }
+  if (sums != nullptr) {
+    bool first_part = true;
+    for (index_t p = 0; p < parts; ++p) {
+      if (lse(p) == minus_inf) continue;
+      const T w = weights[p];
+      if (first_part) {
+        for (index_t c = 0; c < dim; ++c) sums[c] = w * value(p, c);
+      } else {
+        for (index_t c = 0; c < dim; ++c) sums[c] = sums[c] + w * value(p, c);
+      }
+      first_part = false;
+    }
+    for (index_t c = 0; c < dim; ++c) out[c * stride] = sums[c] / sum;
+    return max + std::log(sum);
   }
   for (index_t c = 0; c < dim; ++c) {
     T acc = 0;
