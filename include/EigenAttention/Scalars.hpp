@@ -107,42 +107,29 @@ struct ScalarTraits {
   static constexpr ScalarType type =
       std::is_same_v<Scalar, double> ? ScalarType::Float64 : ScalarType::Float32;
 };
+/// The traits of a storage type computed in float: `Abi`, what carries it across the boundary,
+/// and `kType`, its one name (the base of the ScalarTraits of the 16-bit and 8-bit types).
+template <typename AbiType, ScalarType kType>
+struct ComputedInFloat {
+  using Compute = float;                     ///< arithmetic
+  using Abi = AbiType;                       ///< across the boundary
+  static constexpr ScalarType type = kType;  ///< its one name
+};
 /// bfloat16 at the boundary: computed in float.
 template <>
-struct ScalarTraits<BFloat16Bits> {
-  using Compute = float;                                    ///< arithmetic
-  using Abi = BFloat16Bits;                                 ///< across the boundary
-  static constexpr ScalarType type = ScalarType::BFloat16;  ///< its one name
-};
+struct ScalarTraits<BFloat16Bits> : ComputedInFloat<BFloat16Bits, ScalarType::BFloat16> {};
 /// half at the boundary: computed in float.
 template <>
-struct ScalarTraits<HalfBits> {
-  using Compute = float;                                   ///< arithmetic
-  using Abi = HalfBits;                                    ///< across the boundary
-  static constexpr ScalarType type = ScalarType::Float16;  ///< its one name
-};
-
-/// A quantized KV-cache storage type: decoded in float.
+struct ScalarTraits<HalfBits> : ComputedInFloat<HalfBits, ScalarType::Float16> {};
+/// The quantized KV-cache storage types: decoded in float.
 template <>
-struct ScalarTraits<Int8> {
-  using Compute = float;                                ///< arithmetic
-  using Abi = Int8;                                     ///< across the boundary
-  static constexpr ScalarType type = ScalarType::Int8;  ///< its one name
-};
-/// A quantized KV-cache storage type: decoded in float.
+struct ScalarTraits<Int8> : ComputedInFloat<Int8, ScalarType::Int8> {};
+/// A quantized KV-cache storage type (FP8 E4M3): decoded in float.
 template <>
-struct ScalarTraits<Float8E4M3> {
-  using Compute = float;                                      ///< arithmetic
-  using Abi = Float8E4M3;                                     ///< across the boundary
-  static constexpr ScalarType type = ScalarType::Float8E4M3;  ///< its one name
-};
-/// A quantized KV-cache storage type: decoded in float.
+struct ScalarTraits<Float8E4M3> : ComputedInFloat<Float8E4M3, ScalarType::Float8E4M3> {};
+/// A quantized KV-cache storage type (FP8 E5M2): decoded in float.
 template <>
-struct ScalarTraits<Float8E5M2> {
-  using Compute = float;                                      ///< arithmetic
-  using Abi = Float8E5M2;                                     ///< across the boundary
-  static constexpr ScalarType type = ScalarType::Float8E5M2;  ///< its one name
-};
+struct ScalarTraits<Float8E5M2> : ComputedInFloat<Float8E5M2, ScalarType::Float8E5M2> {};
 
 /// The type a call on `Scalar` inputs computes in (float for bfloat16 and half).
 template <typename Scalar>

@@ -50,18 +50,10 @@ struct MatrixView {
 
 /// Eigen::bfloat16: computed in float, carried into the library as BFloat16Bits.
 template <>
-struct ScalarTraits<Eigen::bfloat16> {
-  using Compute = float;                                    ///< arithmetic
-  using Abi = BFloat16Bits;                                 ///< across the boundary
-  static constexpr ScalarType type = ScalarType::BFloat16;  ///< its one name
-};
+struct ScalarTraits<Eigen::bfloat16> : ComputedInFloat<BFloat16Bits, ScalarType::BFloat16> {};
 /// Eigen::half: computed in float, carried into the library as HalfBits.
 template <>
-struct ScalarTraits<Eigen::half> {
-  using Compute = float;                                   ///< arithmetic
-  using Abi = HalfBits;                                    ///< across the boundary
-  static constexpr ScalarType type = ScalarType::Float16;  ///< its one name
-};
+struct ScalarTraits<Eigen::half> : ComputedInFloat<HalfBits, ScalarType::Float16> {};
 static_assert(sizeof(Eigen::bfloat16) == sizeof(BFloat16Bits) && sizeof(Eigen::half) == sizeof(HalfBits),
               "EigenAttention: Eigen's 16-bit types are expected to hold their 16 bits only");
 
