@@ -92,6 +92,7 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
   // references: a thread_local named in the tasks would be each worker's own).
   thread_local std::vector<Block> block_storage;
   thread_local std::vector<Task> task_storage;
+  thread_local std::vector<index_t> order_storage;
   thread_local std::vector<T> query_storage, partial_storage;
   std::vector<Block>& blocks = block_storage;
   std::vector<Task>& tasks = task_storage;
@@ -145,8 +146,23 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
   const int threads = threads_for(threads_asked, work);
   const T* const queries_data = queries.data();
   T* const partials_data = partials.data();
+  // The tasks run chunk by chunk, every KV head of a chunk in turn (a block's tasks stay together
+  // in `tasks`, for the merge): the pages of a chunk hold every head's rows side by side (HND) or
+  // interleaved (NHD), so that consecutive tasks read neighbouring memory. Where a task runs
+  // changes no bit (each writes its own slot).
+  std::vector<index_t>& order = order_storage;
+  order.resize(tasks.size());
+  for (std::size_t t = 0; t < tasks.size(); ++t) order[t] = static_cast<index_t>(t);
+  std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
+    const Task& x = tasks[static_cast<std::size_t>(a)];
+    const Task& y = tasks[static_cast<std::size_t>(b)];
+    const index_t sx = blocks[static_cast<std::size_t>(x.block)].sequence,
+                  sy = blocks[static_cast<std::size_t>(y.block)].sequence;
+    if (sx != sy) return sx < sy;
+    return x.first_key / kDecodeChunk < y.first_key / kDecodeChunk;
+  });
   for_tasks(static_cast<index_t>(tasks.size()), threads, [&](index_t t) {
-    const Task& task = tasks[static_cast<std::size_t>(t)];
+    const Task& task = tasks[static_cast<std::size_t>(order[static_cast<std::size_t>(t)])];
     const Block& blk = blocks[static_cast<std::size_t>(task.block)];
     const PagedSequence& seq = p.paged->sequences[blk.sequence];
     const index_t R = G * blk.rows;
