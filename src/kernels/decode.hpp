@@ -11,10 +11,11 @@
 // Up to kStreamRows query rows (decode proper; decode_streams of tile_policy.hpp), the chunk streams through
 // its keys, then its values, a row at a time along the page table: each row is loaded once, in place from its
 // page (bfloat16 and half widened packet by packet, or through a one-row buffer where the instruction set has
-// no such widening), and used for every query row at once (dot_rows and axpy_rows in eigen_internal.hpp); the
-// rows a few KiB ahead are prefetched by hand, since one head's rows in a page are a short run of memory.
-// More rows (prefill) go through Eigen's GEMM (M = keys, N = heads x tokens) on the chunk's rows, in place
-// when they are one run of memory in the compute type, else gathered (and widened) into per-thread scratch.
+// no such widening), and used for every query row at once (dot_rows_block and axpy_rows_block in
+// eigen_internal.hpp); the rows a few KiB ahead are prefetched by hand, since one head's rows in a page are a
+// short run of memory. More rows (prefill) go through Eigen's GEMM (M = keys, N = heads x tokens) on the
+// chunk's rows, in place when they are one run of memory in the compute type, else gathered (and widened)
+// into per-thread scratch.
 //
 // Masks are the forward's (RawProblem::first_key/end_key and apply_extras from tiled.hpp), at
 // the queries' positions in the sequence. The product with V runs over the keys that every row
@@ -56,7 +57,7 @@ void convert_row(const S* src, T* dst, index_t n, float scale) {
   }
 }
 
-/// A stored row as dot_rows and axpy_rows read it (eigen_internal.hpp): in place when stored
+/// A stored row as dot_rows_block and axpy_rows_block read it (eigen_internal.hpp): in place when stored
 /// as T; bfloat16 and half widened packet by packet where this instruction set has a packet of
 /// floats that wide (AVX-512: 16, AVX2: 8; half needs F16C), and the quantized types decoded and
 /// scaled likewise (quantized.hpp), else first converted into `buffer`. `scale`: the row's
@@ -234,83 +235,47 @@ const T* paged_rows(const RawDecodeChunk<T>& c, const PagedRows<S>& rows, index_
   return scratch;
 }
 
-/// The streaming kernel's two steps for R rows, in groups of at most 4 (eigen_internal.hpp).
-template <typename T, class Row>
-void dots(index_t R, const T* q, index_t dk, const Row& k, T scale, T* s, index_t lds) {
+/// The streaming kernel's two steps for R query rows, in groups of at most 4, and B key or value
+/// rows at once (dot_rows_block and axpy_rows_block of eigen_internal.hpp; B = 1 for the rows left
+/// over).
+template <int B, typename T, class Row>
+void dots(index_t R, const T* q, index_t dk, const Row* k, T scale, T* s, index_t lds) {
   index_t r = 0;
-  for (; r + 4 <= R; r += 4) dot_rows<4>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+  for (; r + 4 <= R; r += 4) dot_rows_block<4, B>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
   switch (R - r) {
     case 3:
-      dot_rows<3>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      dot_rows_block<3, B>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
       break;
     case 2:
-      dot_rows<2>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      dot_rows_block<2, B>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
       break;
     case 1:
-      dot_rows<1>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      dot_rows_block<1, B>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
       break;
     default:
       break;
   }
 }
-/// dots for kKeyBlock key rows at once (dot_rows_block of eigen_internal.hpp).
-constexpr int kKeyBlock = 4;
-template <typename T, class Row>
-void dots_block(index_t R, const T* q, index_t dk, const Row* k, T scale, T* s, index_t lds) {
+template <int B, typename T, class Row>
+void axpys(index_t R, const T* p, index_t ldp, const Row* v, index_t dv, T* o) {
   index_t r = 0;
-  for (; r + 4 <= R; r += 4) dot_rows_block<4, kKeyBlock>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+  for (; r + 4 <= R; r += 4) axpy_rows_block<4, B>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
   switch (R - r) {
     case 3:
-      dot_rows_block<3, kKeyBlock>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      axpy_rows_block<3, B>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
       break;
     case 2:
-      dot_rows_block<2, kKeyBlock>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      axpy_rows_block<2, B>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
       break;
     case 1:
-      dot_rows_block<1, kKeyBlock>(q + r * dk, dk, k, dk, scale, s + r * lds, lds);
+      axpy_rows_block<1, B>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
       break;
     default:
       break;
   }
 }
-template <typename T, class Row>
-void axpys(index_t R, const T* p, index_t ldp, const Row& v, index_t dv, T* o) {
-  index_t r = 0;
-  for (; r + 4 <= R; r += 4) axpy_rows<4>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
-  switch (R - r) {
-    case 3:
-      axpy_rows<3>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
-      break;
-    case 2:
-      axpy_rows<2>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
-      break;
-    case 1:
-      axpy_rows<1>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
-      break;
-    default:
-      break;
-  }
-}
-/// axpys for kValueBlock value rows at once.
-constexpr int kValueBlock = 4;
-template <typename T, class Row>
-void axpys_block(index_t R, const T* p, index_t ldp, const Row* v, index_t dv, T* o) {
-  index_t r = 0;
-  for (; r + 4 <= R; r += 4) axpy_rows_block<4, kValueBlock>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
-  switch (R - r) {
-    case 3:
-      axpy_rows_block<3, kValueBlock>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
-      break;
-    case 2:
-      axpy_rows_block<2, kValueBlock>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
-      break;
-    case 1:
-      axpy_rows_block<1, kValueBlock>(p + r * ldp, ldp, v, dv, o + r * dv, dv);
-      break;
-    default:
-      break;
-  }
-}
+/// Key and value rows the streaming kernel takes at once.
+constexpr int kKeyBlock = 4, kValueBlock = 4;
 
 template <typename T, typename S>
 void decode_chunk_as(const RawDecodeChunk<T>& c) {
@@ -369,11 +334,11 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       if (held == 0) first = j;
       block[held] = StoredRow<T, S>(k, dk, k_scratch + held * dk, scale);
       if (++held == kKeyBlock) {
-        dots_block(R, c.q, dk, block, p.scale, s + (first - ub), lds);
+        dots<kKeyBlock>(R, c.q, dk, block, p.scale, s + (first - ub), lds);
         held = 0;
       }
     });
-    for (int b = 0; b < held; ++b) dots(R, c.q, dk, block[b], p.scale, s + (first + b - ub), lds);
+    for (int b = 0; b < held; ++b) dots<1>(R, c.q, dk, &block[b], p.scale, s + (first + b - ub), lds);
   }
   index_t ldk = 0;
   const T* K = nullptr;
@@ -426,11 +391,11 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
         if (held == 0) first = j;
         block[held] = StoredRow<T, S>(v, dv, v_scratch + held * dv, scale);
         if (++held == kValueBlock) {
-          axpys_block(R, s + (first - ub), lds, block, dv, c.out);
+          axpys<kValueBlock>(R, s + (first - ub), lds, block, dv, c.out);
           held = 0;
         }
       });
-      for (int b = 0; b < held; ++b) axpys(R, s + (first + b - ub), lds, block[b], dv, c.out);
+      for (int b = 0; b < held; ++b) axpys<1>(R, s + (first + b - ub), lds, &block[b], dv, c.out);
     } else {
       index_t ldv = 0;
       // A latent cache's values are the first d_v elements of its keys (PagedKVCache::latent):

@@ -214,7 +214,7 @@ T exp_shifted_in_packets(T* row, index_t e0, index_t e1, T shift) {
   }
 }
 
-/// A row of T in memory, as dot_rows and axpy_rows read it: whole packets, or one element.
+/// A row of T in memory, as dot_rows_block and axpy_rows_block read it: whole packets, or one element.
 template <typename T>
 struct PlainRow {
   const T* data;
@@ -224,29 +224,6 @@ struct PlainRow {
   }
   T at(index_t c) const { return data[c]; }
 };
-
-/// s[r * lds] = scale * (q_r . k) for the R rows q_r = q + r * ldq (d elements each, as the row
-/// k, a PlainRow or a row that widens its elements as it reads them): the decode kernel's logits
-/// of one key for R query rows, the key read once. One packet accumulator per row, reduced at
-/// the end; the tail past the last whole packet is added element by element.
-template <int R, typename T, class Row>
-void dot_rows(const T* q, index_t ldq, const Row& k, index_t d, T scale, T* s, index_t lds) {
-  namespace ei = Eigen::internal;
-  using Packet = typename ei::packet_traits<T>::type;
-  constexpr index_t kSize = ei::packet_traits<T>::size;
-  Packet acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = ei::pset1<Packet>(T(0));
-  index_t c = 0;
-  for (; c + kSize <= d; c += kSize) {
-    const Packet kk = k.template packet<Packet>(c);
-    for (int r = 0; r < R; ++r) acc[r] = ei::pmadd(ei::ploadu<Packet>(q + r * ldq + c), kk, acc[r]);
-  }
-  for (int r = 0; r < R; ++r) {
-    T sum = ei::predux(acc[r]);
-    for (index_t t = c; t < d; ++t) sum += q[r * ldq + t] * k.at(t);
-    s[r * lds] = scale * sum;
-  }
-}
 
 #if defined(EIGEN_VECTORIZE_AVX512)
 /// The 16 sums of acc[r][b] (r, b < 4: 16 packets of 16 floats) as one packet whose element
@@ -272,8 +249,11 @@ inline Eigen::internal::Packet16f reduce_4x4(const Eigen::internal::Packet16f (&
 #endif
 
 /// s[r * lds + b] = scale * (q_r . k[b]) for the R rows q_r = q + r * ldq and the B key rows k[b]
-/// (d elements each): dot_rows for B keys at once, each packet of q loaded once for all B, and
-/// the R B sums reduced together (reduce_4x4) where the instruction set allows.
+/// (d elements each; a PlainRow or a row that widens its elements as it reads them): the decode
+/// kernel's logits of B keys for R query rows, each key read once and each packet of q loaded once
+/// for all B. One packet accumulator per row and key, reduced at the end (the R B sums together,
+/// reduce_4x4, where the instruction set allows); the tail past the last whole packet is added
+/// element by element.
 template <int R, int B, typename T, class Row>
 void dot_rows_block(const T* q, index_t ldq, const Row* k, index_t d, T scale, T* s, index_t lds) {
   namespace ei = Eigen::internal;
@@ -313,27 +293,9 @@ void dot_rows_block(const T* q, index_t ldq, const Row* k, index_t d, T scale, T
   }
 }
 
-/// o_r += p[r * ldp] * v for the R rows o_r = o + r * ldo (d elements each, as the row v): the
-/// decode kernel's product of one value row with the R weights it gets, the value read once.
-template <int R, typename T, class Row>
-void axpy_rows(const T* p, index_t ldp, const Row& v, index_t d, T* o, index_t ldo) {
-  namespace ei = Eigen::internal;
-  using Packet = typename ei::packet_traits<T>::type;
-  constexpr index_t kSize = ei::packet_traits<T>::size;
-  Packet w[R];
-  for (int r = 0; r < R; ++r) w[r] = ei::pset1<Packet>(p[r * ldp]);
-  index_t c = 0;
-  for (; c + kSize <= d; c += kSize) {
-    const Packet vv = v.template packet<Packet>(c);
-    for (int r = 0; r < R; ++r)
-      ei::pstoreu(o + r * ldo + c, ei::pmadd(w[r], vv, ei::ploadu<Packet>(o + r * ldo + c)));
-  }
-  for (int r = 0; r < R; ++r)
-    for (index_t t = c; t < d; ++t) o[r * ldo + t] += p[r * ldp] * v.at(t);
-}
-
 /// o_r += sum_{b < B} p[r * ldp + b] * v[b] for the R rows o_r = o + r * ldo and B value rows
-/// v[b]: axpy_rows for B keys at once, each packet of o loaded and stored once for all B.
+/// v[b]: the decode kernel's product of B value rows with the weights they get, each value read
+/// once and each packet of o loaded and stored once for all B.
 template <int R, int B, typename T, class Row>
 void axpy_rows_block(const T* p, index_t ldp, const Row* v, index_t d, T* o, index_t ldo) {
   namespace ei = Eigen::internal;
