@@ -194,9 +194,11 @@ unsigned char* page_row(const KVPool& pool, unsigned char* base, index_t dim, in
   return base + (page * st.page + h * st.head + slot * st.token) * pool.bytes;
 }
 
-/// The scale of head h of the pool's page `page`, slot `slot` ([num_pages, kv_heads, page_size]).
+/// The scale of head h of the pool's page `page`, slot `slot` (the pages' HND layout with d = 1:
+/// [num_pages, kv_heads, page_size]).
 float* scale_at(const KVPool& pool, float* scales, index_t page, index_t h, index_t slot) {
-  return scales + (page * pool.kv_heads + h) * pool.page_size + slot;
+  const PageStrides st = hnd_strides(pool.kv_heads, pool.page_size, 1);
+  return scales + page * st.page + h * st.head + slot * st.token;
 }
 
 /// Element c of head h of token t of `src`, in float.
@@ -229,8 +231,7 @@ void quantize_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned cha
 template <typename S>
 void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* base, float* scales,
                   index_t dim, index_t first, const HeadsView<const S>& src) {
-  if (src.dim == 0 && scales == nullptr) return;  // d = 0: nothing to store (and src.data may be null)
-  if constexpr (!std::is_same_v<S, double>) {
+  if constexpr (!std::is_same_v<S, double>) {  // quantized: a scale for every row, d = 0 included
     switch (pool.storage) {
       case ScalarType::Int8:
         quantize_tokens<Int8>(pool, s, base, scales, dim, first, src);
@@ -245,7 +246,7 @@ void write_tokens(const KVPool& pool, const KVPool::Sequence& s, unsigned char* 
         break;
     }
   }
-  if (src.dim == 0) return;
+  if (src.dim == 0) return;  // d = 0: nothing to store (and src.data may be null: no offsets from it)
   const bool same = kScalarType<S> == pool.storage;
   for (index_t t = 0; t < src.tokens; ++t) {
     const index_t pos = first + t;
@@ -282,12 +283,13 @@ void copy_page(const KVPool& pool, unsigned char* base, index_t dim, std::int32_
 void copy_kv_page(const KVPool& pool, std::int32_t from, std::int32_t to, index_t slots) {
   copy_page(pool, pool.k, pool.d_k, from, to, slots);
   if (!pool.values_in_keys) copy_page(pool, pool.v, pool.d_v, from, to, slots);
-  if (pool.k_scales == nullptr) return;
-  for (float* scales : {pool.k_scales, pool.v_scales}) {
-    if (scales == pool.v_scales && pool.values_in_keys) break;
+  const auto copy_scales = [&](float* scales) {
     for (index_t h = 0; h < pool.kv_heads; ++h)
       std::copy_n(scale_at(pool, scales, from, h, 0), slots, scale_at(pool, scales, to, h, 0));
-  }
+  };
+  if (pool.k_scales == nullptr) return;
+  copy_scales(pool.k_scales);
+  if (!pool.values_in_keys) copy_scales(pool.v_scales);
 }
 
 /// New keys or values: [1, kv_heads, T_new, dim] of the storage type or float; `matrix_cols`, the
@@ -579,25 +581,22 @@ void kv_pool_truncate(KVPool* pool, std::int32_t sequence, std::int64_t length) 
 
 namespace {
 
-/// Token `from` of sequence s, every head's keys and values, to token `to` (in s's pages).
+/// Token `from` of sequence s, every head's keys and values (and their scales), to token `to` (in
+/// s's pages).
 void move_token(const KVPool& pool, const KVPool::Sequence& s, index_t from, index_t to) {
   const auto at = [&](index_t pos) { return s.pages[static_cast<std::size_t>(pos / pool.page_size)]; };
+  const auto move = [&](unsigned char* base, float* scales, index_t dim, index_t h) {
+    std::memcpy(page_row(pool, base, dim, at(to), h, to % pool.page_size),
+                page_row(pool, base, dim, at(from), h, from % pool.page_size),
+                static_cast<std::size_t>(dim * pool.bytes));
+    if (scales != nullptr) {
+      *scale_at(pool, scales, at(to), h, to % pool.page_size) =
+          *scale_at(pool, scales, at(from), h, from % pool.page_size);
+    }
+  };
   for (index_t h = 0; h < pool.kv_heads; ++h) {
-    std::memcpy(page_row(pool, pool.k, pool.d_k, at(to), h, to % pool.page_size),
-                page_row(pool, pool.k, pool.d_k, at(from), h, from % pool.page_size),
-                static_cast<std::size_t>(pool.d_k * pool.bytes));
-    if (pool.k_scales != nullptr) {
-      *scale_at(pool, pool.k_scales, at(to), h, to % pool.page_size) =
-          *scale_at(pool, pool.k_scales, at(from), h, from % pool.page_size);
-    }
-    if (pool.values_in_keys) continue;
-    std::memcpy(page_row(pool, pool.v, pool.d_v, at(to), h, to % pool.page_size),
-                page_row(pool, pool.v, pool.d_v, at(from), h, from % pool.page_size),
-                static_cast<std::size_t>(pool.d_v * pool.bytes));
-    if (pool.v_scales != nullptr) {
-      *scale_at(pool, pool.v_scales, at(to), h, to % pool.page_size) =
-          *scale_at(pool, pool.v_scales, at(from), h, from % pool.page_size);
-    }
+    move(pool.k, pool.k_scales, pool.d_k, h);
+    if (!pool.values_in_keys) move(pool.v, pool.v_scales, pool.d_v, h);
   }
 }
 

@@ -83,15 +83,11 @@ void check_pages(const char* api, const PagedKeys<ComputeScalar<S>>& paged, Inpu
   }
   inputs.push_back(k_pages);
   inputs.push_back(v_pages);
-  if (quantized) {
+  if (quantized) {  // the scales, as pages of one element per token and head
     for (const auto& [name, data] : {std::pair<const char*, const float*>{"K scales", kv.k_scales},
                                      std::pair<const char*, const float*>{"V scales", kv.v_scales}}) {
-      const Array scales{name,
-                         reinterpret_cast<std::uintptr_t>(data),
-                         4,
-                         {kv.num_pages, kv.page_size, kv.kv_heads, 1},
-                         {kv.scale_page_stride, kv.scale_token_stride, kv.scale_head_stride, 1},
-                         Print::Heads};
+      const Array scales = pages_of(name, data, sizeof(float), kv, 1, kv.scale_page_stride,
+                                    kv.scale_token_stride, kv.scale_head_stride);
       check_sizes(api, scales);
       inputs.push_back(scales);
     }
