@@ -19,13 +19,11 @@ namespace internal {
 ///   - otherwise, with w_p = exp(lse_p - max lse) (`weights`, room for `parts`):
 ///     out = sum_p w_p value_p / sum_p w_p in part order, lse = max + log(sum_p w_p); a NaN lse
 ///     makes the row NaN.
-/// Each element of every part is read before out's element is written: out may be a part
-/// (merging in place). With `sums` (room for dim), the parts are added one after the other into it,
-/// each read along its elements (many parts: decode's chunks), in the same order per element, so
-/// with the same result, bit for bit, as without (a part at a time, element by element).
+/// The parts are added one after the other into `sums` (room for dim), each read along its
+/// elements, and out is written last: out may be a part (merging in place).
 template <typename T, class Lse, class Value>
 T merge_lse_row(index_t parts, const Lse& lse, const Value& value, index_t dim, T* out, index_t stride,
-                T* weights, T* sums = nullptr) {
+                T* weights, T* sums) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   index_t live = 0, only = 0;
   T max = minus_inf;
@@ -60,31 +58,19 @@ T merge_lse_row(index_t parts, const Lse& lse, const Value& value, index_t dim, 
     sum = first ? weights[p] : sum + weights[p];
     first = false;
   }
-  if (sums != nullptr) {
-    bool first_part = true;
-    for (index_t p = 0; p < parts; ++p) {
-      if (lse(p) == minus_inf) continue;
-      const T w = weights[p];
-      if (first_part) {
-        for (index_t c = 0; c < dim; ++c) sums[c] = w * value(p, c);
-      } else {
-        for (index_t c = 0; c < dim; ++c) sums[c] = sums[c] + w * value(p, c);
-      }
-      first_part = false;
+  // The parts one after the other, each read along its elements, into `sums`.
+  bool first_part = true;
+  for (index_t p = 0; p < parts; ++p) {
+    if (lse(p) == minus_inf) continue;
+    const T w = weights[p];
+    if (first_part) {
+      for (index_t c = 0; c < dim; ++c) sums[c] = w * value(p, c);
+    } else {
+      for (index_t c = 0; c < dim; ++c) sums[c] = sums[c] + w * value(p, c);
     }
-    for (index_t c = 0; c < dim; ++c) out[c * stride] = sums[c] / sum;
-    return max + std::log(sum);
+    first_part = false;
   }
-  for (index_t c = 0; c < dim; ++c) {
-    T acc = 0;
-    bool first = true;
-    for (index_t p = 0; p < parts; ++p) {
-      if (lse(p) == minus_inf) continue;
-      acc = first ? weights[p] * value(p, c) : acc + weights[p] * value(p, c);
-      first = false;
-    }
-    out[c * stride] = acc / sum;
-  }
+  for (index_t c = 0; c < dim; ++c) out[c * stride] = sums[c] / sum;
   return max + std::log(sum);
 }
 

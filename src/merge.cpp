@@ -31,10 +31,12 @@ void merge(HeadsView<const E> out_a, HeadsView<const T> lse_a, HeadsView<const E
   const double bytes = static_cast<double>(out_a.dim) * 3 * sizeof(E) + 3 * sizeof(T);
   internal::for_row_blocks(rows, opt.threads, bytes, [&](index_t first, index_t count) {
     // The merged row in float before it is rounded: each thread's own, grown once and kept.
-    thread_local std::vector<T> merged_storage;
+    thread_local std::vector<T> merged_storage, sums_storage;
     std::vector<T>& merged = merged_storage;
+    std::vector<T>& sums = sums_storage;  // merge_lse_row's row of sums
     if (kIsLowPrecision<E> && static_cast<index_t>(merged.size()) < out_a.dim)
       merged.resize(static_cast<std::size_t>(out_a.dim));
+    if (static_cast<index_t>(sums.size()) < out_a.dim) sums.resize(static_cast<std::size_t>(out_a.dim));
     T weights[2];
     for (index_t r = first; r < first + count; ++r) {
       const index_t bh = r / out_a.tokens, i = r % out_a.tokens, b = bh / out_a.heads, h = bh % out_a.heads;
@@ -43,15 +45,15 @@ void merge(HeadsView<const E> out_a, HeadsView<const T> lse_a, HeadsView<const E
       const index_t strides[2] = {out_a.dim_stride, out_b.dim_stride};
       const auto value = [&](index_t p, index_t c) { return internal::to_compute(parts[p][c * strides[p]]); };
       // A side that saw no key takes no part, whatever its out row holds; merging in place is
-      // fine (merge_lse_row reads each element of both before writing it).
+      // fine (merge_lse_row adds both into its sums before writing out).
       if constexpr (kIsLowPrecision<E>) {
         *row(lse, b, h, i) = internal::merge_lse_row<T>(
-            2, [&](index_t p) { return lses[p]; }, value, out_a.dim, merged.data(), 1, weights);
+            2, [&](index_t p) { return lses[p]; }, value, out_a.dim, merged.data(), 1, weights, sums.data());
         internal::narrow(merged.data(), out_a.dim, row(out, b, h, i), out.dim_stride);
       } else {
         *row(lse, b, h, i) = internal::merge_lse_row<T>(
             2, [&](index_t p) { return lses[p]; }, value, out_a.dim, row(out, b, h, i), out.dim_stride,
-            weights);
+            weights, sums.data());
       }
     }
   });
