@@ -152,12 +152,12 @@ inline double parse_seconds(const std::string& s) {
   return seconds;
 }
 
-// --kernel: auto, reference, portable, avx2 or avx512; exit status 2 when that kernel is not
+// --kernel: auto, reference, portable, avx2, avx512 or avx512bf16; exit status 2 when that kernel is not
 // available on this machine.
 inline ea::Kernel parse_kernel(const std::string& name) {
   const std::vector<ea::Kernel> available = ea::available_kernels();
   for (ea::Kernel k : {ea::Kernel::Auto, ea::Kernel::Reference, ea::Kernel::Portable, ea::Kernel::Avx2,
-                       ea::Kernel::Avx512}) {
+                       ea::Kernel::Avx512, ea::Kernel::Avx512Bf16}) {
     if (name == ea::kernel_name(k)) {
       if (k != ea::Kernel::Auto && std::find(available.begin(), available.end(), k) == available.end()) {
         std::fprintf(stderr, "%s: kernel '%s' is not available here\n", kProgram, name.c_str());
@@ -280,7 +280,7 @@ inline std::string now_string() {
 
 // The name of kernel k, Kernel::Auto as the kernel it picks here.
 inline const char* resolved_name(ea::Kernel k) {
-  return ea::kernel_name(k == ea::Kernel::Auto ? ea::available_kernels().front() : k);
+  return ea::kernel_name(k == ea::Kernel::Auto ? ea::auto_kernel() : k);
 }
 
 // The first lines of a program's header: `title` and the date, the machine, the library and the

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // eigen_attention_low_precision_bench: how fast EigenAttention computes attention on bfloat16 and
-// half inputs (computed in float: each tile widened as it is loaded, results rounded once),
-// against its own float call in the same run, and why it widens rather than using the CPU's
-// bf16 dot-product instruction. See bench/README.md.
+// half inputs (computed in float: each tile widened as it is loaded, results rounded once; or, on
+// the avx512bf16 kernel, bf16 pairs on vdpbf16ps), against its own float call in the same run, and
+// where the CPU's bf16 dot-product unit is faster than widening. See bench/README.md.
 //
 // In one run, after a header that names the CPU and its 16-bit units (the flags amx_bf16,
 // avx512_bf16 and avx512_fp16 of /proc/cpuinfo):

@@ -62,6 +62,8 @@ struct Row {
   double float_s = kNaN, bf16_s = kNaN, half_s = kNaN;
   double cvt_bf16_s = kNaN, cvt_half_s = kNaN;  // float on converted inputs (Auto rows only)
   bool bf16_bits = true, half_bits = true;      // equal to the float call on the widened inputs, rounded
+  bool bf16_pairs = false;                      // bf16 on vdpbf16ps (avx512bf16): bf16_bits is then
+                                                // "within 2^-7 of it" (the P-rounded model)
   bool same_as_first_threads = true;            // every output equal to the first thread count's
   double gflops(double s) const { return flops(t, d, causal) / s / 1e9; }
   bool ok() const { return bf16_bits && half_bits && same_as_first_threads; }

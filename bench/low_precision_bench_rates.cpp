@@ -84,8 +84,9 @@ void print(const Row& r) {
   const double cb = r.gflops(r.cvt_bf16_s), ch = r.gflops(r.cvt_half_s);
   const double target = r.threads == 1 ? kTargetOneThread : r.threads == 2 ? kTargetTwoThreads : kNaN;
   const bool miss = r.kernel == ea::Kernel::Auto && std::isfinite(target) && b / f < target;
-  std::string checks = r.bf16_bits && r.half_bits ? "bits ok" : "";
-  if (!r.bf16_bits) checks += "bf16 bits differ !";
+  std::string checks =
+      r.bf16_bits && r.half_bits ? (r.bf16_pairs ? "bits ok, bf16 pairs ok" : "bits ok") : "";
+  if (!r.bf16_bits) checks += r.bf16_pairs ? "bf16 pairs off by > 2^-7 !" : "bf16 bits differ !";
   if (!r.half_bits) checks += std::string(checks.empty() ? "" : ", ") + "half bits differ !";
   if (!r.same_as_first_threads) checks += ", differs from the first thread count !";
   print_row(
@@ -139,7 +140,13 @@ bool rates_group(const Args& a, Idx t, Idx d, bool causal, std::vector<Row>& row
         cvt_b(bin, ref_b, opt);
         cvt_h(hin, ref_h, opt);
       }
-      r.bf16_bits = same_bits(out.b, ref_b);
+      // The avx512bf16 kernel's bf16 forward rounds the weights to bf16 for P V (Q, K and V are
+      // bf16 already): within the P-rounded model of the float call, |error| <= 2^-9 sum_j p_j |v_j|
+      // <= 2^-9 here (|V| <= 1) plus the two results' roundings (2^-9 each at |O| <= 1).
+      r.bf16_pairs = (kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel) == ea::Kernel::Avx512Bf16;
+      r.bf16_bits = r.bf16_pairs
+                        ? (out.b.cast<float>() - ref_b.cast<float>()).cwiseAbs().maxCoeff() <= 0x1p-7f
+                        : same_bits(out.b, ref_b);
       r.half_bits = same_bits(out.h, ref_h);
       const auto it = first.find(static_cast<int>(kernel));
       if (it == first.end()) {
@@ -167,7 +174,9 @@ bool rates_table(const Args& a, std::vector<Row>& rows) {
       "file is compiled for the baseline instruction set, as a user's default build), the float call,\n"
       "the result cast back; * = bf16/float under the target (%.1f at 1 thread, %.1f at 2 threads);\n"
       "checks: 'bits ok' = the bf16 and half outputs equal, bit for bit, the float call of the same\n"
-      "kernel and threads on the widened inputs rounded once; '!' = a check failed (exit status 1)\n\n",
+      "kernel and threads on the widened inputs rounded once; 'bf16 pairs ok' = on avx512bf16 (bf16 on\n"
+      "vdpbf16ps, P rounded to bf16) the bf16 output within 2^-7 of that instead (the P-rounded\n"
+      "model); '!' = a check failed (exit status 1)\n\n",
       kTargetOneThread, kTargetTwoThreads);
   bool ok = true;
   print_header();

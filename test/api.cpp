@@ -44,6 +44,7 @@ TEST_CASE("kernel_name: short lower-case names") {
 TEST_CASE("kernel_name: the instruction-set kernels") {
   CHECK(std::strcmp(ea::kernel_name(ea::Kernel::Avx2), "avx2") == 0);
   CHECK(std::strcmp(ea::kernel_name(ea::Kernel::Avx512), "avx512") == 0);
+  CHECK(std::strcmp(ea::kernel_name(ea::Kernel::Avx512Bf16), "avx512bf16") == 0);
 }
 
 #if EIGEN_ATTENTION_TEST_ISA_KERNELS && (defined(__x86_64__) || defined(_M_X64))
@@ -54,7 +55,9 @@ TEST_CASE("available_kernels: lists every instruction-set kernel this CPU suppor
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  const bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
   std::vector<ea::Kernel> expected;
+  if (bf16) expected.push_back(ea::Kernel::Avx512Bf16);
   if (avx512) expected.push_back(ea::Kernel::Avx512);
   if (avx2) expected.push_back(ea::Kernel::Avx2);
   expected.push_back(ea::Kernel::Portable);

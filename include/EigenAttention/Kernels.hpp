@@ -13,26 +13,36 @@ namespace EigenAttention {
 /// Which implementation computes the result (Options::kernel). Every kernel computes the same
 /// function; the choice changes speed, memory and the last bits of rounding only.
 enum class Kernel {
-  Auto,       ///< the fastest kernel this CPU supports (the default).
+  Auto,       ///< the fastest kernel for this CPU (the default; auto_kernel() says which).
   Reference,  ///< plain Eigen expressions that read like the formula; slow, single-threaded, and
               ///< it forms T_q x T_k even in the fused call. The yardstick for the others.
               ///< The tiled kernels below: query tiles x key tiles with an online softmax; the
               ///< fused call never forms T_q x T_k; Options::threads splits the query tiles.
   Portable,   ///< the tiled kernel compiled for the baseline instruction set (runs anywhere).
   Avx2,       ///< the tiled kernel compiled for AVX2 + FMA (x86-64 only).
-  Avx512      ///< the tiled kernel compiled for AVX-512 F/DQ/BW/VL (x86-64 only).
+  Avx512,     ///< the tiled kernel compiled for AVX-512 F/DQ/BW/VL (x86-64 only).
+  Avx512Bf16  ///< Avx512 with the bfloat16 forward on vdpbf16ps (AVX512-BF16, x86-64 only): Q and
+              ///< K as bf16 pairs, the weights P rounded to bf16 for the product with V, as
+              ///< FlashAttention does on GPUs (docs/low_precision.md gives the error); every
+              ///< other call is Avx512's, bit for bit. Auto takes it only on CPUs whose unit is
+              ///< faster than widening to float (AMD Zen 4 and 5; not the Intel cores measured).
 };
 
 /// The last enumerator, the fastest kernel: available_kernels() walks down from it. (The
 /// library's table of kernels, src/kernels/kernels.cmake, is checked against it at build time.)
-constexpr Kernel kFastestKernel = Kernel::Avx512;
+constexpr Kernel kFastestKernel = Kernel::Avx512Bf16;
 
-/// Can this build run `kernel` on this CPU? Auto, Portable and Reference: always. Avx2 and
-/// Avx512: when the library was built with them (x86-64 with GCC or Clang) and this CPU and OS
-/// support them.
+/// Can this build run `kernel` on this CPU? Auto, Portable and Reference: always. Avx2, Avx512
+/// and Avx512Bf16: when the library was built with them (x86-64 with GCC or Clang) and this CPU
+/// and OS support them.
 EIGEN_ATTENTION_EXPORT bool kernel_available(Kernel kernel);
 
-/// The kernels this build can run on this CPU, fastest first; Kernel::Auto means the first.
+/// The kernel that Kernel::Auto runs on this CPU: the first of available_kernels(), except where
+/// that kernel's unit exists but is not faster here (Avx512Bf16 on CPUs outside its vendor and
+/// family table: then Avx512). Fixed for the process, never chosen by timing.
+EIGEN_ATTENTION_EXPORT Kernel auto_kernel();
+
+/// The kernels this build can run on this CPU, fastest first (Kernel::Auto: auto_kernel()).
 /// Always ends with Kernel::Portable then Kernel::Reference (see kernel_available()).
 /// (Inline: the vector is made by your code, whatever its standard library's debug mode.)
 inline std::vector<Kernel> available_kernels() {
@@ -43,7 +53,7 @@ inline std::vector<Kernel> available_kernels() {
   return kernels;
 }
 
-/// A short lower-case name: "auto", "reference", "portable", "avx2", "avx512".
+/// A short lower-case name: "auto", "reference", "portable", "avx2", "avx512", "avx512bf16".
 EIGEN_ATTENTION_EXPORT const char* kernel_name(Kernel kernel);
 
 /// How a tiled kernel cuts one head's forward pass on this CPU (kernel_tiles()): what its tile

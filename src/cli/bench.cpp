@@ -53,7 +53,7 @@ int bench_command(const BenchArgs& args) {
 
   std::printf(
       "eigen-attention bench: one head, T_q = T_k = T, d = %ld, float, kernel %s, %u hardware thread%s\n", d,
-      kernel_name(available_kernels().front()), hardware, hardware == 1 ? "" : "s");
+      kernel_name(auto_kernel()), hardware, hardware == 1 ? "" : "s");
   std::printf("  %-11s %5s %8s %10s %9s\n", "call", "T", "threads", "time/ms", "GFLOP/s");
   std::fflush(stdout);
   for (const bool decomposed : {false, true}) {

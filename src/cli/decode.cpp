@@ -149,8 +149,7 @@ int generate(const DecodeSettings& s) {
       "eigen-attention decode: %td sequences, H = %td, H_kv = %td, d = %td, %s storage, page size %td, ",
       s.sequences, s.heads, s.kv_heads, s.dim, storage_name.c_str(), s.page_size);
   std::printf("%u thread%s (kernel %s)\n", s.threads == 0 ? hardware : unsigned(s.threads),
-              (s.threads == 0 ? hardware : unsigned(s.threads)) == 1 ? "" : "s",
-              kernel_name(available_kernels().front()));
+              (s.threads == 0 ? hardware : unsigned(s.threads)) == 1 ? "" : "s", kernel_name(auto_kernel()));
   std::fflush(stdout);
 
   // Prefill: each sequence's prompt keys and values (random), appended in one call each.

@@ -32,7 +32,7 @@ std::string version_text() {
   return std::string("eigen-attention ") + version() +
          "\nLicense: MIT (in the Debian package: /usr/share/doc/eigen-attention/copyright)"
          "\nKernels on this CPU: " +
-         kernels_on_this_cpu() + " (fastest first; auto takes the first)";
+         kernels_on_this_cpu() + " (fastest first; auto takes " + kernel_name(auto_kernel()) + ")";
 }
 
 double parse_double(const std::string& option, const std::string& text) {

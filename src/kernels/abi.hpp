@@ -235,7 +235,7 @@ struct KernelSet {
   RawTiles (*tiles)(bool is_double, index_t d_k, index_t d_v);  // the forward's tiles, float or double
 };
 
-#define EIGEN_ATTENTION_DECLARE_KERNEL_SET(Enumerator, name, cpu_supports) \
+#define EIGEN_ATTENTION_DECLARE_KERNEL_SET(Enumerator, name, cpu_supports, auto_takes) \
   extern const KernelSet name##_kernel_set;
 EIGEN_ATTENTION_TILED_KERNELS(EIGEN_ATTENTION_DECLARE_KERNEL_SET)
 #undef EIGEN_ATTENTION_DECLARE_KERNEL_SET

@@ -12,28 +12,45 @@
 #     table.hpp checks each entry against the public enum Kernel (include/EigenAttention/Kernels.hpp);
 #   - EIGEN_ATTENTION_ISA_OBJECTS_REGEX: which objects the isa_symbols test checks.
 #
-# eigen_attention_kernel(<Enumerator> <value> <name> [<feature>...] [FLAGS <flag>...])
+# eigen_attention_kernel(<Enumerator> <value> <name> [<feature>...] [BASE <base>] [AUTO <predicate>]
+#                        [FLAGS <flag>...])
 #   Enumerator, value  its Kernel enumerator and that enumerator's value (the public ABI: a
 #                      mismatch with Kernels.hpp fails to compile, table.hpp)
 #   name               lower case: kernel_name(), file and function names
 #   feature...         CPU features as GCC and Clang spell them both in -m<feature> and in
 #                      __builtin_cpu_supports; none: the baseline, compiled and run everywhere
+#   BASE               a kernel that this one extends: it compiles only the entry points its
+#                      features change (tiled_isa.cpp.in: the bf16 forward on bf16 pairs, tiled.hpp
+#                      kPairs) and takes the others from its base (kernel_set() in dispatch.cpp),
+#                      bit for bit the base's code, at no extra compile time
+#   AUTO               a C++ predicate of dispatch.cpp (bool name()): Kernel::Auto takes this
+#                      kernel only where it is true (a unit that exists but is not faster there);
+#                      without AUTO, wherever the CPU supports it
 #   FLAGS              further compile flags of this kernel's translation unit
-# Fastest first: Kernel::Auto takes the first that this CPU supports. A new kernel (say bf16 or
+# Fastest first: Kernel::Auto takes the first that this CPU supports (and its AUTO allows). A new kernel (say bf16 or
 # AMX) is one line here and its body, plus, as public API, its enumerator in Kernels.hpp (the
 # next value, which kFastestKernel there then names; table.hpp checks both).
 function(eigen_attention_kernel enumerator value name)
-  cmake_parse_arguments(PARSE_ARGV 3 _ea "" "" "FLAGS")
+  cmake_parse_arguments(PARSE_ARGV 3 _ea "" "BASE;AUTO" "FLAGS")
   set_property(GLOBAL APPEND PROPERTY EIGEN_ATTENTION_KERNELS ${name})
   set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_ENUMERATOR ${enumerator})
   set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_VALUE ${value})
   set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_FEATURES ${_ea_UNPARSED_ARGUMENTS})
   set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_FLAGS ${_ea_FLAGS})
+  set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_BASE ${_ea_BASE})
+  set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_AUTO ${_ea_AUTO})
 endfunction()
 
+# GCC 12 warns falsely inside its own AVX-512 intrinsics as Eigen uses them.
+set(_ea_avx512_flags -Wno-maybe-uninitialized -Wno-uninitialized)
+eigen_attention_kernel(Avx512Bf16 5 avx512bf16 avx512f avx512dq avx512bw avx512vl avx2 fma avx512bf16
+                       BASE avx512
+                       # Auto only where vdpbf16ps is faster than widening (dispatch.cpp's table).
+                       AUTO bf16_dot_product_is_faster
+                       FLAGS ${_ea_avx512_flags})
+
 eigen_attention_kernel(Avx512   4 avx512   avx512f avx512dq avx512bw avx512vl avx2 fma
-                       # GCC 12 warns falsely inside its own AVX-512 intrinsics as Eigen uses them.
-                       FLAGS -Wno-maybe-uninitialized -Wno-uninitialized)
+                       FLAGS ${_ea_avx512_flags})
 eigen_attention_kernel(Avx2     3 avx2     avx2 fma
                        # F16C (half <-> float 8 at a time) as a flag, not a checked feature: Clang's
                        # __builtin_cpu_supports does not know "f16c", and every AVX2 CPU has it
@@ -83,12 +100,16 @@ set(EIGEN_ATTENTION_ISA_KERNEL_SOURCES)       # compiled last, each with its own
 set(_ea_isa_names)
 set(_ea_all_list)
 set(_ea_built_list)
+set(_ea_based_list)
+set(_ea_built_names)
 get_property(_ea_kernels GLOBAL PROPERTY EIGEN_ATTENTION_KERNELS)
 foreach(_ea_name IN LISTS _ea_kernels)
   get_property(EA_ENUMERATOR GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_ENUMERATOR)
   get_property(_ea_value GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_VALUE)
   get_property(_ea_features GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_FEATURES)
   get_property(_ea_extra_flags GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_FLAGS)
+  get_property(_ea_base GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_BASE)
+  get_property(_ea_auto GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_AUTO)
   set(EA_NAME ${_ea_name})
   string(APPEND _ea_all_list " \\\n  X(${EA_ENUMERATOR}, ${_ea_name}, ${_ea_value})")
   if(_ea_features AND NOT EIGEN_ATTENTION_HAS_ISA_KERNELS)
@@ -133,7 +154,18 @@ foreach(_ea_name IN LISTS _ea_kernels)
     set(EA_PREAMBLE "// Instruction-set flags: none: the baseline of the target (and the library-wide Eigen).")
     set(_ea_supports "true")
   endif()
-  string(APPEND _ea_built_list " \\\n  X(${EA_ENUMERATOR}, ${_ea_name}, ${_ea_supports})")
+  list(APPEND _ea_built_names ${_ea_name})
+  if(NOT _ea_auto)
+    set(_ea_auto "true")
+  else()
+    set(_ea_auto "${_ea_auto}()")
+  endif()
+  string(APPEND _ea_built_list " \\\n  X(${EA_ENUMERATOR}, ${_ea_name}, ${_ea_supports}, ${_ea_auto})")
+  set(EA_BASED 0)
+  if(_ea_base)
+    set(EA_BASED 1)
+    string(APPEND _ea_based_list " \\\n  X(${EA_ENUMERATOR}, ${_ea_name}, ${_ea_base})")
+  endif()
 
   set(_ea_source ${_ea_kernels_dir}/tiled_${_ea_name}.cpp)
   configure_file(${CMAKE_CURRENT_LIST_DIR}/tiled_isa.cpp.in ${_ea_source} @ONLY)
@@ -146,9 +178,16 @@ foreach(_ea_name IN LISTS _ea_kernels)
     list(APPEND EIGEN_ATTENTION_BASELINE_KERNEL_SOURCES ${_ea_source})
   endif()
 endforeach()
+foreach(_ea_name IN LISTS _ea_built_names)
+  get_property(_ea_base GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_BASE)
+  if(_ea_base AND NOT _ea_base IN_LIST _ea_built_names)
+    message(FATAL_ERROR "EigenAttention: kernel ${_ea_name} is built but its base ${_ea_base} is not")
+  endif()
+endforeach()
 list(JOIN _ea_isa_names "|" _ea_isa_names)
 set(EIGEN_ATTENTION_ISA_OBJECTS_REGEX "/tiled_(${_ea_isa_names})[.]cpp")
 
 set(EA_ALL_KERNELS "${_ea_all_list}")
 set(EA_BUILT_KERNELS "${_ea_built_list}")
+set(EA_BASED_KERNELS "${_ea_based_list}")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/kernel_list.hpp.in ${_ea_kernels_dir}/kernel_list.hpp @ONLY)

@@ -18,7 +18,14 @@
 // on how rows are split among threads.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
+
 #include <Eigen/Core>
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/abi.hpp"
 
@@ -158,6 +165,131 @@ void product_strip(index_t rows, index_t n, index_t depth, const T* a, index_t l
   }
   for (; c0 < n; c0 += W) micro_rows<1, true, TransA>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, T(1));
 }
+
+#if defined(__AVX512BF16__)
+// ---- bfloat16 pairs on vdpbf16ps (the avx512bf16 kernel's bf16 forward) -------------------
+//
+// A Pair is one 32-bit word holding two bfloat16 elements that follow each other along the
+// depth, the first in its low half (as two consecutive elements of a bf16 row read as a word).
+// vdpbf16ps adds to each float lane the two products of the halves of a word of A and of B: the
+// micro-tile above with half as many depth steps, each worth two multiply-adds per lane, at up to
+// twice the FLOP rate of vfmadd231ps where the unit runs at full rate (Zen 4 and 5). The two
+// products of bf16 elements are exact in float; the instruction rounds to nearest even whatever
+// MXCSR says, and reads subnormal inputs and writes subnormal results as 0. Each element of C is
+// still one chain of operations in a fixed order, so results do not depend on the tile's place.
+using Pair = std::uint32_t;
+
+/// C (MR x NP packets of 16 floats, row stride ldc) = alpha * A B or C += A B, A MR x depth pairs
+/// (row stride lda pairs), B depth rows of NP x 16 pairs (row stride ldb pairs).
+template <int MR, int NP, bool Accumulate>
+inline void micro_tile_pairs(index_t depth, const Pair* a, index_t lda, const Pair* b, index_t ldb, float* c,
+                             index_t ldc, float alpha) {
+  __m512 acc[MR][NP];
+#pragma GCC unroll 32
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int n = 0; n < NP; ++n)
+      acc[r][n] = Accumulate ? _mm512_loadu_ps(c + r * ldc + n * 16) : _mm512_setzero_ps();
+  for (index_t k = 0; k < depth; ++k) {
+    __m512bh bk[NP];
+#pragma GCC unroll 8
+    for (int n = 0; n < NP; ++n) bk[n] = (__m512bh)_mm512_loadu_si512(b + k * ldb + n * 16);
+#pragma GCC unroll 32
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh ar = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * lda + k]));
+#pragma GCC unroll 8
+      for (int n = 0; n < NP; ++n) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], ar, bk[n]);
+    }
+  }
+  const __m512 scale = _mm512_set1_ps(alpha);
+#pragma GCC unroll 32
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int n = 0; n < NP; ++n)
+      _mm512_storeu_ps(c + r * ldc + n * 16, Accumulate ? acc[r][n] : _mm512_mul_ps(scale, acc[r][n]));
+}
+
+/// micro_tile_pairs for `rows` <= R rows (R = MR, counting down).
+template <int NP, bool Accumulate, int R = Micro<float>::kRows>
+void micro_rows_pairs(index_t rows, index_t depth, const Pair* a, index_t lda, const Pair* b, index_t ldb,
+                      float* c, index_t ldc, float alpha) {
+  if (rows == R) return micro_tile_pairs<R, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
+  if constexpr (R > 1) micro_rows_pairs<NP, Accumulate, R - 1>(rows, depth, a, lda, b, ldb, c, ldc, alpha);
+}
+
+/// logits_strip on pairs: C (rows x cols, whole panels) = alpha * A Kᵀ, A rows <= MR rows of
+/// `depth` pairs (row stride lda), kp the keys packed by pack_panels_pairs over that depth.
+inline void logits_strip_pairs(index_t rows, index_t cols, index_t depth, const Pair* a, index_t lda,
+                               const Pair* kp, float* c, index_t ldc, float alpha) {
+  constexpr index_t NR = Micro<float>::kCols;
+  for (index_t n0 = 0; n0 < cols; n0 += NR)
+    micro_rows_pairs<Micro<float>::kPackets, false>(rows, depth, a, lda, kp + n0 * depth, NR, c + n0, ldc,
+                                                    alpha);
+}
+
+/// product_strip on pairs: C (rows x n, n whole packets) += A B, A rows <= MR rows of `depth`
+/// pairs of weights (row stride lda), B depth rows of n pairs of values (row stride ldb).
+inline void product_strip_pairs(index_t rows, index_t n, index_t depth, const Pair* a, index_t lda,
+                                const Pair* b, index_t ldb, float* c, index_t ldc) {
+  constexpr index_t W = 16, NR = Micro<float>::kCols;
+  index_t c0 = 0;
+  for (; c0 + NR <= n && n - c0 != 4 * W; c0 += NR)
+    micro_rows_pairs<3, true>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, 1.0f);
+  for (; c0 + 2 * W <= n; c0 += 2 * W)
+    micro_rows_pairs<2, true>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, 1.0f);
+  for (; c0 < n; c0 += W) micro_rows_pairs<1, true>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, 1.0f);
+}
+
+/// The bf16 pair of a row's elements 2c and 2c + 1 (element (t, c) at row[t·stride]), 0 past n.
+inline Pair pair_at(const BFloat16Bits* row, index_t stride, index_t n, index_t c2) {
+  const index_t c = 2 * c2;
+  const Pair lo = c < n ? row[c * stride].bits : 0, hi = c + 1 < n ? row[(c + 1) * stride].bits : 0;
+  return lo | (hi << 16);
+}
+
+/// Keys [0, cols) of K (rows of depth elements, strides as given) packed into panels of NR keys
+/// of pairs along the depth: pair c2 of key p·NR + n at kp[p·pairs·NR + c2·NR + n], pairs =
+/// ceil(depth / 2); an odd depth's last pair and the keys of the last panel past cols are 0.
+inline void pack_panels_pairs(const BFloat16Bits* k, index_t row_stride, index_t col_stride, index_t cols,
+                              index_t depth, Pair* kp) {
+  constexpr index_t NR = Micro<float>::kCols;
+  const index_t pairs = (depth + 1) / 2;
+  for (index_t n0 = 0; n0 < cols; n0 += NR) {
+    Pair* const panel = kp + n0 * pairs;
+    for (index_t n = 0; n < NR; ++n) {
+      if (n0 + n >= cols) {
+        for (index_t c2 = 0; c2 < pairs; ++c2) panel[c2 * NR + n] = 0;
+        continue;
+      }
+      const BFloat16Bits* row = k + (n0 + n) * row_stride;
+      for (index_t c2 = 0; c2 < pairs; ++c2) panel[c2 * NR + n] = pair_at(row, col_stride, depth, c2);
+    }
+  }
+}
+
+/// Rows [lo, hi) of a strip's float weights P (rows x ..., row stride ldp; lo even) rounded to
+/// bf16 (to nearest even) as pairs of consecutive keys: pair t of row r at pb[r·ldpb + t], for
+/// t < ceil((hi - lo) / 2); the weight past hi in an odd range's last pair is 0.
+inline void weights_to_pairs(index_t rows, index_t lo, index_t hi, const float* P, index_t ldp, Pair* pb,
+                             index_t ldpb) {
+  for (index_t r = 0; r < rows; ++r) {
+    const float* src = P + r * ldp;
+    Pair* dst = pb + r * ldpb;
+    for (index_t t = lo; t < hi; t += 32) {
+      const index_t n = std::min<index_t>(32, hi - t);
+      const __mmask16 m0 = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+      const __mmask16 m1 = n >= 32  ? __mmask16(0xffff)
+                           : n > 16 ? __mmask16((1u << (n - 16)) - 1)
+                                    : __mmask16(0);
+      const __m512 a = _mm512_maskz_loadu_ps(m0, src + t), b = _mm512_maskz_loadu_ps(m1, src + t + 16);
+      const __m512i words = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // a in the low 16 halves
+      const index_t w = (n + 1) / 2;
+      _mm512_mask_storeu_epi32(dst + (t - lo) / 2, w >= 16 ? __mmask16(0xffff) : __mmask16((1u << w) - 1),
+                               words);
+    }
+  }
+}
+#endif  // __AVX512BF16__
 
 }  // namespace
 }  // namespace internal

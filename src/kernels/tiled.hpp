@@ -45,6 +45,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <type_traits>
@@ -567,6 +568,154 @@ class KeyTile {
   int v_finite_ = -1;
 };
 
+#if defined(__AVX512BF16__)
+/// Does the fused forward on element type E take bf16 pairs (micro_kernel.hpp) in this kernel?
+template <typename E>
+constexpr bool kPairs = std::is_same_v<E, BFloat16Bits>;
+
+/// KeyTile for the pairs of the bf16 forward: one key tile [j0, j0 + cols) with K packed into
+/// panels of pairs along d_k (pack_panels_pairs) and V as pairs of consecutive keys, ldv() pairs
+/// between them: pair t, column c is (V[j0 + 2t][c], V[j0 + 2t + 1][c]), 0 past d_v and past
+/// the tile's keys. Kept in this thread's PackCache of pairs like KeyTile's, or in buffers taken
+/// once per call.
+class PairTile {
+ public:
+  /// The arena of the compute type is KeyTile's: the pairs take their own (Arena<Pair>), with
+  /// room for one query tile of kRows rows and one strip's weights besides the key tile.
+  PairTile(const RawProblem<BFloat16Bits>& p, index_t keys, index_t ldo, Arena<float>&)
+      : p_(p),
+        keys_(keys),
+        ldo_(ldo),
+        pairs_((p.k.cols + 1) / 2),
+        ldpb_((keys + 1) / 2),
+        arena_(Arena<Pair>::round(Micro<float>::whole_panels(keys) * pairs_) +
+               Arena<Pair>::round(ldpb_ * ldo) + Arena<Pair>::round(kRows * pairs_) +
+               Arena<Pair>::round(Micro<float>::kRows * ldpb_)),
+        panels_(arena_.take(Micro<float>::whole_panels(keys) * pairs_)),
+        v_(arena_.take(ldpb_ * ldo)),
+        q_(arena_.take(kRows * pairs_)),
+        pb_(arena_.take(Micro<float>::kRows * ldpb_)) {
+    if (p.call != 0) {
+      const index_t tk = p.k.rows, tiles = (tk + keys_ - 1) / keys_;
+      values_at_ = tiles * Micro<float>::whole_panels(keys_) * pairs_;
+      const std::size_t need =
+          static_cast<std::size_t>(values_at_) + static_cast<std::size_t>(tiles * ldpb_ * ldo_);
+      cache_ = PackCache<Pair>::open(p_, keys_, ldo_, tiles, need);
+    }
+  }
+  /// Nothing of the compute type's arena (the constructor takes its own).
+  static std::size_t scratch(index_t, index_t, index_t) { return 0; }
+  /// Query rows [i0, i0 + rows) (rows <= kRows) as pairs along d_k: query_pairs(), pairs() apart.
+  void load_queries(index_t i0, index_t rows) {
+    for (index_t r = 0; r < rows; ++r) {
+      const BFloat16Bits* row = p_.q.data + (i0 + r) * p_.q.row_stride;
+      for (index_t c2 = 0; c2 < pairs_; ++c2)
+        q_[r * pairs_ + c2] = pair_at(row, p_.q.col_stride, p_.q.cols, c2);
+    }
+  }
+  const Pair* query_pairs() const { return q_; }
+  /// One strip's weights as pairs (accumulate_strip_pairs), weight_stride() pairs apart.
+  Pair* weight_pairs() { return pb_; }
+  index_t weight_stride() const { return ldpb_; }
+  index_t first(index_t begin) const { return cache_ != nullptr ? begin / keys_ * keys_ : begin; }
+  index_t cols(index_t j0, index_t end) const {
+    return std::min(keys_, (cache_ != nullptr ? p_.k.rows : end) - j0);
+  }
+  /// Pairs along d_k of one row of Q or K.
+  index_t pairs() const { return pairs_; }
+
+  void load_keys(index_t j0, index_t cols) {
+    if (cache_ != nullptr) {
+      const std::size_t t = static_cast<std::size_t>(j0 / keys_);
+      panels_ = cache_->data + t * Micro<float>::whole_panels(keys_) * pairs_;
+      if (cache_->ready[t] & 1) return;
+      cache_->ready[t] |= 1;
+    }
+    pack_panels_pairs(p_.k.data + j0 * p_.k.row_stride, p_.k.row_stride, p_.k.col_stride, cols, p_.k.cols,
+                      panels_);
+  }
+  void load_values(index_t j0, index_t cols) {
+    j0_ = j0;
+    cols_ = cols;
+    v_finite_ = -1;
+    if (cache_ != nullptr) {
+      const std::size_t t = static_cast<std::size_t>(j0 / keys_);
+      v_ = cache_->data + values_at_ + t * ldpb_ * ldo_;
+      if (cache_->ready[t] & 2) return;
+      cache_->ready[t] |= 2;
+    }
+    const index_t dv = p_.v.cols, cs = p_.v.col_stride;
+    for (index_t t = 0; t < (cols + 1) / 2; ++t) {
+      const BFloat16Bits* a = p_.v.data + (j0 + 2 * t) * p_.v.row_stride;
+      const bool has_b = 2 * t + 1 < cols;
+      const BFloat16Bits* b = has_b ? a + p_.v.row_stride : a;
+      Pair* row = v_ + t * ldo_;
+      for (index_t c = 0; c < dv; ++c)
+        row[c] = Pair(a[c * cs].bits) | (has_b ? Pair(b[c * cs].bits) << 16 : Pair(0));
+      std::fill(row + dv, row + ldo_, Pair(0));
+    }
+  }
+  const Pair* panels() const { return panels_; }
+  const Pair* v() const { return v_; }
+  index_t ldv() const { return ldo_; }
+  index_t tile_cols() const { return cols_; }
+  bool v_finite() {
+    if (v_finite_ < 0) v_finite_ = values_finite(p_, j0_, j0_ + cols_) ? 1 : 0;
+    return v_finite_ == 1;
+  }
+
+ private:
+  const RawProblem<BFloat16Bits>& p_;
+  index_t keys_, ldo_, pairs_, ldpb_, values_at_ = 0;
+  Arena<Pair> arena_;
+  Pair *panels_, *v_, *q_, *pb_;
+  PackCache<Pair>* cache_ = nullptr;
+  index_t j0_ = 0, cols_ = 0;
+  int v_finite_ = -1;
+};
+
+/// accumulate_strip on pairs: O (rows x ldo) += P V over the keys [lo, hi) of the tile (lo a
+/// whole panel, so even), P rounded to bf16 into `pb` first. A pair holds two keys, so an odd hi
+/// brings in the key hi with weight 0: like a key the strip hides, it goes through the product
+/// only when the tile's V rows are finite; else each row takes its visible keys one by one
+/// (the same rounded weights, in float).
+inline void accumulate_strip_pairs(const RawProblem<BFloat16Bits>& p, index_t i0, index_t rows, index_t j0,
+                                   index_t lo, index_t hi, const float* P, index_t ldp, PairTile& tile,
+                                   float* o, index_t ldo) {
+  Pair* const pb = tile.weight_pairs();
+  const index_t ldpb = tile.weight_stride();
+  bool hides_keys = p.mask.data != nullptr || (hi % 2 == 1 && hi < tile.tile_cols());
+  for (index_t r = 0; r < rows && !hides_keys; ++r) {
+    const Span span = span_in_tile(p, i0 + r, j0 + lo, hi - lo);
+    hides_keys = span.a > 0 || span.b < hi - lo;
+  }
+  weights_to_pairs(rows, lo, hi, P, ldp, pb, ldpb);
+  const Pair* vp = tile.v();
+  const index_t ldv = tile.ldv();
+  if (!hides_keys || tile.v_finite()) {
+    product_strip_pairs(rows, ldo, (hi - lo + 1) / 2, pb, ldpb, vp + lo / 2 * ldv, ldv, o, ldo);
+    return;
+  }
+  const auto widen_bits = [](Pair bits) {
+    const std::uint32_t word = bits << 16;
+    float x;
+    std::memcpy(&x, &word, sizeof x);
+    return x;
+  };
+  for_each_visible(p, i0, rows, j0 + lo, hi - lo, [&](index_t r, index_t t) {
+    const index_t key = lo + t;
+    const float w = widen_bits((pb[r * ldpb + t / 2] >> (16 * (t % 2))) & 0xffff);
+    const Pair* v = vp + key / 2 * ldv;
+    const int half = static_cast<int>(key % 2) * 16;
+    for (index_t c = 0; c < p.v.cols; ++c) o[r * ldo + c] += w * widen_bits((v[c] >> half) & 0xffff);
+  });
+}
+#else
+template <typename E>
+constexpr bool kPairs = false;
+using PairTile = void;  // never taken
+#endif
+
 /// The keys [lo, hi) of the key tile [j0, j0 + cols) that the strip of query rows
 /// [i, i + rows) may see, lo rounded down to a whole panel (lo == hi: none).
 template <typename T>
@@ -586,7 +735,8 @@ RawTiles forward_tiles_of(index_t dk, index_t dv) {
       forward_tiles(caches, dk, ldo, MK::kRows, MK::kCols, static_cast<index_t>(sizeof(T))).keys;
   return {MK::kRows, MK::kCols, kc, caches.l1, caches.l2};
 }
-RawTiles forward_tiles_here(bool is_double, index_t dk, index_t dv) {
+// (Unused in a kernel with a base, which takes its base's: tiled_isa.cpp.in.)
+[[maybe_unused]] RawTiles forward_tiles_here(bool is_double, index_t dk, index_t dv) {
   return is_double ? forward_tiles_of<double>(dk, dv) : forward_tiles_of<float>(dk, dv);
 }
 
@@ -599,11 +749,12 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   const index_t ldo = MK::whole_packets(dv);  // O rows: whole packets
   const index_t kc = forward_tiles_of<T>(dk, dv).key_tile;
   const index_t lds = static_cast<index_t>(Arena<T>::round(kc));  // strip rows start 64-byte aligned
-  Arena<T> arena(Arena<T>::round(kRows * dk) + KeyTile<E>::scratch(kc, dk, ldo) +
-                 Arena<T>::round(MK::kRows * lds) + Arena<T>::round(kRows * ldo) +
-                 Arena<T>::round(2 * kRows));
+  // bf16 pairs on vdpbf16ps where this kernel has them (PairTile), else tiles of the compute type.
+  using Tile = std::conditional_t<kPairs<E>, PairTile, KeyTile<E>>;
+  Arena<T> arena(Arena<T>::round(kRows * dk) + Tile::scratch(kc, dk, ldo) + Arena<T>::round(MK::kRows * lds) +
+                 Arena<T>::round(kRows * ldo) + Arena<T>::round(2 * kRows));
   T* const q_buf = arena.take(kRows * dk);
-  KeyTile<E> tile(p, kc, ldo, arena);
+  Tile tile(p, kc, ldo, arena);
   T* const s = arena.take(MK::kRows * lds);  // one strip's logits, then weights
   T* const acc = arena.take(kRows * ldo);
   T* const m = arena.take(kRows);
@@ -617,6 +768,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
     // The keys some row of the tile may see; tiles outside are never computed.
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
     const auto Q = tile_rows(p.q, i0, rows, q_buf, true);
+    if constexpr (kPairs<E>) tile.load_queries(i0, rows);
     std::fill_n(acc, rows * ldo, T(0));
     std::fill_n(m, rows, minus_inf);
     std::fill_n(l, rows, T(0));
@@ -631,8 +783,14 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
         const index_t srows = std::min<index_t>(MK::kRows, rows - s0), is = i0 + s0;
         const Span keys = strip_keys(p, is, srows, j0, cols, MK::kCols);
         if (keys.a >= keys.b) continue;
-        logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
-                     tile.panels() + keys.a * dk, s + keys.a, lds, p.scale);
+        if constexpr (kPairs<E>) {
+          const index_t qp = tile.pairs();
+          logits_strip_pairs(srows, keys.b - keys.a, qp, tile.query_pairs() + s0 * qp, qp,
+                             tile.panels() + keys.a * qp, s + keys.a, lds, p.scale);
+        } else {
+          logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
+                       tile.panels() + keys.a * dk, s + keys.a, lds, p.scale);
+        }
         for (index_t r = 0; r < srows; ++r) {
           const index_t i = is + r;
           T* const row_data = s + r * lds;
@@ -660,7 +818,11 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
             Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(acc + (s0 + r) * ldo, ldo) *= rescale;
           mr = new_max;
         }
-        accumulate_strip(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo);
+        if constexpr (kPairs<E>) {
+          accumulate_strip_pairs(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo);
+        } else {
+          accumulate_strip(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo);
+        }
       }
     }
 

@@ -54,9 +54,10 @@ def version(ctx):
     check(lines[0] == "eigen-attention " + source_version(),
           "%s\nthe first line is not 'eigen-attention %s'" % (what, source_version()))
     check(lines[1].startswith("License: MIT"), "%s\nthe second line does not start 'License: MIT'" % what)
-    m = re.match(r"^Kernels on this CPU: ([a-z0-9_]+(?:, [a-z0-9_]+)*) \(", lines[2])
+    m = re.match(r"^Kernels on this CPU: ([a-z0-9_]+(?:, [a-z0-9_]+)*) \(fastest first; auto takes ([a-z0-9_]+)\)$", lines[2])
     check(m is not None, "%s\nthe third line does not list the kernels" % what)
     kernels = m.group(1).split(", ")
+    check(m.group(2) in kernels, "%s\nauto takes a kernel that is not listed" % what)
     # available_kernels(): the fastest first, always ending with portable then reference.
     check(kernels[-2:] == ["portable", "reference"], "%s\nthe kernels do not end with portable, reference" % what)
     check(len(set(kernels)) == len(kernels), "%s\na kernel is listed twice" % what)
@@ -67,7 +68,7 @@ def version(ctx):
     except (OSError, AttributeError):
         flags = None
     if flags is not None:
-        for kernel, flag in (("avx2", "avx2"), ("avx512", "avx512f")):
+        for kernel, flag in (("avx2", "avx2"), ("avx512", "avx512f"), ("avx512bf16", "avx512_bf16")):
             check(kernel not in kernels or flag in flags, "%s\n%s is listed but the CPU has no %s" % (what, kernel, flag))
     check(ctx.files() == [], "--version wrote files: %s" % ctx.files())
 

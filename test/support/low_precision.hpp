@@ -15,6 +15,8 @@
 #include <limits>
 #include <type_traits>
 
+#include <EigenAttention/Kernels.hpp>
+
 #include "common.hpp"
 
 namespace ea_test {
@@ -93,6 +95,34 @@ inline long double low_precision_bound(const MatrixLD& naive, const MatrixLD& ex
 template <class T16>
 constexpr float epsilon16() {
   return std::is_same_v<T16, Eigen::bfloat16> ? 0x1p-7f : 0x1p-10f;
+}
+
+/// Does `kernel` run T16's fused forward on bf16 pairs (Kernel::Avx512Bf16, or Kernel::Auto where
+/// auto_kernel() is it)? Its fused bf16 results are then not the float call's rounded once: the
+/// weights are rounded to bf16 before P V, as in the P-rounded model (test/bf16_dot_product.cpp
+/// holds them to it), and the logits are summed in another order.
+template <class T16>
+bool bf16_pairs(ea::Kernel kernel) {
+  const ea::Kernel k = kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel;
+  return std::is_same_v<T16, Eigen::bfloat16> && k == ea::Kernel::Avx512Bf16;
+}
+
+/// A fused result on bf16 pairs against the float call on the same widened inputs (wide), V's
+/// largest magnitude v_max: a weight rounded to bf16 moves an element by at most 2^-9 p_j |v_j|,
+/// 2^-9 v_max in all (the weights sum to 1), the logits' sums in another order by a few float
+/// roundings, and each result's rounding to bf16 by 2^-9 of it: within 2^-8 (v_max + |y|).
+template <class D16, class DF>
+void check_pairs(const Eigen::MatrixBase<D16>& actual, const Eigen::MatrixBase<DF>& wide, float v_max) {
+  REQUIRE(actual.rows() == wide.rows());
+  REQUIRE(actual.cols() == wide.cols());
+  long bad = 0;
+  for (Eigen::Index i = 0; i < actual.rows(); ++i)
+    for (Eigen::Index j = 0; j < actual.cols(); ++j) {
+      const float x = static_cast<float>(actual(i, j)), y = static_cast<float>(wide(i, j));
+      if (!(std::fabs(x - y) <= 0x1p-8f * (v_max + std::fabs(y))) && !(std::isnan(x) && std::isnan(y))) ++bad;
+    }
+  CHECK_MESSAGE(bad == 0,
+                bad << " elements of the bf16-pair result beyond 2^-8 (max|V| + |y|) of the float call");
 }
 
 /// The 16-bit types under test, with their names.

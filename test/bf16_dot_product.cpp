@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: MIT
+// Kernel::Avx512Bf16: the bf16 fused forward on vdpbf16ps, Q and K as bf16 pairs and the weights
+// rounded to bf16 for P V (docs/low_precision.md). Checked here against what it must compute: a
+// two-key case worked by hand whose answer tells a rounded weight from an unrounded one; the exact
+// result on the bf16 inputs within the P-rounded error model (low_precision.hpp) over shapes that
+// cut pairs, panels and tiles; a key hidden in the odd half of a pair that holds NaN or infinity;
+// bitwise the same for every thread count. Every other call is Avx512's, bit for bit, and
+// Kernel::Auto takes the kernel exactly where its vendor and family table says. (The suite's
+// other 16-bit tests run every kernel too, this one among them.)
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <cpuid.h>
+#endif
+
+#include "common.hpp"
+#include "inputs.hpp"
+#include "low_precision.hpp"
+
+namespace test_bf16_dot_product {
+
+using namespace ea_test;
+using B16 = Eigen::bfloat16;
+
+namespace {
+
+bool have_pairs() {
+  if (ea::kernel_available(ea::Kernel::Avx512Bf16)) return true;
+  MESSAGE("Kernel::Avx512Bf16 is not available on this CPU or in this build: its cases are not run here");
+  return false;
+}
+
+ea::Options pairs_options(int threads = 1) {
+  ea::Options opt;
+  opt.kernel = ea::Kernel::Avx512Bf16;
+  opt.threads = threads;
+  return opt;
+}
+
+/// bf16 rounding of a long double (to nearest, ties to even: through float, exact for the
+/// weights used here, which are floats).
+long double bf16(long double x) {
+  return static_cast<long double>(static_cast<float>(B16(static_cast<float>(x))));
+}
+
+}  // namespace
+
+TEST_CASE("bf16 dot product: a weight is rounded to bf16 before it multiplies V, the row sum is not") {
+  if (!have_pairs()) return;
+  // Two keys, d = 1, scale 1: logits 0 and -x, so the weights before the division are exactly 1
+  // and e = exp(-x) (rounded to float by the kernel's exp). V = (0, 1): ATTN = bf16(e) / (1 + e)
+  // with the rounded weight, e / (1 + e) without. Find an x for which the two give different bf16
+  // results, each far from a rounding boundary, so that a kernel keeping P in float fails.
+  ea::Options opt = pairs_options();
+  opt.scale = 1.0;
+  RowMatrix<B16> Q(1, 1), K(2, 1), V(2, 1);
+  Q(0, 0) = B16(1.0f);
+  K(0, 0) = B16(0.0f);
+  V(0, 0) = B16(0.0f);
+  V(1, 0) = B16(1.0f);
+  int found = 0;
+  for (int step = 1; step < 2000 && found < 8; ++step) {
+    const float x = static_cast<float>(B16(0.005f * static_cast<float>(step)));  // exact in bf16
+    const long double e = std::exp(-static_cast<long double>(x));
+    const long double rounded = bf16(e) / (1 + e), unrounded = e / (1 + e);
+    // Distance from v to the nearest bf16 rounding boundary, in bf16 spacings at v.
+    const auto margin = [](long double v) {
+      const long double scaled = v / std::ldexp(1.0L, std::ilogb(v) - 7);
+      return std::fabs(scaled - std::floor(scaled) - 0.5L);
+    };
+    // Distinct bf16 results; e and both results at least 1/16 of a spacing (2^-12 relative or
+    // more) from a boundary, so that the float rounding of exp and of the division (a few 2^-24)
+    // cannot move them across one.
+    if (bf16(rounded) == bf16(unrounded) || margin(e) < 0.0625L || margin(rounded) < 0.0625L ||
+        margin(unrounded) < 0.0625L)
+      continue;
+    ++found;
+    K(1, 0) = B16(-x);
+    const RowMatrix<B16> out = ea::attention(Q, K, V, opt);
+    CAPTURE(x);
+    CHECK(static_cast<long double>(static_cast<float>(out(0, 0))) == bf16(rounded));
+  }
+  CHECK(found == 8);
+}
+
+TEST_CASE("bf16 dot product: within the P-rounded error model across pairs, panels and tiles") {
+  if (!have_pairs()) return;
+  Rng rng(2701);
+  // Odd d (a pair half of 0), d = 1, d_v != d_k, T = 1, key counts past a panel (48) and past a
+  // key tile, T_q != T_k; every mask of the suite.
+  const std::vector<Shape> shapes = {{1, 1, 1, 1},    {1, 9, 7, 3},      {5, 49, 33, 17},
+                                     {9, 97, 64, 64}, {70, 301, 31, 65}, {130, 1100, 128, 40}};
+  for (const Shape& s : shapes) {
+    const RowMatrix<B16> Q = round_to<B16>(random_matrix<RowMatrix<float>>(rng, s.tq, s.dk, 2.0));
+    const RowMatrix<B16> K = round_to<B16>(random_matrix<RowMatrix<float>>(rng, s.tk, s.dk, 2.0));
+    const RowMatrix<B16> V = round_to<B16>(random_matrix<RowMatrix<float>>(rng, s.tk, s.dv));
+    const MatrixLD Ql = widen_ld(Q), Kl = widen_ld(K), Vl = widen_ld(V);
+    for (const MaskSpec& mask : all_masks()) {
+      CAPTURE(s.tq);
+      CAPTURE(s.tk);
+      CAPTURE(s.dk);
+      CAPTURE(s.dv);
+      CAPTURE(mask_name(mask));
+      ea::Options opt = make_options(mask, std::nullopt, ea::Kernel::Avx512Bf16);
+      const ReferenceResult ref = reference_for(Ql, Kl, Vl, opt);
+      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.dk)));
+      const NaiveResult naive = naive_p_rounded<B16>(Q, K, V, mask, scale);
+      const long double bound = low_precision_bound(naive.attn, ref.attn);
+      Eigen::VectorXf lse;
+      RowMatrix<B16> out;
+      ea::attention_into(Q, K, V, out, lse, opt);
+      CHECK(max_error(widen_ld(out), ref.attn) <= bound);
+      // The LSE comes from the float logits of exact products: the float budget.
+      EA_CHECK_NEAR(lse, ref.lse, budget_for<float>(ref, s.dk).lse);
+      // Bitwise the same for every thread count.
+      for (const int threads : {2, 3}) {
+        opt.threads = threads;
+        RowMatrix<B16> again;
+        ea::attention_into(Q, K, V, again, opt);
+        EA_CHECK_EQUAL(again.cast<float>(), out.cast<float>());
+      }
+    }
+  }
+}
+
+TEST_CASE("bf16 dot product: a hidden key in the odd half of a pair never reaches a row") {
+  if (!have_pairs()) return;
+  // Causal, 7 query rows over 20 keys: one strip whose rows see keys up to 7, so the last pair
+  // of weights holds key 6 and the hidden key 7. V at key 7 is NaN or infinite; the rows must stay
+  // finite and equal the call with that row of V finite (hidden keys weigh exactly 0).
+  Rng rng(2702);
+  const RowMatrix<B16> Q = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 7, 16));
+  const RowMatrix<B16> K = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 20, 16));
+  RowMatrix<B16> V = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 20, 10));
+  ea::Options opt = pairs_options();
+  opt.causal = true;
+  const MatrixLD ref = reference_for(widen_ld(Q), widen_ld(K), widen_ld(V), opt).attn;
+  const NaiveResult naive = naive_p_rounded<B16>(Q, K, V, {true, false}, 0.25f);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    CAPTURE(bad);
+    RowMatrix<B16> Vbad = V;
+    Vbad.row(7).setConstant(B16(bad));
+    const RowMatrix<B16> out = ea::attention(Q, K, Vbad, opt);
+    CHECK(out.cast<float>().allFinite());
+    CHECK(max_error(widen_ld(out), ref) <= low_precision_bound(naive.attn, ref));
+  }
+  // A NaN at a key that the last row sees reaches that row only.
+  RowMatrix<B16> Vnan = V;
+  Vnan(6, 0) = B16(std::numeric_limits<float>::quiet_NaN());
+  const RowMatrix<B16> out = ea::attention(Q, K, Vnan, opt);
+  CHECK(std::isnan(static_cast<float>(out(6, 0))));
+  CHECK(out.topRows(6).cast<float>().allFinite());
+}
+
+TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
+  if (!have_pairs()) return;
+  Rng rng(2703);
+  const RowMatrix<float> Q = random_matrix<RowMatrix<float>>(rng, 40, 24),
+                         K = random_matrix<RowMatrix<float>>(rng, 90, 24),
+                         V = random_matrix<RowMatrix<float>>(rng, 90, 12);
+  ea::Options a = make_options({true, true}), b = a;
+  a.kernel = ea::Kernel::Avx512;
+  b.kernel = ea::Kernel::Avx512Bf16;
+  // float, double and half forwards; the decomposed bf16 call (SCORES in float products); the
+  // backward on bf16.
+  EA_CHECK_EQUAL(ea::attention(Q, K, V, a), ea::attention(Q, K, V, b));
+  const RowMatrix<double> Qd = Q.cast<double>(), Kd = K.cast<double>(), Vd = V.cast<double>();
+  EA_CHECK_EQUAL(ea::attention(Qd, Kd, Vd, a), ea::attention(Qd, Kd, Vd, b));
+  const RowMatrix<Eigen::half> Qh = round_to<Eigen::half>(Q), Kh = round_to<Eigen::half>(K),
+                               Vh = round_to<Eigen::half>(V);
+  EA_CHECK_EQUAL(ea::attention(Qh, Kh, Vh, a).cast<float>(), ea::attention(Qh, Kh, Vh, b).cast<float>());
+  const RowMatrix<B16> Qb = round_to<B16>(Q), Kb = round_to<B16>(K), Vb = round_to<B16>(V);
+  const ea::DecomposedResult<B16> ra = ea::attention_decomposed(Qb, Kb, Vb, a),
+                                  rb = ea::attention_decomposed(Qb, Kb, Vb, b);
+  EA_CHECK_EQUAL(ra.scores.cast<float>(), rb.scores.cast<float>());
+  EA_CHECK_EQUAL(ra.attn.cast<float>(), rb.attn.cast<float>());
+  Eigen::VectorXf lse;
+  RowMatrix<B16> out;
+  ea::attention_into(Qb, Kb, Vb, out, lse, a);
+  const RowMatrix<B16> dO = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 40, 12));
+  const ea::Gradients<B16> ga = ea::attention_backward(Qb, Kb, Vb, out, lse, dO, a),
+                           gb = ea::attention_backward(Qb, Kb, Vb, out, lse, dO, b);
+  EA_CHECK_EQUAL(ga.dq.cast<float>(), gb.dq.cast<float>());
+  EA_CHECK_EQUAL(ga.dk.cast<float>(), gb.dk.cast<float>());
+  EA_CHECK_EQUAL(ga.dv.cast<float>(), gb.dv.cast<float>());
+}
+
+#if EIGEN_ATTENTION_TEST_ISA_KERNELS && (defined(__x86_64__) || defined(_M_X64))
+TEST_CASE("bf16 dot product: Kernel::Auto takes it exactly on AMD family 19h and later") {
+  // The table (dispatch.cpp), recomputed here from CPUID: Zen 4 and Zen 5 run vdpbf16ps at twice
+  // the FMA rate; elsewhere (Intel cores run it at half) Auto keeps Avx512's widening.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __get_cpuid(0, &eax, &ebx, &ecx, &edx);
+  const bool amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;
+  __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+  unsigned family = (eax >> 8) & 0xf;
+  if (family == 0xf) family += (eax >> 20) & 0xff;
+  const bool pairs = ea::kernel_available(ea::Kernel::Avx512Bf16);
+  const ea::Kernel expected = pairs && amd && family >= 0x19 ? ea::Kernel::Avx512Bf16
+                              : pairs                        ? ea::Kernel::Avx512
+                                                             : ea::available_kernels().front();
+  CHECK(ea::auto_kernel() == expected);
+  MESSAGE("Kernel::Auto runs " << std::string(ea::kernel_name(ea::auto_kernel())) << " here");
+  // Auto is that kernel, call for call.
+  Rng rng(2704);
+  const RowMatrix<B16> Q = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 20, 16)),
+                       K = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 50, 16)),
+                       V = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 50, 16));
+  ea::Options automatic, chosen;
+  chosen.kernel = ea::auto_kernel();
+  EA_CHECK_EQUAL(ea::attention(Q, K, V, automatic).cast<float>(),
+                 ea::attention(Q, K, V, chosen).cast<float>());
+}
+#endif
+
+}  // namespace test_bf16_dot_product
