@@ -6,6 +6,7 @@
 //                                  vfmadd231ph), and the widening and narrowing conversions, each
 //                                  in a function compiled with its own target attribute
 //   low_precision_bench_rates.cpp  float, bfloat16 and half attention at T = 4096, per kernel
+//   low_precision_bench_backward.cpp  the float and bfloat16 backward at T = 4096, per kernel
 // It reuses eigen_attention_bench's helpers (attention_bench.hpp: inputs, formatting, the square
 // GEMM of attention_bench_gemm.cpp, over baseline.cpp).
 #pragma once
@@ -31,6 +32,9 @@ using half = Eigen::half;
 // host with AVX512-BF16.
 inline constexpr double kTargetOneThread = 1.5;   // 1 thread, d = 64 and 128, causal or not
 inline constexpr double kTargetTwoThreads = 1.8;  // 2 threads
+// Issue 27's target for the backward: bf16 / float >= 1.3 where Auto takes bf16 pairs
+// (avx512bf16), >= 1.0 (no loss) elsewhere.
+inline constexpr double kTargetBackward = 1.3;
 
 struct Args {
   std::vector<Idx> ts{4096};
@@ -42,7 +46,7 @@ struct Args {
   double seconds = 1.0;        // one run lasts about seconds / 5
   double unit_seconds = 0.5;   // one unit loop: about unit_seconds / 5 per run, 5 runs
   Idx gemm_n = 2048;
-  bool units = true, rates = true;
+  bool units = true, rates = true, backward = true;
   bool quick = false, smoke = false;
 };
 
@@ -71,6 +75,18 @@ struct Row {
 
 // The rates table (low_precision_bench_rates.cpp); false when a check failed.
 bool rates_table(const Args& a, std::vector<Row>& rows);
+
+// One row of the backward table: one (T, d, causal, threads, kernel). Seconds are medians.
+struct BackwardRow {
+  Idx t = 0, d = 0;
+  bool causal = false;
+  int threads = 1;
+  ea::Kernel kernel = ea::Kernel::Auto;
+  double float_s = kNaN, bf16_s = kNaN;
+  bool pairs = false, ok = true;
+};
+// The backward table (low_precision_bench_backward.cpp); false when a check failed.
+bool backward_table(const Args& a, std::vector<BackwardRow>& rows);
 
 // The units section (low_precision_bench_units.cpp): what it measured, for the summary.
 struct UnitsReport {

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
-// Kernel::Avx512Bf16: the bf16 fused forward on vdpbf16ps, Q and K as bf16 pairs and the weights
-// rounded to bf16 for P V (docs/low_precision.md). Checked here against what it must compute: a
-// two-key case worked by hand whose answer tells a rounded weight from an unrounded one; the exact
-// result on the bf16 inputs within the P-rounded error model (low_precision.hpp) over shapes that
-// cut pairs, panels and tiles; a key hidden in the odd half of a pair that holds NaN or infinity;
-// bitwise the same for every thread count. Every other call is Avx512's, bit for bit, and
-// Kernel::Auto takes the kernel exactly where its vendor and family table says. (The suite's
-// other 16-bit tests run every kernel too, this one among them.)
+// Kernel::Avx512Bf16: the bf16 fused forward and the bf16 backward on vdpbf16ps, Q and K as bf16
+// pairs and the weights (and the backward's dZ) rounded to bf16 before their products
+// (docs/low_precision.md). Checked here against what it must compute: a two-key case worked by hand
+// whose answer tells a rounded weight from an unrounded one; the exact result on the bf16 inputs
+// within the P-rounded error model (low_precision.hpp) over shapes that cut pairs, panels and
+// tiles; a key hidden in the odd half of a pair that holds NaN or infinity; the backward within
+// the float backward's bound plus its products' rounding; bitwise the same for every thread count. Every
+// other call is Avx512's, bit for bit, and Kernel::Auto takes the kernel exactly where its vendor and family
+// table says. (The suite's other 16-bit tests run every kernel too, this one among them.)
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "common.hpp"
 #include "inputs.hpp"
 #include "low_precision.hpp"
+#include "reference_backward.hpp"
 
 namespace test_bf16_dot_product {
 
@@ -156,6 +158,85 @@ TEST_CASE("bf16 dot product: a hidden key in the odd half of a pair never reache
   CHECK(out.topRows(6).cast<float>().allFinite());
 }
 
+TEST_CASE("bf16 dot product: the backward within the P-rounded model of the float backward") {
+  if (!have_pairs()) return;
+  // The backward on pairs rounds P and dZ to bf16 before dV += Pᵀ dO, dK += dZᵀ Q and dQ += dZ K.
+  // Against the float backward (Avx512) on the same widened inputs, forward results and d_scores:
+  // each gradient within the float bound of each (the reference's) plus the rounding of its
+  // products' terms (reference_heads_backward's product_rounding, 2^-9) plus the final rounding to
+  // bf16 (2^-9 |g|, doubled). Shapes cut pairs of query rows and of keys (odd T_q, T_k, d_k, d_v) and
+  // the backward's query and key tiles (128 x 256); causal, soft-cap and a bias; 1, 2, 3 threads.
+  Rng rng(2705);
+  struct Case {
+    Eigen::Index tq, tk, dk, dv;
+    bool causal;
+    float softcap;
+  };
+  for (const Case& c : {Case{1, 1, 1, 1, false, 0.0f}, Case{7, 9, 5, 3, true, 0.0f},
+                        Case{149, 301, 33, 17, true, 4.0f}, Case{130, 257, 64, 64, false, 0.0f}}) {
+    CAPTURE(c.tq);
+    CAPTURE(c.tk);
+    CAPTURE(c.dk);
+    const RowMatrix<B16> Q = round_to<B16>(random_matrix<RowMatrix<float>>(rng, c.tq, c.dk, 1.5)),
+                         K = round_to<B16>(random_matrix<RowMatrix<float>>(rng, c.tk, c.dk, 1.5)),
+                         V = round_to<B16>(random_matrix<RowMatrix<float>>(rng, c.tk, c.dv)),
+                         dO = round_to<B16>(random_matrix<RowMatrix<float>>(rng, c.tq, c.dv)),
+                         dS = round_to<B16>(random_matrix<RowMatrix<float>>(rng, c.tq, c.tk)),
+                         bias = round_to<B16>(random_matrix<RowMatrix<float>>(rng, c.tq, c.tk));
+    ea::Options opt = pairs_options();
+    opt.causal = c.causal;
+    opt.softcap = c.softcap;
+    ea::Masks<B16> masks;
+    masks.bias = ea::BroadcastView<B16>::matrix(bias.data(), c.tq, c.tk);
+    Eigen::VectorXf lse;
+    RowMatrix<B16> out;
+    ea::attention_into(Q, K, V, out, lse, opt, masks);
+    // The float backward on the same values.
+    const RowMatrix<float> Qf = Q.cast<float>(), Kf = K.cast<float>(), Vf = V.cast<float>(),
+                           dOf = dO.cast<float>(), dSf = dS.cast<float>(), biasf = bias.cast<float>(),
+                           outf = out.cast<float>();
+    ea::Masks<float> masksf;
+    masksf.bias = ea::BroadcastView<float>::matrix(biasf.data(), c.tq, c.tk);
+    ea::Options wide_opt = opt;
+    wide_opt.kernel = ea::Kernel::Avx512;
+    const ea::Gradients<float> wide =
+        ea::attention_backward(Qf, Kf, Vf, outf, lse, dOf, dSf, wide_opt, masksf);
+    // The bound.
+    MultiHeadSpec spec;
+    spec.causal = c.causal;
+    spec.softcap = c.softcap;
+    spec.bias = Array4::one_head(widen_ld(bias));
+    const BackwardReference ref = reference_heads_backward<float>(
+        Array4::one_head(widen_ld(Q)), Array4::one_head(widen_ld(K)), Array4::one_head(widen_ld(V)), spec,
+        Array4::one_head(widen_ld(dO)), Array4::one_head(widen_ld(dS)), std::nullopt, 0x1p-9L);
+    const auto check = [](const RowMatrix<B16>& got, const RowMatrix<float>& want, const MatrixLD& tol,
+                          const char* what) {
+      CAPTURE(what);
+      long bad = 0;
+      for (Eigen::Index i = 0; i < got.rows(); ++i)
+        for (Eigen::Index j = 0; j < got.cols(); ++j) {
+          const long double x = static_cast<float>(got(i, j)), y = want(i, j);
+          if (!(std::fabs(x - y) <= 2 * tol(i, j) + 0x1p-8L * std::fabs(y))) ++bad;
+        }
+      CHECK(bad == 0);
+    };
+    RowMatrix<B16> first_dq;
+    for (const int threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      opt.threads = threads;
+      const ea::Gradients<B16> g = ea::attention_backward(Q, K, V, out, lse, dO, dS, opt, masks);
+      check(g.dq, wide.dq, ref.dq_tol.slice(0, 0), "dQ");
+      check(g.dk, wide.dk, ref.dk_tol.slice(0, 0), "dK");
+      check(g.dv, wide.dv, ref.dv_tol.slice(0, 0), "dV");
+      if (threads == 1) {
+        first_dq = g.dq;
+      } else {  // bitwise the same for every thread count
+        EA_CHECK_EQUAL(g.dq.cast<float>(), first_dq.cast<float>());
+      }
+    }
+  }
+}
+
 TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
   if (!have_pairs()) return;
   Rng rng(2703);
@@ -165,8 +246,8 @@ TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
   ea::Options a = make_options({true, true}), b = a;
   a.kernel = ea::Kernel::Avx512;
   b.kernel = ea::Kernel::Avx512Bf16;
-  // float, double and half forwards; the decomposed bf16 call (SCORES in float products); the
-  // backward on bf16.
+  // float, double and half forwards and backwards; the decomposed bf16 call (SCORES in float
+  // products).
   EA_CHECK_EQUAL(ea::attention(Q, K, V, a), ea::attention(Q, K, V, b));
   const RowMatrix<double> Qd = Q.cast<double>(), Kd = K.cast<double>(), Vd = V.cast<double>();
   EA_CHECK_EQUAL(ea::attention(Qd, Kd, Vd, a), ea::attention(Qd, Kd, Vd, b));
@@ -179,14 +260,22 @@ TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
   EA_CHECK_EQUAL(ra.scores.cast<float>(), rb.scores.cast<float>());
   EA_CHECK_EQUAL(ra.attn.cast<float>(), rb.attn.cast<float>());
   Eigen::VectorXf lse;
-  RowMatrix<B16> out;
-  ea::attention_into(Qb, Kb, Vb, out, lse, a);
-  const RowMatrix<B16> dO = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 40, 12));
-  const ea::Gradients<B16> ga = ea::attention_backward(Qb, Kb, Vb, out, lse, dO, a),
-                           gb = ea::attention_backward(Qb, Kb, Vb, out, lse, dO, b);
-  EA_CHECK_EQUAL(ga.dq.cast<float>(), gb.dq.cast<float>());
-  EA_CHECK_EQUAL(ga.dk.cast<float>(), gb.dk.cast<float>());
-  EA_CHECK_EQUAL(ga.dv.cast<float>(), gb.dv.cast<float>());
+  RowMatrix<float> out;
+  ea::attention_into(Q, K, V, out, lse, a);
+  const RowMatrix<float> dO = random_matrix<RowMatrix<float>>(rng, 40, 12);
+  const ea::Gradients<float> ga = ea::attention_backward(Q, K, V, out, lse, dO, a),
+                             gb = ea::attention_backward(Q, K, V, out, lse, dO, b);
+  EA_CHECK_EQUAL(ga.dq, gb.dq);
+  EA_CHECK_EQUAL(ga.dk, gb.dk);
+  EA_CHECK_EQUAL(ga.dv, gb.dv);
+  const RowMatrix<Eigen::half> dOh = round_to<Eigen::half>(dO);
+  Eigen::VectorXf lse_h;
+  RowMatrix<Eigen::half> out_h;
+  ea::attention_into(Qh, Kh, Vh, out_h, lse_h, a);
+  const ea::Gradients<Eigen::half> ha = ea::attention_backward(Qh, Kh, Vh, out_h, lse_h, dOh, a),
+                                   hb = ea::attention_backward(Qh, Kh, Vh, out_h, lse_h, dOh, b);
+  EA_CHECK_EQUAL(ha.dq.cast<float>(), hb.dq.cast<float>());
+  EA_CHECK_EQUAL(ha.dv.cast<float>(), hb.dv.cast<float>());
 }
 
 #if EIGEN_ATTENTION_TEST_ISA_KERNELS && (defined(__x86_64__) || defined(_M_X64))

@@ -180,8 +180,9 @@ void product_strip(index_t rows, index_t n, index_t depth, const T* a, index_t l
 using Pair = std::uint32_t;
 
 /// C (MR x NP packets of 16 floats, row stride ldc) = alpha * A B or C += A B, A MR x depth pairs
-/// (row stride lda pairs), B depth rows of NP x 16 pairs (row stride ldb pairs).
-template <int MR, int NP, bool Accumulate>
+/// (row stride lda pairs; with TransA, A's transpose is given: pair (r, k) at a[k * lda + r]), B
+/// depth rows of NP x 16 pairs (row stride ldb pairs).
+template <int MR, int NP, bool Accumulate, bool TransA = false>
 inline void micro_tile_pairs(index_t depth, const Pair* a, index_t lda, const Pair* b, index_t ldb, float* c,
                              index_t ldc, float alpha) {
   __m512 acc[MR][NP];
@@ -196,7 +197,8 @@ inline void micro_tile_pairs(index_t depth, const Pair* a, index_t lda, const Pa
     for (int n = 0; n < NP; ++n) bk[n] = (__m512bh)_mm512_loadu_si512(b + k * ldb + n * 16);
 #pragma GCC unroll 32
     for (int r = 0; r < MR; ++r) {
-      const __m512bh ar = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r * lda + k]));
+      const Pair word = TransA ? a[k * lda + r] : a[r * lda + k];
+      const __m512bh ar = (__m512bh)_mm512_set1_epi32(static_cast<int>(word));
 #pragma GCC unroll 8
       for (int n = 0; n < NP; ++n) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], ar, bk[n]);
     }
@@ -210,11 +212,12 @@ inline void micro_tile_pairs(index_t depth, const Pair* a, index_t lda, const Pa
 }
 
 /// micro_tile_pairs for `rows` <= R rows (R = MR, counting down).
-template <int NP, bool Accumulate, int R = Micro<float>::kRows>
+template <int NP, bool Accumulate, bool TransA = false, int R = Micro<float>::kRows>
 void micro_rows_pairs(index_t rows, index_t depth, const Pair* a, index_t lda, const Pair* b, index_t ldb,
                       float* c, index_t ldc, float alpha) {
-  if (rows == R) return micro_tile_pairs<R, NP, Accumulate>(depth, a, lda, b, ldb, c, ldc, alpha);
-  if constexpr (R > 1) micro_rows_pairs<NP, Accumulate, R - 1>(rows, depth, a, lda, b, ldb, c, ldc, alpha);
+  if (rows == R) return micro_tile_pairs<R, NP, Accumulate, TransA>(depth, a, lda, b, ldb, c, ldc, alpha);
+  if constexpr (R > 1)
+    micro_rows_pairs<NP, Accumulate, TransA, R - 1>(rows, depth, a, lda, b, ldb, c, ldc, alpha);
 }
 
 /// logits_strip on pairs: C (rows x cols, whole panels) = alpha * A Kᵀ, A rows <= MR rows of
@@ -228,16 +231,19 @@ inline void logits_strip_pairs(index_t rows, index_t cols, index_t depth, const 
 }
 
 /// product_strip on pairs: C (rows x n, n whole packets) += A B, A rows <= MR rows of `depth`
-/// pairs of weights (row stride lda), B depth rows of n pairs of values (row stride ldb).
-inline void product_strip_pairs(index_t rows, index_t n, index_t depth, const Pair* a, index_t lda,
-                                const Pair* b, index_t ldb, float* c, index_t ldc) {
+/// pairs (row stride lda; with TransA, A's transpose: depth rows of lda pairs, the strip's rows in
+/// its first columns), B depth rows of n pairs (row stride ldb).
+template <bool TransA = false>
+void product_strip_pairs(index_t rows, index_t n, index_t depth, const Pair* a, index_t lda, const Pair* b,
+                         index_t ldb, float* c, index_t ldc) {
   constexpr index_t W = 16, NR = Micro<float>::kCols;
   index_t c0 = 0;
   for (; c0 + NR <= n && n - c0 != 4 * W; c0 += NR)
-    micro_rows_pairs<3, true>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, 1.0f);
+    micro_rows_pairs<3, true, TransA>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, 1.0f);
   for (; c0 + 2 * W <= n; c0 += 2 * W)
-    micro_rows_pairs<2, true>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, 1.0f);
-  for (; c0 < n; c0 += W) micro_rows_pairs<1, true>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, 1.0f);
+    micro_rows_pairs<2, true, TransA>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, 1.0f);
+  for (; c0 < n; c0 += W)
+    micro_rows_pairs<1, true, TransA>(rows, depth, a, lda, b + c0, ldb, c + c0, ldc, 1.0f);
 }
 
 /// The bf16 pair of a row's elements 2c and 2c + 1 (element (t, c) at row[t·stride]), 0 past n.
@@ -245,6 +251,29 @@ inline Pair pair_at(const BFloat16Bits* row, index_t stride, index_t n, index_t 
   const index_t c = 2 * c2;
   const Pair lo = c < n ? row[c * stride].bits : 0, hi = c + 1 < n ? row[(c + 1) * stride].bits : 0;
   return lo | (hi << 16);
+}
+
+/// Two bf16 rows a and b (element c at a[c·stride]; b null: zeros) as one row of pairs, the
+/// element of a in each word's low half: dst[c] for c < n, then 0 up to `width`.
+inline void pair_rows(const BFloat16Bits* a, const BFloat16Bits* b, index_t stride, index_t n, index_t width,
+                      Pair* dst) {
+  for (index_t c = 0; c < n; ++c)
+    dst[c] = Pair(a[c * stride].bits) | (b != nullptr ? Pair(b[c * stride].bits) << 16 : Pair(0));
+  std::fill(dst + n, dst + width, Pair(0));
+}
+
+/// Two float rows a and b (b null: zeros) rounded to bf16 (to nearest even) as one row of pairs,
+/// a's element in each word's low half: dst[c] for c < n.
+inline void round_rows_to_pairs(const float* a, const float* b, index_t n, Pair* dst) {
+  for (index_t c = 0; c < n; c += 16) {
+    const index_t m = std::min<index_t>(16, n - c);
+    const __mmask16 k = m == 16 ? __mmask16(0xffff) : __mmask16((1u << m) - 1);
+    const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, a + c)));
+    const __m512i hi =
+        b != nullptr ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, b + c)))
+                     : _mm512_setzero_si512();
+    _mm512_mask_storeu_epi32(dst + c, k, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+  }
 }
 
 /// Keys [0, cols) of K (rows of depth elements, strides as given) packed into panels of NR keys

@@ -644,15 +644,10 @@ class PairTile {
       if (cache_->ready[t] & 2) return;
       cache_->ready[t] |= 2;
     }
-    const index_t dv = p_.v.cols, cs = p_.v.col_stride;
     for (index_t t = 0; t < (cols + 1) / 2; ++t) {
       const BFloat16Bits* a = p_.v.data + (j0 + 2 * t) * p_.v.row_stride;
-      const bool has_b = 2 * t + 1 < cols;
-      const BFloat16Bits* b = has_b ? a + p_.v.row_stride : a;
-      Pair* row = v_ + t * ldo_;
-      for (index_t c = 0; c < dv; ++c)
-        row[c] = Pair(a[c * cs].bits) | (has_b ? Pair(b[c * cs].bits) << 16 : Pair(0));
-      std::fill(row + dv, row + ldo_, Pair(0));
+      pair_rows(a, 2 * t + 1 < cols ? a + p_.v.row_stride : nullptr, p_.v.col_stride, p_.v.cols, ldo_,
+                v_ + t * ldo_);
     }
   }
   const Pair* panels() const { return panels_; }

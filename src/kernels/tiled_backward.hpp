@@ -169,6 +169,28 @@ const T* key_panels(const RawProblem<E>& p, index_t j0, index_t cols, bool value
   return dst;
 }
 
+#if defined(__AVX512BF16__)
+/// key_panels on bf16 pairs (kPairs, tiled.hpp): the K (values false) or V (true) panels of the key
+/// tile [j0, j0 + cols) as pack_panels_pairs lays them out, pairs along d_k or d_v, kept in the
+/// thread's PackCache of pairs like key_panels', else packed into `scratch`.
+inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j0, index_t cols, bool values,
+                                    Pair* scratch) {
+  constexpr index_t C = kBackwardCols, room = Micro<float>::whole_panels(C);
+  const index_t kp = (p.k.cols + 1) / 2, vp = (p.v.cols + 1) / 2, tiles = (p.k.rows + C - 1) / C, t = j0 / C;
+  const std::size_t need = static_cast<std::size_t>(tiles * room) * static_cast<std::size_t>(kp + vp);
+  Pair* dst = scratch;
+  if (PackCache<Pair>* c = PackCache<Pair>::open(p, -C, p.v.cols, tiles, need)) {
+    dst = c->data + (values ? tiles * room * kp + t * room * vp : t * room * kp);
+    const unsigned char bit = values ? 2 : 1;
+    if (c->ready[t] & bit) return dst;
+    c->ready[t] |= bit;
+  }
+  const RawMatrix<const BFloat16Bits>& m = values ? p.v : p.k;
+  pack_panels_pairs(m.data + j0 * m.row_stride, m.row_stride, m.col_stride, cols, m.cols, dst);
+  return dst;
+}
+#endif
+
 /// Step 1, query tile `tile`, keys [j0, j0 + cols): the weights exp(z - lse) of its rows into
 /// w (row r at w + r * ldw, column t for key j0 + t; w 64-byte aligned and ldw a whole number
 /// of 64-byte lines), the soft-cap's derivative into cap (same layout) when soft-capping, and
@@ -190,15 +212,35 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
   T* const kp = arena.take(panels * dk);
   T* const ds_buf = arena.take(cols);  // a widened row of d_scores (16-bit)
   T* const strip = arena.take(MR * panels);
-  const auto Q = tile_rows(p.q, i0, rows, q_buf);
-  const T* const k_panels = key_panels(p, j0, cols, false, k_buf, kp);
-  for (index_t r0 = 0; r0 < rows; r0 += MR) {
-    const index_t n = std::min(MR, rows - r0);
-    logits_strip(n, cols, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip, panels,
-                 p.scale);
-    for (index_t r = 0; r < n; ++r) {
-      const T* row = strip + r * panels;
-      std::copy(row, row + cols, w + (r0 + r) * ldw);
+  const auto copy_strip = [&](index_t r0, index_t n) {
+    for (index_t r = 0; r < n; ++r)
+      std::copy(strip + r * panels, strip + r * panels + cols, w + (r0 + r) * ldw);
+  };
+  if constexpr (kPairs<E>) {  // Q and K as bf16 pairs along d_k (tiled.hpp)
+#if defined(__AVX512BF16__)
+    const index_t qp = (dk + 1) / 2;
+    Arena<Pair> pairs(Arena<Pair>::round(R * qp) + Arena<Pair>::round(panels * qp));
+    Pair* const q_pairs = pairs.take(R * qp);
+    Pair* const k_scratch = pairs.take(panels * qp);
+    for (index_t r = 0; r < rows; ++r) {
+      const BFloat16Bits* row = p.q.data + (i0 + r) * p.q.row_stride;
+      for (index_t c2 = 0; c2 < qp; ++c2) q_pairs[r * qp + c2] = pair_at(row, p.q.col_stride, dk, c2);
+    }
+    const Pair* const k_panels = key_panels_pairs(p, j0, cols, false, k_scratch);
+    for (index_t r0 = 0; r0 < rows; r0 += MR) {
+      const index_t n = std::min(MR, rows - r0);
+      logits_strip_pairs(n, cols, qp, q_pairs + r0 * qp, qp, k_panels, strip, panels, p.scale);
+      copy_strip(r0, n);
+    }
+#endif
+  } else {
+    const auto Q = tile_rows(p.q, i0, rows, q_buf);
+    const T* const k_panels = key_panels(p, j0, cols, false, k_buf, kp);
+    for (index_t r0 = 0; r0 < rows; r0 += MR) {
+      const index_t n = std::min(MR, rows - r0);
+      logits_strip(n, cols, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip, panels,
+                   p.scale);
+      copy_strip(r0, n);
     }
   }
   TileMap<T> S(w, rows, cols, Eigen::OuterStride<>(ldw));
@@ -297,7 +339,6 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   const T* const q = padded_rows(p.q, i0, rows, dkp, q_buf, ldq);
   const T* const d_out = padded_rows(p.grad.d_out, i0, rows, dvp, do_buf, ldo);
   const T* const k = padded_rows(p.k, j0, cols, dkp, k_buf, ldk);
-  const T* const v_panels = key_panels(p, j0, cols, true, v_buf, vp);
   using Rows = Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
   using ConstRows = Eigen::Map<const RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>>;
   const ConstRows Q(q, rows, dk, Eigen::OuterStride<>(ldq)), dO(d_out, rows, dv, Eigen::OuterStride<>(ldo)),
@@ -310,9 +351,37 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   Rows dK(dk_rows, cols, dk, Eigen::OuterStride<>(lddk)), dV(dv_rows, cols, dv, Eigen::OuterStride<>(lddv)),
       dQ(dq_buf, rows, dk, Eigen::OuterStride<>(std::max<index_t>(dkp, 1)));
   TileMap<T> P(w, rows, cols, Eigen::OuterStride<>(ldw)), dZ(ds_buf, rows, cols, Eigen::OuterStride<>(lds));
-  for (index_t r0 = 0; r0 < rows; r0 += MR)
-    logits_strip(std::min(MR, rows - r0), cols, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds, lds,
-                 T(1));
+#if defined(__AVX512BF16__)
+  // bf16 pairs (kPairs): dP from dO and V paired along d_v; the weights and dZ rounded to bf16 and
+  // paired along the query rows (dV += Pᵀ dO, dK += dZᵀ Q, with dO and Q paired so) and dZ along the
+  // keys (dZ K, K paired so), all on the pair micro-tile.
+  const index_t vpairs = (dv + 1) / 2, qn = (rows + 1) / 2, cp = (cols + 1) / 2;
+  Arena<Pair> pairs(kPairs<E> ? Arena<Pair>::round(R * vpairs) + Arena<Pair>::round(panels * vpairs) +
+                                    2 * Arena<Pair>::round(qn * cols) + Arena<Pair>::round(R * cp) +
+                                    Arena<Pair>::round(qn * dvp) + Arena<Pair>::round(qn * dkp) +
+                                    Arena<Pair>::round(cp * dkp)
+                              : 0);
+#endif
+  if constexpr (kPairs<E>) {
+#if defined(__AVX512BF16__)
+    Pair* const do_pairs = pairs.take(R * vpairs);
+    Pair* const v_scratch = pairs.take(panels * vpairs);
+    for (index_t r = 0; r < rows; ++r) {
+      const BFloat16Bits* row = p.grad.d_out.data + (i0 + r) * p.grad.d_out.row_stride;
+      for (index_t c2 = 0; c2 < vpairs; ++c2)
+        do_pairs[r * vpairs + c2] = pair_at(row, p.grad.d_out.col_stride, dv, c2);
+    }
+    const Pair* const v_panels = key_panels_pairs(p, j0, cols, true, v_scratch);
+    for (index_t r0 = 0; r0 < rows; r0 += MR)
+      logits_strip_pairs(std::min(MR, rows - r0), cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_panels,
+                         ds_buf + r0 * lds, lds, 1.0f);
+#endif
+  } else {
+    const T* const v_panels = key_panels(p, j0, cols, true, v_buf, vp);
+    for (index_t r0 = 0; r0 < rows; r0 += MR)
+      logits_strip(std::min(MR, rows - r0), cols, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds, lds,
+                   T(1));
+  }
   bool hides = p.mask.data != nullptr;
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
@@ -345,7 +414,42 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   }
 
   dQ.setZero();
-  if (!hides || (finite(K) && finite(Q) && finite(dO))) {
+  if ((!hides || (finite(K) && finite(Q) && finite(dO))) && kPairs<E>) {
+#if defined(__AVX512BF16__)
+    Pair* const p_t = pairs.take(qn * cols);  // P, pairs of query rows
+    Pair* const z_t = pairs.take(qn * cols);  // dZ, pairs of query rows
+    Pair* const z_k = pairs.take(R * cp);     // dZ, pairs of keys
+    Pair* const do_q = pairs.take(qn * dvp);  // dO, pairs of query rows
+    Pair* const q_q = pairs.take(qn * dkp);   // Q, pairs of query rows
+    Pair* const k_k = pairs.take(cp * dkp);   // K, pairs of keys
+    for (index_t k2 = 0; k2 < qn; ++k2) {
+      const index_t r = 2 * k2;
+      const bool second = r + 1 < rows;
+      round_rows_to_pairs(w + r * ldw, second ? w + (r + 1) * ldw : nullptr, cols, p_t + k2 * cols);
+      round_rows_to_pairs(ds_buf + r * lds, second ? ds_buf + (r + 1) * lds : nullptr, cols, z_t + k2 * cols);
+      const BFloat16Bits* g = p.grad.d_out.data + (i0 + r) * p.grad.d_out.row_stride;
+      pair_rows(g, second ? g + p.grad.d_out.row_stride : nullptr, p.grad.d_out.col_stride, dv, dvp,
+                do_q + k2 * dvp);
+      const BFloat16Bits* qr = p.q.data + (i0 + r) * p.q.row_stride;
+      pair_rows(qr, second ? qr + p.q.row_stride : nullptr, p.q.col_stride, dk, dkp, q_q + k2 * dkp);
+    }
+    weights_to_pairs(rows, 0, cols, ds_buf, lds, z_k, cp);
+    for (index_t t2 = 0; t2 < cp; ++t2) {
+      const BFloat16Bits* kr = p.k.data + (j0 + 2 * t2) * p.k.row_stride;
+      pair_rows(kr, 2 * t2 + 1 < cols ? kr + p.k.row_stride : nullptr, p.k.col_stride, dk, dkp,
+                k_k + t2 * dkp);
+    }
+    for (index_t t0 = 0; t0 < cols; t0 += MR)
+      product_strip_pairs<true>(std::min(MR, cols - t0), dvp, qn, p_t + t0, cols, do_q, dvp,
+                                dv_rows + t0 * lddv, lddv);
+    for (index_t t0 = 0; t0 < cols; t0 += MR)
+      product_strip_pairs<true>(std::min(MR, cols - t0), dkp, qn, z_t + t0, cols, q_q, dkp,
+                                dk_rows + t0 * lddk, lddk);
+    for (index_t r0 = 0; r0 < rows; r0 += MR)
+      product_strip_pairs(std::min(MR, rows - r0), dkp, cp, z_k + r0 * cp, cp, k_k, dkp, dq_buf + r0 * dkp,
+                          dkp);
+#endif
+  } else if (!hides || (finite(K) && finite(Q) && finite(dO))) {
     // dO, then Q, stays in L1 for all the strips of keys.
     for (index_t t0 = 0; t0 < cols; t0 += MR)
       product_strip<true>(std::min(MR, cols - t0), dvp, rows, w + t0, ldw, d_out, ldo, dv_rows + t0 * lddv,

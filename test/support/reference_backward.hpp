@@ -51,11 +51,17 @@ struct BackwardReference {
 
 /// The reference gradients of attention_heads_into(Q, K, V, spec) for dOUT [B, H, T_q, d_v] and,
 /// optionally, dSCORES [B, H, T_q, T_k] and dLSE [B, H, T_q, 1], with error bounds in T.
+/// `product_rounding` > 0: the weights and dS are rounded (relative error at most that) before
+/// their products with dOUT, Q and K, as Kernel::Avx512Bf16's bf16 pairs round them to bf16
+/// (2^-9): each bound gains twice that relative error of its terms, 2 rho p |dOUT| (dV) and
+/// 2 rho |dS| |K| or |Q| (dQ, dK).
 template <class T>
 BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, const Array4& V,
                                            const MultiHeadSpec& spec, const Array4& d_out,
                                            const std::optional<Array4>& d_scores = std::nullopt,
-                                           const std::optional<Array4>& d_lse = std::nullopt) {
+                                           const std::optional<Array4>& d_lse = std::nullopt,
+                                           long double product_rounding = 0) {
+  const long double rho2 = 2 * product_rounding;
   const Eigen::Index B = Q.n[0], H = Q.n[1], tq = Q.n[2], dk = Q.n[3];
   const Eigen::Index hkv = K.n[1], tk = K.n[2], dv = V.n[3];
   const Eigen::Index group = H / hkv;
@@ -133,14 +139,14 @@ BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, con
           long double *dk_j = r.dk.row(b, kh, j), *dk_tol = r.dk_tol.row(b, kh, j);
           for (Eigen::Index c = 0; c < dk; ++c) {
             dq[c] += ds * k[c];
-            dq_tol[c] += ds_error * std::fabs(k[c]);
+            dq_tol[c] += (ds_error + rho2 * std::fabs(ds)) * std::fabs(k[c]);
             dk_j[c] += ds * q[c];
-            dk_tol[c] += ds_error * std::fabs(q[c]);
+            dk_tol[c] += (ds_error + rho2 * std::fabs(ds)) * std::fabs(q[c]);
           }
           long double *dv_j = r.dv.row(b, kh, j), *dv_tol = r.dv_tol.row(b, kh, j);
           for (Eigen::Index c = 0; c < dv; ++c) {
             dv_j[c] += p * g_out[c];
-            dv_tol[c] += p_error * std::fabs(g_out[c]);
+            dv_tol[c] += (p_error + rho2 * p) * std::fabs(g_out[c]);
           }
         }
       }
