@@ -21,10 +21,11 @@ enum class Kernel {
   Portable,   ///< the tiled kernel compiled for the baseline instruction set (runs anywhere).
   Avx2,       ///< the tiled kernel compiled for AVX2 + FMA (x86-64 only).
   Avx512,     ///< the tiled kernel compiled for AVX-512 F/DQ/BW/VL (x86-64 only).
-  Avx512Bf16  ///< Avx512 with the bfloat16 forward on vdpbf16ps (AVX512-BF16, x86-64 only): Q and
-              ///< K as bf16 pairs, the weights P rounded to bf16 for the product with V, as
-              ///< FlashAttention does on GPUs (docs/low_precision.md gives the error); every
-              ///< other call is Avx512's, bit for bit. Auto takes it only on CPUs whose unit is
+  Avx512Bf16  ///< Avx512 with the bfloat16 fused forward and backward on vdpbf16ps (AVX512-BF16,
+              ///< x86-64 only): Q and K as bf16 pairs, the weights P (and the backward's dZ)
+              ///< rounded to bf16 for their products, as FlashAttention does on GPUs
+              ///< (docs/low_precision.md gives the error); every other call is Avx512's, bit
+              ///< for bit. Auto takes it only on CPUs whose unit is
               ///< faster than widening to float (AMD Zen 4 and 5; not the Intel cores measured).
 };
 
