@@ -19,6 +19,7 @@
 #endif
 
 #include "common.hpp"
+#include "decode.hpp"
 #include "inputs.hpp"
 #include "low_precision.hpp"
 #include "reference_backward.hpp"
@@ -237,6 +238,67 @@ TEST_CASE("bf16 dot product: the backward within the P-rounded model of the floa
   }
 }
 
+TEST_CASE("bf16 dot product: prefill over a bf16 cache rounds the weights, and nothing else is lost") {
+  if (!have_pairs()) return;
+  // 64 query rows of one GQA group (8 heads x 8 tokens) go through decode's GEMM path, which on
+  // Avx512Bf16 takes bf16 pairs for a bf16 cache. Two keys, d = 1, scale 1, logits 0 and -x,
+  // V = (0, 1): each row's output (float) is bf16(e) / (1 + e) with e = exp(-x), to float
+  // rounding, where an unrounded weight would give e / (1 + e), 2^-9 of it away or so.
+  ea::PagedKVCache<B16> cache(1, 1, 1, 16, 8);
+  const ea::SequenceId id = cache.create();
+  const float x = 0.37109375f;  // exact in bf16; bf16(exp(-x)) is 2^-10 of it off
+  Eigen::Matrix<float, 2, 1> k, v;
+  k << 0.0f, -x;
+  v << 0.0f, 1.0f;
+  cache.append(id, k, v);
+  RowMatrix<float> q = RowMatrix<float>::Ones(8, 8);
+  ea::Options opt = pairs_options();
+  opt.scale = 1.0;
+  opt.causal = false;
+  const RowMatrix<float> out = ea::attention_decode(cache, id, q, opt);
+  const long double e = std::exp(-static_cast<long double>(x));
+  const long double rounded = bf16(e) / (1 + e), unrounded = e / (1 + e);
+  REQUIRE(std::fabs(rounded - unrounded) > 1e-4L);
+  for (Eigen::Index i = 0; i < out.size(); ++i) CHECK(std::fabs(out.data()[i] - rounded) <= 1e-6L);
+
+  // Random cases against the long-double reference: the float budget plus the weights' rounding
+  // and the queries' split into two bf16 parts (check_reference's pairs), bitwise for 1 and 2
+  // threads; the streaming path (one token) and float and int8 caches are Avx512's, bit for bit.
+  Rng rng(2706);
+  for (const Eigen::Index dk : {Eigen::Index(64), Eigen::Index(33)}) {
+    decode::Case c;
+    c.H = 8, c.Hkv = 1, c.dk = dk, c.dv = dk == 64 ? 64 : 17, c.Tk = 300, c.Tq = 8, c.page = 16;
+    c.causal = true;
+    c.alibi = dk == 33;
+    CAPTURE(c.describe());
+    const decode::Sequence<B16> s = decode::make_sequence<B16>(rng, c);
+    ea::PagedKVCache<B16> bf(c.Hkv, c.dk, c.dv, c.page, 512);
+    const ea::SequenceId sid = bf.create();
+    decode::append_in_pieces(rng, bf, sid, s);
+    const ea::SequenceId ids[1] = {sid};
+    const ea::Masks<float> masks = decode_masks(c, s);
+    decode::Result<float> one, two;
+    ea::attention_decode_into(bf, ids, 1, side_by_side(s.Q, c.dk), nullptr, one.out, one.lse,
+                              decode::options_of(c, ea::Kernel::Avx512Bf16, 1), masks);
+    ea::attention_decode_into(bf, ids, 1, side_by_side(s.Q, c.dk), nullptr, two.out, two.lse,
+                              decode::options_of(c, ea::Kernel::Avx512Bf16, 2), masks);
+    EA_CHECK_EQUAL(two.out, one.out);
+    EA_CHECK_EQUAL(two.lse, one.lse);
+    decode::check_reference(one, decode::reference_of(c, s), c, 1, "bf16-pair prefill vs the reference",
+                            true);
+    // One token, two heads: the streaming path, the base's.
+    const RowMatrix<float> q1 = s.Q.topRows(1).leftCols(2 * c.dk);
+    ea::Options o = decode::options_of(c, ea::Kernel::Avx512);
+    ea::Masks<float> none;
+    ea::PagedKVCache<B16> two_heads(2, c.dk, c.dv, c.page, 512);
+    const ea::SequenceId t = two_heads.create();
+    two_heads.append(t, s.K.leftCols(c.dk).replicate(1, 2).eval(), s.V.leftCols(c.dv).replicate(1, 2).eval());
+    const RowMatrix<float> base = ea::attention_decode(two_heads, t, q1, o);
+    o.kernel = ea::Kernel::Avx512Bf16;
+    EA_CHECK_EQUAL(ea::attention_decode(two_heads, t, q1, o), base);
+  }
+}
+
 TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
   if (!have_pairs()) return;
   Rng rng(2703);
@@ -276,6 +338,18 @@ TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
                                    hb = ea::attention_backward(Qh, Kh, Vh, out_h, lse_h, dOh, b);
   EA_CHECK_EQUAL(ha.dq.cast<float>(), hb.dq.cast<float>());
   EA_CHECK_EQUAL(ha.dv.cast<float>(), hb.dv.cast<float>());
+  // Decode and prefill over float and int8 caches (GEMM path: 8 heads x 8 tokens of a group).
+  RowMatrix<float> qd = random_matrix<RowMatrix<float>>(rng, 8, 8 * 24);
+  ea::PagedKVCache<float> fc(1, 24, 12, 16, 128);
+  ea::PagedKVCache<ea::Int8> ic(1, 24, 12, 16, 128);
+  const ea::SequenceId fs = fc.create(), is = ic.create();
+  fc.append(fs, K, V);
+  ic.append(is, K, V);
+  for (const Eigen::Index tokens : {Eigen::Index(1), Eigen::Index(8)}) {
+    const RowMatrix<float> qt = qd.topRows(tokens);
+    EA_CHECK_EQUAL(ea::attention_decode(fc, fs, qt, a), ea::attention_decode(fc, fs, qt, b));
+    EA_CHECK_EQUAL(ea::attention_decode(ic, is, qt, a), ea::attention_decode(ic, is, qt, b));
+  }
 }
 
 #if EIGEN_ATTENTION_TEST_ISA_KERNELS && (defined(__x86_64__) || defined(_M_X64))

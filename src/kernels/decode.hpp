@@ -235,6 +235,72 @@ const T* paged_rows(const RawDecodeChunk<T>& c, const PagedRows<S>& rows, index_
   return scratch;
 }
 
+#if defined(__AVX512BF16__)
+/// The GEMM path's logits on bf16 pairs (a bf16 cache on Kernel::Avx512Bf16, prefill): s (R x n,
+/// row stride lds >= whole panels of n) = scale Q Kᵀ for the chunk's keys [ub, ub + n), the
+/// keys packed into panels of pairs from their pages (pack_panels_pairs' layout). The float
+/// queries are split into two bf16 parts, q = hi + lo + e with hi = bf16(q), lo = bf16(q - hi),
+/// |e| <= 2^-18 |q| (0 when q holds bf16 values), paired along d_k one after the other: one chain
+/// of products over twice the depth, against the keys' pairs twice over. `lo`: R x d_k scratch.
+template <typename T>
+void prefill_logits_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bits>& keys, index_t R,
+                          index_t ub, index_t n, float* s, index_t lds, float* lo) {
+  constexpr index_t NR = Micro<float>::kCols, MR = Micro<float>::kRows;
+  const index_t dk = c.d_k, qp = (dk + 1) / 2, depth = 2 * qp, panels = Micro<float>::whole_panels(n);
+  Arena<Pair> arena(Arena<Pair>::round(R * depth) + Arena<Pair>::round(panels * depth));
+  Pair* const q = arena.take(R * depth);
+  Pair* const kp = arena.take(panels * depth);
+  // Row r's hi pairs, then its lo pairs: lo = q - hi, exact in float.
+  for (index_t r = 0; r < R; ++r) {
+    weights_to_pairs(1, 0, dk, c.q + r * dk, dk, q + r * depth, qp);
+    for (index_t e = 0; e < dk; ++e) {
+      const Pair word = (q[r * depth + e / 2] >> (16 * (e % 2))) << 16;
+      float hi;
+      std::memcpy(&hi, &word, sizeof hi);
+      lo[r * dk + e] = c.q[r * dk + e] - hi;
+    }
+    weights_to_pairs(1, 0, dk, lo + r * dk, dk, q + r * depth + qp, qp);
+  }
+  std::fill(kp, kp + panels * depth, Pair(0));
+  for_each_row<T, BFloat16Bits>(c, keys, ub, ub + n, [&](index_t j, const BFloat16Bits* row, float) {
+    const index_t t = j - ub;
+    Pair* const panel = kp + t / NR * NR * depth;
+    for (index_t c2 = 0; c2 < qp; ++c2)
+      panel[c2 * NR + t % NR] = panel[(qp + c2) * NR + t % NR] = pair_at(row, 1, dk, c2);
+  });
+  for (index_t r0 = 0; r0 < R; r0 += MR)
+    logits_strip_pairs(std::min(MR, R - r0), n, depth, q + r0 * depth, depth, kp, s + r0 * lds, lds,
+                       c.shape.scale);
+}
+
+/// The GEMM path's P V on bf16 pairs: c.out (R x d_v) += P V over the keys [ub + lo, ub + hi) that
+/// every row sees (P in s, row stride lds, key ub + t at column t), the weights rounded to bf16 and
+/// paired along the keys, the values paired so from their pages (`values`: the keys' rows for a
+/// latent cache, whose values are their first d_v elements).
+/// `o`: scratch of R x whole packets of d_v floats.
+template <typename T>
+void prefill_values_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bits>& values, index_t R,
+                          index_t lo, index_t hi, index_t ub, const float* s, index_t lds, float* o) {
+  constexpr index_t MR = Micro<float>::kRows;
+  const index_t dv = c.d_v, dvp = Micro<float>::whole_packets(dv), cp = (hi - lo + 1) / 2;
+  Arena<Pair> arena(Arena<Pair>::round(R * cp) + Arena<Pair>::round(cp * dvp));
+  Pair* const pb = arena.take(R * cp);
+  Pair* const vp = arena.take(cp * dvp);
+  std::fill(o, o + R * dvp, 0.0f);
+  weights_to_pairs(R, lo, hi, s, lds, pb, cp);
+  std::fill(vp, vp + cp * dvp, Pair(0));
+  for_each_row<T, BFloat16Bits>(c, values, ub + lo, ub + hi, [&](index_t j, const BFloat16Bits* row, float) {
+    const index_t t = j - ub - lo, half = (t % 2) * 16;
+    Pair* const dst = vp + t / 2 * dvp;
+    for (index_t e = 0; e < dv; ++e) dst[e] |= Pair(row[e].bits) << half;
+  });
+  for (index_t r0 = 0; r0 < R; r0 += MR)
+    product_strip_pairs(std::min(MR, R - r0), dvp, cp, pb + r0 * cp, cp, vp, dvp, o + r0 * dvp, dvp);
+  for (index_t r = 0; r < R; ++r)
+    for (index_t e = 0; e < dv; ++e) c.out[r * dv + e] += o[r * dvp + e];
+}
+#endif
+
 /// The streaming kernel's two steps for R query rows, in groups of at most 4, and B key or value
 /// rows at once (dot_rows_block and axpy_rows_block of eigen_internal.hpp; B = 1 for the rows left
 /// over).
@@ -301,24 +367,30 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   // from memory once and used for every query row at once; more rows (chunked prefill), or
   // accumulators too wide for L1 (MLA's d_v = 512), go through Eigen's GEMM (tile_policy.hpp).
   const bool stream = decode_streams(cache_sizes(), R, dv, static_cast<index_t>(sizeof(T)));
+  // A bf16 cache's GEMM path on bf16 pairs where this kernel has them (tiled.hpp: kPairs).
+  const bool pairs = kPairs<S> && !stream;
   const index_t n = ue - ub;
-  const index_t lds = static_cast<index_t>(Arena<T>::round(n));  // rows start 64-byte aligned
+  // Rows start 64-byte aligned; the pairs' logits are written in whole panels.
+  const index_t lds = static_cast<index_t>(Arena<T>::round(pairs ? Micro<float>::whole_panels(n) : n));
   Blocking<T> qk(stream ? 1 : R, stream ? 1 : n, stream ? 1 : dk),
       pv(stream ? 1 : R, stream ? 1 : dv, stream ? 1 : n);
   const index_t pack_a = stream ? 0 : std::max(qk.size_a(), pv.size_a());
   const index_t pack_b = stream ? 0 : std::max(qk.size_b(), pv.size_b());
   const index_t rows_kept =
       stream ? std::max<index_t>(kKeyBlock, kValueBlock) : n;  // converted rows: a few, or the chunk's
-  Arena<T> arena(Arena<T>::round(R * lds) + Arena<T>::round(rows_kept * dk) +
-                 Arena<T>::round(rows_kept * dv) + 2 * Arena<T>::round(R) + Arena<T>::round(pack_a) +
-                 Arena<T>::round(pack_b));
+  // (The pairs' prefill takes the low halves of the queries, R x d_k, in the keys' scratch.)
+  const index_t k_rows = pairs ? std::max(rows_kept, R) : rows_kept;
+  Arena<T> arena(Arena<T>::round(R * lds) + Arena<T>::round(k_rows * dk) + Arena<T>::round(rows_kept * dv) +
+                 2 * Arena<T>::round(R) + Arena<T>::round(pack_a) + Arena<T>::round(pack_b) +
+                 Arena<T>::round(pairs ? R * Micro<T>::whole_packets(dv) : 0));
   T* const s = arena.take(R * lds);
-  T* const k_scratch = arena.take(rows_kept * dk);
+  T* const k_scratch = arena.take(k_rows * dk);
   T* const v_scratch = arena.take(rows_kept * dv);
   T* const m = arena.take(R);
   T* const l = arena.take(R);
   T* const block_a = arena.take(pack_a);
   T* const block_b = arena.take(pack_b);
+  [[maybe_unused]] T* const pair_out = arena.take(pairs ? R * Micro<T>::whole_packets(dv) : 0);
   qk.use(block_a, block_b);
   pv.use(block_a, block_b);
 
@@ -342,7 +414,11 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   }
   index_t ldk = 0;
   const T* K = nullptr;
-  if (!stream) {
+  if (pairs) {
+#if defined(__AVX512BF16__)
+    if constexpr (kPairs<S>) prefill_logits_pairs(c, keys, R, ub, n, s, lds, k_scratch);
+#endif
+  } else if (!stream) {
     K = paged_rows<T, S>(c, keys, ub, n, k_scratch, ldk);
     S_.setZero();
     gemm_abt(R, n, dk, c.q, std::max<index_t>(dk, 1), K, ldk, s, lds, p.scale, qk);
@@ -396,6 +472,11 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
         }
       });
       for (int b = 0; b < held; ++b) axpys<1>(R, s + (first + b - ub), lds, &block[b], dv, c.out);
+    } else if (pairs) {
+#if defined(__AVX512BF16__)
+      if constexpr (kPairs<S>)
+        prefill_values_pairs(c, c.values_in_keys ? keys : values, R, ib - ub, ie - ub, ub, s, lds, pair_out);
+#endif
     } else {
       index_t ldv = 0;
       // A latent cache's values are the first d_v elements of its keys (PagedKVCache::latent):

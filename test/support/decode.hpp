@@ -165,12 +165,17 @@ MultiHeadReference reference_of(const Case& c, const Sequence<S>& s,
 }
 
 /// CHECKs out and lse of a decode against the reference, head by head, within `factor` times
-/// the multi-head error budget of the compute type.
+/// the multi-head error budget of the compute type. With `pairs` (a bf16 cache's prefill on
+/// Kernel::Avx512Bf16), ATTN also gets the weights rounded to bf16 before P V (2^-9 sum_j p_j |v_j|
+/// <= 2^-9 max |V|) and the queries split into two bf16 parts (each logit off by 2^-18 of its
+/// magnitude A at most, moving ATTN by 2 x that x max |V|), both doubled.
 template <typename T>
 void check_reference(const Result<T>& r, const MultiHeadReference& ref, const Case& c, long double factor,
-                     const std::string& what) {
+                     const std::string& what, bool pairs = false) {
   for (Index h = 0; h < c.H; ++h) {
-    const Budget b = multihead_budget<T>(ref, h).times(factor);
+    Budget b = multihead_budget<T>(ref, h).times(factor);
+    const std::size_t g = static_cast<std::size_t>(h);
+    if (pairs) b.attn += ref.max_abs_v[g] * (0x1p-8L + 0x1p-16L * ref.logit_magnitude[g]);
     const MatrixLD out = ref.out.slice(0, h);
     const MatrixLD lse = ref.lse.slice(0, h);
     CAPTURE(h);
