@@ -261,13 +261,31 @@ void prefill_logits_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bi
     }
     weights_to_pairs(1, 0, dk, lo + r * dk, dk, q + r * depth + qp, qp);
   }
+  // Groups of 16 keys transposed in registers (pack_16_keys_pairs), into the hi and the lo halves
+  // of the depth; the last group's missing keys are rows of zeros.
+  static const BFloat16Bits zeros[2 * 256] = {};
+  const BFloat16Bits* rows[16];
+  index_t held = 0;
+  const auto flush = [&](index_t t0) {
+    const BFloat16Bits* const zero_row = dk <= 2 * 256 ? zeros : nullptr;
+    for (index_t i = held; i < 16; ++i) rows[i] = zero_row;
+    Pair* const panel = kp + t0 / NR * NR * depth + t0 % NR;
+    if (held < 16 && zero_row == nullptr) {  // (wider than the zero row: key by key)
+      for (index_t i = 0; i < 16; ++i)
+        for (index_t c2 = 0; c2 < qp; ++c2)
+          panel[c2 * NR + i] = panel[(qp + c2) * NR + i] = i < held ? pair_at(rows[i], 1, dk, c2) : 0;
+    } else {
+      pack_16_keys_pairs(rows, dk, panel);
+      pack_16_keys_pairs(rows, dk, panel + qp * NR);
+    }
+    held = 0;
+  };
   std::fill(kp, kp + panels * depth, Pair(0));
   for_each_row<T, BFloat16Bits>(c, keys, ub, ub + n, [&](index_t j, const BFloat16Bits* row, float) {
-    const index_t t = j - ub;
-    Pair* const panel = kp + t / NR * NR * depth;
-    for (index_t c2 = 0; c2 < qp; ++c2)
-      panel[c2 * NR + t % NR] = panel[(qp + c2) * NR + t % NR] = pair_at(row, 1, dk, c2);
+    rows[held++] = row;
+    if (held == 16) flush(j - ub - 15);
   });
+  if (held > 0) flush(n - held);
   for (index_t r0 = 0; r0 < R; r0 += MR)
     logits_strip_pairs(std::min(MR, R - r0), n, depth, q + r0 * depth, depth, kp, s + r0 * lds, lds,
                        c.shape.scale);
@@ -288,12 +306,17 @@ void prefill_values_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bi
   Pair* const vp = arena.take(cp * dvp);
   std::fill(o, o + R * dvp, 0.0f);
   weights_to_pairs(R, lo, hi, s, lds, pb, cp);
-  std::fill(vp, vp + cp * dvp, Pair(0));
+  // Rows two by two: (V[2t], V[2t + 1]) into pair row t (pair_rows); an odd last row alone.
+  const BFloat16Bits* first = nullptr;
   for_each_row<T, BFloat16Bits>(c, values, ub + lo, ub + hi, [&](index_t j, const BFloat16Bits* row, float) {
-    const index_t t = j - ub - lo, half = (t % 2) * 16;
-    Pair* const dst = vp + t / 2 * dvp;
-    for (index_t e = 0; e < dv; ++e) dst[e] |= Pair(row[e].bits) << half;
+    const index_t t = j - ub - lo;
+    if (t % 2 == 0) {
+      first = row;
+    } else {
+      pair_rows(first, row, 1, dv, dvp, vp + t / 2 * dvp);
+    }
   });
+  if ((hi - lo) % 2 == 1) pair_rows(first, nullptr, 1, dv, dvp, vp + (hi - lo) / 2 * dvp);
   for (index_t r0 = 0; r0 < R; r0 += MR)
     product_strip_pairs(std::min(MR, R - r0), dvp, cp, pb + r0 * cp, cp, vp, dvp, o + r0 * dvp, dvp);
   for (index_t r = 0; r < R; ++r)

@@ -257,7 +257,17 @@ inline Pair pair_at(const BFloat16Bits* row, index_t stride, index_t n, index_t 
 /// element of a in each word's low half: dst[c] for c < n, then 0 up to `width`.
 inline void pair_rows(const BFloat16Bits* a, const BFloat16Bits* b, index_t stride, index_t n, index_t width,
                       Pair* dst) {
-  for (index_t c = 0; c < n; ++c)
+  index_t c = 0;
+  if (stride == 1) {  // 16 at a time: a's halves zero-extended, b's shifted up
+    for (; c + 16 <= n; c += 16) {
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + c)));
+      const __m512i hi =
+          b != nullptr ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + c)))
+                       : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+  for (; c < n; ++c)
     dst[c] = Pair(a[c * stride].bits) | (b != nullptr ? Pair(b[c * stride].bits) << 16 : Pair(0));
   std::fill(dst + n, dst + width, Pair(0));
 }
@@ -276,6 +286,32 @@ inline void round_rows_to_pairs(const float* a, const float* b, index_t n, Pair*
   }
 }
 
+/// 16 keys' contiguous bf16 rows of `depth` elements into their columns of a panel of pairs:
+/// panel[c2 · NR + i] for key i < 16 and every pair c2 < ceil(depth / 2). Whole blocks of 16 pairs
+/// (64 bytes of each row) are transposed in registers as 16 x 16 32-bit words (moves only: every
+/// bit kept), the rest pair by pair.
+inline void pack_16_keys_pairs(const BFloat16Bits* const* rows, index_t depth, Pair* panel) {
+  namespace ei = Eigen::internal;
+  constexpr index_t NR = Micro<float>::kCols;
+  const index_t pairs = (depth + 1) / 2, whole = depth / 32;
+  for (index_t b = 0; b < whole; ++b) {
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"  // the packet type's vector attributes
+#endif
+    ei::PacketBlock<ei::Packet16f, 16> block;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+    for (int i = 0; i < 16; ++i) block.packet[i] = _mm512_castsi512_ps(_mm512_loadu_si512(rows[i] + 32 * b));
+    ei::ptranspose(block);
+    for (int i = 0; i < 16; ++i)
+      _mm512_storeu_si512(panel + (16 * b + i) * NR, _mm512_castps_si512(block.packet[i]));
+  }
+  for (index_t c2 = 16 * whole; c2 < pairs; ++c2)
+    for (int i = 0; i < 16; ++i) panel[c2 * NR + i] = pair_at(rows[i], 1, depth, c2);
+}
+
 /// Keys [0, cols) of K (rows of depth elements, strides as given) packed into panels of NR keys
 /// of pairs along the depth: pair c2 of key p·NR + n at kp[p·pairs·NR + c2·NR + n], pairs =
 /// ceil(depth / 2); an odd depth's last pair and the keys of the last panel past cols are 0.
@@ -285,7 +321,15 @@ inline void pack_panels_pairs(const BFloat16Bits* k, index_t row_stride, index_t
   const index_t pairs = (depth + 1) / 2;
   for (index_t n0 = 0; n0 < cols; n0 += NR) {
     Pair* const panel = kp + n0 * pairs;
-    for (index_t n = 0; n < NR; ++n) {
+    index_t n = 0;
+    if (col_stride == 1) {  // whole groups of 16 keys transposed in registers
+      for (; n + 16 <= NR && n0 + n + 16 <= cols; n += 16) {
+        const BFloat16Bits* rows[16];
+        for (int i = 0; i < 16; ++i) rows[i] = k + (n0 + n + i) * row_stride;
+        pack_16_keys_pairs(rows, depth, panel + n);
+      }
+    }
+    for (; n < NR; ++n) {
       if (n0 + n >= cols) {
         for (index_t c2 = 0; c2 < pairs; ++c2) panel[c2 * NR + n] = 0;
         continue;
