@@ -39,7 +39,7 @@ const char* const bench::kUsage =
     "  --seconds S         one run lasts about S/5 (back-to-back calls); default 1\n"
     "  --unit-seconds S    one run of a unit loop lasts about S/5 (5 runs); default 0.5\n"
     "  --gemm-n N          size of the square reference sgemm (default 2048)\n"
-    "  --sections LIST     of units, rates, backward (default all; rates includes the sgemm)\n"
+    "  --sections LIST     of units, rates, backward, prefill (default all; rates includes the sgemm)\n"
     "  --units             the units section only (= --sections units)\n"
     "  --no-units          the rates only (= --sections rates)\n"
     "  --quick             T = 512, d = 64, 3 reps of ~0.04 s, short unit loops, sgemm 512\n"
@@ -94,14 +94,15 @@ Args parse_args(int argc, char** argv) {
       if (a.gemm_n < 1) usage_error("--gemm-n must be >= 1");
       gemm_given = true;
     } else if (arg == "--sections") {
-      bench::parse_sections(args.value(),
-                            {{"units", &a.units}, {"rates", &a.rates}, {"backward", &a.backward}});
+      bench::parse_sections(
+          args.value(),
+          {{"units", &a.units}, {"rates", &a.rates}, {"backward", &a.backward}, {"prefill", &a.prefill}});
     } else if (arg == "--units") {
       a.units = true;
-      a.rates = a.backward = false;
+      a.rates = a.backward = a.prefill = false;
     } else if (arg == "--no-units") {
       a.units = false;
-      a.rates = a.backward = true;
+      a.rates = a.backward = a.prefill = true;
     } else if (arg == "--quick") {
       a.quick = true;
     } else if (arg == "--smoke") {
@@ -343,6 +344,10 @@ int run(const Args& a) {
   std::vector<BackwardRow> backward_rows;
   if (a.backward) {
     ok = backward_table(a, backward_rows) && ok;
+    std::printf("\n");
+  }
+  if (a.prefill) {
+    ok = prefill_table(a) && ok;
     std::printf("\n");
   }
   print_summary(a, rows, sgemm, units);

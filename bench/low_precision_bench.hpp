@@ -7,6 +7,7 @@
 //                                  in a function compiled with its own target attribute
 //   low_precision_bench_rates.cpp  float, bfloat16 and half attention at T = 4096, per kernel
 //   low_precision_bench_backward.cpp  the float and bfloat16 backward at T = 4096, per kernel
+//   low_precision_bench_prefill.cpp   prefill over a float and a bfloat16 paged cache, per kernel
 // It reuses eigen_attention_bench's helpers (attention_bench.hpp: inputs, formatting, the square
 // GEMM of attention_bench_gemm.cpp, over baseline.cpp).
 #pragma once
@@ -46,7 +47,7 @@ struct Args {
   double seconds = 1.0;        // one run lasts about seconds / 5
   double unit_seconds = 0.5;   // one unit loop: about unit_seconds / 5 per run, 5 runs
   Idx gemm_n = 2048;
-  bool units = true, rates = true, backward = true;
+  bool units = true, rates = true, backward = true, prefill = true;
   bool quick = false, smoke = false;
 };
 
@@ -87,6 +88,8 @@ struct BackwardRow {
 };
 // The backward table (low_precision_bench_backward.cpp); false when a check failed.
 bool backward_table(const Args& a, std::vector<BackwardRow>& rows);
+// The prefill table (low_precision_bench_prefill.cpp); false when a check failed.
+bool prefill_table(const Args& a);
 
 // The units section (low_precision_bench_units.cpp): what it measured, for the summary.
 struct UnitsReport {
