@@ -72,7 +72,7 @@ endif()
 # A build whose tests run only on the machine that builds it (the sanitizer steps of
 # scripts/test) can leave out the kernels this CPU cannot run: they would be compiled, slowly under
 # a sanitizer, and never run. Read from /proc/cpuinfo (Linux): its flags spell the features as -m
-# does.
+# does, but for underscores (below).
 option(EIGEN_ATTENTION_HOST_KERNELS_ONLY "Build only the kernels this machine's CPU can run" OFF)
 set(_ea_host_flags)
 if(EIGEN_ATTENTION_HOST_KERNELS_ONLY AND EIGEN_ATTENTION_HAS_ISA_KERNELS)
@@ -82,6 +82,9 @@ if(EIGEN_ATTENTION_HOST_KERNELS_ONLY AND EIGEN_ATTENTION_HAS_ISA_KERNELS)
   file(STRINGS /proc/cpuinfo _ea_host_flags REGEX "^flags[ \t]*:" LIMIT_COUNT 1)
   string(REGEX REPLACE "^flags[ \t]*:" "" _ea_host_flags "${_ea_host_flags}")
   separate_arguments(_ea_host_flags UNIX_COMMAND "${_ea_host_flags}")
+  # /proc/cpuinfo spells some features with an underscore that -m and __builtin_cpu_supports
+  # leave out ("avx512_bf16" for avx512bf16): compare without underscores.
+  list(TRANSFORM _ea_host_flags REPLACE "_" "")
 endif()
 
 # Under Clang's UndefinedBehaviorSanitizer, its object-size check keeps small inline functions out
