@@ -253,12 +253,8 @@ void prefill_logits_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bi
   // Row r's hi pairs, then its lo pairs: lo = q - hi, exact in float.
   for (index_t r = 0; r < R; ++r) {
     weights_to_pairs(1, 0, dk, c.q + r * dk, dk, q + r * depth, qp);
-    for (index_t e = 0; e < dk; ++e) {
-      const Pair word = (q[r * depth + e / 2] >> (16 * (e % 2))) << 16;
-      float hi;
-      std::memcpy(&hi, &word, sizeof hi);
-      lo[r * dk + e] = c.q[r * dk + e] - hi;
-    }
+    for (index_t e = 0; e < dk; ++e)
+      lo[r * dk + e] = c.q[r * dk + e] - pair_half(q[r * depth + e / 2], e % 2);
     weights_to_pairs(1, 0, dk, lo + r * dk, dk, q + r * depth + qp, qp);
   }
   // Groups of 16 keys transposed in registers (pack_16_keys_pairs), into the hi and the lo halves

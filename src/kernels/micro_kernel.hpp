@@ -28,6 +28,7 @@
 #endif
 
 #include "kernels/abi.hpp"
+#include "kernels/convert.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -251,6 +252,21 @@ inline Pair pair_at(const BFloat16Bits* row, index_t stride, index_t n, index_t 
   const index_t c = 2 * c2;
   const Pair lo = c < n ? row[c * stride].bits : 0, hi = c + 1 < n ? row[(c + 1) * stride].bits : 0;
   return lo | (hi << 16);
+}
+
+/// The half of a pair at position `half` (0: low, 1: high) as a float (exact).
+inline float pair_half(Pair word, index_t half) {
+  return to_compute(BFloat16Bits{static_cast<std::uint16_t>(word >> (16 * half))});
+}
+
+/// Rows [first, first + rows) of a bf16 matrix as pairs along its columns: row r's pair c2 at
+/// dst[r · ceil(cols / 2) + c2] (pair_at).
+inline void pair_columns(const RawMatrix<const BFloat16Bits>& m, index_t first, index_t rows, Pair* dst) {
+  const index_t pairs = (m.cols + 1) / 2;
+  for (index_t r = 0; r < rows; ++r) {
+    const BFloat16Bits* row = m.data + (first + r) * m.row_stride;
+    for (index_t c2 = 0; c2 < pairs; ++c2) dst[r * pairs + c2] = pair_at(row, m.col_stride, m.cols, c2);
+  }
 }
 
 /// Two bf16 rows a and b (element c at a[c·stride]; b null: zeros) as one row of pairs, the

@@ -45,7 +45,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <new>
 #include <type_traits>
@@ -606,13 +605,7 @@ class PairTile {
   /// Nothing of the compute type's arena (the constructor takes its own).
   static std::size_t scratch(index_t, index_t, index_t) { return 0; }
   /// Query rows [i0, i0 + rows) (rows <= kRows) as pairs along d_k: query_pairs(), pairs() apart.
-  void load_queries(index_t i0, index_t rows) {
-    for (index_t r = 0; r < rows; ++r) {
-      const BFloat16Bits* row = p_.q.data + (i0 + r) * p_.q.row_stride;
-      for (index_t c2 = 0; c2 < pairs_; ++c2)
-        q_[r * pairs_ + c2] = pair_at(row, p_.q.col_stride, p_.q.cols, c2);
-    }
-  }
+  void load_queries(index_t i0, index_t rows) { pair_columns(p_.q, i0, rows, q_); }
   const Pair* query_pairs() const { return q_; }
   /// One strip's weights as pairs (accumulate_strip_pairs), weight_stride() pairs apart.
   Pair* weight_pairs() { return pb_; }
@@ -691,18 +684,11 @@ inline void accumulate_strip_pairs(const RawProblem<BFloat16Bits>& p, index_t i0
     product_strip_pairs(rows, ldo, (hi - lo + 1) / 2, pb, ldpb, vp + lo / 2 * ldv, ldv, o, ldo);
     return;
   }
-  const auto widen_bits = [](Pair bits) {
-    const std::uint32_t word = bits << 16;
-    float x;
-    std::memcpy(&x, &word, sizeof x);
-    return x;
-  };
   for_each_visible(p, i0, rows, j0 + lo, hi - lo, [&](index_t r, index_t t) {
     const index_t key = lo + t;
-    const float w = widen_bits((pb[r * ldpb + t / 2] >> (16 * (t % 2))) & 0xffff);
+    const float w = pair_half(pb[r * ldpb + t / 2], t % 2);
     const Pair* v = vp + key / 2 * ldv;
-    const int half = static_cast<int>(key % 2) * 16;
-    for (index_t c = 0; c < p.v.cols; ++c) o[r * ldo + c] += w * widen_bits((v[c] >> half) & 0xffff);
+    for (index_t c = 0; c < p.v.cols; ++c) o[r * ldo + c] += w * pair_half(v[c], key % 2);
   });
 }
 #else
@@ -762,7 +748,8 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
     const index_t rows = std::min(row_step, first + count - i0);
     // The keys some row of the tile may see; tiles outside are never computed.
     const index_t key_begin = p.first_key(i0), key_end = p.end_key(i0 + rows - 1);
-    const auto Q = tile_rows(p.q, i0, rows, q_buf, true);
+    // (The pairs take their queries as pairs: nothing widened.)
+    const auto Q = tile_rows(p.q, i0, kPairs<E> ? 0 : rows, q_buf, true);
     if constexpr (kPairs<E>) tile.load_queries(i0, rows);
     std::fill_n(acc, rows * ldo, T(0));
     std::fill_n(m, rows, minus_inf);

@@ -222,10 +222,7 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
     Arena<Pair> pairs(Arena<Pair>::round(R * qp) + Arena<Pair>::round(panels * qp));
     Pair* const q_pairs = pairs.take(R * qp);
     Pair* const k_scratch = pairs.take(panels * qp);
-    for (index_t r = 0; r < rows; ++r) {
-      const BFloat16Bits* row = p.q.data + (i0 + r) * p.q.row_stride;
-      for (index_t c2 = 0; c2 < qp; ++c2) q_pairs[r * qp + c2] = pair_at(row, p.q.col_stride, dk, c2);
-    }
+    pair_columns(p.q, i0, rows, q_pairs);
     const Pair* const k_panels = key_panels_pairs(p, j0, cols, false, k_scratch);
     for (index_t r0 = 0; r0 < rows; r0 += MR) {
       const index_t n = std::min(MR, rows - r0);
@@ -366,11 +363,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
 #if defined(__AVX512BF16__)
     Pair* const do_pairs = pairs.take(R * vpairs);
     Pair* const v_scratch = pairs.take(panels * vpairs);
-    for (index_t r = 0; r < rows; ++r) {
-      const BFloat16Bits* row = p.grad.d_out.data + (i0 + r) * p.grad.d_out.row_stride;
-      for (index_t c2 = 0; c2 < vpairs; ++c2)
-        do_pairs[r * vpairs + c2] = pair_at(row, p.grad.d_out.col_stride, dv, c2);
-    }
+    pair_columns(p.grad.d_out, i0, rows, do_pairs);
     const Pair* const v_panels = key_panels_pairs(p, j0, cols, true, v_scratch);
     for (index_t r0 = 0; r0 < rows; r0 += MR)
       logits_strip_pairs(std::min(MR, rows - r0), cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_panels,
@@ -414,7 +407,10 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   }
 
   dQ.setZero();
-  if ((!hides || (finite(K) && finite(Q) && finite(dO))) && kPairs<E>) {
+  // One product per gradient, or (a strip hides keys and some input is not finite) the visible
+  // pairs one by one.
+  const bool products = !hides || (finite(K) && finite(Q) && finite(dO));
+  if (products && kPairs<E>) {
 #if defined(__AVX512BF16__)
     Pair* const p_t = pairs.take(qn * cols);  // P, pairs of query rows
     Pair* const z_t = pairs.take(qn * cols);  // dZ, pairs of query rows
@@ -449,7 +445,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
       product_strip_pairs(std::min(MR, rows - r0), dkp, cp, z_k + r0 * cp, cp, k_k, dkp, dq_buf + r0 * dkp,
                           dkp);
 #endif
-  } else if (!hides || (finite(K) && finite(Q) && finite(dO))) {
+  } else if (products) {
     // dO, then Q, stays in L1 for all the strips of keys.
     for (index_t t0 = 0; t0 < cols; t0 += MR)
       product_strip<true>(std::min(MR, cols - t0), dvp, rows, w + t0, ldw, d_out, ldo, dv_rows + t0 * lddv,
