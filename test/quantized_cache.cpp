@@ -369,6 +369,72 @@ TEST_CASE_TEMPLATE("quantized cache: decode is bitwise the float cache of the de
   }
 }
 
+TEST_CASE_TEMPLATE(
+    "quantized cache: a caller's view, any scales, a head of whole packets and a tail, decodes bitwise "
+    "as a float view of fl(scale x value)",
+    Q, Int8, Float8E4M3, Float8E5M2) {
+  // d = 40: two AVX-512 packets and a scalar tail of 8 (five AVX2 packets). Scales as a caller's
+  // view may hold them (append never writes one above FLT_MAX / 448): around FLT_MAX / 256, above
+  // it, negative, and append's kind. Codes of |value| <= 1 only (every dequantized element, logit
+  // and output finite), against a float view of fl(scale x value): bitwise, every kernel, 1 and 2
+  // threads, the streaming path (4 query heads) and the GEMM path (64 query rows). Before the
+  // library was compiled with -ffp-contract=off, GCC contracted AVX-512's scalar tails of the float
+  // and the quantized instantiations into FMAs differently: 99 of 160 outputs differed in their
+  // last bits (Int8, E5M2).
+  Rng rng(2729);
+  std::vector<Q> finite;
+  for (const Q q : codes<Q>())  // |value| <= 1: every product below stays finite
+    if (std::fabs(value_of(q)) <= 1) finite.push_back(q);
+  const float big = std::numeric_limits<float>::max() / 256;
+  const float v_scales[] = {std::nextafter(big, 0.0f), std::nextafter(big, 1e38f), 2.5e36f, -3e36f,
+                            1.0f / 448};
+  const Index d = 40, P = 16, T = 90, pages = (T + P - 1) / P;
+  for (const Index H : {Index(4), Index(32)}) {
+    const Index Tq = H == 32 ? 2 : 1;
+    CAPTURE(H);
+    std::vector<Q> k(static_cast<size_t>(pages * P * d)), v(k.size());
+    std::vector<float> ks(static_cast<size_t>(pages * P)), vs(ks.size()), kf(k.size()), vf(k.size());
+    for (Index t = 0; t < pages * P; ++t) {
+      // Values' scales around the bound; keys' scales too on every third token, with queries
+      // small enough that the logits stay finite.
+      vs[static_cast<size_t>(t)] = v_scales[t % 5];
+      ks[static_cast<size_t>(t)] = t % 3 == 0 ? v_scales[(t + 1) % 5] : 0.01f;
+      for (Index e = 0; e < d; ++e) {
+        const size_t i = static_cast<size_t>(t * d + e);
+        k[i] = finite[static_cast<size_t>(rng.integer(0, static_cast<Index>(finite.size()) - 1))];
+        v[i] = finite[static_cast<size_t>(rng.integer(0, static_cast<Index>(finite.size()) - 1))];
+        kf[i] = ks[static_cast<size_t>(t)] * value_of(k[i]);
+        vf[i] = vs[static_cast<size_t>(t)] * value_of(v[i]);
+      }
+    }
+    std::vector<std::int32_t> table(static_cast<size_t>(pages));
+    for (Index p = 0; p < pages; ++p)
+      table[static_cast<size_t>(p)] = static_cast<std::int32_t>(pages - 1 - p);
+    const std::int64_t length = T;
+    const auto quantized =
+        ea::PagedKVView<Q>::hnd(k.data(), v.data(), pages, P, 1, d, d, table.data(), pages, &length, 1)
+            .with_scales(ks.data(), vs.data());
+    const auto plain =
+        ea::PagedKVView<float>::hnd(kf.data(), vf.data(), pages, P, 1, d, d, table.data(), pages, &length, 1);
+    Rows<float> Qm(Tq, H * d);
+    for (Index i = 0; i < Qm.size(); ++i) Qm.data()[i] = static_cast<float>(rng.uniform()) * 1e-37f;
+    for (const ea::Kernel kernel : kernels_under_test()) {
+      CAPTURE(ea::kernel_name(kernel));
+      for (const int threads : {1, 2}) {
+        ea::Options opt;
+        opt.kernel = kernel;
+        opt.threads = threads;
+        Result<float> want, got;
+        ea::attention_decode_into(plain, side_by_side(Qm, d), nullptr, want.out, want.lse, opt);
+        ea::attention_decode_into(quantized, side_by_side(Qm, d), nullptr, got.out, got.lse, opt);
+        EA_CHECK_EQUAL(got.out, want.out);
+        EA_CHECK_EQUAL(got.lse, want.lse);
+        CHECK(want.out.allFinite());
+      }
+    }
+  }
+}
+
 TEST_CASE_TEMPLATE("quantized cache: latent caches, tree masks, fork, truncate and erase", Q, Int8,
                    Float8E4M3, Float8E5M2) {
   Rng rng(2702);
