@@ -165,6 +165,8 @@ using bench::Timing;
 
 // The last-level cache (/sys/devices/system/cpu/cpu0/cache), in bytes; 0 when unknown.
 std::size_t llc_bytes();
+// cpu0's level-2 data (or unified) cache, in bytes; 0 when unknown.
+std::size_t l2_bytes();
 
 // Evicts the caches: sums a buffer of twice the last-level cache (at least 64 MiB), allocated on
 // first use.

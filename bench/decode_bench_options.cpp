@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -185,19 +186,38 @@ void fill_uniform(float* p, Idx n, unsigned seed) {
 // ---------------------------------------------------------------------------------------------
 // Caches
 
-std::size_t llc_bytes() {
-  std::size_t best = 0;
+namespace {
+
+// The data (or unified) caches of cpu0 from /sys: (level, bytes) each.
+std::vector<std::pair<int, std::size_t>> data_caches() {
+  std::vector<std::pair<int, std::size_t>> caches;
   for (int i = 0; i < 8; ++i) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
-    std::ifstream size_file(dir + "size"), type_file(dir + "type");
+    std::ifstream size_file(dir + "size"), type_file(dir + "type"), level_file(dir + "level");
     std::string size, type;
-    if (!(size_file >> size) || !(type_file >> type) || type == "Instruction") continue;
+    int level = 0;
+    if (!(size_file >> size) || !(type_file >> type) || !(level_file >> level) || type == "Instruction")
+      continue;
     std::size_t v = std::strtoull(size.c_str(), nullptr, 10);
     if (!size.empty() && (size.back() == 'K' || size.back() == 'k')) v <<= 10;
     if (!size.empty() && (size.back() == 'M' || size.back() == 'm')) v <<= 20;
-    best = std::max(best, v);
+    caches.emplace_back(level, v);
   }
+  return caches;
+}
+
+}  // namespace
+
+std::size_t llc_bytes() {
+  std::size_t best = 0;
+  for (const auto& [level, bytes] : data_caches()) best = std::max(best, bytes);
   return best;
+}
+
+std::size_t l2_bytes() {
+  for (const auto& [level, bytes] : data_caches())
+    if (level == 2) return bytes;
+  return 0;
 }
 
 namespace {

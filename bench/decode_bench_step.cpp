@@ -215,6 +215,48 @@ void storage_rows(StepCtx& c) {
   }
 }
 
+// The arithmetic's ceiling: the same step on a sequence short enough (n tokens, a power of two)
+// that its keys and values stay in the L2 cache between back-to-back calls (at most 3/4 of it),
+// so that memory does not bound it. frac = its GB/s over section 1's read bandwidth of the full
+// step (same threads): below 0.9, no decode from memory can reach 0.9 of that bandwidth with
+// this kernel's arithmetic, whatever its memory access.
+template <typename T>
+void in_cache_rows(StepCtx& c, const char* name) {
+  const Args& a = c.a;
+  const Idx Hkv = a.kv_heads, d = a.d;
+  const Idx per_token = 2 * Hkv * row_bytes(name, d), full = a.t_k * per_token;
+  const Idx l2 = static_cast<Idx>(l2_bytes());
+  Idx n = 16;
+  while (2 * n <= a.t_k && 2 * n * per_token <= l2 / 4 * 3) n *= 2;
+  if (l2 == 0 || n * per_token > l2 / 4 * 3) {
+    std::printf("%-7s (in L2: not measured, the L2 size is unknown or holds fewer than 16 tokens)\n", name);
+    return;
+  }
+  ea::PagedKVCache<T> cache(Hkv, d, d, 16, n);
+  const ea::SequenceId s = cache.create();
+  cache.append(s, c.kv.k.topRows(n), c.kv.v.topRows(n));
+  Mat<float> out(1, a.heads * d);
+  const auto q = ea::HeadsView<const float>::side_by_side(c.q, d);
+  const std::int64_t cu[2] = {0, 1};
+  for (const int threads : a.threads) {
+    const ea::Options opt = options(c, threads);
+    const Timing warm = measure(a.seconds, a.reps, [&] {
+      ea::attention_decode_into(cache, &s, 1, q, cu, out, opt);
+      g_sink = g_sink + double(out(0, 0));
+    });
+    const double gbs = double(n * per_token) / warm.median / 1e9, frac = gbs / c.bw.warm(full, threads);
+    std::printf("%-7s %-11s %4d %3d | %8.3f %8.1f %7.2f %5.2f | %8s %7s %5s | %6s %6s | %9s\n", name,
+                ("in L2 " + std::to_string(n)).c_str(), 16, threads, warm.median * 1e3, 1 / warm.median, gbs,
+                frac, "-", "-", "-", "-", "-", "-");
+    c.sum.lines.push_back(
+        std::string(name) + " " + std::to_string(threads) +
+        " thread(s): the arithmetic's ceiling (K and V of " + std::to_string(n) + " tokens in L2) " +
+        fmt(gbs, 2) + " GB/s = " + fmt(frac, 2) + " of the read bandwidth" +
+        (frac < 0.9 ? ": under 0.9, the step is bound by its arithmetic, not by memory" : ""));
+  }
+  std::fflush(stdout);
+}
+
 void heads_rows(StepCtx& c) {
   const Args& a = c.a;
   const Idx Hkv = a.kv_heads, d = a.d, Tk = a.t_k, H = a.heads;
@@ -275,7 +317,10 @@ void step_section(const Args& a, ea::Kernel kernel, const BandwidthTable& bw, Su
             layout == "HND" ? "contig HND" : "contig NHD"};
   fill_uniform(c.q.data(), c.q.size(), 1);
   for (const std::string& s : a.storages) {
-    with_storage(s, [&](auto tag) { storage_rows<decltype(tag)>(c); });
+    with_storage(s, [&](auto tag) {
+      storage_rows<decltype(tag)>(c);
+      in_cache_rows<decltype(tag)>(c, storage_name<decltype(tag)>());
+    });
     if (s == "float") heads_rows(c);
   }
   std::printf("\n");
