@@ -215,6 +215,48 @@ Timing measure(double seconds, int reps, F&& call) {
   return r;
 }
 
+// Two calls timed side by side, for a ratio on a noisy host: warm-up and `inner` as measure()
+// for each, then `reps` rounds of one sample of `a` and one of `b`, so that both see the same
+// minutes of the machine; the two medians.
+template <class A, class B>
+std::pair<Timing, Timing> measure_alternating(double seconds, int reps, A&& a, B&& b) {
+  const auto setup = [&](auto& call, Timing& r) {
+    Clock::time_point t0 = Clock::now();
+    call();
+    double w = seconds_since(t0);
+    if (w < 0.1 && seconds > 0) {
+      t0 = Clock::now();
+      call();
+      w = std::min(w, seconds_since(t0));
+    }
+    w = std::max(w, 1e-7);
+    r.inner = static_cast<int>(std::clamp(std::floor(seconds / 5 / w), 1.0, 1e6));
+    r.reps = reps > 0 ? reps : static_cast<int>(std::clamp(std::floor(seconds / (w * r.inner)), 3.0, 5.0));
+  };
+  std::pair<Timing, Timing> r;
+  setup(a, r.first);
+  setup(b, r.second);
+  r.second.reps = r.first.reps = std::max(r.first.reps, r.second.reps);
+  std::vector<double> sa, sb;
+  const auto sample = [](auto& call, int inner) {
+    const Clock::time_point t0 = Clock::now();
+    for (int j = 0; j < inner; ++j) call();
+    return seconds_since(t0) / inner;
+  };
+  for (int rep = 0; rep < r.first.reps; ++rep) {
+    sa.push_back(sample(a, r.first.inner));
+    sb.push_back(sample(b, r.second.inner));
+  }
+  const auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  r.first.median = median(sa);
+  r.second.median = median(sb);
+  return r;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The machine and the build
 

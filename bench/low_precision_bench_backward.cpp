@@ -30,8 +30,9 @@ bool backward_table(const Args& a, std::vector<BackwardRow>& rows) {
   std::printf(
       "attention_backward_into(Q, K, V, out, lse, dout, dq, dk, dv, opt), outputs preallocated;\n"
       "GFLOP/s = 10*T*T*d / time (half when causal); /float = bf16 GFLOP/s over float GFLOP/s of the\n"
-      "same row (same kernel and threads, back to back); checks: 'bits ok' = the bf16 gradients equal\n"
-      "the float backward on the widened inputs rounded once; 'pairs ok' = on bf16 pairs (avx512bf16)\n"
+      "same row (same kernel and threads, timed alternately: float, bf16, float, ...); checks:\n"
+      "'bits ok' = the bf16 gradients equal the float backward on the widened inputs rounded once;\n"
+      "'pairs ok' = on bf16 pairs (avx512bf16)\n"
       "within 2^-6 max |g| of it; '!' = a check failed (exit status 1)\n\n");
   std::printf("%6s %4s %3s %3s %-16s | %9s %8s | %9s %8s %6s | %s\n", "T", "d", "cau", "thr", "kernel",
               "float ms", "GFLOP/s", "bf16 ms", "GFLOP/s", "/float", "checks");
@@ -66,13 +67,15 @@ bool backward_table(const Args& a, std::vector<BackwardRow>& rows) {
             r.kernel = kernel;
             Mat<float> dq(t, d), dk(t, d), dv(t, d);
             Mat<bf16> dq16(t, d), dk16(t, d), dv16(t, d);
-            r.float_s = measure(a.seconds, a.reps, [&] {
-                          ea::attention_backward_into(qw, kw, vw, outw, lse, doutw, dq, dk, dv, opt);
-                        }).median;
-            r.bf16_s =
-                measure(a.seconds, a.reps, [&] {
+            // Side by side (float, bf16, float, ...): the ratio is what the table is for.
+            const auto [tf, tb] = bench::measure_alternating(
+                a.seconds, a.reps,
+                [&] { ea::attention_backward_into(qw, kw, vw, outw, lse, doutw, dq, dk, dv, opt); },
+                [&] {
                   ea::attention_backward_into(q16, k16, v16, out16, lse, dout16, dq16, dk16, dv16, opt);
-                }).median;
+                });
+            r.float_s = tf.median;
+            r.bf16_s = tb.median;
             const bool pairs =
                 (kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel) == ea::Kernel::Avx512Bf16;
             r.ok =
