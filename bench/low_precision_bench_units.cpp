@@ -9,7 +9,10 @@
 //   latency     one accumulator, every instruction waiting for the previous one;
 //   conversions the widening of 16 halves (vcvtph2ps) or 16 bfloat16 (no instruction of its own:
 //               vpmovzxwd + vpslld 16, or vpunpck[lh]wd with zero) to 16 floats, from a register
-//               and from L1, and the narrowing back (vcvtps2ph, vcvtneps2bf16).
+//               and from L1, and the narrowing back (vcvtps2ph, vcvtneps2bf16);
+//   AMX         tdpbf16ps on four independent 16 x 16 float tiles (two A and two B tiles of
+//               16 x 32 bfloat16: 16384 FLOPs each), where the CPU has AMX-BF16 and Linux lets
+//               the process use the tile data (arch_prctl ARCH_REQ_XCOMP_PERM).
 // The clock comes from a chain of dependent integer adds (1 cycle each), so that rates can be
 // given per cycle too. Each function is compiled with its own target attribute and called only
 // when __builtin_cpu_supports says that this CPU (and its OS) has every feature it needs.
@@ -19,6 +22,11 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
+#include <immintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace ea_low_precision_bench {
@@ -105,6 +113,53 @@ EA_LP_LOOP(bfunpck12, "avx512f,avx512bw", EA_LP_R12(EA_LP_BFUNPCK))
 EA_LP_LOOP(cvtps2ph12, "avx512f", EA_LP_R12(EA_LP_CVTPS2PH))
 EA_LP_LOOP(cvtnebf12, "avx512f,avx512bf16", EA_LP_R12(EA_LP_CVTNEBF))
 
+// AMX: CPUID leaf 7 EDX bits 22 (AMX-BF16) and 24 (AMX-TILE), and Linux's permission for this
+// process to use the tile data (XFEATURE_XTILEDATA = 18), asked once.
+bool amx_usable() {
+  static const bool usable = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
+}
+
+// The tile configuration (palette 1): tiles 0-7 of 16 rows x 64 bytes.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+// Four tdpbf16ps per iteration into four accumulator tiles (0-3) from two A (4, 5) and two B
+// (6, 7) tiles loaded once from `p` (1 KiB of bfloat16 ones).
+__attribute__((target("amx-tile,amx-bf16"), noinline)) void amx4(long n, const void*, const void* p) {
+  // Static: GCC's _tile_loadconfig tells the compiler it reads 8 bytes only, so a local
+  // configuration's other stores could be dropped before it.
+  static const TileConfig config;
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, p, 64);
+  _tile_loadd(5, p, 64);
+  _tile_loadd(6, p, 64);
+  _tile_loadd(7, p, 64);
+  for (long i = 0; i < n; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_release();
+}
+
 // 48 dependent integer adds per iteration, register to register: 48 cycles (an add's latency is
 // one cycle on every x86-64 core of this century; an add of an immediate would not do: Golden
 // Cove's renamer folds chains of those), the loop counter running beside them.
@@ -155,13 +210,17 @@ bool supports(const char* feature) {
   if (f == "avx512bf16") return __builtin_cpu_supports("avx512bf16");
   if (f == "avx512fp16") return cpu_has_avx512fp16();
   if (f == "avx512bw") return __builtin_cpu_supports("avx512bw");
+  if (f == "amx-bf16") return amx_usable();
   return false;
 }
 
 // Seconds of one call of `loop` (kIterations iterations): the median of 5 runs.
 double time_loop(const Args& a, Loop loop, std::uint32_t c) {
-  alignas(64) static std::uint16_t buffer[12 * 16];  // 12 x 32 bytes, in L1 after the warm-up
-  for (int i = 0; i < 12 * 16; ++i) buffer[i] = static_cast<std::uint16_t>(0x3C00 + i);
+  // 12 x 32 bytes for the vector loops' memory operands, in L1 after the warm-up; 1 KiB of
+  // bfloat16 ones for the AMX loop's tiles.
+  alignas(64) static std::uint16_t buffer[16 * 32];
+  for (int i = 0; i < 16 * 32; ++i)
+    buffer[i] = loop == amx4 ? std::uint16_t(0x3F80) : static_cast<std::uint16_t>(0x3C00 + i);
   return measure(a.unit_seconds, 5, [&] { loop(kIterations, &c, buffer); }).median;
 }
 
@@ -192,6 +251,7 @@ void units_section(const Args& a, UnitsReport& report) {
       {"vdpbf16ps zmm, 12 acc", "avx512bf16", dp12, 12, 64, Unit::Flops, one_bf},
       {"vdpbf16ps zmm, 24 acc", "avx512bf16", dp24, 24, 64, Unit::Flops, one_bf},
       {"vfmadd231ph zmm, 12 acc (half sums)", "avx512fp16", fmaph12, 12, 64, Unit::Flops, one_h},
+      {"tdpbf16ps tmm (AMX), 4 acc tiles", "amx-bf16", amx4, 4, 16384, Unit::Flops, one_bf},
       {"vfmadd231ps zmm, chain", nullptr, fma_chain, 12, 32, Unit::Latency, one_f},
       {"vdpbf16ps zmm, chain", "avx512bf16", dp_chain, 12, 64, Unit::Latency, one_bf},
       {"vcvtph2ps zmm <- ymm (half)", nullptr, cvtph12, 12, 16, Unit::Elements, one_h},
@@ -204,7 +264,7 @@ void units_section(const Args& a, UnitsReport& report) {
   };
   std::printf("  %-38s | %9s %7s %9s | %9s %9s | %s\n", "loop", "G instr/s", "clk GHz", "instr/cyc",
               "GFLOP/s", "G elem/s", "");
-  double fma_flops_per_cycle = kNaN, dp_ratio = kNaN, dp24_ratio = kNaN;
+  double fma_flops_per_cycle = kNaN, dp_ratio = kNaN, dp24_ratio = kNaN, amx_ratio = kNaN;
   for (const UnitRow& u : units) {
     if (!supports(u.feature)) {
       std::printf("  %-38s | absent: this CPU (or its OS) lacks avx512f%s%s\n", u.what,
@@ -231,6 +291,7 @@ void units_section(const Args& a, UnitsReport& report) {
         note += ", " + fmt(x, 2) + "x vfmadd231ps per FLOP";
         if (u.loop == dp12) dp_ratio = x;
         if (u.loop == dp24) dp24_ratio = x;
+        if (u.loop == amx4) amx_ratio = x;
       }
     }
     if (u.unit == Unit::Elements) note = fmt(per_cycle * u.per_instr, 1) + " elements/cycle";
@@ -251,6 +312,12 @@ void units_section(const Args& a, UnitsReport& report) {
         "     a bf16 kernel built on vdpbf16ps would %s FP32 FMAs on widened tiles in its two products "
         "here\n",
         dp_ratio, dp24_ratio, std::max(dp_ratio, dp24_ratio) > 1 ? "beat" : "not beat");
+  }
+  if (std::isfinite(amx_ratio)) {
+    std::printf(
+        "  => per FLOP and cycle, AMX's tdpbf16ps runs at %.2fx the rate of vfmadd231ps (no kernel of the\n"
+        "     library uses AMX yet)\n",
+        amx_ratio);
   }
 #else
   (void)a;
