@@ -185,11 +185,11 @@ struct Timing {
 };
 
 // One or two untimed warm-up calls (the first grows workspaces, starts threads, faults pages),
-// then `reps` samples of `inner` back-to-back calls each; the median of the per-call times.
-// With reps = 0: samples of about seconds / 5 each, and 3..5 of them, so that a config takes
-// about `seconds` (more for a single call that already takes longer).
+// then the sampling plan: `inner` back-to-back calls a sample, and `reps` samples. With reps = 0:
+// samples of about seconds / 5 each, and 3..5 of them, so that a config takes about `seconds`
+// (more for a single call that already takes longer).
 template <class F>
-Timing measure(double seconds, int reps, F&& call) {
+Timing warm_up(double seconds, int reps, F& call) {
   Clock::time_point t0 = Clock::now();
   call();
   double w = seconds_since(t0);
@@ -200,60 +200,48 @@ Timing measure(double seconds, int reps, F&& call) {
   }
   w = std::max(w, 1e-7);
   Timing r;
-  const double sample_target = seconds / 5;
-  r.inner = static_cast<int>(std::clamp(std::floor(sample_target / w), 1.0, 1e6));
+  r.inner = static_cast<int>(std::clamp(std::floor(seconds / 5 / w), 1.0, 1e6));
   r.reps = reps > 0 ? reps : static_cast<int>(std::clamp(std::floor(seconds / (w * r.inner)), 3.0, 5.0));
-  std::vector<double> samples;
-  for (int rep = 0; rep < r.reps; ++rep) {
-    t0 = Clock::now();
-    for (int j = 0; j < r.inner; ++j) call();
-    samples.push_back(seconds_since(t0) / r.inner);
-  }
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  r.median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
   return r;
 }
 
-// Two calls timed side by side, for a ratio on a noisy host: warm-up and `inner` as measure()
-// for each, then `reps` rounds of one sample of `a` and one of `b`, so that both see the same
-// minutes of the machine; the two medians.
+// Seconds per call of one sample: `inner` back-to-back calls.
+template <class F>
+double sample_seconds(F& call, int inner) {
+  const Clock::time_point t0 = Clock::now();
+  for (int j = 0; j < inner; ++j) call();
+  return seconds_since(t0) / inner;
+}
+
+inline double median_of(std::vector<double>& v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// warm_up, then the median of the per-call times of its samples.
+template <class F>
+Timing measure(double seconds, int reps, F&& call) {
+  Timing r = warm_up(seconds, reps, call);
+  std::vector<double> samples;
+  for (int rep = 0; rep < r.reps; ++rep) samples.push_back(sample_seconds(call, r.inner));
+  r.median = median_of(samples);
+  return r;
+}
+
+// Two calls timed side by side, for a ratio on a noisy host: warm_up for each, then rounds of one
+// sample of `a` and one of `b`, so that both see the same minutes of the machine; the two medians.
 template <class A, class B>
 std::pair<Timing, Timing> measure_alternating(double seconds, int reps, A&& a, B&& b) {
-  const auto setup = [&](auto& call, Timing& r) {
-    Clock::time_point t0 = Clock::now();
-    call();
-    double w = seconds_since(t0);
-    if (w < 0.1 && seconds > 0) {
-      t0 = Clock::now();
-      call();
-      w = std::min(w, seconds_since(t0));
-    }
-    w = std::max(w, 1e-7);
-    r.inner = static_cast<int>(std::clamp(std::floor(seconds / 5 / w), 1.0, 1e6));
-    r.reps = reps > 0 ? reps : static_cast<int>(std::clamp(std::floor(seconds / (w * r.inner)), 3.0, 5.0));
-  };
-  std::pair<Timing, Timing> r;
-  setup(a, r.first);
-  setup(b, r.second);
+  std::pair<Timing, Timing> r{warm_up(seconds, reps, a), warm_up(seconds, reps, b)};
   r.second.reps = r.first.reps = std::max(r.first.reps, r.second.reps);
   std::vector<double> sa, sb;
-  const auto sample = [](auto& call, int inner) {
-    const Clock::time_point t0 = Clock::now();
-    for (int j = 0; j < inner; ++j) call();
-    return seconds_since(t0) / inner;
-  };
   for (int rep = 0; rep < r.first.reps; ++rep) {
-    sa.push_back(sample(a, r.first.inner));
-    sb.push_back(sample(b, r.second.inner));
+    sa.push_back(sample_seconds(a, r.first.inner));
+    sb.push_back(sample_seconds(b, r.second.inner));
   }
-  const auto median = [](std::vector<double>& v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
-  r.first.median = median(sa);
-  r.second.median = median(sb);
+  r.first.median = median_of(sa);
+  r.second.median = median_of(sb);
   return r;
 }
 

@@ -271,47 +271,40 @@ void print_summary(const Args& a, const std::vector<Row>& rows, double sgemm, co
   std::fflush(stdout);
 }
 
-// The forward's targets (forward_target: where Auto runs bf16 pairs, 1 thread >= 1.5x the same-run
-// float rate and 2 threads >= 1.8x; elsewhere >= 1.0x, no loss), met or not.
-void print_targets(const std::vector<Row>& rows) {
+// Targets of bf16 on Kernel::Auto against the same-run float rate, met or not: one line per row
+// of `rows` (Row or BackwardRow) that runs on Auto and has a target (`target_of`), then a verdict.
+template <class R, class Target>
+void print_target_lines(const char* title, const std::vector<R>& rows, Target&& target_of) {
   if (rows.empty()) return;
   std::vector<std::string> met, missed;
-  for (const Row& r : rows) {
-    if (r.kernel != ea::Kernel::Auto) continue;
-    const double target = forward_target(r.threads, r.bf16_pairs), x = r.float_s / r.bf16_s;
-    if (!std::isfinite(target)) continue;
+  for (const R& r : rows) {
+    const double target = target_of(r), x = r.float_s / r.bf16_s;
+    if (r.kernel != ea::Kernel::Auto || !std::isfinite(target)) continue;
     const std::string what = "T = " + std::to_string(r.t) + " d = " + std::to_string(r.d) +
                              (r.causal ? " causal" : "") + ", " + threads_text(r.threads) +
                              ": bf16 / float = " + fmt(x, 2) + (x >= target ? " >= " : " < ") +
                              fmt(target, 1);
     (x >= target ? met : missed).push_back(what);
   }
-  std::printf("\ntargets (bf16 on Kernel::Auto = %s against the same-run fused float):\n",
+  std::printf("\ntargets (%s on Kernel::Auto = %s against the same-run float):\n", title,
               resolved_name(ea::Kernel::Auto));
   for (const std::string& m : met) std::printf("  met      %s\n", m.c_str());
   for (const std::string& m : missed) std::printf("  MISSED   %s\n", m.c_str());
   std::printf("  => %s\n", missed.empty() ? "all met" : "not all met");
 }
 
+// The forward's targets (forward_target: where Auto runs bf16 pairs, 1 thread >= 1.5x the same-run
+// float rate and 2 threads >= 1.8x; elsewhere >= 1.0x, no loss).
+void print_targets(const std::vector<Row>& rows) {
+  print_target_lines("the bf16 forward", rows,
+                     [](const Row& r) { return forward_target(r.threads, r.bf16_pairs); });
+}
+
 // Issue 27's backward target: bf16 / float >= 1.3 on Kernel::Auto where it runs bf16 pairs, >= 1.0
 // elsewhere (no loss).
 void print_backward_targets(const std::vector<BackwardRow>& rows) {
-  if (rows.empty()) return;
-  std::vector<std::string> met, missed;
-  for (const BackwardRow& r : rows) {
-    if (r.kernel != ea::Kernel::Auto) continue;
-    const double target = r.pairs ? kTargetBackward : 1.0, x = r.float_s / r.bf16_s;
-    const std::string what = "T = " + std::to_string(r.t) + " d = " + std::to_string(r.d) +
-                             (r.causal ? " causal" : "") + ", " + threads_text(r.threads) +
-                             ": bf16 / float = " + fmt(x, 2) + (x >= target ? " >= " : " < ") +
-                             fmt(target, 1);
-    (x >= target ? met : missed).push_back(what);
-  }
-  std::printf("\ntargets (the bf16 backward on Kernel::Auto = %s against the same-run float backward):\n",
-              resolved_name(ea::Kernel::Auto));
-  for (const std::string& m : met) std::printf("  met      %s\n", m.c_str());
-  for (const std::string& m : missed) std::printf("  MISSED   %s\n", m.c_str());
-  std::printf("  => %s\n", missed.empty() ? "all met" : "not all met");
+  print_target_lines("the bf16 backward", rows,
+                     [](const BackwardRow& r) { return r.pairs ? kTargetBackward : 1.0; });
 }
 
 int run(const Args& a) {
