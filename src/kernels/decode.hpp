@@ -257,23 +257,15 @@ void prefill_logits_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bi
       lo[r * dk + e] = c.q[r * dk + e] - pair_half(q[r * depth + e / 2], e % 2);
     weights_to_pairs(1, 0, dk, lo + r * dk, dk, q + r * depth + qp, qp);
   }
-  // Groups of 16 keys transposed in registers (pack_16_keys_pairs), into the hi and the lo halves
-  // of the depth; the last group's missing keys are rows of zeros.
-  static const BFloat16Bits zeros[2 * 256] = {};
+  // Groups of 16 keys transposed in registers (pack_16_keys_pairs; the last group's missing keys
+  // null, packed as zeros) into the hi half of the depth, then copied into the lo half.
   const BFloat16Bits* rows[16];
   index_t held = 0;
   const auto flush = [&](index_t t0) {
-    const BFloat16Bits* const zero_row = dk <= 2 * 256 ? zeros : nullptr;
-    for (index_t i = held; i < 16; ++i) rows[i] = zero_row;
+    std::fill(rows + held, rows + 16, nullptr);
     Pair* const panel = kp + t0 / NR * NR * depth + t0 % NR;
-    if (held < 16 && zero_row == nullptr) {  // (wider than the zero row: key by key)
-      for (index_t i = 0; i < 16; ++i)
-        for (index_t c2 = 0; c2 < qp; ++c2)
-          panel[c2 * NR + i] = panel[(qp + c2) * NR + i] = i < held ? pair_at(rows[i], 1, dk, c2) : 0;
-    } else {
-      pack_16_keys_pairs(rows, dk, panel);
-      pack_16_keys_pairs(rows, dk, panel + qp * NR);
-    }
+    pack_16_keys_pairs(rows, dk, panel);
+    for (index_t c2 = 0; c2 < qp; ++c2) std::copy_n(panel + c2 * NR, 16, panel + (qp + c2) * NR);
     held = 0;
   };
   std::fill(kp, kp + panels * depth, Pair(0));
@@ -391,12 +383,14 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   const index_t n = ue - ub;
   // Rows start 64-byte aligned; the pairs' logits are written in whole panels.
   const index_t lds = static_cast<index_t>(Arena<T>::round(pairs ? Micro<float>::whole_panels(n) : n));
-  Blocking<T> qk(stream ? 1 : R, stream ? 1 : n, stream ? 1 : dk),
-      pv(stream ? 1 : R, stream ? 1 : dv, stream ? 1 : n);
-  const index_t pack_a = stream ? 0 : std::max(qk.size_a(), pv.size_a());
-  const index_t pack_b = stream ? 0 : std::max(qk.size_b(), pv.size_b());
+  // Eigen's GEMM and its packing buffers, and the chunk's rows converted, for the GEMM path only
+  // (the pairs pack their own).
+  const bool gemm = !stream && !pairs;
+  Blocking<T> qk(gemm ? R : 1, gemm ? n : 1, gemm ? dk : 1), pv(gemm ? R : 1, gemm ? dv : 1, gemm ? n : 1);
+  const index_t pack_a = gemm ? std::max(qk.size_a(), pv.size_a()) : 0;
+  const index_t pack_b = gemm ? std::max(qk.size_b(), pv.size_b()) : 0;
   const index_t rows_kept =
-      stream ? std::max<index_t>(kKeyBlock, kValueBlock) : n;  // converted rows: a few, or the chunk's
+      gemm ? n : std::max<index_t>(kKeyBlock, kValueBlock);  // converted rows: the chunk's, or a few
   // (The pairs' prefill takes the low halves of the queries, R x d_k, in the keys' scratch.)
   const index_t k_rows = pairs ? std::max(rows_kept, R) : rows_kept;
   Arena<T> arena(Arena<T>::round(R * lds) + Arena<T>::round(k_rows * dk) + Arena<T>::round(rows_kept * dv) +
@@ -437,7 +431,7 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
 #if defined(__AVX512BF16__)
     if constexpr (kPairs<S>) prefill_logits_pairs(c, keys, R, ub, n, s, lds, k_scratch);
 #endif
-  } else if (!stream) {
+  } else if (gemm) {
     K = paged_rows<T, S>(c, keys, ub, n, k_scratch, ldk);
     S_.setZero();
     gemm_abt(R, n, dk, c.q, std::max<index_t>(dk, 1), K, ldk, s, lds, p.scale, qk);

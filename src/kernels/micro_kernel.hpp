@@ -303,9 +303,9 @@ inline void round_rows_to_pairs(const float* a, const float* b, index_t n, Pair*
 }
 
 /// 16 keys' contiguous bf16 rows of `depth` elements into their columns of a panel of pairs:
-/// panel[c2 · NR + i] for key i < 16 and every pair c2 < ceil(depth / 2). Whole blocks of 16 pairs
-/// (64 bytes of each row) are transposed in registers as 16 x 16 32-bit words (moves only: every
-/// bit kept), the rest pair by pair.
+/// panel[c2 · NR + i] for key i < 16 and every pair c2 < ceil(depth / 2); a null row is a key of
+/// zeros. Whole blocks of 16 pairs (64 bytes of each row) are transposed in registers as 16 x 16
+/// 32-bit words (moves only: every bit kept), the rest pair by pair.
 inline void pack_16_keys_pairs(const BFloat16Bits* const* rows, index_t depth, Pair* panel) {
   namespace ei = Eigen::internal;
   constexpr index_t NR = Micro<float>::kCols;
@@ -319,13 +319,15 @@ inline void pack_16_keys_pairs(const BFloat16Bits* const* rows, index_t depth, P
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-    for (int i = 0; i < 16; ++i) block.packet[i] = _mm512_castsi512_ps(_mm512_loadu_si512(rows[i] + 32 * b));
+    for (int i = 0; i < 16; ++i)
+      block.packet[i] = rows[i] != nullptr ? _mm512_castsi512_ps(_mm512_loadu_si512(rows[i] + 32 * b))
+                                           : _mm512_setzero_ps();
     ei::ptranspose(block);
     for (int i = 0; i < 16; ++i)
       _mm512_storeu_si512(panel + (16 * b + i) * NR, _mm512_castps_si512(block.packet[i]));
   }
   for (index_t c2 = 16 * whole; c2 < pairs; ++c2)
-    for (int i = 0; i < 16; ++i) panel[c2 * NR + i] = pair_at(rows[i], 1, depth, c2);
+    for (int i = 0; i < 16; ++i) panel[c2 * NR + i] = rows[i] != nullptr ? pair_at(rows[i], 1, depth, c2) : 0;
 }
 
 /// Keys [0, cols) of K (rows of depth elements, strides as given) packed into panels of NR keys
