@@ -374,13 +374,13 @@ TEST_CASE_TEMPLATE(
     "as a float view of fl(scale x value)",
     Q, Int8, Float8E4M3, Float8E5M2) {
   // d = 40: two AVX-512 packets and a scalar tail of 8 (five AVX2 packets). Scales as a caller's
-  // view may hold them (append never writes one above FLT_MAX / 448): around FLT_MAX / 256, above
-  // it, negative, and append's kind. Codes of |value| <= 1 only (every dequantized element, logit
-  // and output finite), against a float view of fl(scale x value): bitwise, every kernel, 1 and 2
-  // threads, the streaming path (4 query heads) and the GEMM path (64 query rows). Before the
-  // library was compiled with -ffp-contract=off, GCC contracted AVX-512's scalar tails of the float
-  // and the quantized instantiations into FMAs differently: 99 of 160 outputs differed in their
-  // last bits (Int8, E5M2).
+  // view may hold them but append never writes (above FLT_MAX / 448, or negative) beside append's
+  // kind. Codes of |value| <= 1 only (every dequantized element, logit and output finite), against
+  // a float view of fl(scale x value): bitwise, every kernel, 1 and 2 threads, the streaming path
+  // (4 query heads) and the GEMM path (64 query rows). Before the library was compiled with
+  // -ffp-contract=off, GCC contracted AVX-512's scalar tails of the float and the quantized
+  // instantiations into FMAs differently: 4 of the 160 outputs of the streaming case differed in
+  // their last bits (Int8, E5M2).
   Rng rng(2729);
   std::vector<Q> finite;
   for (const Q q : codes<Q>())  // |value| <= 1: every product below stays finite
