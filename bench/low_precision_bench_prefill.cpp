@@ -2,7 +2,7 @@
 // eigen_attention_low_precision_bench: the prefill table. Chunked prefill over a paged KV cache:
 // T_q new tokens (16 and 64) of one sequence attend to its T_k = 4096 cached keys (H = 32,
 // H_kv = 8, d = 128, pages of 16 tokens, causal), attention_decode on a float cache and on a
-// bfloat16 cache of the same values, float queries, back to back, per thread count and kernel.
+// bfloat16 cache of the same values, float queries, timed alternately, per thread count and kernel.
 // These many query rows take decode's GEMM path, which on avx512bf16 multiplies bf16 pairs for a
 // bf16 cache. FLOPs 4 H T_q T_k d (the causal corner of T_q x T_q left out of nothing: T_k >>
 // T_q). Checked: the bf16 output within 2^-6 max |out| of the float cache's (a sanity check; the
@@ -45,10 +45,11 @@ bool prefill_table(const Args& a) {
         opt.kernel = kernel;
         opt.threads = threads;
         Mat<float> out_f(tq, H * d), out_b(tq, H * d);
-        const double float_s =
-            measure(a.seconds, a.reps, [&] { out_f = ea::attention_decode(wide, fs, q, opt); }).median;
-        const double bf16_s =
-            measure(a.seconds, a.reps, [&] { out_b = ea::attention_decode(narrow, bs, q, opt); }).median;
+        // Side by side (float, bf16, float, ...), as the backward section.
+        const auto [tf, tb] = bench::measure_alternating(
+            a.seconds, a.reps, [&] { out_f = ea::attention_decode(wide, fs, q, opt); },
+            [&] { out_b = ea::attention_decode(narrow, bs, q, opt); });
+        const double float_s = tf.median, bf16_s = tb.median;
         const bool good = (out_b - out_f).cwiseAbs().maxCoeff() <= 0x1p-6f * out_f.cwiseAbs().maxCoeff();
         ok = ok && good;
         const double f = 4.0 * double(H) * double(tq) * double(tk) * double(d);
