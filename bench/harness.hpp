@@ -152,12 +152,12 @@ inline double parse_seconds(const std::string& s) {
   return seconds;
 }
 
-// --kernel: auto, reference, portable, avx2, avx512 or avx512bf16; exit status 2 when that kernel is not
+// --kernel: auto, reference, portable, avx2, avx512, avx512bf16 or amx; exit status 2 when that kernel is not
 // available on this machine.
 inline ea::Kernel parse_kernel(const std::string& name) {
   const std::vector<ea::Kernel> available = ea::available_kernels();
   for (ea::Kernel k : {ea::Kernel::Auto, ea::Kernel::Reference, ea::Kernel::Portable, ea::Kernel::Avx2,
-                       ea::Kernel::Avx512, ea::Kernel::Avx512Bf16}) {
+                       ea::Kernel::Avx512, ea::Kernel::Avx512Bf16, ea::Kernel::Amx}) {
     if (name == ea::kernel_name(k)) {
       if (k != ea::Kernel::Auto && std::find(available.begin(), available.end(), k) == available.end()) {
         std::fprintf(stderr, "%s: kernel '%s' is not available here\n", kProgram, name.c_str());

@@ -34,7 +34,8 @@ const char* const bench::kUsage =
     "  --threads LIST      Options::threads values (default 1,2; 0 = all hardware threads)\n"
     "  --causal LIST       0, 1 or both (default 0,1)\n"
     "  --kernel K          all (Auto, then every other available kernel but the reference),\n"
-    "                      or one of auto|avx512|avx2|portable|reference (default all)\n"
+    "                      or one of auto|amx|avx512bf16|avx512|avx2|portable|reference\n"
+    "                      (default all)\n"
     "  --reps N            measured runs per config (default 5; 0 = 3..5 by --seconds)\n"
     "  --seconds S         one run lasts about S/5 (back-to-back calls); default 1\n"
     "  --unit-seconds S    one run of a unit loop lasts about S/5 (5 runs); default 0.5\n"
@@ -227,7 +228,8 @@ void print_summary(const Args& a, const std::vector<Row>& rows, double sgemm, co
            rate(thr, ea::Kernel::Auto, &Row::cvt_bf16_s));
       line("float on half inputs converted first, GFLOP/s" + th,
            rate(thr, ea::Kernel::Auto, &Row::cvt_half_s));
-      const double target = forward_target(thr, ea::auto_kernel() == ea::Kernel::Avx512Bf16);
+      const double target = forward_target(
+          thr, ea::auto_kernel() == ea::Kernel::Avx512Bf16 || ea::auto_kernel() == ea::Kernel::Amx);
       line("bf16 / float" + th + (std::isfinite(target) ? " (target >= " + fmt(target, 1) + ")" : ""),
            ratio(thr, ea::Kernel::Auto, &Row::bf16_s, true));
       line("half / float" + th, ratio(thr, ea::Kernel::Auto, &Row::half_s, false));

@@ -30,7 +30,7 @@ using bf16 = Eigen::bfloat16;
 using half = Eigen::half;
 
 // The forward's targets: bf16 GFLOP/s over the same-run fused float GFLOP/s (Kernel::Auto). Where
-// Auto runs bf16 pairs (avx512bf16): issue 27's 1.5 at 1 thread and issue 14's 1.8 at 2 threads;
+// Auto runs bf16 pairs (avx512bf16, amx): issue 27's 1.5 at 1 thread and issue 14's 1.8 at 2 threads;
 // on every other host, issue 27's "no loss" (1.0) at any thread count.
 inline constexpr double kTargetOneThread = 1.5;   // 1 thread, d = 64 and 128, causal or not
 inline constexpr double kTargetTwoThreads = 1.8;  // 2 threads
@@ -70,7 +70,7 @@ struct Row {
   double float_s = kNaN, bf16_s = kNaN, half_s = kNaN;
   double cvt_bf16_s = kNaN, cvt_half_s = kNaN;  // float on converted inputs (Auto rows only)
   bool bf16_bits = true, half_bits = true;      // equal to the float call on the widened inputs, rounded
-  bool bf16_pairs = false;                      // bf16 on vdpbf16ps (avx512bf16): bf16_bits is then
+  bool bf16_pairs = false;                      // bf16 on pairs (avx512bf16, amx): bf16_bits is then
                                                 // "within 2^-7 of it" (the P-rounded model)
   bool same_as_first_threads = true;            // every output equal to the first thread count's
   double gflops(double s) const { return flops(t, d, causal) / s / 1e9; }

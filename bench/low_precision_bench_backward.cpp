@@ -76,6 +76,7 @@ bool backward_table(const Args& a, std::vector<BackwardRow>& rows) {
                 });
             r.float_s = tf.median;
             r.bf16_s = tb.median;
+            // (Only avx512bf16 has a bf16 backward on pairs; amx's is avx512's.)
             const bool pairs =
                 (kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel) == ea::Kernel::Avx512Bf16;
             r.ok =

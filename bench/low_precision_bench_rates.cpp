@@ -142,10 +142,11 @@ bool rates_group(const Args& a, Idx t, Idx d, bool causal, std::vector<Row>& row
         cvt_b(bin, ref_b, opt);
         cvt_h(hin, ref_h, opt);
       }
-      // The avx512bf16 kernel's bf16 forward rounds the weights to bf16 for P V (Q, K and V are
-      // bf16 already): within the P-rounded model of the float call, |error| <= 2^-9 sum_j p_j |v_j|
-      // <= 2^-9 here (|V| <= 1) plus the two results' roundings (2^-9 each at |O| <= 1).
-      r.bf16_pairs = (kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel) == ea::Kernel::Avx512Bf16;
+      // The bf16 forward of the avx512bf16 and amx kernels rounds the weights to bf16 for P V (Q, K
+      // and V are bf16 already): within the P-rounded model of the float call, |error| <= 2^-9
+      // sum_j p_j |v_j| <= 2^-9 here (|V| <= 1) plus the two results' roundings (2^-9 each at |O| <= 1).
+      const ea::Kernel runs = kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel;
+      r.bf16_pairs = runs == ea::Kernel::Avx512Bf16 || runs == ea::Kernel::Amx;
       r.bf16_bits = r.bf16_pairs
                         ? (out.b.cast<float>() - ref_b.cast<float>()).cwiseAbs().maxCoeff() <= 0x1p-7f
                         : same_bits(out.b, ref_b);

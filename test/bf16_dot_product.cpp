@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
-// Kernel::Avx512Bf16: the bf16 fused forward and the bf16 backward on vdpbf16ps, Q and K as bf16
-// pairs and the weights (and the backward's dZ) rounded to bf16 before their products
-// (docs/low_precision.md). Checked here against what it must compute: a two-key case worked by hand
-// whose answer tells a rounded weight from an unrounded one; the exact result on the bf16 inputs
-// within the P-rounded error model (low_precision.hpp) over shapes that cut pairs, panels and
-// tiles; a key hidden in the odd half of a pair that holds NaN or infinity; the backward within
-// the float backward's bound plus its products' rounding; bitwise the same for every thread count. Every
-// other call is Avx512's, bit for bit, and Kernel::Auto takes the kernel exactly where its vendor and family
-// table says. (The suite's other 16-bit tests run every kernel too, this one among them.)
+// The bf16 pairs: Kernel::Avx512Bf16, the bf16 fused forward and the bf16 backward on vdpbf16ps,
+// and Kernel::Amx, the bf16 fused forward on AMX tiles (tdpbf16ps), Q and K as bf16 pairs and the
+// weights (and the backward's dZ) rounded to bf16 before their products (docs/low_precision.md).
+// Checked here against what they must compute: a two-key case worked by hand whose answer tells a
+// rounded weight from an unrounded one; the exact result on the bf16 inputs within the P-rounded
+// error model (low_precision.hpp) over shapes that cut pairs, panels, AMX's 16-row strips and
+// depth blocks, and tiles; a key hidden in the odd half of a pair (or in AMX's padding) that holds
+// NaN or infinity; Avx512Bf16's backward within the float backward's bound plus its products'
+// rounding; bitwise the same for every thread count. Every other call is Avx512's, bit for bit,
+// and Kernel::Auto takes the kernels exactly where the CPU says. (The suite's other 16-bit tests
+// run every kernel too, these among them.)
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -31,15 +33,26 @@ using B16 = Eigen::bfloat16;
 
 namespace {
 
-bool have_pairs() {
-  if (ea::kernel_available(ea::Kernel::Avx512Bf16)) return true;
-  MESSAGE("Kernel::Avx512Bf16 is not available on this CPU or in this build: its cases are not run here");
+bool have(ea::Kernel kernel) {
+  if (ea::kernel_available(kernel)) return true;
+  MESSAGE("Kernel::" << ea::kernel_name(kernel)
+                     << " is not available on this CPU or in this build: its cases are not run here");
   return false;
 }
 
-ea::Options pairs_options(int threads = 1) {
+/// The kernels whose fused bf16 forward takes bf16 pairs, those available here (the others said).
+std::vector<ea::Kernel> pairs_kernels() {
+  std::vector<ea::Kernel> kernels;
+  for (const ea::Kernel k : {ea::Kernel::Avx512Bf16, ea::Kernel::Amx})
+    if (have(k)) kernels.push_back(k);
+  return kernels;
+}
+
+bool have_pairs() { return have(ea::Kernel::Avx512Bf16); }
+
+ea::Options pairs_options(int threads = 1, ea::Kernel kernel = ea::Kernel::Avx512Bf16) {
   ea::Options opt;
-  opt.kernel = ea::Kernel::Avx512Bf16;
+  opt.kernel = kernel;
   opt.threads = threads;
   return opt;
 }
@@ -52,13 +65,14 @@ long double bf16(long double x) {
 
 }  // namespace
 
-TEST_CASE("bf16 dot product: a weight is rounded to bf16 before it multiplies V, the row sum is not") {
-  if (!have_pairs()) return;
-  // Two keys, d = 1, scale 1: logits 0 and -x, so the weights before the division are exactly 1
-  // and e = exp(-x) (rounded to float by the kernel's exp). V = (0, 1): ATTN = bf16(e) / (1 + e)
-  // with the rounded weight, e / (1 + e) without. Find an x for which the two give different bf16
-  // results, each far from a rounding boundary, so that a kernel keeping P in float fails.
-  ea::Options opt = pairs_options();
+namespace {
+
+/// Two keys, d = 1, scale 1: logits 0 and -x, so the weights before the division are exactly 1
+/// and e = exp(-x) (rounded to float by the kernel's exp). V = (0, 1): ATTN = bf16(e) / (1 + e)
+/// with the rounded weight, e / (1 + e) without. Finds x for which the two give different bf16
+/// results, each far from a rounding boundary, so that a kernel keeping P in float fails.
+void rounded_weight_case(ea::Kernel kernel) {
+  ea::Options opt = pairs_options(1, kernel);
   opt.scale = 1.0;
   RowMatrix<B16> Q(1, 1), K(2, 1), V(2, 1);
   Q(0, 0) = B16(1.0f);
@@ -90,13 +104,14 @@ TEST_CASE("bf16 dot product: a weight is rounded to bf16 before it multiplies V,
   CHECK(found == 8);
 }
 
-TEST_CASE("bf16 dot product: within the P-rounded error model across pairs, panels and tiles") {
-  if (!have_pairs()) return;
+void error_model_case(ea::Kernel kernel) {
   Rng rng(2701);
   // Odd d (a pair half of 0), d = 1, d_v != d_k, T = 1, key counts past a panel (48) and past a
-  // key tile, T_q != T_k; every mask of the suite.
-  const std::vector<Shape> shapes = {{1, 1, 1, 1},    {1, 9, 7, 3},      {5, 49, 33, 17},
-                                     {9, 97, 64, 64}, {70, 301, 31, 65}, {130, 1100, 128, 40}};
+  // key tile, T_q != T_k; every mask of the suite. For AMX: T_q cutting 16-row strips (5, 9, 70,
+  // 130), d_k cutting its blocks of 32 (1, 7, 31, 33, 40), whole blocks (64, 128).
+  const std::vector<Shape> shapes = {{1, 1, 1, 1},     {1, 9, 7, 3},      {5, 49, 33, 17},
+                                     {9, 97, 64, 64},  {70, 301, 31, 65}, {130, 1100, 128, 40},
+                                     {33, 130, 40, 33}};
   for (const Shape& s : shapes) {
     const RowMatrix<B16> Q = round_to<B16>(random_matrix<RowMatrix<float>>(rng, s.tq, s.dk, 2.0));
     const RowMatrix<B16> K = round_to<B16>(random_matrix<RowMatrix<float>>(rng, s.tk, s.dk, 2.0));
@@ -108,7 +123,7 @@ TEST_CASE("bf16 dot product: within the P-rounded error model across pairs, pane
       CAPTURE(s.dk);
       CAPTURE(s.dv);
       CAPTURE(mask_name(mask));
-      ea::Options opt = make_options(mask, std::nullopt, ea::Kernel::Avx512Bf16);
+      ea::Options opt = make_options(mask, std::nullopt, kernel);
       const ReferenceResult ref = reference_for(Ql, Kl, Vl, opt);
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.dk)));
       const NaiveResult naive = naive_p_rounded<B16>(Q, K, V, mask, scale);
@@ -130,16 +145,16 @@ TEST_CASE("bf16 dot product: within the P-rounded error model across pairs, pane
   }
 }
 
-TEST_CASE("bf16 dot product: a hidden key in the odd half of a pair never reaches a row") {
-  if (!have_pairs()) return;
-  // Causal, 7 query rows over 20 keys: one strip whose rows see keys up to 7, so the last pair
-  // of weights holds key 6 and the hidden key 7. V at key 7 is NaN or infinite; the rows must stay
-  // finite and equal the call with that row of V finite (hidden keys weigh exactly 0).
+/// Causal, 7 query rows over 20 keys: one strip whose rows see keys up to 7, so the last pair of
+/// weights holds key 6 and the hidden key 7 (on AMX, the block of 16 pairs all keys to 31). V at
+/// key 7 is NaN or infinite; the rows must stay finite and equal the call with that row of V
+/// finite (hidden keys weigh exactly 0).
+void hidden_key_case(ea::Kernel kernel) {
   Rng rng(2702);
   const RowMatrix<B16> Q = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 7, 16));
   const RowMatrix<B16> K = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 20, 16));
   RowMatrix<B16> V = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 20, 10));
-  ea::Options opt = pairs_options();
+  ea::Options opt = pairs_options(1, kernel);
   opt.causal = true;
   const MatrixLD ref = reference_for(widen_ld(Q), widen_ld(K), widen_ld(V), opt).attn;
   const NaiveResult naive = naive_p_rounded<B16>(Q, K, V, {true, false}, 0.25f);
@@ -157,6 +172,44 @@ TEST_CASE("bf16 dot product: a hidden key in the odd half of a pair never reache
   const RowMatrix<B16> out = ea::attention(Q, K, Vnan, opt);
   CHECK(std::isnan(static_cast<float>(out(6, 0))));
   CHECK(out.topRows(6).cast<float>().allFinite());
+  // Past the last visible key of a strip whose rows all see the same keys [0, 16) of a tile of 40
+  // (chunked-local attention, chunks of 16 keys: an even end, inside AMX's block of 16 pairs, so
+  // no key that the strip hides in its span): a NaN at key 18 reaches the rows of its own chunk
+  // (16 to 31) only.
+  const RowMatrix<B16> Qc = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 40, 16));
+  const RowMatrix<B16> Kc = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 40, 16));
+  const RowMatrix<B16> Vc = round_to<B16>(random_matrix<RowMatrix<float>>(rng, 40, 10));
+  ea::Options chunked = pairs_options(1, kernel);
+  chunked.chunk_size = 16;
+  RowMatrix<B16> Vc_nan = Vc;
+  Vc_nan.row(18).setConstant(B16(std::numeric_limits<float>::quiet_NaN()));
+  const RowMatrix<B16> a = ea::attention(Qc, Kc, Vc_nan, chunked), b = ea::attention(Qc, Kc, Vc, chunked);
+  EA_CHECK_EQUAL(a.topRows(16).cast<float>(), b.topRows(16).cast<float>());
+  EA_CHECK_EQUAL(a.bottomRows(8).cast<float>(), b.bottomRows(8).cast<float>());
+  CHECK(a.middleRows(16, 16).cast<float>().array().isNaN().all());
+}
+
+}  // namespace
+
+TEST_CASE("bf16 dot product: a weight is rounded to bf16 before it multiplies V, the row sum is not") {
+  for (const ea::Kernel kernel : pairs_kernels()) {
+    CAPTURE(ea::kernel_name(kernel));
+    rounded_weight_case(kernel);
+  }
+}
+
+TEST_CASE("bf16 dot product: within the P-rounded error model across pairs, panels and tiles") {
+  for (const ea::Kernel kernel : pairs_kernels()) {
+    CAPTURE(ea::kernel_name(kernel));
+    error_model_case(kernel);
+  }
+}
+
+TEST_CASE("bf16 dot product: a hidden key in the odd half of a pair never reaches a row") {
+  for (const ea::Kernel kernel : pairs_kernels()) {
+    CAPTURE(ea::kernel_name(kernel));
+    hidden_key_case(kernel);
+  }
 }
 
 TEST_CASE("bf16 dot product: the backward within the P-rounded model of the float backward") {
@@ -299,15 +352,18 @@ TEST_CASE("bf16 dot product: prefill over a bf16 cache rounds the weights, and n
   }
 }
 
-TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
-  if (!have_pairs()) return;
+namespace {
+
+/// Calls that `kernel` does not change: the float, double and half forwards and backwards, the
+/// decomposed bf16 call, decode and prefill over float and int8 caches.
+void every_other_call_case(ea::Kernel kernel) {
   Rng rng(2703);
   const RowMatrix<float> Q = random_matrix<RowMatrix<float>>(rng, 40, 24),
                          K = random_matrix<RowMatrix<float>>(rng, 90, 24),
                          V = random_matrix<RowMatrix<float>>(rng, 90, 12);
   ea::Options a = make_options({true, true}), b = a;
   a.kernel = ea::Kernel::Avx512;
-  b.kernel = ea::Kernel::Avx512Bf16;
+  b.kernel = kernel;
   // float, double and half forwards and backwards; the decomposed bf16 call (SCORES in float
   // products).
   EA_CHECK_EQUAL(ea::attention(Q, K, V, a), ea::attention(Q, K, V, b));
@@ -350,22 +406,73 @@ TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
     EA_CHECK_EQUAL(ea::attention_decode(fc, fs, qt, a), ea::attention_decode(fc, fs, qt, b));
     EA_CHECK_EQUAL(ea::attention_decode(ic, is, qt, a), ea::attention_decode(ic, is, qt, b));
   }
+  if (kernel == ea::Kernel::Amx) {
+    // Amx's own entry point is the fused bf16 forward alone: the bf16 backward and a bf16
+    // cache's prefill (GEMM path) are Avx512's too.
+    Eigen::VectorXf lse_b;
+    RowMatrix<B16> out_b;
+    ea::attention_into(Qb, Kb, Vb, out_b, lse_b, a);
+    const RowMatrix<B16> dOb = round_to<B16>(dO);
+    const ea::Gradients<B16> ba = ea::attention_backward(Qb, Kb, Vb, out_b, lse_b, dOb, a),
+                             bb = ea::attention_backward(Qb, Kb, Vb, out_b, lse_b, dOb, b);
+    EA_CHECK_EQUAL(ba.dq.cast<float>(), bb.dq.cast<float>());
+    EA_CHECK_EQUAL(ba.dk.cast<float>(), bb.dk.cast<float>());
+    EA_CHECK_EQUAL(ba.dv.cast<float>(), bb.dv.cast<float>());
+    ea::PagedKVCache<B16> bc(1, 24, 12, 16, 128);
+    const ea::SequenceId bs = bc.create();
+    bc.append(bs, Kb, Vb);
+    const RowMatrix<float> qt = qd.topRows(8);
+    EA_CHECK_EQUAL(ea::attention_decode(bc, bs, qt, a), ea::attention_decode(bc, bs, qt, b));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
+  for (const ea::Kernel kernel : pairs_kernels()) {
+    CAPTURE(ea::kernel_name(kernel));
+    every_other_call_case(kernel);
+  }
 }
 
 #if EIGEN_ATTENTION_TEST_ISA_KERNELS && (defined(__x86_64__) || defined(_M_X64))
-TEST_CASE("bf16 dot product: Kernel::Auto takes it exactly on AMD family 19h and later") {
-  // The table (dispatch.cpp), recomputed here from CPUID: Zen 4 and Zen 5 run vdpbf16ps at twice
-  // the FMA rate; elsewhere (Intel cores run it at half) Auto keeps Avx512's widening.
+TEST_CASE(
+    "bf16 dot product: Kernel::Auto takes Amx wherever it runs, else Avx512Bf16 on AMD family 19h and "
+    "later") {
+  // Amx where CPUID says AMX-TILE and AMX-BF16 (leaf 7, EDX bits 24 and 22) and the OS enables
+  // their state (XCR0 bits 17 and 18): on Linux, which lends it on request, the kernel is there
+  // exactly then (with AVX512-BF16, which every AMX CPU has). Else the table (dispatch.cpp),
+  // recomputed here from CPUID: Zen 4 and Zen 5 run vdpbf16ps at twice the FMA rate; elsewhere
+  // (Intel cores run it at half) Auto keeps Avx512's widening.
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx);
+  const bool amx_cpu = (edx & (1u << 24)) != 0 && (edx & (1u << 22)) != 0;
+  __get_cpuid(1, &eax, &ebx, &ecx, &edx);
+  bool amx_os = false;
+  if ((ecx & (1u << 27)) != 0) {
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    amx_os = (lo & (3u << 17)) == (3u << 17);
+  }
+  const bool pairs = ea::kernel_available(ea::Kernel::Avx512Bf16);
+  const bool amx = ea::kernel_available(ea::Kernel::Amx);
+  CHECK((!amx || (amx_cpu && amx_os)));
+#if defined(__linux__)
+  if (pairs) CHECK(amx == (amx_cpu && amx_os));  // the same build holds both kernels
+#endif
+  const std::string amx_text = std::string("AMX-BF16 ") + (amx_cpu ? "in" : "not in") +
+                               " this CPU, its state " + (amx_os ? "" : "not ") +
+                               "enabled by the OS: Kernel::Amx " + (amx ? "runs" : "does not run") + " here";
+  MESSAGE(amx_text);
   __get_cpuid(0, &eax, &ebx, &ecx, &edx);
   const bool amd = ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;
   __get_cpuid(1, &eax, &ebx, &ecx, &edx);
   unsigned family = (eax >> 8) & 0xf;
   if (family == 0xf) family += (eax >> 20) & 0xff;
-  const bool pairs = ea::kernel_available(ea::Kernel::Avx512Bf16);
-  const ea::Kernel expected = pairs && amd && family >= 0x19 ? ea::Kernel::Avx512Bf16
-                              : pairs                        ? ea::Kernel::Avx512
-                                                             : ea::available_kernels().front();
+  const ea::Kernel expected = amx                              ? ea::Kernel::Amx
+                              : pairs && amd && family >= 0x19 ? ea::Kernel::Avx512Bf16
+                              : pairs                          ? ea::Kernel::Avx512
+                                                               : ea::available_kernels().front();
   CHECK(ea::auto_kernel() == expected);
   MESSAGE("Kernel::Auto runs " << std::string(ea::kernel_name(ea::auto_kernel())) << " here");
   // Auto is that kernel, call for call.

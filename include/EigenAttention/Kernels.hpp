@@ -13,28 +13,35 @@ namespace EigenAttention {
 /// Which implementation computes the result (Options::kernel). Every kernel computes the same
 /// function; the choice changes speed, memory and the last bits of rounding only.
 enum class Kernel {
-  Auto,       ///< the fastest kernel for this CPU (the default; auto_kernel() says which).
-  Reference,  ///< plain Eigen expressions that read like the formula; slow, single-threaded, and
-              ///< it forms T_q x T_k even in the fused call. The yardstick for the others.
-              ///< The tiled kernels below: query tiles x key tiles with an online softmax; the
-              ///< fused call never forms T_q x T_k; Options::threads splits the query tiles.
-  Portable,   ///< the tiled kernel compiled for the baseline instruction set (runs anywhere).
-  Avx2,       ///< the tiled kernel compiled for AVX2 + FMA (x86-64 only).
-  Avx512,     ///< the tiled kernel compiled for AVX-512 F/DQ/BW/VL (x86-64 only).
-  Avx512Bf16  ///< Avx512 with the bfloat16 fused forward and backward on vdpbf16ps (AVX512-BF16,
-              ///< x86-64 only): Q and K as bf16 pairs, the weights P (and the backward's dZ)
-              ///< rounded to bf16 for their products, as FlashAttention does on GPUs
-              ///< (docs/low_precision.md gives the error); every other call is Avx512's, bit
-              ///< for bit. Auto takes it only on CPUs whose unit is
-              ///< faster than widening to float (AMD Zen 4 and 5; not the Intel cores measured).
+  Auto,        ///< the fastest kernel for this CPU (the default; auto_kernel() says which).
+  Reference,   ///< plain Eigen expressions that read like the formula; slow, single-threaded, and
+               ///< it forms T_q x T_k even in the fused call. The yardstick for the others.
+               ///< The tiled kernels below: query tiles x key tiles with an online softmax; the
+               ///< fused call never forms T_q x T_k; Options::threads splits the query tiles.
+  Portable,    ///< the tiled kernel compiled for the baseline instruction set (runs anywhere).
+  Avx2,        ///< the tiled kernel compiled for AVX2 + FMA (x86-64 only).
+  Avx512,      ///< the tiled kernel compiled for AVX-512 F/DQ/BW/VL (x86-64 only).
+  Avx512Bf16,  ///< Avx512 with the bfloat16 fused forward and backward on vdpbf16ps (AVX512-BF16,
+               ///< x86-64 only): Q and K as bf16 pairs, the weights P (and the backward's dZ)
+               ///< rounded to bf16 for their products, as FlashAttention does on GPUs
+               ///< (docs/low_precision.md gives the error); every other call is Avx512's, bit
+               ///< for bit. Auto takes it only on CPUs whose unit is
+               ///< faster than widening to float (AMD Zen 4 and 5; not the Intel cores measured).
+  Amx          ///< Avx512 with the bfloat16 fused forward on AMX tiles (tdpbf16ps; AMX-TILE and
+               ///< AMX-BF16, x86-64 Linux only): Q and K as bf16 pairs, the weights P rounded to
+               ///< bf16 for P V, as Avx512Bf16's forward (the same error model, another order of
+               ///< the sums); every other call, the bf16 backward included, is Avx512's, bit for
+               ///< bit. Auto takes it wherever the CPU and the OS support it (Intel Sapphire
+               ///< Rapids and later); asking the OS for the tile state is the library's first
+               ///< kernel query (docs/low_precision.md).
 };
 
 /// The last enumerator, the fastest kernel: available_kernels() walks down from it. (The
 /// library's table of kernels, src/kernels/kernels.cmake, is checked against it at build time.)
-constexpr Kernel kFastestKernel = Kernel::Avx512Bf16;
+constexpr Kernel kFastestKernel = Kernel::Amx;
 
-/// Can this build run `kernel` on this CPU? Auto, Portable and Reference: always. Avx2, Avx512
-/// and Avx512Bf16: when the library was built with them (x86-64 with GCC or Clang) and this CPU
+/// Can this build run `kernel` on this CPU? Auto, Portable and Reference: always. Avx2, Avx512,
+/// Avx512Bf16 and Amx: when the library was built with them (x86-64 with GCC or Clang) and this CPU
 /// and OS support them.
 EIGEN_ATTENTION_EXPORT bool kernel_available(Kernel kernel);
 
@@ -54,7 +61,7 @@ inline std::vector<Kernel> available_kernels() {
   return kernels;
 }
 
-/// A short lower-case name: "auto", "reference", "portable", "avx2", "avx512", "avx512bf16".
+/// A short lower-case name: "auto", "reference", "portable", "avx2", "avx512", "avx512bf16", "amx".
 EIGEN_ATTENTION_EXPORT const char* kernel_name(Kernel kernel);
 
 /// How a tiled kernel cuts one head's forward pass on this CPU (kernel_tiles()): what its tile

@@ -11,6 +11,10 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "kernels/abi.hpp"
 #include "kernels/kernels.hpp"
@@ -35,6 +39,28 @@ namespace {
   unsigned family = (eax >> 8) & 0xf;
   if (family == 0xf) family += (eax >> 20) & 0xff;
   return family >= 0x19;
+#else
+  return false;
+#endif
+}
+
+/// Does this CPU have AMX's bf16 tiles (kernels.cmake: the CPU of amx), and does the OS let this
+/// process use them? CPUID leaf 7 (EDX bit 24 AMX-TILE, bit 22 AMX-BF16) and XCR0 (bits 17 and 18,
+/// the tile configuration and data, enabled by the OS), then, on Linux, the permission to use the
+/// tile data (arch_prctl ARCH_REQ_XCOMP_PERM), which Linux gives per process and only on request:
+/// asked once, here, when the library first looks at the kernels. Not __builtin_cpu_supports:
+/// GCC 12's says no on an AMX host and Clang 14 does not know the feature.
+[[maybe_unused]] bool amx_bf16_usable() {
+#if defined(__linux__) && defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  if ((edx & (1u << 24)) == 0 || (edx & (1u << 22)) == 0) return false;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 27)) == 0) return false;  // OSXSAVE
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 #else
   return false;
 #endif

@@ -260,12 +260,16 @@ inline float pair_half(Pair word, index_t half) {
 }
 
 /// Rows [first, first + rows) of a bf16 matrix as pairs along its columns: row r's pair c2 at
-/// dst[r · ceil(cols / 2) + c2] (pair_at).
-inline void pair_columns(const RawMatrix<const BFloat16Bits>& m, index_t first, index_t rows, Pair* dst) {
+/// dst[r · ld + c2] (pair_at), pairs of zeros from ceil(cols / 2) up to ld (by default that
+/// ceiling: none).
+inline void pair_columns(const RawMatrix<const BFloat16Bits>& m, index_t first, index_t rows, Pair* dst,
+                         index_t ld = -1) {
   const index_t pairs = (m.cols + 1) / 2;
+  if (ld < 0) ld = pairs;
   for (index_t r = 0; r < rows; ++r) {
     const BFloat16Bits* row = m.data + (first + r) * m.row_stride;
-    for (index_t c2 = 0; c2 < pairs; ++c2) dst[r * pairs + c2] = pair_at(row, m.col_stride, m.cols, c2);
+    for (index_t c2 = 0; c2 < pairs; ++c2) dst[r * ld + c2] = pair_at(row, m.col_stride, m.cols, c2);
+    std::fill(dst + r * ld + pairs, dst + (r + 1) * ld, Pair(0));
   }
 }
 
@@ -331,14 +335,17 @@ inline void pack_16_keys_pairs(const BFloat16Bits* const* rows, index_t depth, P
 }
 
 /// Keys [0, cols) of K (rows of depth elements, strides as given) packed into panels of NR keys
-/// of pairs along the depth: pair c2 of key p·NR + n at kp[p·pairs·NR + c2·NR + n], pairs =
-/// ceil(depth / 2); an odd depth's last pair and the keys of the last panel past cols are 0.
+/// of pairs along the depth: pair c2 of key p·NR + n at kp[p·ld·NR + c2·NR + n], for c2 < ld
+/// (by default ceil(depth / 2)); an odd depth's last pair, the pairs past ceil(depth / 2) and the
+/// keys of the last panel past cols are 0.
 inline void pack_panels_pairs(const BFloat16Bits* k, index_t row_stride, index_t col_stride, index_t cols,
-                              index_t depth, Pair* kp) {
+                              index_t depth, Pair* kp, index_t ld = -1) {
   constexpr index_t NR = Micro<float>::kCols;
   const index_t pairs = (depth + 1) / 2;
+  if (ld < 0) ld = pairs;
   for (index_t n0 = 0; n0 < cols; n0 += NR) {
-    Pair* const panel = kp + n0 * pairs;
+    Pair* const panel = kp + n0 * ld;
+    std::fill(panel + pairs * NR, panel + ld * NR, Pair(0));
     index_t n = 0;
     if (col_stride == 1) {  // whole groups of 16 keys transposed in registers
       for (; n + 16 <= NR && n0 + n + 16 <= cols; n += 16) {

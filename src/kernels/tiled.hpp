@@ -62,6 +62,9 @@
 #include "kernels/micro_kernel.hpp"
 #include "kernels/sink.hpp"
 #include "kernels/tile_policy.hpp"
+#if defined(__AMX_BF16__)
+#include "kernels/amx.hpp"
+#endif
 
 namespace EigenAttention {
 namespace internal {
@@ -567,6 +570,22 @@ class KeyTile {
   int v_finite_ = -1;
 };
 
+#if defined(__AMX_BF16__)
+/// Do the pairs of the fused forward go through AMX tiles (amx.hpp), rather than vdpbf16ps?
+constexpr bool kAmx = true;
+/// The pairs' strips: query rows per strip, and the block by which their depths go (Q Kᵀ's d_k
+/// and P V's keys, padded with pairs of zeros).
+constexpr index_t kPairStripRows = kAmxRows, kPairBlock = kAmxDepth;
+#else
+constexpr bool kAmx = false;
+constexpr index_t kPairStripRows = Micro<float>::kRows, kPairBlock = 1;
+struct AmxTiles {};  // never taken
+#endif
+struct NoTiles {};  // a kernel without tiles to configure
+
+/// n rounded up to a whole number of kPairBlock.
+constexpr index_t whole_pair_blocks(index_t n) { return (n + kPairBlock - 1) / kPairBlock * kPairBlock; }
+
 #if defined(__AVX512BF16__)
 /// Does the fused forward on element type E take bf16 pairs (micro_kernel.hpp) in this kernel?
 template <typename E>
@@ -576,7 +595,9 @@ constexpr bool kPairs = std::is_same_v<E, BFloat16Bits>;
 /// panels of pairs along d_k (pack_panels_pairs) and V as pairs of consecutive keys, ldv() pairs
 /// between them: pair t, column c is (V[j0 + 2t][c], V[j0 + 2t + 1][c]), 0 past d_v and past
 /// the tile's keys. Kept in this thread's PackCache of pairs like KeyTile's, or in buffers taken
-/// once per call.
+/// once per call. The depths of the products go by whole kPairBlock: d_k's pairs (Q's and each
+/// panel's, pairs()) end with pairs of zeros up to a whole block, and V's pairs with rows of
+/// zeros, kPairBlock - 1 past the tile's last at least.
 class PairTile {
  public:
   /// The arena of the compute type is KeyTile's: the pairs take their own (Arena<Pair>), with
@@ -585,27 +606,34 @@ class PairTile {
       : p_(p),
         keys_(keys),
         ldo_(ldo),
-        pairs_((p.k.cols + 1) / 2),
-        ldpb_((keys + 1) / 2),
+        pairs_(whole_pair_blocks((p.k.cols + 1) / 2)),
+        ldpb_(whole_pair_blocks((keys + 1) / 2)),
+        v_rows_(ldpb_ + kPairBlock - 1),
         arena_(Arena<Pair>::round(Micro<float>::whole_panels(keys) * pairs_) +
-               Arena<Pair>::round(ldpb_ * ldo) + Arena<Pair>::round(kRows * pairs_) +
-               Arena<Pair>::round(Micro<float>::kRows * ldpb_)),
+               Arena<Pair>::round(v_rows_ * ldo) + Arena<Pair>::round(kRows * pairs_) +
+               Arena<Pair>::round(kPairStripRows * ldpb_)),
         panels_(arena_.take(Micro<float>::whole_panels(keys) * pairs_)),
-        v_(arena_.take(ldpb_ * ldo)),
+        v_(arena_.take(v_rows_ * ldo)),
         q_(arena_.take(kRows * pairs_)),
-        pb_(arena_.take(Micro<float>::kRows * ldpb_)) {
+        pb_(arena_.take(kPairStripRows * ldpb_)) {
+    static_assert(kRows % kPairStripRows == 0, "a query tile is whole strips");
     if (p.call != 0) {
       const index_t tk = p.k.rows, tiles = (tk + keys_ - 1) / keys_;
       values_at_ = tiles * Micro<float>::whole_panels(keys_) * pairs_;
       const std::size_t need =
-          static_cast<std::size_t>(values_at_) + static_cast<std::size_t>(tiles * ldpb_ * ldo_);
+          static_cast<std::size_t>(values_at_) + static_cast<std::size_t>(tiles * v_rows_ * ldo_);
       cache_ = PackCache<Pair>::open(p_, keys_, ldo_, tiles, need);
     }
   }
   /// Nothing of the compute type's arena (the constructor takes its own).
   static std::size_t scratch(index_t, index_t, index_t) { return 0; }
-  /// Query rows [i0, i0 + rows) (rows <= kRows) as pairs along d_k: query_pairs(), pairs() apart.
-  void load_queries(index_t i0, index_t rows) { pair_columns(p_.q, i0, rows, q_); }
+  /// Query rows [i0, i0 + rows) (rows <= kRows) as pairs along d_k: query_pairs(), pairs() apart,
+  /// then rows of zeros up to a whole strip.
+  void load_queries(index_t i0, index_t rows) {
+    pair_columns(p_.q, i0, rows, q_, pairs_);
+    const index_t strips = (rows + kPairStripRows - 1) / kPairStripRows * kPairStripRows;
+    std::fill(q_ + rows * pairs_, q_ + strips * pairs_, Pair(0));
+  }
   const Pair* query_pairs() const { return q_; }
   /// One strip's weights as pairs (accumulate_strip_pairs), weight_stride() pairs apart.
   Pair* weight_pairs() { return pb_; }
@@ -625,7 +653,7 @@ class PairTile {
       cache_->ready[t] |= 1;
     }
     pack_panels_pairs(p_.k.data + j0 * p_.k.row_stride, p_.k.row_stride, p_.k.col_stride, cols, p_.k.cols,
-                      panels_);
+                      panels_, pairs_);
   }
   void load_values(index_t j0, index_t cols) {
     j0_ = j0;
@@ -633,7 +661,7 @@ class PairTile {
     v_finite_ = -1;
     if (cache_ != nullptr) {
       const std::size_t t = static_cast<std::size_t>(j0 / keys_);
-      v_ = cache_->data + values_at_ + t * ldpb_ * ldo_;
+      v_ = cache_->data + values_at_ + t * v_rows_ * ldo_;
       if (cache_->ready[t] & 2) return;
       cache_->ready[t] |= 2;
     }
@@ -642,6 +670,7 @@ class PairTile {
       pair_rows(a, 2 * t + 1 < cols ? a + p_.v.row_stride : nullptr, p_.v.col_stride, p_.v.cols, ldo_,
                 v_ + t * ldo_);
     }
+    std::fill(v_ + (cols + 1) / 2 * ldo_, v_ + v_rows_ * ldo_, Pair(0));
   }
   const Pair* panels() const { return panels_; }
   const Pair* v() const { return v_; }
@@ -654,7 +683,7 @@ class PairTile {
 
  private:
   const RawProblem<BFloat16Bits>& p_;
-  index_t keys_, ldo_, pairs_, ldpb_, values_at_ = 0;
+  index_t keys_, ldo_, pairs_, ldpb_, v_rows_, values_at_ = 0;
   Arena<Pair> arena_;
   Pair *panels_, *v_, *q_, *pb_;
   PackCache<Pair>* cache_ = nullptr;
@@ -663,16 +692,20 @@ class PairTile {
 };
 
 /// accumulate_strip on pairs: O (rows x ldo) += P V over the keys [lo, hi) of the tile (lo a
-/// whole panel, so even), P rounded to bf16 into `pb` first. A pair holds two keys, so an odd hi
-/// brings in the key hi with weight 0: like a key the strip hides, it goes through the product
-/// only when the tile's V rows are finite; else each row takes its visible keys one by one
-/// (the same rounded weights, in float).
+/// whole panel, so even), P rounded to bf16 into `pb` first. A pair holds two keys, and the
+/// product goes by whole kPairBlock of pairs, so it brings in the keys from hi to the end of the
+/// last block with weight 0: like keys the strip hides, they go through the product only when
+/// the tile's V rows are finite (past the tile's keys, V's rows are zeros); else each row takes
+/// its visible keys one by one (the same rounded weights, in float). On AMX tiles, the strip is
+/// kPairStripRows rows whatever `rows`: the weights of the rows past it are 0, and O has those
+/// rows (the query tile's accumulator, whole strips), which nothing reads.
 inline void accumulate_strip_pairs(const RawProblem<BFloat16Bits>& p, index_t i0, index_t rows, index_t j0,
                                    index_t lo, index_t hi, const float* P, index_t ldp, PairTile& tile,
                                    float* o, index_t ldo) {
   Pair* const pb = tile.weight_pairs();
   const index_t ldpb = tile.weight_stride();
-  bool hides_keys = p.mask.data != nullptr || (hi % 2 == 1 && hi < tile.tile_cols());
+  const index_t pairs = (hi - lo + 1) / 2, depth = whole_pair_blocks(pairs);
+  bool hides_keys = p.mask.data != nullptr || (lo + 2 * depth > hi && hi < tile.tile_cols());
   for (index_t r = 0; r < rows && !hides_keys; ++r) {
     const Span span = span_in_tile(p, i0 + r, j0 + lo, hi - lo);
     hides_keys = span.a > 0 || span.b < hi - lo;
@@ -681,7 +714,13 @@ inline void accumulate_strip_pairs(const RawProblem<BFloat16Bits>& p, index_t i0
   const Pair* vp = tile.v();
   const index_t ldv = tile.ldv();
   if (!hides_keys || tile.v_finite()) {
-    product_strip_pairs(rows, ldo, (hi - lo + 1) / 2, pb, ldpb, vp + lo / 2 * ldv, ldv, o, ldo);
+#if defined(__AMX_BF16__)
+    for (index_t r = 0; r < kPairStripRows; ++r)
+      std::fill(pb + r * ldpb + (r < rows ? pairs : 0), pb + r * ldpb + depth, Pair(0));
+    amx_product_strip(ldo, depth, pb, ldpb, vp + lo / 2 * ldv, ldv, o, ldo);
+#else
+    product_strip_pairs(rows, ldo, pairs, pb, ldpb, vp + lo / 2 * ldv, ldv, o, ldo);
+#endif
     return;
   }
   for_each_visible(p, i0, rows, j0 + lo, hi - lo, [&](index_t r, index_t t) {
@@ -730,13 +769,17 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   const index_t ldo = MK::whole_packets(dv);  // O rows: whole packets
   const index_t kc = forward_tiles_of<T>(dk, dv).key_tile;
   const index_t lds = static_cast<index_t>(Arena<T>::round(kc));  // strip rows start 64-byte aligned
-  // bf16 pairs on vdpbf16ps where this kernel has them (PairTile), else tiles of the compute type.
+  // bf16 pairs on vdpbf16ps or AMX tiles where this kernel has them (PairTile), else tiles of the
+  // compute type; strips of MR rows, or the pairs' own.
   using Tile = std::conditional_t<kPairs<E>, PairTile, KeyTile<E>>;
-  Arena<T> arena(Arena<T>::round(kRows * dk) + Tile::scratch(kc, dk, ldo) + Arena<T>::round(MK::kRows * lds) +
+  constexpr index_t kStrip = kPairs<E> ? kPairStripRows : MK::kRows;
+  [[maybe_unused]] const std::conditional_t<kPairs<E> && kAmx, AmxTiles, NoTiles>
+      tiles;  // AMX's, this thread's
+  Arena<T> arena(Arena<T>::round(kRows * dk) + Tile::scratch(kc, dk, ldo) + Arena<T>::round(kStrip * lds) +
                  Arena<T>::round(kRows * ldo) + Arena<T>::round(2 * kRows));
   T* const q_buf = arena.take(kRows * dk);
   Tile tile(p, kc, ldo, arena);
-  T* const s = arena.take(MK::kRows * lds);  // one strip's logits, then weights
+  T* const s = arena.take(kStrip * lds);  // one strip's logits, then weights
   T* const acc = arena.take(kRows * ldo);
   T* const m = arena.take(kRows);
   T* const l = arena.take(kRows);
@@ -761,14 +804,21 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
       tile.load_values(j0, cols);
       // Strip by strip (MR rows): logits of the keys it may see, in whole panels, the online
       // softmax row by row, then the strip's share of P V.
-      for (index_t s0 = 0; s0 < rows; s0 += MK::kRows) {
-        const index_t srows = std::min<index_t>(MK::kRows, rows - s0), is = i0 + s0;
+      for (index_t s0 = 0; s0 < rows; s0 += kStrip) {
+        const index_t srows = std::min<index_t>(kStrip, rows - s0), is = i0 + s0;
         const Span keys = strip_keys(p, is, srows, j0, cols, MK::kCols);
         if (keys.a >= keys.b) continue;
         if constexpr (kPairs<E>) {
           const index_t qp = tile.pairs();
+#if defined(__AMX_BF16__)
+          amx_logits_strip(keys.b - keys.a, qp, tile.query_pairs() + s0 * qp, qp, tile.panels() + keys.a * qp,
+                           s + keys.a, lds);
+          for (index_t r = 0; r < srows; ++r)
+            Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(s + r * lds + keys.a, keys.b - keys.a) *= p.scale;
+#else
           logits_strip_pairs(srows, keys.b - keys.a, qp, tile.query_pairs() + s0 * qp, qp,
                              tile.panels() + keys.a * qp, s + keys.a, lds, p.scale);
+#endif
         } else {
           logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
                        tile.panels() + keys.a * dk, s + keys.a, lds, p.scale);

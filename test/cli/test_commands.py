@@ -68,7 +68,7 @@ def version(ctx):
     except (OSError, AttributeError):
         flags = None
     if flags is not None:
-        for kernel, flag in (("avx2", "avx2"), ("avx512", "avx512f"), ("avx512bf16", "avx512_bf16")):
+        for kernel, flag in (("avx2", "avx2"), ("avx512", "avx512f"), ("avx512bf16", "avx512_bf16"), ("amx", "amx_bf16")):
             check(kernel not in kernels or flag in flags, "%s\n%s is listed but the CPU has no %s" % (what, kernel, flag))
     check(ctx.files() == [], "--version wrote files: %s" % ctx.files())
 

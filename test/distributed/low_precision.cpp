@@ -88,9 +88,10 @@ void compare(Method method, dist::Sharding sharding) {
   opt.causal = true;
   opt.alignment = ea::CausalAlignment::BottomRight;
   // The distributed 16-bit calls widen their blocks to float (Widened, collective.cpp), so the
-  // single-process call to compare with is the widening one: not Avx512Bf16's bf16 pairs, which
-  // round P to bf16 (its own tests: test/bf16_dot_product.cpp).
-  if (ea::auto_kernel() == ea::Kernel::Avx512Bf16) opt.kernel = ea::Kernel::Avx512;
+  // single-process call to compare with is the widening one: not the bf16 pairs of Avx512Bf16 or
+  // Amx, which round P to bf16 (their own tests: test/bf16_dot_product.cpp).
+  if (ea::auto_kernel() == ea::Kernel::Avx512Bf16 || ea::auto_kernel() == ea::Kernel::Amx)
+    opt.kernel = ea::Kernel::Avx512;
   const Problem<float> pf = make_problem<float>(s, opt, {}, 41, 2.0);
   const Heads<H> q = to16<H>(pf.q), k = to16<H>(pf.k), v = to16<H>(pf.v), d_out = to16<H>(pf.d_out);
   std::vector<H> slopes;

@@ -97,12 +97,20 @@ constexpr float epsilon16() {
   return std::is_same_v<T16, Eigen::bfloat16> ? 0x1p-7f : 0x1p-10f;
 }
 
-/// Does `kernel` run T16's fused forward on bf16 pairs (Kernel::Avx512Bf16, or Kernel::Auto where
-/// auto_kernel() is it)? Its fused bf16 results are then not the float call's rounded once: the
-/// weights are rounded to bf16 before P V, as in the P-rounded model (test/bf16_dot_product.cpp
-/// holds them to it), and the logits are summed in another order.
+/// Does `kernel` run T16's fused forward on bf16 pairs (Kernel::Avx512Bf16 or Kernel::Amx, or
+/// Kernel::Auto where auto_kernel() is one of them)? Its fused bf16 results are then not the float
+/// call's rounded once: the weights are rounded to bf16 before P V, as in the P-rounded model
+/// (test/bf16_dot_product.cpp holds them to it), and the logits are summed in another order.
 template <class T16>
 bool bf16_pairs(ea::Kernel kernel) {
+  const ea::Kernel k = kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel;
+  return std::is_same_v<T16, Eigen::bfloat16> && (k == ea::Kernel::Avx512Bf16 || k == ea::Kernel::Amx);
+}
+
+/// Does `kernel` run T16's backward, and a T16 cache's prefill, on bf16 pairs too? Only
+/// Kernel::Avx512Bf16 (Kernel::Amx takes Avx512's for both).
+template <class T16>
+bool bf16_pairs_beyond_forward(ea::Kernel kernel) {
   const ea::Kernel k = kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel;
   return std::is_same_v<T16, Eigen::bfloat16> && k == ea::Kernel::Avx512Bf16;
 }

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: MIT
+// The bf16 pairs of the fused forward (micro_kernel.hpp) on AMX tiles: the amx kernel's Q Kᵀ and
+// P V strips, 16 query rows at a time. Internal; compiled only into tiled_amx.cpp (kernels.cmake:
+// -mamx-tile -mamx-bf16), after micro_kernel.hpp.
+//
+// A tile register holds up to 16 rows of 64 bytes. tdpbf16ps C += A B takes A as 16 rows of 16
+// pairs (32 bf16 elements along the depth), B as 16 rows of 16 pairs, row k holding pair k of 16
+// columns, and adds to each float of C the 32 products of its row of A and its column of B. The
+// pairs' layouts are micro_kernel.hpp's, so the tiles load them as they are:
+//   - Q Kᵀ: A = 16 query rows of pairs, B = 16 pair rows of a key panel (NR keys per row, 16 of
+//     them per tile), C = 16 rows x 16 keys of logits;
+//   - P V: A = 16 rows of weights as pairs of consecutive keys, B = 16 pairs of V rows (a row of
+//     ldo columns each), C = 16 rows x 16 columns of the output accumulator.
+// Depths go by whole blocks of 16 pairs: the caller pads with pairs of zeros (products 0, exact)
+// and gives rows past its strip as zeros, whose logits it never reads. Each product is exact in
+// float; the tile adds them in float, rounding to nearest even whatever MXCSR says, reading
+// subnormal inputs and writing subnormal results as 0 (as vdpbf16ps). Each element of C is one
+// chain of operations in a fixed order, whatever the tile's place or the thread.
+#pragma once
+
+#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
+#error "amx.hpp needs -mamx-tile -mamx-bf16 (kernels.cmake sets them for tiled_amx.cpp only)"
+#endif
+
+#include <immintrin.h>
+
+#include "kernels/micro_kernel.hpp"
+
+namespace EigenAttention {
+namespace internal {
+namespace {
+
+/// Pairs per tile row: a block of the depth.
+constexpr index_t kAmxDepth = 16;
+/// Rows of a tile: the strip of query rows.
+constexpr index_t kAmxRows = 16;
+
+/// The tile configuration: palette 1, every tile 16 rows of 64 bytes. Static, as
+/// _tile_loadconfig reads its 64 bytes through a pointer that GCC 12 declares to point to 8.
+struct alignas(64) AmxConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+static_assert(sizeof(AmxConfig) == 64, "the tile configuration is 64 bytes");
+
+/// The tiles configured for this thread while it lives, released after (the OS then saves and
+/// restores no tile state for it). One per kernel call, on the thread that runs it.
+class AmxTiles {
+ public:
+  AmxTiles() {
+    static const AmxConfig config;
+    _tile_loadconfig(&config);
+  }
+  ~AmxTiles() { _tile_release(); }
+  AmxTiles(const AmxTiles&) = delete;
+  AmxTiles& operator=(const AmxTiles&) = delete;
+};
+
+/// C (16 rows x cols, whole panels of NR keys, row stride ldc) = A Kᵀ, unscaled: A 16 rows of
+/// `depth` pairs (a whole number of kAmxDepth; row stride lda pairs), kp the panels of
+/// pack_panels_pairs over that depth. Tiles 0-2: C, 3: A, 4-6: B.
+inline void amx_logits_strip(index_t cols, index_t depth, const Pair* a, index_t lda, const Pair* kp,
+                             float* c, index_t ldc) {
+  constexpr index_t NR = Micro<float>::kCols;
+  static_assert(NR == 3 * 16, "a key panel is three tiles of 16 keys");
+  constexpr int kRowBytes = static_cast<int>(NR * sizeof(Pair));
+  const int a_bytes = static_cast<int>(lda * sizeof(Pair)), c_bytes = static_cast<int>(ldc * sizeof(float));
+  for (index_t n0 = 0; n0 < cols; n0 += NR) {
+    const Pair* const panel = kp + n0 * depth;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    for (index_t k = 0; k < depth; k += kAmxDepth) {
+      _tile_loadd(3, a + k, a_bytes);
+      _tile_loadd(4, panel + k * NR, kRowBytes);
+      _tile_loadd(5, panel + k * NR + 16, kRowBytes);
+      _tile_loadd(6, panel + k * NR + 32, kRowBytes);
+      _tile_dpbf16ps(0, 3, 4);
+      _tile_dpbf16ps(1, 3, 5);
+      _tile_dpbf16ps(2, 3, 6);
+    }
+    _tile_stored(0, c + n0, c_bytes);
+    _tile_stored(1, c + n0 + 16, c_bytes);
+    _tile_stored(2, c + n0 + 32, c_bytes);
+  }
+}
+
+/// C (16 rows x N tiles of 16 columns, row stride ldc) += A B over `depth` pairs (a whole number
+/// of kAmxDepth): A row stride lda pairs, B depth rows of ldb pairs. Tiles 0 to N-1: C, 3: A, 4-6: B.
+template <int N>
+inline void amx_product_tiles(index_t depth, const Pair* a, int a_bytes, const Pair* b, int b_bytes, float* c,
+                              int c_bytes) {
+  static_assert(N >= 1 && N <= 3, "at most three C tiles");
+  _tile_loadd(0, c, c_bytes);
+  if constexpr (N > 1) _tile_loadd(1, c + 16, c_bytes);
+  if constexpr (N > 2) _tile_loadd(2, c + 32, c_bytes);
+  const index_t ldb = b_bytes / static_cast<index_t>(sizeof(Pair));
+  for (index_t k = 0; k < depth; k += kAmxDepth) {
+    _tile_loadd(3, a + k, a_bytes);
+    const Pair* const bk = b + k * ldb;
+    _tile_loadd(4, bk, b_bytes);
+    _tile_dpbf16ps(0, 3, 4);
+    if constexpr (N > 1) {
+      _tile_loadd(5, bk + 16, b_bytes);
+      _tile_dpbf16ps(1, 3, 5);
+    }
+    if constexpr (N > 2) {
+      _tile_loadd(6, bk + 32, b_bytes);
+      _tile_dpbf16ps(2, 3, 6);
+    }
+  }
+  _tile_stored(0, c, c_bytes);
+  if constexpr (N > 1) _tile_stored(1, c + 16, c_bytes);
+  if constexpr (N > 2) _tile_stored(2, c + 32, c_bytes);
+}
+
+/// product_strip_pairs on tiles: C (16 rows x n, n whole packets of 16, row stride ldc) += A B, A
+/// 16 rows of `depth` pairs (a whole number of kAmxDepth; row stride lda), B depth rows of n pairs
+/// (row stride ldb).
+inline void amx_product_strip(index_t n, index_t depth, const Pair* a, index_t lda, const Pair* b,
+                              index_t ldb, float* c, index_t ldc) {
+  const int a_bytes = static_cast<int>(lda * sizeof(Pair)), b_bytes = static_cast<int>(ldb * sizeof(Pair)),
+            c_bytes = static_cast<int>(ldc * sizeof(float));
+  index_t c0 = 0;
+  for (; c0 + 48 <= n && n - c0 != 64; c0 += 48)
+    amx_product_tiles<3>(depth, a, a_bytes, b + c0, b_bytes, c + c0, c_bytes);
+  for (; c0 + 32 <= n; c0 += 32) amx_product_tiles<2>(depth, a, a_bytes, b + c0, b_bytes, c + c0, c_bytes);
+  for (; c0 < n; c0 += 16) amx_product_tiles<1>(depth, a, a_bytes, b + c0, b_bytes, c + c0, c_bytes);
+}
+
+}  // namespace
+}  // namespace internal
+}  // namespace EigenAttention
