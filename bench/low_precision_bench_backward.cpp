@@ -76,9 +76,8 @@ bool backward_table(const Args& a, std::vector<BackwardRow>& rows) {
                 });
             r.float_s = tf.median;
             r.bf16_s = tb.median;
-            // (Only avx512bf16 has a bf16 backward on pairs; amx's is avx512's.)
-            const bool pairs =
-                (kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel) == ea::Kernel::Avx512Bf16;
+            const ea::Kernel runs = kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel;
+            const bool pairs = runs == ea::Kernel::Avx512Bf16 || runs == ea::Kernel::Amx;
             r.ok =
                 gradient_ok(dq16, dq, pairs) && gradient_ok(dk16, dk, pairs) && gradient_ok(dv16, dv, pairs);
             r.pairs = pairs;

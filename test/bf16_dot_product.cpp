@@ -1,18 +1,19 @@
 // SPDX-License-Identifier: MIT
 // The bf16 pairs: Kernel::Avx512Bf16, the bf16 fused forward and the bf16 backward on vdpbf16ps,
-// and Kernel::Amx, the bf16 fused forward on AMX tiles (tdpbf16ps), Q and K as bf16 pairs and the
+// and Kernel::Amx, the same two on AMX tiles (tdpbf16ps), Q and K as bf16 pairs and the
 // weights (and the backward's dZ) rounded to bf16 before their products (docs/low_precision.md).
 // Checked here against what they must compute: a two-key case worked by hand whose answer tells a
 // rounded weight from an unrounded one; the exact result on the bf16 inputs within the P-rounded
 // error model (low_precision.hpp) over shapes that cut pairs, panels, AMX's 16-row strips and
 // depth blocks, and tiles; a key hidden in the odd half of a pair (or in AMX's padding) that holds
-// NaN or infinity; Avx512Bf16's backward within the float backward's bound plus its products'
+// NaN or infinity; the backward within the float backward's bound plus its products'
 // rounding; bitwise the same for every thread count. Every other call is Avx512's, bit for bit,
 // and Kernel::Auto takes the kernels exactly where the CPU says. (The suite's other 16-bit tests
 // run every kernel too, these among them.)
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -193,33 +194,38 @@ void hidden_key_case(ea::Kernel kernel) {
 
 TEST_CASE("bf16 dot product: a weight is rounded to bf16 before it multiplies V, the row sum is not") {
   for (const ea::Kernel kernel : pairs_kernels()) {
-    CAPTURE(ea::kernel_name(kernel));
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
     rounded_weight_case(kernel);
   }
 }
 
 TEST_CASE("bf16 dot product: within the P-rounded error model across pairs, panels and tiles") {
   for (const ea::Kernel kernel : pairs_kernels()) {
-    CAPTURE(ea::kernel_name(kernel));
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
     error_model_case(kernel);
   }
 }
 
 TEST_CASE("bf16 dot product: a hidden key in the odd half of a pair never reaches a row") {
   for (const ea::Kernel kernel : pairs_kernels()) {
-    CAPTURE(ea::kernel_name(kernel));
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
     hidden_key_case(kernel);
   }
 }
 
-TEST_CASE("bf16 dot product: the backward within the P-rounded model of the float backward") {
-  if (!have_pairs()) return;
-  // The backward on pairs rounds P and dZ to bf16 before dV += Pᵀ dO, dK += dZᵀ Q and dQ += dZ K.
-  // Against the float backward (Avx512) on the same widened inputs, forward results and d_scores:
-  // each gradient within the float bound of each (the reference's) plus the rounding of its
-  // products' terms (reference_heads_backward's product_rounding, 2^-9) plus the final rounding to
-  // bf16 (2^-9 |g|, doubled). Shapes cut pairs of query rows and of keys (odd T_q, T_k, d_k, d_v) and
-  // the backward's query and key tiles (128 x 256); causal, soft-cap and a bias; 1, 2, 3 threads.
+namespace {
+
+/// The backward on pairs rounds P and dZ to bf16 before dV += Pᵀ dO, dK += dZᵀ Q and dQ += dZ K.
+/// Against the float backward (Avx512) on the same widened inputs, forward results and d_scores:
+/// each gradient within the float bound of each (the reference's) plus the rounding of its
+/// products' terms (reference_heads_backward's product_rounding, 2^-9) plus the final rounding to
+/// bf16 (2^-9 |g|, doubled). Shapes cut pairs of query rows and of keys (odd T_q, T_k, d_k, d_v),
+/// the backward's query and key tiles (128 x 256) and AMX's blocks (16 rows or keys, 32 elements
+/// of a depth); causal, soft-cap and a bias; 1, 2, 3 threads.
+void backward_case(ea::Kernel kernel) {
   Rng rng(2705);
   struct Case {
     Eigen::Index tq, tk, dk, dv;
@@ -237,7 +243,7 @@ TEST_CASE("bf16 dot product: the backward within the P-rounded model of the floa
                          dO = round_to<B16>(random_matrix<RowMatrix<float>>(rng, c.tq, c.dv)),
                          dS = round_to<B16>(random_matrix<RowMatrix<float>>(rng, c.tq, c.tk)),
                          bias = round_to<B16>(random_matrix<RowMatrix<float>>(rng, c.tq, c.tk));
-    ea::Options opt = pairs_options();
+    ea::Options opt = pairs_options(1, kernel);
     opt.causal = c.causal;
     opt.softcap = c.softcap;
     ea::Masks<B16> masks;
@@ -274,7 +280,7 @@ TEST_CASE("bf16 dot product: the backward within the P-rounded model of the floa
         }
       CHECK(bad == 0);
     };
-    RowMatrix<B16> first_dq;
+    std::optional<ea::Gradients<B16>> first;
     for (const int threads : {1, 2, 3}) {
       CAPTURE(threads);
       opt.threads = threads;
@@ -283,11 +289,23 @@ TEST_CASE("bf16 dot product: the backward within the P-rounded model of the floa
       check(g.dk, wide.dk, ref.dk_tol.slice(0, 0), "dK");
       check(g.dv, wide.dv, ref.dv_tol.slice(0, 0), "dV");
       if (threads == 1) {
-        first_dq = g.dq;
+        first = g;
       } else {  // bitwise the same for every thread count
-        EA_CHECK_EQUAL(g.dq.cast<float>(), first_dq.cast<float>());
+        EA_CHECK_EQUAL(g.dq.cast<float>(), first->dq.cast<float>());
+        EA_CHECK_EQUAL(g.dk.cast<float>(), first->dk.cast<float>());
+        EA_CHECK_EQUAL(g.dv.cast<float>(), first->dv.cast<float>());
       }
     }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bf16 dot product: the backward within the P-rounded model of the float backward") {
+  for (const ea::Kernel kernel : pairs_kernels()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    backward_case(kernel);
   }
 }
 
@@ -407,17 +425,8 @@ void every_other_call_case(ea::Kernel kernel) {
     EA_CHECK_EQUAL(ea::attention_decode(ic, is, qt, a), ea::attention_decode(ic, is, qt, b));
   }
   if (kernel == ea::Kernel::Amx) {
-    // Amx's own entry point is the fused bf16 forward alone: the bf16 backward and a bf16
-    // cache's prefill (GEMM path) are Avx512's too.
-    Eigen::VectorXf lse_b;
-    RowMatrix<B16> out_b;
-    ea::attention_into(Qb, Kb, Vb, out_b, lse_b, a);
-    const RowMatrix<B16> dOb = round_to<B16>(dO);
-    const ea::Gradients<B16> ba = ea::attention_backward(Qb, Kb, Vb, out_b, lse_b, dOb, a),
-                             bb = ea::attention_backward(Qb, Kb, Vb, out_b, lse_b, dOb, b);
-    EA_CHECK_EQUAL(ba.dq.cast<float>(), bb.dq.cast<float>());
-    EA_CHECK_EQUAL(ba.dk.cast<float>(), bb.dk.cast<float>());
-    EA_CHECK_EQUAL(ba.dv.cast<float>(), bb.dv.cast<float>());
+    // Amx's own entry points are the fused bf16 forward and the bf16 backward: a bf16 cache's
+    // prefill (GEMM path) is Avx512's too.
     ea::PagedKVCache<B16> bc(1, 24, 12, 16, 128);
     const ea::SequenceId bs = bc.create();
     bc.append(bs, Kb, Vb);
@@ -430,7 +439,8 @@ void every_other_call_case(ea::Kernel kernel) {
 
 TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
   for (const ea::Kernel kernel : pairs_kernels()) {
-    CAPTURE(ea::kernel_name(kernel));
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
     every_other_call_case(kernel);
   }
 }

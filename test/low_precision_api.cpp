@@ -260,7 +260,7 @@ TEST_CASE_TEMPLATE("low precision api: the backward passes are the float passes 
                    V = random16<T16>(rng, 17, 5), dO = random16<T16>(rng, 13, 5),
                    dS = random16<T16>(rng, 13, 17);
   ea::Options opt = make_options({true, true});
-  // The widening backward (Avx512Bf16's bf16 pairs round P and dZ: test/bf16_dot_product.cpp).
+  // The widening backward (the bf16 pairs round P and dZ: test/bf16_dot_product.cpp).
   if (bf16_pairs<T16>(opt.kernel)) opt.kernel = ea::Kernel::Avx512;
   Eigen::VectorXf lse;
   Row16<T16> out;
@@ -354,10 +354,10 @@ TEST_CASE_TEMPLATE(
   Row16<T16> out;
   ea::attention_into(Q, K, V, out, lse, opt, masks);
   const RowMatrix<float> Of = out.template cast<float>();
-  // (Avx512Bf16's bf16 backward rounds P and dZ to bf16: test/bf16_dot_product.cpp holds it to
-  // its bound of the float backward instead.)
+  // (The bf16 backward of Avx512Bf16 and Amx rounds P and dZ to bf16: test/bf16_dot_product.cpp
+  // holds it to its bound of the float backward instead.)
   for (const ea::Kernel kernel : ea::available_kernels()) {
-    if (bf16_pairs_beyond_forward<T16>(kernel)) continue;
+    if (bf16_pairs_backward<T16>(kernel)) continue;
     const std::string kname = ea::kernel_name(kernel);
     CAPTURE(kname);
     opt.kernel = kernel;

@@ -27,13 +27,13 @@ enum class Kernel {
                ///< (docs/low_precision.md gives the error); every other call is Avx512's, bit
                ///< for bit. Auto takes it only on CPUs whose unit is
                ///< faster than widening to float (AMD Zen 4 and 5; not the Intel cores measured).
-  Amx          ///< Avx512 with the bfloat16 fused forward on AMX tiles (tdpbf16ps; AMX-TILE and
-               ///< AMX-BF16, x86-64 Linux only): Q and K as bf16 pairs, the weights P rounded to
-               ///< bf16 for P V, as Avx512Bf16's forward (the same error model, another order of
-               ///< the sums); every other call, the bf16 backward included, is Avx512's, bit for
-               ///< bit. Auto takes it wherever the CPU and the OS support it (Intel Sapphire
-               ///< Rapids and later); asking the OS for the tile state is the library's first
-               ///< kernel query (docs/low_precision.md).
+  Amx          ///< Avx512 with the bfloat16 fused forward and backward on AMX tiles (tdpbf16ps;
+               ///< AMX-TILE and AMX-BF16, x86-64 Linux only): the products of Avx512Bf16's pairs
+               ///< (the same error model, another order of the sums); every other call, a bf16
+               ///< cache's prefill included, is Avx512's, bit for bit. Auto takes it wherever the
+               ///< CPU and the OS support it (Intel Sapphire Rapids and later); the library asks
+               ///< the OS for the tile state once, at its first kernel query
+               ///< (docs/low_precision.md).
 };
 
 /// The last enumerator, the fastest kernel: available_kernels() walks down from it. (The

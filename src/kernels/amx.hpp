@@ -129,6 +129,46 @@ inline void amx_product_strip(index_t n, index_t depth, const Pair* a, index_t l
   for (; c0 < n; c0 += 16) amx_product_tiles<1>(depth, a, a_bytes, b + c0, b_bytes, c + c0, c_bytes);
 }
 
+/// Float rows w (rows x cols, row stride ldw) rounded to bf16 (to nearest even), paired along the
+/// rows and transposed: dst[t · ld + k2] = (bf16(w[2 k2][t]), bf16(w[2 k2 + 1][t])), the first in
+/// the low half, for t < cols rounded up to 16 and k2 < ld (a whole number of 16, at least
+/// ceil(rows / 2)); 0 past cols and past rows: the backward's Pᵀ and dZᵀ as AMX's A
+/// operand (tiled_backward.hpp). 16 keys x 16 pairs at a time: two rows rounded by
+/// one vcvtne2ps2bf16, their halves interleaved by one vpermw, 16 such words transposed in
+/// registers.
+inline void transpose_rows_to_pairs(const float* w, index_t ldw, index_t rows, index_t cols, Pair* dst,
+                                    index_t ld) {
+  namespace ei = Eigen::internal;
+  // Halfword 2t of the result from halfword t (the even row), 2t + 1 from 16 + t (the odd row).
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                              23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (index_t t0 = 0; t0 < cols; t0 += 16) {
+    const index_t n = std::min<index_t>(16, cols - t0);
+    const __mmask16 m = n == 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+    for (index_t b = 0; b < ld; b += 16) {
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"  // the packet type's vector attributes
+#endif
+      ei::PacketBlock<ei::Packet16f, 16> block;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+      for (int i = 0; i < 16; ++i) {
+        const index_t r = 2 * (b + i);
+        const __m512 lo = r < rows ? _mm512_maskz_loadu_ps(m, w + r * ldw + t0) : _mm512_setzero_ps();
+        const __m512 hi =
+            r + 1 < rows ? _mm512_maskz_loadu_ps(m, w + (r + 1) * ldw + t0) : _mm512_setzero_ps();
+        const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo's in the low 16
+        block.packet[i] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(interleave, halves));
+      }
+      ei::ptranspose(block);
+      for (int i = 0; i < 16; ++i)
+        _mm512_storeu_si512(dst + (t0 + i) * ld + b, _mm512_castps_si512(block.packet[i]));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace internal
 }  // namespace EigenAttention

@@ -773,8 +773,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   // compute type; strips of MR rows, or the pairs' own.
   using Tile = std::conditional_t<kPairs<E>, PairTile, KeyTile<E>>;
   constexpr index_t kStrip = kPairs<E> ? kPairStripRows : MK::kRows;
-  [[maybe_unused]] const std::conditional_t<kPairs<E> && kAmx, AmxTiles, NoTiles>
-      tiles;  // AMX's, this thread's
+  [[maybe_unused]] const std::conditional_t<kPairs<E> && kAmx, AmxTiles, NoTiles> amx_tiles;  // this thread's
   Arena<T> arena(Arena<T>::round(kRows * dk) + Tile::scratch(kc, dk, ldo) + Arena<T>::round(kStrip * lds) +
                  Arena<T>::round(kRows * ldo) + Arena<T>::round(2 * kRows));
   T* const q_buf = arena.take(kRows * dk);

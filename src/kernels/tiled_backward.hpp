@@ -171,12 +171,14 @@ const T* key_panels(const RawProblem<E>& p, index_t j0, index_t cols, bool value
 
 #if defined(__AVX512BF16__)
 /// key_panels on bf16 pairs (kPairs, tiled.hpp): the K (values false) or V (true) panels of the key
-/// tile [j0, j0 + cols) as pack_panels_pairs lays them out, pairs along d_k or d_v, kept in the
-/// thread's PackCache of pairs like key_panels', else packed into `scratch`.
+/// tile [j0, j0 + cols) as pack_panels_pairs lays them out, pairs along d_k or d_v (whole blocks of
+/// kPairBlock, the padding 0), kept in the thread's PackCache of pairs like key_panels', else
+/// packed into `scratch`.
 inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j0, index_t cols, bool values,
                                     Pair* scratch) {
   constexpr index_t C = kBackwardCols, room = Micro<float>::whole_panels(C);
-  const index_t kp = (p.k.cols + 1) / 2, vp = (p.v.cols + 1) / 2, tiles = (p.k.rows + C - 1) / C, t = j0 / C;
+  const index_t kp = whole_pair_blocks((p.k.cols + 1) / 2), vp = whole_pair_blocks((p.v.cols + 1) / 2);
+  const index_t tiles = (p.k.rows + C - 1) / C, t = j0 / C;
   const std::size_t need = static_cast<std::size_t>(tiles * room) * static_cast<std::size_t>(kp + vp);
   Pair* dst = scratch;
   if (PackCache<Pair>* c = PackCache<Pair>::open(p, -C, p.v.cols, tiles, need)) {
@@ -186,7 +188,8 @@ inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j
     c->ready[t] |= bit;
   }
   const RawMatrix<const BFloat16Bits>& m = values ? p.v : p.k;
-  pack_panels_pairs(m.data + j0 * m.row_stride, m.row_stride, m.col_stride, cols, m.cols, dst);
+  pack_panels_pairs(m.data + j0 * m.row_stride, m.row_stride, m.col_stride, cols, m.cols, dst,
+                    values ? vp : kp);
   return dst;
 }
 #endif
@@ -201,7 +204,9 @@ inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j
 template <typename E, typename T = ComputeScalar<E>>
 void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t cols, T* w, T* cap,
                       index_t ldw, T* partial) {
-  constexpr index_t MR = Micro<T>::kRows;
+  // Strips of MR rows, or the pairs' own (AMX: 16, this thread's tiles configured for the call).
+  constexpr index_t MR = kPairs<E> ? kPairStripRows : Micro<T>::kRows;
+  [[maybe_unused]] const std::conditional_t<kPairs<E> && kAmx, AmxTiles, NoTiles> amx_tiles;
   const index_t dk = p.q.cols, R = kBackwardRows;
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
   const index_t panels = Micro<T>::whole_panels(cols);
@@ -218,16 +223,25 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
   };
   if constexpr (kPairs<E>) {  // Q and K as bf16 pairs along d_k (tiled.hpp)
 #if defined(__AVX512BF16__)
-    const index_t qp = (dk + 1) / 2;
+    static_assert(kBackwardRows % MR == 0, "a query tile is whole strips");
+    const index_t qp = whole_pair_blocks((dk + 1) / 2);
     Arena<Pair> pairs(Arena<Pair>::round(R * qp) + Arena<Pair>::round(panels * qp));
     Pair* const q_pairs = pairs.take(R * qp);
     Pair* const k_scratch = pairs.take(panels * qp);
-    pair_columns(p.q, i0, rows, q_pairs);
+    pair_columns(p.q, i0, rows, q_pairs, qp);
+    std::fill(q_pairs + rows * qp, q_pairs + (rows + MR - 1) / MR * MR * qp, Pair(0));  // whole strips
     const Pair* const k_panels = key_panels_pairs(p, j0, cols, false, k_scratch);
     for (index_t r0 = 0; r0 < rows; r0 += MR) {
       const index_t n = std::min(MR, rows - r0);
+#if defined(__AMX_BF16__)
+      amx_logits_strip(cols, qp, q_pairs + r0 * qp, qp, k_panels, strip, panels);
+      for (index_t r = 0; r < n; ++r)
+        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(w + (r0 + r) * ldw, cols) =
+            p.scale * Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(strip + r * panels, cols);
+#else
       logits_strip_pairs(n, cols, qp, q_pairs + r0 * qp, qp, k_panels, strip, panels, p.scale);
       copy_strip(r0, n);
+#endif
     }
 #endif
   } else {
@@ -351,23 +365,37 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
 #if defined(__AVX512BF16__)
   // bf16 pairs (kPairs): dP from dO and V paired along d_v; the weights and dZ rounded to bf16 and
   // paired along the query rows (dV += Pᵀ dO, dK += dZᵀ Q, with dO and Q paired so) and dZ along the
-  // keys (dZ K, K paired so), all on the pair micro-tile.
-  const index_t vpairs = (dv + 1) / 2, qn = (rows + 1) / 2, cp = (cols + 1) / 2;
+  // keys (dZ K, K paired so), all on the pair micro-tile, or on AMX tiles (kAmx: depths in whole
+  // blocks of pairs, the padding 0; strips of 16 rows or keys; Pᵀ and dZᵀ paired along the query
+  // rows and transposed, AMX's A operand; a last block of fewer than 16 keys through `edge`).
+  constexpr index_t SR = kPairStripRows;
+  [[maybe_unused]] const std::conditional_t<kPairs<E> && kAmx, AmxTiles, NoTiles>
+      amx_tiles;  // AMX's, this thread's
+  const index_t vpairs = whole_pair_blocks((dv + 1) / 2), qn = (rows + 1) / 2, cp = (cols + 1) / 2;
+  const index_t qnp = whole_pair_blocks(qn), cpp = whole_pair_blocks(cp);
+  const index_t keys16 = (cols + 15) / 16 * 16;  // AMX: the transposed weights' rows
   Arena<Pair> pairs(kPairs<E> ? Arena<Pair>::round(R * vpairs) + Arena<Pair>::round(panels * vpairs) +
-                                    2 * Arena<Pair>::round(qn * cols) + Arena<Pair>::round(R * cp) +
-                                    Arena<Pair>::round(qn * dvp) + Arena<Pair>::round(qn * dkp) +
-                                    Arena<Pair>::round(cp * dkp)
+                                    2 * Arena<Pair>::round(kAmx ? keys16 * qnp : qn * cols) +
+                                    Arena<Pair>::round(R * cpp) + Arena<Pair>::round(qnp * dvp) +
+                                    Arena<Pair>::round(qnp * dkp) + Arena<Pair>::round(cpp * dkp)
                               : 0);
+  Arena<T> edge_arena(kPairs<E> && kAmx ? Arena<T>::round(16 * std::max(dkp, dvp)) : 0);
 #endif
   if constexpr (kPairs<E>) {
 #if defined(__AVX512BF16__)
     Pair* const do_pairs = pairs.take(R * vpairs);
     Pair* const v_scratch = pairs.take(panels * vpairs);
-    pair_columns(p.grad.d_out, i0, rows, do_pairs);
+    pair_columns(p.grad.d_out, i0, rows, do_pairs, vpairs);
+    std::fill(do_pairs + rows * vpairs, do_pairs + (rows + SR - 1) / SR * SR * vpairs, Pair(0));
     const Pair* const v_panels = key_panels_pairs(p, j0, cols, true, v_scratch);
-    for (index_t r0 = 0; r0 < rows; r0 += MR)
-      logits_strip_pairs(std::min(MR, rows - r0), cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_panels,
+    for (index_t r0 = 0; r0 < rows; r0 += SR) {
+#if defined(__AMX_BF16__)
+      amx_logits_strip(cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_panels, ds_buf + r0 * lds, lds);
+#else
+      logits_strip_pairs(std::min(SR, rows - r0), cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_panels,
                          ds_buf + r0 * lds, lds, 1.0f);
+#endif
+    }
 #endif
   } else {
     const T* const v_panels = key_panels(p, j0, cols, true, v_buf, vp);
@@ -411,7 +439,56 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   // pairs one by one.
   const bool products = !hides || (finite(K) && finite(Q) && finite(dO));
   if (products && kPairs<E>) {
-#if defined(__AVX512BF16__)
+#if defined(__AMX_BF16__)
+    Pair* const p_t = pairs.take(keys16 * qnp);  // Pᵀ: row t holds the pairs of query rows of key t
+    Pair* const z_t = pairs.take(keys16 * qnp);  // dZᵀ, the same
+    Pair* const z_k = pairs.take(R * cpp);       // dZ, pairs of keys
+    Pair* const do_q = pairs.take(qnp * dvp);    // dO, pairs of query rows
+    Pair* const q_q = pairs.take(qnp * dkp);     // Q, pairs of query rows
+    Pair* const k_k = pairs.take(cpp * dkp);     // K, pairs of keys
+    T* const edge = edge_arena.take(16 * std::max(dkp, dvp));
+    transpose_rows_to_pairs(w, ldw, rows, cols, p_t, qnp);
+    transpose_rows_to_pairs(ds_buf, lds, rows, cols, z_t, qnp);
+    for (index_t k2 = 0; k2 < qn; ++k2) {
+      const index_t r = 2 * k2;
+      const bool second = r + 1 < rows;
+      const BFloat16Bits* g = p.grad.d_out.data + (i0 + r) * p.grad.d_out.row_stride;
+      pair_rows(g, second ? g + p.grad.d_out.row_stride : nullptr, p.grad.d_out.col_stride, dv, dvp,
+                do_q + k2 * dvp);
+      const BFloat16Bits* qr = p.q.data + (i0 + r) * p.q.row_stride;
+      pair_rows(qr, second ? qr + p.q.row_stride : nullptr, p.q.col_stride, dk, dkp, q_q + k2 * dkp);
+    }
+    std::fill(do_q + qn * dvp, do_q + qnp * dvp, Pair(0));
+    std::fill(q_q + qn * dkp, q_q + qnp * dkp, Pair(0));
+    weights_to_pairs(rows, 0, cols, ds_buf, lds, z_k, cpp);
+    for (index_t r = 0; r < (rows + SR - 1) / SR * SR; ++r)
+      std::fill(z_k + r * cpp + (r < rows ? cp : 0), z_k + (r + 1) * cpp, Pair(0));
+    for (index_t t2 = 0; t2 < cp; ++t2) {
+      const BFloat16Bits* kr = p.k.data + (j0 + 2 * t2) * p.k.row_stride;
+      pair_rows(kr, 2 * t2 + 1 < cols ? kr + p.k.row_stride : nullptr, p.k.col_stride, dk, dkp,
+                k_k + t2 * dkp);
+    }
+    std::fill(k_k + cp * dkp, k_k + cpp * dkp, Pair(0));
+    // C += A B for 16 keys at a time into a gradient's rows (ld apart, n wide); the last block of
+    // fewer keys through `edge`, whose rows past the tile nothing reads.
+    const auto key_rows = [&](const Pair* a, const Pair* b, index_t n, T* c, index_t ldc) {
+      for (index_t t0 = 0; t0 < cols; t0 += 16) {
+        const index_t keys = std::min<index_t>(16, cols - t0);
+        if (keys == 16) {
+          amx_product_strip(n, qnp, a + t0 * qnp, qnp, b, n, c + t0 * ldc, ldc);
+          continue;
+        }
+        for (index_t t = 0; t < keys; ++t)
+          std::copy(c + (t0 + t) * ldc, c + (t0 + t) * ldc + n, edge + t * n);
+        amx_product_strip(n, qnp, a + t0 * qnp, qnp, b, n, edge, n);
+        for (index_t t = 0; t < keys; ++t) std::copy(edge + t * n, edge + (t + 1) * n, c + (t0 + t) * ldc);
+      }
+    };
+    key_rows(p_t, do_q, dvp, dv_rows, lddv);
+    key_rows(z_t, q_q, dkp, dk_rows, lddk);
+    for (index_t r0 = 0; r0 < rows; r0 += SR)
+      amx_product_strip(dkp, cpp, z_k + r0 * cpp, cpp, k_k, dkp, dq_buf + r0 * dkp, dkp);
+#elif defined(__AVX512BF16__)
     Pair* const p_t = pairs.take(qn * cols);  // P, pairs of query rows
     Pair* const z_t = pairs.take(qn * cols);  // dZ, pairs of query rows
     Pair* const z_k = pairs.take(R * cp);     // dZ, pairs of keys

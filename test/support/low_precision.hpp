@@ -107,10 +107,17 @@ bool bf16_pairs(ea::Kernel kernel) {
   return std::is_same_v<T16, Eigen::bfloat16> && (k == ea::Kernel::Avx512Bf16 || k == ea::Kernel::Amx);
 }
 
-/// Does `kernel` run T16's backward, and a T16 cache's prefill, on bf16 pairs too? Only
-/// Kernel::Avx512Bf16 (Kernel::Amx takes Avx512's for both).
+/// Does `kernel` run T16's backward on bf16 pairs (Kernel::Avx512Bf16 or Kernel::Amx), rounding
+/// P and dZ to bf16 for their products?
 template <class T16>
-bool bf16_pairs_beyond_forward(ea::Kernel kernel) {
+bool bf16_pairs_backward(ea::Kernel kernel) {
+  return bf16_pairs<T16>(kernel);
+}
+
+/// Does `kernel` run the prefill over a T16 cache on bf16 pairs? Only Kernel::Avx512Bf16
+/// (Kernel::Amx takes Avx512's).
+template <class T16>
+bool bf16_pairs_prefill(ea::Kernel kernel) {
   const ea::Kernel k = kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel;
   return std::is_same_v<T16, Eigen::bfloat16> && k == ea::Kernel::Avx512Bf16;
 }
