@@ -110,9 +110,9 @@ void check_case(Rng& rng, const Case& c, Index Hm, bool arbitrary, ea::Kernel ke
   EA_CHECK_EQUAL(again.lse, r.lse);
 
   const MultiHeadReference ref = reference_of(c, s, dense);
-  // (A bf16 cache's prefill on Avx512Bf16 rounds the weights to bf16: low_precision.hpp.)
+  // (A bf16 cache's prefill on bf16 pairs rounds the weights to bf16: low_precision.hpp.)
   check_reference(r, ref, c, 1, "tree-masked decode vs the long-double reference with the dense mask",
-                  bf16_pairs_prefill<S>(kernel));
+                  bf16_pairs<S>(kernel));
   if constexpr (std::is_same_v<S, T>) {
     const Result<T> h = heads_with_mask(c, s, options_of(c, kernel, 1), dense);
     check_each_other(r, h, ref, c);

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include <EigenAttention/KVCache.hpp>
@@ -236,20 +237,24 @@ const T* paged_rows(const RawDecodeChunk<T>& c, const PagedRows<S>& rows, index_
 }
 
 #if defined(__AVX512BF16__)
-/// The GEMM path's logits on bf16 pairs (a bf16 cache on Kernel::Avx512Bf16, prefill): s (R x n,
+/// The GEMM path's logits on bf16 pairs (a bf16 cache on Kernel::Avx512Bf16 or Amx, prefill): s (R x n,
 /// row stride lds >= whole panels of n) = scale Q Kᵀ for the chunk's keys [ub, ub + n), the
 /// keys packed into panels of pairs from their pages (pack_panels_pairs' layout). The float
 /// queries are split into two bf16 parts, q = hi + lo + e with hi = bf16(q), lo = bf16(q - hi),
 /// |e| <= 2^-18 |q| (0 when q holds bf16 values), paired along d_k one after the other: one chain
 /// of products over twice the depth, against the keys' pairs twice over. `lo`: R x d_k scratch.
+/// On AMX tiles (kAmx), the depth is padded with pairs of zeros to a whole block, the rows to a
+/// whole strip of 16, and s holds those rows too.
 template <typename T>
 void prefill_logits_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bits>& keys, index_t R,
                           index_t ub, index_t n, float* s, index_t lds, float* lo) {
-  constexpr index_t NR = Micro<float>::kCols, MR = Micro<float>::kRows;
-  const index_t dk = c.d_k, qp = (dk + 1) / 2, depth = 2 * qp, panels = Micro<float>::whole_panels(n);
-  Arena<Pair> arena(Arena<Pair>::round(R * depth) + Arena<Pair>::round(panels * depth));
-  Pair* const q = arena.take(R * depth);
+  constexpr index_t NR = Micro<float>::kCols, MR = kPairStripRows;
+  const index_t dk = c.d_k, qp = (dk + 1) / 2, depth = whole_pair_blocks(2 * qp),
+                panels = Micro<float>::whole_panels(n), strips = (R + MR - 1) / MR * MR;
+  Arena<Pair> arena(Arena<Pair>::round(strips * depth) + Arena<Pair>::round(panels * depth));
+  Pair* const q = arena.take(strips * depth);
   Pair* const kp = arena.take(panels * depth);
+  std::fill(q, q + strips * depth, Pair(0));
   // Row r's hi pairs, then its lo pairs: lo = q - hi, exact in float.
   for (index_t r = 0; r < R; ++r) {
     weights_to_pairs(1, 0, dk, c.q + r * dk, dk, q + r * depth, qp);
@@ -274,25 +279,36 @@ void prefill_logits_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bi
     if (held == 16) flush(j - ub - 15);
   });
   if (held > 0) flush(n - held);
-  for (index_t r0 = 0; r0 < R; r0 += MR)
+  for (index_t r0 = 0; r0 < R; r0 += MR) {
+#if defined(__AMX_BF16__)
+    amx_logits_strip(n, depth, q + r0 * depth, depth, kp, s + r0 * lds, lds);
+    for (index_t r = r0; r < std::min(R, r0 + MR); ++r)
+      Eigen::Map<Eigen::Matrix<float, 1, Eigen::Dynamic>>(s + r * lds, n) *= c.shape.scale;
+#else
     logits_strip_pairs(std::min(MR, R - r0), n, depth, q + r0 * depth, depth, kp, s + r0 * lds, lds,
                        c.shape.scale);
+#endif
+  }
 }
 
 /// The GEMM path's P V on bf16 pairs: c.out (R x d_v) += P V over the keys [ub + lo, ub + hi) that
 /// every row sees (P in s, row stride lds, key ub + t at column t), the weights rounded to bf16 and
 /// paired along the keys, the values paired so from their pages (`values`: the keys' rows for a
 /// latent cache, whose values are their first d_v elements).
-/// `o`: scratch of R x whole packets of d_v floats.
+/// `o`: scratch of R (AMX: rows to a whole strip of 16) x whole packets of d_v floats. On AMX
+/// tiles, the keys' pairs are padded with zeros to a whole block.
 template <typename T>
 void prefill_values_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bits>& values, index_t R,
                           index_t lo, index_t hi, index_t ub, const float* s, index_t lds, float* o) {
-  constexpr index_t MR = Micro<float>::kRows;
-  const index_t dv = c.d_v, dvp = Micro<float>::whole_packets(dv), cp = (hi - lo + 1) / 2;
-  Arena<Pair> arena(Arena<Pair>::round(R * cp) + Arena<Pair>::round(cp * dvp));
-  Pair* const pb = arena.take(R * cp);
+  constexpr index_t MR = kPairStripRows;
+  const index_t dv = c.d_v, dvp = Micro<float>::whole_packets(dv), cp = whole_pair_blocks((hi - lo + 1) / 2),
+                strips = (R + MR - 1) / MR * MR;
+  Arena<Pair> arena(Arena<Pair>::round(strips * cp) + Arena<Pair>::round(cp * dvp));
+  Pair* const pb = arena.take(strips * cp);
   Pair* const vp = arena.take(cp * dvp);
-  std::fill(o, o + R * dvp, 0.0f);
+  std::fill(o, o + strips * dvp, 0.0f);
+  std::fill(pb, pb + strips * cp, Pair(0));
+  std::fill(vp, vp + cp * dvp, Pair(0));
   weights_to_pairs(R, lo, hi, s, lds, pb, cp);
   // Rows two by two: (V[2t], V[2t + 1]) into pair row t (pair_rows); an odd last row alone.
   const BFloat16Bits* first = nullptr;
@@ -305,8 +321,13 @@ void prefill_values_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bi
     }
   });
   if ((hi - lo) % 2 == 1) pair_rows(first, nullptr, 1, dv, dvp, vp + (hi - lo) / 2 * dvp);
-  for (index_t r0 = 0; r0 < R; r0 += MR)
+  for (index_t r0 = 0; r0 < R; r0 += MR) {
+#if defined(__AMX_BF16__)
+    amx_product_strip(dvp, cp, pb + r0 * cp, cp, vp, dvp, o + r0 * dvp, dvp);
+#else
     product_strip_pairs(std::min(MR, R - r0), dvp, cp, pb + r0 * cp, cp, vp, dvp, o + r0 * dvp, dvp);
+#endif
+  }
   for (index_t r = 0; r < R; ++r)
     for (index_t e = 0; e < dv; ++e) c.out[r * dv + e] += o[r * dvp + e];
 }
@@ -393,17 +414,22 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       gemm ? n : std::max<index_t>(kKeyBlock, kValueBlock);  // converted rows: the chunk's, or a few
   // (The pairs' prefill takes the low halves of the queries, R x d_k, in the keys' scratch.)
   const index_t k_rows = pairs ? std::max(rows_kept, R) : rows_kept;
-  Arena<T> arena(Arena<T>::round(R * lds) + Arena<T>::round(k_rows * dk) + Arena<T>::round(rows_kept * dv) +
-                 2 * Arena<T>::round(R) + Arena<T>::round(pack_a) + Arena<T>::round(pack_b) +
-                 Arena<T>::round(pairs ? R * Micro<T>::whole_packets(dv) : 0));
-  T* const s = arena.take(R * lds);
+  // (The pairs' strips, on AMX 16 rows, write their logits and products in whole strips.)
+  const index_t s_rows = pairs ? (R + kPairStripRows - 1) / kPairStripRows * kPairStripRows : R;
+  Arena<T> arena(Arena<T>::round(s_rows * lds) + Arena<T>::round(k_rows * dk) +
+                 Arena<T>::round(rows_kept * dv) + 2 * Arena<T>::round(R) + Arena<T>::round(pack_a) +
+                 Arena<T>::round(pack_b) + Arena<T>::round(pairs ? s_rows * Micro<T>::whole_packets(dv) : 0));
+  // AMX: this thread's tiles configured for the pairs' GEMM path (decode proper streams without).
+  [[maybe_unused]] std::optional<std::conditional_t<kPairs<S> && kAmx, AmxTiles, NoTiles>> amx_tiles;
+  if (pairs) amx_tiles.emplace();
+  T* const s = arena.take(s_rows * lds);
   T* const k_scratch = arena.take(k_rows * dk);
   T* const v_scratch = arena.take(rows_kept * dv);
   T* const m = arena.take(R);
   T* const l = arena.take(R);
   T* const block_a = arena.take(pack_a);
   T* const block_b = arena.take(pack_b);
-  [[maybe_unused]] T* const pair_out = arena.take(pairs ? R * Micro<T>::whole_packets(dv) : 0);
+  [[maybe_unused]] T* const pair_out = arena.take(pairs ? s_rows * Micro<T>::whole_packets(dv) : 0);
   qk.use(block_a, block_b);
   pv.use(block_a, block_b);
 

@@ -55,7 +55,7 @@ endfunction()
 # GCC 12 warns falsely inside its own AVX-512 intrinsics as Eigen uses them.
 set(_ea_avx512_flags -Wno-maybe-uninitialized -Wno-uninitialized)
 eigen_attention_kernel(Amx 6 amx avx512f avx512dq avx512bw avx512vl avx2 fma avx512bf16
-                       BASE avx512 OWN forward backward
+                       BASE avx512 OWN forward backward decode
                        # AMX's tiles (tdpbf16ps): CPUID and the OS's permission (dispatch.cpp).
                        CPU amx_bf16_usable
                        FLAGS -mamx-tile -mamx-bf16 ${_ea_avx512_flags})

@@ -166,9 +166,9 @@ MultiHeadReference reference_of(const Case& c, const Sequence<S>& s,
 
 /// CHECKs out and lse of a decode against the reference, head by head, within `factor` times
 /// the multi-head error budget of the compute type. With `pairs` (a bf16 cache's prefill on
-/// Kernel::Avx512Bf16), ATTN also gets the weights rounded to bf16 before P V (2^-9 sum_j p_j |v_j|
-/// <= 2^-9 max |V|) and the queries split into two bf16 parts (each logit off by 2^-18 of its
-/// magnitude A at most, moving ATTN by 2 x that x max |V|), both doubled.
+/// Kernel::Avx512Bf16 or Kernel::Amx), ATTN also gets the weights rounded to bf16 before P V
+/// (2^-9 sum_j p_j |v_j| <= 2^-9 max |V|) and the queries split into two bf16 parts (each logit
+/// off by 2^-18 of its magnitude A at most, moving ATTN by 2 x that x max |V|), both doubled.
 template <typename T>
 void check_reference(const Result<T>& r, const MultiHeadReference& ref, const Case& c, long double factor,
                      const std::string& what, bool pairs = false) {

@@ -107,20 +107,7 @@ bool bf16_pairs(ea::Kernel kernel) {
   return std::is_same_v<T16, Eigen::bfloat16> && (k == ea::Kernel::Avx512Bf16 || k == ea::Kernel::Amx);
 }
 
-/// Does `kernel` run T16's backward on bf16 pairs (Kernel::Avx512Bf16 or Kernel::Amx), rounding
-/// P and dZ to bf16 for their products?
-template <class T16>
-bool bf16_pairs_backward(ea::Kernel kernel) {
-  return bf16_pairs<T16>(kernel);
-}
-
-/// Does `kernel` run the prefill over a T16 cache on bf16 pairs? Only Kernel::Avx512Bf16
-/// (Kernel::Amx takes Avx512's).
-template <class T16>
-bool bf16_pairs_prefill(ea::Kernel kernel) {
-  const ea::Kernel k = kernel == ea::Kernel::Auto ? ea::auto_kernel() : kernel;
-  return std::is_same_v<T16, Eigen::bfloat16> && k == ea::Kernel::Avx512Bf16;
-}
+/// (The same kernels run T16's backward, and the prefill over a T16 cache, on bf16 pairs.)
 
 /// A fused result on bf16 pairs against the float call on the same widened inputs (wide), V's
 /// largest magnitude v_max: a weight rounded to bf16 moves an element by at most 2^-9 p_j |v_j|,
