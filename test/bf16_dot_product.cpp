@@ -49,6 +49,16 @@ std::vector<ea::Kernel> pairs_kernels() {
   return kernels;
 }
 
+/// Runs `check(kernel)` on each pairs kernel available here, the kernel's name captured.
+template <class Check>
+void on_pairs_kernels(Check check) {
+  for (const ea::Kernel kernel : pairs_kernels()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    check(kernel);
+  }
+}
+
 ea::Options pairs_options(int threads, ea::Kernel kernel) {
   ea::Options opt;
   opt.kernel = kernel;
@@ -191,27 +201,15 @@ void hidden_key_case(ea::Kernel kernel) {
 }  // namespace
 
 TEST_CASE("bf16 dot product: a weight is rounded to bf16 before it multiplies V, the row sum is not") {
-  for (const ea::Kernel kernel : pairs_kernels()) {
-    const std::string kname = ea::kernel_name(kernel);
-    CAPTURE(kname);
-    rounded_weight_case(kernel);
-  }
+  on_pairs_kernels(rounded_weight_case);
 }
 
 TEST_CASE("bf16 dot product: within the P-rounded error model across pairs, panels and tiles") {
-  for (const ea::Kernel kernel : pairs_kernels()) {
-    const std::string kname = ea::kernel_name(kernel);
-    CAPTURE(kname);
-    error_model_case(kernel);
-  }
+  on_pairs_kernels(error_model_case);
 }
 
 TEST_CASE("bf16 dot product: a hidden key in the odd half of a pair never reaches a row") {
-  for (const ea::Kernel kernel : pairs_kernels()) {
-    const std::string kname = ea::kernel_name(kernel);
-    CAPTURE(kname);
-    hidden_key_case(kernel);
-  }
+  on_pairs_kernels(hidden_key_case);
 }
 
 namespace {
@@ -300,11 +298,7 @@ void backward_case(ea::Kernel kernel) {
 }  // namespace
 
 TEST_CASE("bf16 dot product: the backward within the P-rounded model of the float backward") {
-  for (const ea::Kernel kernel : pairs_kernels()) {
-    const std::string kname = ea::kernel_name(kernel);
-    CAPTURE(kname);
-    backward_case(kernel);
-  }
+  on_pairs_kernels(backward_case);
 }
 
 namespace {
@@ -374,11 +368,7 @@ void prefill_case(ea::Kernel kernel) {
 }  // namespace
 
 TEST_CASE("bf16 dot product: prefill over a bf16 cache rounds the weights, and nothing else is lost") {
-  for (const ea::Kernel kernel : pairs_kernels()) {
-    const std::string kname = ea::kernel_name(kernel);
-    CAPTURE(kname);
-    prefill_case(kernel);
-  }
+  on_pairs_kernels(prefill_case);
 }
 
 namespace {
@@ -440,11 +430,7 @@ void every_other_call_case(ea::Kernel kernel) {
 }  // namespace
 
 TEST_CASE("bf16 dot product: every other call is Avx512's, bit for bit") {
-  for (const ea::Kernel kernel : pairs_kernels()) {
-    const std::string kname = ea::kernel_name(kernel);
-    CAPTURE(kname);
-    every_other_call_case(kernel);
-  }
+  on_pairs_kernels(every_other_call_case);
 }
 
 #if EIGEN_ATTENTION_TEST_ISA_KERNELS && (defined(__x86_64__) || defined(_M_X64))

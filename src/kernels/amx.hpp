@@ -146,14 +146,7 @@ inline void transpose_rows_to_pairs(const float* w, index_t ldw, index_t rows, i
     const index_t n = std::min<index_t>(16, cols - t0);
     const __mmask16 m = n == 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
     for (index_t b = 0; b < ld; b += 16) {
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wignored-attributes"  // the packet type's vector attributes
-#endif
-      ei::PacketBlock<ei::Packet16f, 16> block;
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+      WordBlock block;
       for (int i = 0; i < 16; ++i) {
         const index_t r = 2 * (b + i);
         const __m512 lo = r < rows ? _mm512_maskz_loadu_ps(m, w + r * ldw + t0) : _mm512_setzero_ps();

@@ -306,6 +306,16 @@ inline void round_rows_to_pairs(const float* a, const float* b, index_t n, Pair*
   }
 }
 
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"  // the packet type's vector attributes
+#endif
+/// 16 registers of 16 32-bit words, which Eigen's ptranspose transposes (moves only).
+using WordBlock = Eigen::internal::PacketBlock<Eigen::internal::Packet16f, 16>;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 /// 16 keys' contiguous bf16 rows of `depth` elements into their columns of a panel of pairs:
 /// panel[c2 · NR + i] for key i < 16 and every pair c2 < ceil(depth / 2); a null row is a key of
 /// zeros. Whole blocks of 16 pairs (64 bytes of each row) are transposed in registers as 16 x 16
@@ -315,14 +325,7 @@ inline void pack_16_keys_pairs(const BFloat16Bits* const* rows, index_t depth, P
   constexpr index_t NR = Micro<float>::kCols;
   const index_t pairs = (depth + 1) / 2, whole = depth / 32;
   for (index_t b = 0; b < whole; ++b) {
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wignored-attributes"  // the packet type's vector attributes
-#endif
-    ei::PacketBlock<ei::Packet16f, 16> block;
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+    WordBlock block;
     for (int i = 0; i < 16; ++i)
       block.packet[i] = rows[i] != nullptr ? _mm512_castsi512_ps(_mm512_loadu_si512(rows[i] + 32 * b))
                                            : _mm512_setzero_ps();
