@@ -12,18 +12,18 @@
 #     table.hpp checks each entry against the public enum Kernel (include/EigenAttention/Kernels.hpp);
 #   - EIGEN_ATTENTION_ISA_OBJECTS_REGEX: which objects the isa_symbols test checks.
 #
-# eigen_attention_kernel(<Enumerator> <value> <name> [<feature>...] [BASE <base> OWN <entry>...]
-#                        [CPU <predicate>] [AUTO <predicate>] [FLAGS <flag>...])
+# eigen_attention_kernel(<Enumerator> <value> <name> [<feature>...] [BASE <base>] [CPU <predicate>]
+#                        [AUTO <predicate>] [FLAGS <flag>...])
 #   Enumerator, value  its Kernel enumerator and that enumerator's value (the public ABI: a
 #                      mismatch with Kernels.hpp fails to compile, table.hpp)
 #   name               lower case: kernel_name(), file and function names
 #   feature...         CPU features as GCC and Clang spell them both in -m<feature> and in
 #                      __builtin_cpu_supports; none: the baseline, compiled and run everywhere
 #   BASE               a kernel that this one extends: it compiles only the entry points its
-#                      features change, OWN (tiled_isa.cpp.in: `forward`, the bf16 forward on bf16
-#                      pairs, tiled.hpp kPairs; `backward`, the bf16 backward on them; `decode`,
-#                      a bf16 cache's prefill on them), and takes the others from its base
-#                      (kernel_set() in dispatch.cpp), bit for bit the base's code
+#                      features change (tiled_isa.cpp.in: the bf16 forward, the bf16 backward and
+#                      a bf16 cache's prefill, on bf16 pairs: tiled.hpp kPairs) and takes the
+#                      others from its base (kernel_set() in dispatch.cpp), bit for bit the base's
+#                      code, at no extra compile time
 #   CPU                a C++ predicate of dispatch.cpp (bool name()) that must hold besides
 #                      __builtin_cpu_supports of the features: for features that the compilers'
 #                      builtin cannot test (GCC 12 reports no AMX on an AMX host, Clang 14 rejects
@@ -34,13 +34,11 @@
 #                      without AUTO, wherever the CPU supports it
 #   FLAGS              further compile flags of this kernel's translation unit
 # Fastest first: Kernel::Auto takes the first that this CPU supports (and its AUTO allows). A new
-# kernel (say AMX-FP16 for half) is one line here and its body, plus, as public API, its enumerator in Kernels.hpp (the
-# next value, which kFastestKernel there then names; table.hpp checks both).
+# kernel (say AMX-FP16 for half) is one line here and its body, plus, as public API, its
+# enumerator in Kernels.hpp (the next value, which kFastestKernel there then names; table.hpp
+# checks both).
 function(eigen_attention_kernel enumerator value name)
-  cmake_parse_arguments(PARSE_ARGV 3 _ea "" "BASE;AUTO;CPU" "FLAGS;OWN")
-  if(_ea_BASE AND NOT _ea_OWN)
-    message(FATAL_ERROR "EigenAttention: kernel ${name} has a BASE but no OWN entry points")
-  endif()
+  cmake_parse_arguments(PARSE_ARGV 3 _ea "" "BASE;AUTO;CPU" "FLAGS")
   set_property(GLOBAL APPEND PROPERTY EIGEN_ATTENTION_KERNELS ${name})
   set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_ENUMERATOR ${enumerator})
   set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_VALUE ${value})
@@ -49,18 +47,17 @@ function(eigen_attention_kernel enumerator value name)
   set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_BASE ${_ea_BASE})
   set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_AUTO ${_ea_AUTO})
   set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_CPU ${_ea_CPU})
-  set_property(GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${name}_OWN ${_ea_OWN})
 endfunction()
 
 # GCC 12 warns falsely inside its own AVX-512 intrinsics as Eigen uses them.
 set(_ea_avx512_flags -Wno-maybe-uninitialized -Wno-uninitialized)
 eigen_attention_kernel(Amx 6 amx avx512f avx512dq avx512bw avx512vl avx2 fma avx512bf16
-                       BASE avx512 OWN forward backward decode
+                       BASE avx512
                        # AMX's tiles (tdpbf16ps): CPUID and the OS's permission (dispatch.cpp).
                        CPU amx_bf16_usable
                        FLAGS -mamx-tile -mamx-bf16 ${_ea_avx512_flags})
 eigen_attention_kernel(Avx512Bf16 5 avx512bf16 avx512f avx512dq avx512bw avx512vl avx2 fma avx512bf16
-                       BASE avx512 OWN forward backward decode
+                       BASE avx512
                        # Auto only where vdpbf16ps is faster than widening (dispatch.cpp's table).
                        AUTO bf16_dot_product_is_faster
                        FLAGS ${_ea_avx512_flags})
@@ -130,7 +127,6 @@ foreach(_ea_name IN LISTS _ea_kernels)
   get_property(_ea_base GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_BASE)
   get_property(_ea_auto GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_AUTO)
   get_property(_ea_cpu GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_CPU)
-  get_property(_ea_own GLOBAL PROPERTY EIGEN_ATTENTION_KERNEL_${_ea_name}_OWN)
   set(EA_NAME ${_ea_name})
   string(APPEND _ea_all_list " \\\n  X(${EA_ENUMERATOR}, ${_ea_name}, ${_ea_value})")
   if(_ea_features AND NOT EIGEN_ATTENTION_HAS_ISA_KERNELS)
@@ -186,13 +182,6 @@ foreach(_ea_name IN LISTS _ea_kernels)
   endif()
   string(APPEND _ea_built_list " \\\n  X(${EA_ENUMERATOR}, ${_ea_name}, ${_ea_supports}, ${_ea_auto})")
   set(EA_BASED 0)
-  foreach(_ea_entry forward backward decode)
-    string(TOUPPER ${_ea_entry} _ea_macro)
-    set(EA_OWN_${_ea_macro} 0)
-    if(_ea_entry IN_LIST _ea_own)
-      set(EA_OWN_${_ea_macro} 1)
-    endif()
-  endforeach()
   if(_ea_base)
     set(EA_BASED 1)
     string(APPEND _ea_based_list " \\\n  X(${EA_ENUMERATOR}, ${_ea_name}, ${_ea_base})")
