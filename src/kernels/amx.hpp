@@ -57,62 +57,49 @@ class AmxTiles {
   AmxTiles& operator=(const AmxTiles&) = delete;
 };
 
-/// C (16 rows x cols, whole panels of NR keys, row stride ldc) = A Kᵀ, unscaled: A 16 rows of
-/// `depth` pairs (a whole number of kAmxDepth; row stride lda pairs), kp the panels of
-/// pack_panels_pairs over that depth. Tiles 0-2: C, 3: A, 4-6: B.
-inline void amx_logits_strip(index_t cols, index_t depth, const Pair* a, index_t lda, const Pair* kp,
-                             float* c, index_t ldc) {
-  constexpr index_t NR = Micro<float>::kCols;
-  static_assert(NR == 3 * 16, "a key panel is three tiles of 16 keys");
-  constexpr int kRowBytes = static_cast<int>(NR * sizeof(Pair));
-  const int a_bytes = static_cast<int>(lda * sizeof(Pair)), c_bytes = static_cast<int>(ldc * sizeof(float));
-  for (index_t n0 = 0; n0 < cols; n0 += NR) {
-    const Pair* const panel = kp + n0 * depth;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    for (index_t k = 0; k < depth; k += kAmxDepth) {
-      _tile_loadd(3, a + k, a_bytes);
-      _tile_loadd(4, panel + k * NR, kRowBytes);
-      _tile_loadd(5, panel + k * NR + 16, kRowBytes);
-      _tile_loadd(6, panel + k * NR + 32, kRowBytes);
-      _tile_dpbf16ps(0, 3, 4);
-      _tile_dpbf16ps(1, 3, 5);
-      _tile_dpbf16ps(2, 3, 6);
-    }
-    _tile_stored(0, c + n0, c_bytes);
-    _tile_stored(1, c + n0 + 16, c_bytes);
-    _tile_stored(2, c + n0 + 32, c_bytes);
-  }
-}
-
-/// C (16 rows x N tiles of 16 columns, row stride ldc) += A B over `depth` pairs (a whole number
-/// of kAmxDepth): A row stride lda pairs, B depth rows of ldb pairs. Tiles 0 to N-1: C, 3: A, 4-6: B.
-template <int N>
-inline void amx_product_tiles(index_t depth, const Pair* a, int a_bytes, const Pair* b, int b_bytes, float* c,
-                              int c_bytes) {
+/// C (16 rows x N tiles of 16 columns, row stride ldc) = A B (Accumulate false) or C += A B
+/// (true) over `depth` pairs (a whole number of kAmxDepth): A 16 rows of pairs (row stride lda
+/// pairs), B depth rows of pairs (row stride ldb pairs). Tiles 0 to N-1: C, 3: A, 4-6: B.
+template <int N, bool Accumulate>
+inline void amx_product_tiles(index_t depth, const Pair* a, index_t lda, const Pair* b, index_t ldb, float* c,
+                              index_t ldc) {
   static_assert(N >= 1 && N <= 3, "at most three C tiles");
-  _tile_loadd(0, c, c_bytes);
-  if constexpr (N > 1) _tile_loadd(1, c + 16, c_bytes);
-  if constexpr (N > 2) _tile_loadd(2, c + 32, c_bytes);
-  const index_t ldb = b_bytes / static_cast<index_t>(sizeof(Pair));
+  const int a_bytes = static_cast<int>(lda * sizeof(Pair)), b_bytes = static_cast<int>(ldb * sizeof(Pair)),
+            c_bytes = static_cast<int>(ldc * sizeof(float));
+  if constexpr (Accumulate) {
+    _tile_loadd(0, c, c_bytes);
+    if constexpr (N > 1) _tile_loadd(1, c + 16, c_bytes);
+    if constexpr (N > 2) _tile_loadd(2, c + 32, c_bytes);
+  } else {
+    _tile_zero(0);
+    if constexpr (N > 1) _tile_zero(1);
+    if constexpr (N > 2) _tile_zero(2);
+  }
   for (index_t k = 0; k < depth; k += kAmxDepth) {
+    // The operands first, then the products.
     _tile_loadd(3, a + k, a_bytes);
     const Pair* const bk = b + k * ldb;
     _tile_loadd(4, bk, b_bytes);
+    if constexpr (N > 1) _tile_loadd(5, bk + 16, b_bytes);
+    if constexpr (N > 2) _tile_loadd(6, bk + 32, b_bytes);
     _tile_dpbf16ps(0, 3, 4);
-    if constexpr (N > 1) {
-      _tile_loadd(5, bk + 16, b_bytes);
-      _tile_dpbf16ps(1, 3, 5);
-    }
-    if constexpr (N > 2) {
-      _tile_loadd(6, bk + 32, b_bytes);
-      _tile_dpbf16ps(2, 3, 6);
-    }
+    if constexpr (N > 1) _tile_dpbf16ps(1, 3, 5);
+    if constexpr (N > 2) _tile_dpbf16ps(2, 3, 6);
   }
   _tile_stored(0, c, c_bytes);
   if constexpr (N > 1) _tile_stored(1, c + 16, c_bytes);
   if constexpr (N > 2) _tile_stored(2, c + 32, c_bytes);
+}
+
+/// C (16 rows x cols, whole panels of NR keys, row stride ldc) = A Kᵀ, unscaled: A 16 rows of
+/// `depth` pairs (a whole number of kAmxDepth; row stride lda pairs), kp the panels of
+/// pack_panels_pairs over that depth (a panel's pair row holds NR keys: three tiles of 16).
+inline void amx_logits_strip(index_t cols, index_t depth, const Pair* a, index_t lda, const Pair* kp,
+                             float* c, index_t ldc) {
+  constexpr index_t NR = Micro<float>::kCols;
+  static_assert(NR == 3 * 16, "a key panel is three tiles of 16 keys");
+  for (index_t n0 = 0; n0 < cols; n0 += NR)
+    amx_product_tiles<3, false>(depth, a, lda, kp + n0 * depth, NR, c + n0, ldc);
 }
 
 /// product_strip_pairs on tiles: C (16 rows x n, n whole packets of 16, row stride ldc) += A B, A
@@ -120,13 +107,11 @@ inline void amx_product_tiles(index_t depth, const Pair* a, int a_bytes, const P
 /// (row stride ldb).
 inline void amx_product_strip(index_t n, index_t depth, const Pair* a, index_t lda, const Pair* b,
                               index_t ldb, float* c, index_t ldc) {
-  const int a_bytes = static_cast<int>(lda * sizeof(Pair)), b_bytes = static_cast<int>(ldb * sizeof(Pair)),
-            c_bytes = static_cast<int>(ldc * sizeof(float));
   index_t c0 = 0;
   for (; c0 + 48 <= n && n - c0 != 64; c0 += 48)
-    amx_product_tiles<3>(depth, a, a_bytes, b + c0, b_bytes, c + c0, c_bytes);
-  for (; c0 + 32 <= n; c0 += 32) amx_product_tiles<2>(depth, a, a_bytes, b + c0, b_bytes, c + c0, c_bytes);
-  for (; c0 < n; c0 += 16) amx_product_tiles<1>(depth, a, a_bytes, b + c0, b_bytes, c + c0, c_bytes);
+    amx_product_tiles<3, true>(depth, a, lda, b + c0, ldb, c + c0, ldc);
+  for (; c0 + 32 <= n; c0 += 32) amx_product_tiles<2, true>(depth, a, lda, b + c0, ldb, c + c0, ldc);
+  for (; c0 < n; c0 += 16) amx_product_tiles<1, true>(depth, a, lda, b + c0, ldb, c + c0, ldc);
 }
 
 /// Float rows w (rows x cols, row stride ldw) rounded to bf16 (to nearest even), paired along the

@@ -250,7 +250,7 @@ void prefill_logits_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bi
                           index_t ub, index_t n, float* s, index_t lds, float* lo) {
   constexpr index_t NR = Micro<float>::kCols, MR = kPairStripRows;
   const index_t dk = c.d_k, qp = (dk + 1) / 2, depth = whole_pair_blocks(2 * qp),
-                panels = Micro<float>::whole_panels(n), strips = (R + MR - 1) / MR * MR;
+                panels = Micro<float>::whole_panels(n), strips = whole_pair_strips(R);
   Arena<Pair> arena(Arena<Pair>::round(strips * depth) + Arena<Pair>::round(panels * depth));
   Pair* const q = arena.take(strips * depth);
   Pair* const kp = arena.take(panels * depth);
@@ -279,16 +279,8 @@ void prefill_logits_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bi
     if (held == 16) flush(j - ub - 15);
   });
   if (held > 0) flush(n - held);
-  for (index_t r0 = 0; r0 < R; r0 += MR) {
-#if defined(__AMX_BF16__)
-    amx_logits_strip(n, depth, q + r0 * depth, depth, kp, s + r0 * lds, lds);
-    for (index_t r = r0; r < std::min(R, r0 + MR); ++r)
-      Eigen::Map<Eigen::Matrix<float, 1, Eigen::Dynamic>>(s + r * lds, n) *= c.shape.scale;
-#else
-    logits_strip_pairs(std::min(MR, R - r0), n, depth, q + r0 * depth, depth, kp, s + r0 * lds, lds,
-                       c.shape.scale);
-#endif
-  }
+  for (index_t r0 = 0; r0 < R; r0 += MR)
+    pairs_logits(std::min(MR, R - r0), n, depth, q + r0 * depth, depth, kp, s + r0 * lds, lds, c.shape.scale);
 }
 
 /// The GEMM path's P V on bf16 pairs: c.out (R x d_v) += P V over the keys [ub + lo, ub + hi) that
@@ -302,7 +294,7 @@ void prefill_values_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bi
                           index_t lo, index_t hi, index_t ub, const float* s, index_t lds, float* o) {
   constexpr index_t MR = kPairStripRows;
   const index_t dv = c.d_v, dvp = Micro<float>::whole_packets(dv), cp = whole_pair_blocks((hi - lo + 1) / 2),
-                strips = (R + MR - 1) / MR * MR;
+                strips = whole_pair_strips(R);
   Arena<Pair> arena(Arena<Pair>::round(strips * cp) + Arena<Pair>::round(cp * dvp));
   Pair* const pb = arena.take(strips * cp);
   Pair* const vp = arena.take(cp * dvp);
@@ -321,13 +313,8 @@ void prefill_values_pairs(const RawDecodeChunk<T>& c, const PagedRows<BFloat16Bi
     }
   });
   if ((hi - lo) % 2 == 1) pair_rows(first, nullptr, 1, dv, dvp, vp + (hi - lo) / 2 * dvp);
-  for (index_t r0 = 0; r0 < R; r0 += MR) {
-#if defined(__AMX_BF16__)
-    amx_product_strip(dvp, cp, pb + r0 * cp, cp, vp, dvp, o + r0 * dvp, dvp);
-#else
-    product_strip_pairs(std::min(MR, R - r0), dvp, cp, pb + r0 * cp, cp, vp, dvp, o + r0 * dvp, dvp);
-#endif
-  }
+  for (index_t r0 = 0; r0 < R; r0 += MR)
+    pairs_product(std::min(MR, R - r0), dvp, cp, pb + r0 * cp, cp, vp, dvp, o + r0 * dvp, dvp);
   for (index_t r = 0; r < R; ++r)
     for (index_t e = 0; e < dv; ++e) c.out[r * dv + e] += o[r * dvp + e];
 }
@@ -415,12 +402,12 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   // (The pairs' prefill takes the low halves of the queries, R x d_k, in the keys' scratch.)
   const index_t k_rows = pairs ? std::max(rows_kept, R) : rows_kept;
   // (The pairs' strips, on AMX 16 rows, write their logits and products in whole strips.)
-  const index_t s_rows = pairs ? (R + kPairStripRows - 1) / kPairStripRows * kPairStripRows : R;
+  const index_t s_rows = pairs ? whole_pair_strips(R) : R;
   Arena<T> arena(Arena<T>::round(s_rows * lds) + Arena<T>::round(k_rows * dk) +
                  Arena<T>::round(rows_kept * dv) + 2 * Arena<T>::round(R) + Arena<T>::round(pack_a) +
                  Arena<T>::round(pack_b) + Arena<T>::round(pairs ? s_rows * Micro<T>::whole_packets(dv) : 0));
   // AMX: this thread's tiles configured for the pairs' GEMM path (decode proper streams without).
-  [[maybe_unused]] std::optional<std::conditional_t<kPairs<S> && kAmx, AmxTiles, NoTiles>> amx_tiles;
+  [[maybe_unused]] std::optional<PairTiles<S>> amx_tiles;
   if (pairs) amx_tiles.emplace();
   T* const s = arena.take(s_rows * lds);
   T* const k_scratch = arena.take(k_rows * dk);

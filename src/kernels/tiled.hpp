@@ -585,11 +585,50 @@ struct NoTiles {};  // a kernel without tiles to configure
 
 /// n rounded up to a whole number of kPairBlock.
 constexpr index_t whole_pair_blocks(index_t n) { return (n + kPairBlock - 1) / kPairBlock * kPairBlock; }
+/// n rows rounded up to whole strips of kPairStripRows.
+constexpr index_t whole_pair_strips(index_t n) {
+  return (n + kPairStripRows - 1) / kPairStripRows * kPairStripRows;
+}
 
 #if defined(__AVX512BF16__)
 /// Does the fused forward on element type E take bf16 pairs (micro_kernel.hpp) in this kernel?
 template <typename E>
 constexpr bool kPairs = std::is_same_v<E, BFloat16Bits>;
+
+// The pairs' products on one strip, on AMX tiles where this kernel has them (amx.hpp), else on
+// vdpbf16ps (micro_kernel.hpp). On AMX the strip is kPairStripRows rows whatever `rows`: A's rows
+// past `rows` are zeros, and C has those rows too, which the caller never reads; the depths are
+// whole numbers of kPairBlock.
+
+/// logits_strip_pairs: C (rows x cols, whole panels) = alpha A Kᵀ.
+inline void pairs_logits(index_t rows, index_t cols, index_t depth, const Pair* a, index_t lda,
+                         const Pair* kp, float* c, index_t ldc, float alpha) {
+#if defined(__AMX_BF16__)
+  amx_logits_strip(cols, depth, a, lda, kp, c, ldc);
+  if (alpha != 1.0f)
+    for (index_t r = 0; r < rows; ++r)
+      Eigen::Map<Eigen::Matrix<float, 1, Eigen::Dynamic>>(c + r * ldc, cols) *= alpha;
+#else
+  logits_strip_pairs(rows, cols, depth, a, lda, kp, c, ldc, alpha);
+#endif
+}
+
+/// product_strip_pairs: C (rows x n, whole packets) += A B.
+inline void pairs_product([[maybe_unused]] index_t rows, index_t n, index_t depth, const Pair* a, index_t lda,
+                          const Pair* b, index_t ldb, float* c, index_t ldc) {
+#if defined(__AMX_BF16__)
+  amx_product_strip(n, depth, a, lda, b, ldb, c, ldc);
+#else
+  product_strip_pairs(rows, n, depth, a, lda, b, ldb, c, ldc);
+#endif
+}
+
+/// pair_columns (pairs `ld` apart), then rows of zeros up to a whole strip.
+inline void pair_strip_rows(const RawMatrix<const BFloat16Bits>& m, index_t first, index_t rows, Pair* dst,
+                            index_t ld) {
+  pair_columns(m, first, rows, dst, ld);
+  std::fill(dst + rows * ld, dst + whole_pair_strips(rows) * ld, Pair(0));
+}
 
 /// KeyTile for the pairs of the bf16 forward: one key tile [j0, j0 + cols) with K packed into
 /// panels of pairs along d_k (pack_panels_pairs) and V as pairs of consecutive keys, ldv() pairs
@@ -629,11 +668,7 @@ class PairTile {
   static std::size_t scratch(index_t, index_t, index_t) { return 0; }
   /// Query rows [i0, i0 + rows) (rows <= kRows) as pairs along d_k: query_pairs(), pairs() apart,
   /// then rows of zeros up to a whole strip.
-  void load_queries(index_t i0, index_t rows) {
-    pair_columns(p_.q, i0, rows, q_, pairs_);
-    const index_t strips = (rows + kPairStripRows - 1) / kPairStripRows * kPairStripRows;
-    std::fill(q_ + rows * pairs_, q_ + strips * pairs_, Pair(0));
-  }
+  void load_queries(index_t i0, index_t rows) { pair_strip_rows(p_.q, i0, rows, q_, pairs_); }
   const Pair* query_pairs() const { return q_; }
   /// One strip's weights as pairs (accumulate_strip_pairs), weight_stride() pairs apart.
   Pair* weight_pairs() { return pb_; }
@@ -714,13 +749,9 @@ inline void accumulate_strip_pairs(const RawProblem<BFloat16Bits>& p, index_t i0
   const Pair* vp = tile.v();
   const index_t ldv = tile.ldv();
   if (!hides_keys || tile.v_finite()) {
-#if defined(__AMX_BF16__)
-    for (index_t r = 0; r < kPairStripRows; ++r)
+    for (index_t r = 0; r < whole_pair_strips(rows); ++r)  // (AMX: whole blocks and strips)
       std::fill(pb + r * ldpb + (r < rows ? pairs : 0), pb + r * ldpb + depth, Pair(0));
-    amx_product_strip(ldo, depth, pb, ldpb, vp + lo / 2 * ldv, ldv, o, ldo);
-#else
-    product_strip_pairs(rows, ldo, pairs, pb, ldpb, vp + lo / 2 * ldv, ldv, o, ldo);
-#endif
+    pairs_product(rows, ldo, depth, pb, ldpb, vp + lo / 2 * ldv, ldv, o, ldo);
     return;
   }
   for_each_visible(p, i0, rows, j0 + lo, hi - lo, [&](index_t r, index_t t) {
@@ -735,6 +766,11 @@ template <typename E>
 constexpr bool kPairs = false;
 using PairTile = void;  // never taken
 #endif
+
+/// What a call on element type E configures for its thread while it runs: AMX's tiles where its
+/// pairs take them, else nothing.
+template <typename E>
+using PairTiles = std::conditional_t<kPairs<E> && kAmx, AmxTiles, NoTiles>;
 
 /// The keys [lo, hi) of the key tile [j0, j0 + cols) that the strip of query rows
 /// [i, i + rows) may see, lo rounded down to a whole panel (lo == hi: none).
@@ -773,7 +809,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   // compute type; strips of MR rows, or the pairs' own.
   using Tile = std::conditional_t<kPairs<E>, PairTile, KeyTile<E>>;
   constexpr index_t kStrip = kPairs<E> ? kPairStripRows : MK::kRows;
-  [[maybe_unused]] const std::conditional_t<kPairs<E> && kAmx, AmxTiles, NoTiles> amx_tiles;  // this thread's
+  [[maybe_unused]] const PairTiles<E> amx_tiles;
   Arena<T> arena(Arena<T>::round(kRows * dk) + Tile::scratch(kc, dk, ldo) + Arena<T>::round(kStrip * lds) +
                  Arena<T>::round(kRows * ldo) + Arena<T>::round(2 * kRows));
   T* const q_buf = arena.take(kRows * dk);
@@ -809,15 +845,8 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
         if (keys.a >= keys.b) continue;
         if constexpr (kPairs<E>) {
           const index_t qp = tile.pairs();
-#if defined(__AMX_BF16__)
-          amx_logits_strip(keys.b - keys.a, qp, tile.query_pairs() + s0 * qp, qp, tile.panels() + keys.a * qp,
-                           s + keys.a, lds);
-          for (index_t r = 0; r < srows; ++r)
-            Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(s + r * lds + keys.a, keys.b - keys.a) *= p.scale;
-#else
-          logits_strip_pairs(srows, keys.b - keys.a, qp, tile.query_pairs() + s0 * qp, qp,
-                             tile.panels() + keys.a * qp, s + keys.a, lds, p.scale);
-#endif
+          pairs_logits(srows, keys.b - keys.a, qp, tile.query_pairs() + s0 * qp, qp,
+                       tile.panels() + keys.a * qp, s + keys.a, lds, p.scale);
         } else {
           logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
                        tile.panels() + keys.a * dk, s + keys.a, lds, p.scale);

@@ -206,7 +206,7 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
                       index_t ldw, T* partial) {
   // Strips of MR rows, or the pairs' own (AMX: 16, this thread's tiles configured for the call).
   constexpr index_t MR = kPairs<E> ? kPairStripRows : Micro<T>::kRows;
-  [[maybe_unused]] const std::conditional_t<kPairs<E> && kAmx, AmxTiles, NoTiles> amx_tiles;
+  [[maybe_unused]] const PairTiles<E> amx_tiles;
   const index_t dk = p.q.cols, R = kBackwardRows;
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
   const index_t panels = Micro<T>::whole_panels(cols);
@@ -228,20 +228,12 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
     Arena<Pair> pairs(Arena<Pair>::round(R * qp) + Arena<Pair>::round(panels * qp));
     Pair* const q_pairs = pairs.take(R * qp);
     Pair* const k_scratch = pairs.take(panels * qp);
-    pair_columns(p.q, i0, rows, q_pairs, qp);
-    std::fill(q_pairs + rows * qp, q_pairs + (rows + MR - 1) / MR * MR * qp, Pair(0));  // whole strips
+    pair_strip_rows(p.q, i0, rows, q_pairs, qp);
     const Pair* const k_panels = key_panels_pairs(p, j0, cols, false, k_scratch);
     for (index_t r0 = 0; r0 < rows; r0 += MR) {
       const index_t n = std::min(MR, rows - r0);
-#if defined(__AMX_BF16__)
-      amx_logits_strip(cols, qp, q_pairs + r0 * qp, qp, k_panels, strip, panels);
-      for (index_t r = 0; r < n; ++r)
-        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(w + (r0 + r) * ldw, cols) =
-            p.scale * Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(strip + r * panels, cols);
-#else
-      logits_strip_pairs(n, cols, qp, q_pairs + r0 * qp, qp, k_panels, strip, panels, p.scale);
+      pairs_logits(n, cols, qp, q_pairs + r0 * qp, qp, k_panels, strip, panels, p.scale);
       copy_strip(r0, n);
-#endif
     }
 #endif
   } else {
@@ -369,8 +361,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   // blocks of pairs, the padding 0; strips of 16 rows or keys; Pᵀ and dZᵀ paired along the query
   // rows and transposed, AMX's A operand; a last block of fewer than 16 keys through `edge`).
   constexpr index_t SR = kPairStripRows;
-  [[maybe_unused]] const std::conditional_t<kPairs<E> && kAmx, AmxTiles, NoTiles>
-      amx_tiles;  // AMX's, this thread's
+  [[maybe_unused]] const PairTiles<E> amx_tiles;
   const index_t vpairs = whole_pair_blocks((dv + 1) / 2), qn = (rows + 1) / 2, cp = (cols + 1) / 2;
   const index_t qnp = whole_pair_blocks(qn), cpp = whole_pair_blocks(cp);
   const index_t keys16 = (cols + 15) / 16 * 16;  // AMX: the transposed weights' rows
@@ -385,17 +376,11 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
 #if defined(__AVX512BF16__)
     Pair* const do_pairs = pairs.take(R * vpairs);
     Pair* const v_scratch = pairs.take(panels * vpairs);
-    pair_columns(p.grad.d_out, i0, rows, do_pairs, vpairs);
-    std::fill(do_pairs + rows * vpairs, do_pairs + (rows + SR - 1) / SR * SR * vpairs, Pair(0));
+    pair_strip_rows(p.grad.d_out, i0, rows, do_pairs, vpairs);
     const Pair* const v_panels = key_panels_pairs(p, j0, cols, true, v_scratch);
-    for (index_t r0 = 0; r0 < rows; r0 += SR) {
-#if defined(__AMX_BF16__)
-      amx_logits_strip(cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_panels, ds_buf + r0 * lds, lds);
-#else
-      logits_strip_pairs(std::min(SR, rows - r0), cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_panels,
-                         ds_buf + r0 * lds, lds, 1.0f);
-#endif
-    }
+    for (index_t r0 = 0; r0 < rows; r0 += SR)
+      pairs_logits(std::min(SR, rows - r0), cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_panels,
+                   ds_buf + r0 * lds, lds, 1.0f);
 #endif
   } else {
     const T* const v_panels = key_panels(p, j0, cols, true, v_buf, vp);
@@ -439,16 +424,11 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   // pairs one by one.
   const bool products = !hides || (finite(K) && finite(Q) && finite(dO));
   if (products && kPairs<E>) {
-#if defined(__AMX_BF16__)
-    Pair* const p_t = pairs.take(keys16 * qnp);  // Pᵀ: row t holds the pairs of query rows of key t
-    Pair* const z_t = pairs.take(keys16 * qnp);  // dZᵀ, the same
-    Pair* const z_k = pairs.take(R * cpp);       // dZ, pairs of keys
-    Pair* const do_q = pairs.take(qnp * dvp);    // dO, pairs of query rows
-    Pair* const q_q = pairs.take(qnp * dkp);     // Q, pairs of query rows
-    Pair* const k_k = pairs.take(cpp * dkp);     // K, pairs of keys
-    T* const edge = edge_arena.take(16 * std::max(dkp, dvp));
-    transpose_rows_to_pairs(w, ldw, rows, cols, p_t, qnp);
-    transpose_rows_to_pairs(ds_buf, lds, rows, cols, z_t, qnp);
+#if defined(__AVX512BF16__)
+    Pair* const z_k = pairs.take(R * cpp);     // dZ, pairs of keys
+    Pair* const do_q = pairs.take(qnp * dvp);  // dO, pairs of query rows
+    Pair* const q_q = pairs.take(qnp * dkp);   // Q, pairs of query rows
+    Pair* const k_k = pairs.take(cpp * dkp);   // K, pairs of keys
     for (index_t k2 = 0; k2 < qn; ++k2) {
       const index_t r = 2 * k2;
       const bool second = r + 1 < rows;
@@ -461,7 +441,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
     std::fill(do_q + qn * dvp, do_q + qnp * dvp, Pair(0));
     std::fill(q_q + qn * dkp, q_q + qnp * dkp, Pair(0));
     weights_to_pairs(rows, 0, cols, ds_buf, lds, z_k, cpp);
-    for (index_t r = 0; r < (rows + SR - 1) / SR * SR; ++r)
+    for (index_t r = 0; r < whole_pair_strips(rows); ++r)
       std::fill(z_k + r * cpp + (r < rows ? cp : 0), z_k + (r + 1) * cpp, Pair(0));
     for (index_t t2 = 0; t2 < cp; ++t2) {
       const BFloat16Bits* kr = p.k.data + (j0 + 2 * t2) * p.k.row_stride;
@@ -469,6 +449,12 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
                 k_k + t2 * dkp);
     }
     std::fill(k_k + cp * dkp, k_k + cpp * dkp, Pair(0));
+#if defined(__AMX_BF16__)
+    Pair* const p_t = pairs.take(keys16 * qnp);  // Pᵀ: row t holds the pairs of query rows of key t
+    Pair* const z_t = pairs.take(keys16 * qnp);  // dZᵀ, the same
+    T* const edge = edge_arena.take(16 * std::max(dkp, dvp));
+    transpose_rows_to_pairs(w, ldw, rows, cols, p_t, qnp);
+    transpose_rows_to_pairs(ds_buf, lds, rows, cols, z_t, qnp);
     // C += A B for 16 keys at a time into a gradient's rows (ld apart, n wide); the last block of
     // fewer keys through `edge`, whose rows past the tile nothing reads.
     const auto key_rows = [&](const Pair* a, const Pair* b, index_t n, T* c, index_t ldc) {
@@ -486,31 +472,14 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
     };
     key_rows(p_t, do_q, dvp, dv_rows, lddv);
     key_rows(z_t, q_q, dkp, dk_rows, lddk);
-    for (index_t r0 = 0; r0 < rows; r0 += SR)
-      amx_product_strip(dkp, cpp, z_k + r0 * cpp, cpp, k_k, dkp, dq_buf + r0 * dkp, dkp);
-#elif defined(__AVX512BF16__)
+#else
     Pair* const p_t = pairs.take(qn * cols);  // P, pairs of query rows
     Pair* const z_t = pairs.take(qn * cols);  // dZ, pairs of query rows
-    Pair* const z_k = pairs.take(R * cp);     // dZ, pairs of keys
-    Pair* const do_q = pairs.take(qn * dvp);  // dO, pairs of query rows
-    Pair* const q_q = pairs.take(qn * dkp);   // Q, pairs of query rows
-    Pair* const k_k = pairs.take(cp * dkp);   // K, pairs of keys
     for (index_t k2 = 0; k2 < qn; ++k2) {
       const index_t r = 2 * k2;
       const bool second = r + 1 < rows;
       round_rows_to_pairs(w + r * ldw, second ? w + (r + 1) * ldw : nullptr, cols, p_t + k2 * cols);
       round_rows_to_pairs(ds_buf + r * lds, second ? ds_buf + (r + 1) * lds : nullptr, cols, z_t + k2 * cols);
-      const BFloat16Bits* g = p.grad.d_out.data + (i0 + r) * p.grad.d_out.row_stride;
-      pair_rows(g, second ? g + p.grad.d_out.row_stride : nullptr, p.grad.d_out.col_stride, dv, dvp,
-                do_q + k2 * dvp);
-      const BFloat16Bits* qr = p.q.data + (i0 + r) * p.q.row_stride;
-      pair_rows(qr, second ? qr + p.q.row_stride : nullptr, p.q.col_stride, dk, dkp, q_q + k2 * dkp);
-    }
-    weights_to_pairs(rows, 0, cols, ds_buf, lds, z_k, cp);
-    for (index_t t2 = 0; t2 < cp; ++t2) {
-      const BFloat16Bits* kr = p.k.data + (j0 + 2 * t2) * p.k.row_stride;
-      pair_rows(kr, 2 * t2 + 1 < cols ? kr + p.k.row_stride : nullptr, p.k.col_stride, dk, dkp,
-                k_k + t2 * dkp);
     }
     for (index_t t0 = 0; t0 < cols; t0 += MR)
       product_strip_pairs<true>(std::min(MR, cols - t0), dvp, qn, p_t + t0, cols, do_q, dvp,
@@ -518,9 +487,9 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
     for (index_t t0 = 0; t0 < cols; t0 += MR)
       product_strip_pairs<true>(std::min(MR, cols - t0), dkp, qn, z_t + t0, cols, q_q, dkp,
                                 dk_rows + t0 * lddk, lddk);
-    for (index_t r0 = 0; r0 < rows; r0 += MR)
-      product_strip_pairs(std::min(MR, rows - r0), dkp, cp, z_k + r0 * cp, cp, k_k, dkp, dq_buf + r0 * dkp,
-                          dkp);
+#endif
+    for (index_t r0 = 0; r0 < rows; r0 += SR)
+      pairs_product(std::min(SR, rows - r0), dkp, cpp, z_k + r0 * cpp, cpp, k_k, dkp, dq_buf + r0 * dkp, dkp);
 #endif
   } else if (products) {
     // dO, then Q, stays in L1 for all the strips of keys.
