@@ -168,6 +168,7 @@ void execute_decode(const Problem<T>& p, int threads_asked) {
     const index_t R = G * blk.rows;
     RawDecodeChunk<T> c;
     c.shape = sequence_shape(p, blk.sequence);
+    p.program(c.shape, blk.sequence, blk.kv_head * G);  // the group's first query head (decode.hpp)
     c.alibi = p.paged->alibi_slopes != nullptr ? p.paged->alibi_slopes + blk.kv_head * G : nullptr;
     c.q = queries_data + blk.q_offset;
     c.group = G;
@@ -315,6 +316,9 @@ void decode_call(const char* api, const abi::PagedKeys& keys, HeadsView<const S>
     c.out.attn = decode_view(&attn, attn_slot, stage, H, dv);
     c.out.lse = decode_view(lse, lse_slot, stage, H, 1);
     c.packed = PackedSequences{cu, nullptr, paged.batch};
+    c.masks.score_mod = masks.score_mod;  // (the compute type on both sides)
+    c.masks.mask_mod = masks.mask_mod;
+    c.masks.block_mask = masks.block_mask;
     c.paged = paged;
     c.stage = stage;
     return c;

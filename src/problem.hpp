@@ -84,6 +84,22 @@ struct Problem {
   index_t problems() const { return sequences * q.heads; }
   bool varlen() const { return cu_q != nullptr; }
 
+  /// The programmable parts of the masks (score_mod, mask_mod, block_mask) for sequence b and
+  /// query head h.
+  template <typename R>
+  void program(R& p, index_t b, index_t h) const {
+    p.batch_index = b, p.head_index = h;
+    if (!masks.score_mod.empty()) p.score_mod = &masks.score_mod;
+    if (!masks.mask_mod.empty()) p.mask_mod = &masks.mask_mod;
+    const BlockMaskView& bm = masks.block_mask;
+    if (bm.empty()) return;
+    const index_t rows = bm.row_blocks(), cols = bm.col_blocks();
+    const index_t bb = bm.batch == 1 ? 0 : b, bh = bm.heads == 1 ? 0 : h;
+    p.blocks = reinterpret_cast<const std::uint8_t*>(bm.blocks) + (bb * bm.heads + bh) * rows * cols;
+    p.block_rows = bm.block_rows, p.block_cols = bm.block_cols, p.col_blocks = cols;
+    p.block_head_stride = bm.heads == 1 ? 0 : rows * cols;
+  }
+
   /// The single-head problem of sequence b = which / H and query head h = which % H.
   RawProblem<T> problem(index_t which) const {
     const index_t b = which / q.heads, h = which % q.heads;
@@ -141,6 +157,7 @@ struct Problem {
                     {}};
     p.chunk = chunk, p.chunk_origin = chunk_origin;
     if (masks.sinks != nullptr) p.has_sink = true, p.sink = to_compute(masks.sinks[h]);
+    program(p, b, h);
     if (packed_scores != nullptr) {
       p.scores = tq * tk == 0 ? raw_matrix<T>(packed_scores, tq, tk, 0, 0)
                               : raw_matrix<T>(packed_scores + score_offsets[b] + h * tq * tk, tq, tk, tk, 1);

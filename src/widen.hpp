@@ -82,6 +82,9 @@ Problem<float> widened(const Problem<T>& p, std::vector<WideArray>& keep) {
   f.q = in(p.q), f.k = in(p.k), f.v = in(p.v);
   f.masks.mask = p.masks.mask;
   f.masks.key_lengths = p.masks.key_lengths;
+  f.masks.score_mod = p.masks.score_mod;  // (float on both sides)
+  f.masks.mask_mod = p.masks.mask_mod;
+  f.masks.block_mask = p.masks.block_mask;
   if (!p.masks.bias.empty()) {
     const BroadcastView<T>& b = p.masks.bias;
     const HeadsView<const float> wide = in(HeadsView<const T>{

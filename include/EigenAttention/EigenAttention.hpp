@@ -13,7 +13,9 @@
 
 #include <EigenAttention/Attention.hpp>
 #include <EigenAttention/Backward.hpp>
+#include <EigenAttention/BlockMask.hpp>
 #include <EigenAttention/Compiled.hpp>
+#include <EigenAttention/Dual.hpp>
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/KVCache.hpp>
 #include <EigenAttention/Kernels.hpp>
@@ -21,6 +23,7 @@
 #include <EigenAttention/MultiHead.hpp>
 #include <EigenAttention/Npy.hpp>
 #include <EigenAttention/Options.hpp>
+#include <EigenAttention/Programmable.hpp>
 #include <EigenAttention/Scalars.hpp>
 #include <EigenAttention/Types.hpp>
 #include <EigenAttention/Version.hpp>

@@ -17,6 +17,9 @@
 
 #include <Eigen/Core>
 
+#include <EigenAttention/BlockMask.hpp>
+#include <EigenAttention/Programmable.hpp>
+#include <EigenAttention/Types.hpp>
 #include <EigenAttention/detail/StrideProduct.hpp>
 
 namespace EigenAttention {
@@ -84,11 +87,11 @@ struct BroadcastView {
   bool empty() const { return data == nullptr; }
 };
 
-/// Masks and biases of a multi-head call; every member is optional (empty/null = not used).
-/// They apply in FlashAttention's order, the table of [Semantics](docs/semantics.md): the
-/// scaled, soft-capped logits plus ALiBi and `bias`, then every mask (`mask`, causal, window,
-/// `key_lengths`) sets -inf, then the row softmax (over the visible keys and the sink, when
-/// `sinks` is given).
+/// Masks and biases of a call; every member is optional (empty/null = not used). They apply in
+/// the order of the table of [Semantics](docs/semantics.md): the scaled, soft-capped logits,
+/// then `score_mod`, plus ALiBi and `bias`, then every mask (`mask`, `mask_mod`, causal, window,
+/// chunks, `key_lengths`) sets -inf, then the row softmax (over the visible keys and the sink,
+/// when `sinks` is given).
 template <typename Scalar>
 struct Masks {
   /// Boolean mask, true = may attend (PyTorch SDPA's convention), [T_q, T_k] broadcastable. In
@@ -109,6 +112,17 @@ struct Masks {
   /// sink included); a row that sees no key gets ATTN = 0 and LSE = sinks[h]. Its gradient is
   /// BackwardTerms::d_sinks. H entries (one for the single-head calls).
   const Scalar* sinks = nullptr;
+  /// Your score modification f(s, b, h, q, k) (score_mod(), Programmable.hpp), called on the
+  /// scaled, soft-capped logits, in the compute type (float for bfloat16 and half). The
+  /// ScoreMod it refers to must outlive the call.
+  ScoreModRef<ComputeScalar<Scalar>> score_mod;
+  /// Your mask g(b, h, q, k), true = may attend (mask_mod(), Programmable.hpp); combines with
+  /// every other mask. The MaskMod it refers to must outlive the call.
+  MaskModRef mask_mod;
+  /// Which tiles `mask_mod` hides or shows whole (BlockMask.hpp): Empty tiles are never computed
+  /// and Full ones never ask `mask_mod`. Must be of the call's batch (or 1), query heads (or 1),
+  /// T_q and T_k, with the call's positions; a Partial tile needs `mask_mod`.
+  BlockMaskView block_mask;
 };
 
 }  // namespace EigenAttention

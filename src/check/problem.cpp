@@ -9,6 +9,7 @@
 #include "check/options.hpp"
 #include "check/overlap.hpp"
 #include "check/paged.hpp"
+#include "check/program.hpp"
 
 namespace EigenAttention {
 namespace internal {
@@ -214,6 +215,7 @@ Problem<T> make_problem(const Call<T>& c, const Options& opt) {
   }
   const auto resolved = c.paged ? check_paged_options(c, opt)
                                 : check_options<ComputeScalar<T>>(c.api, opt, array_of("Q", c.in.q, c.form));
+  check_program(c, resolved);
   OutputList outputs;
   check_outputs(c, outputs);
   check_gradient_outputs(c, outputs);

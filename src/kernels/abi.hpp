@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <EigenAttention/Programmable.hpp>
 #include <EigenAttention/Scalars.hpp>
 
 #include "index.hpp"
@@ -63,6 +64,9 @@ struct RawGradient {
   RawMatrix<Compute> d_sink_rows = {nullptr, 0, 0, 0, 0};
 };
 
+/// A block mask's tile classes as the kernels read them (BlockKind's values).
+constexpr std::uint8_t kBlockEmpty = 0, kBlockPartial = 1, kBlockFull = 2;
+
 /// One validated single-head problem and where its results go.
 ///
 /// Query row i sees the keys [first_key(i), end_key(i)) (both non-decreasing in i), less those
@@ -104,6 +108,15 @@ struct RawProblem {
   // The attention sink (Masks::sinks) of this problem's query head, when has_sink.
   bool has_sink = false;
   Compute sink = 0;
+  // Programmable attention (Masks::score_mod, mask_mod, block_mask; kernels/program.hpp): the
+  // call's callables (null: not given); this problem's tile classes, [row blocks, col_blocks] of
+  // block_rows x block_cols (null: no block mask); and the sequence and query head they see.
+  const ScoreModRef<Compute>* score_mod = nullptr;
+  const MaskModRef* mask_mod = nullptr;
+  const std::uint8_t* blocks = nullptr;
+  index_t block_rows = 0, block_cols = 0, col_blocks = 0;
+  index_t block_head_stride = 0;  // from this head's tile classes to the next head's (decode's groups)
+  index_t batch_index = 0, head_index = 0;
 
   /// The keys each query row sees (key_range.hpp, the one definition).
   EIGEN_ATTENTION_SHARED_INLINE KeyRange key_range() const {
@@ -120,8 +133,16 @@ struct RawProblem {
   }
   /// Does any logit need more than scale * q.k and the key range?
   EIGEN_ATTENTION_SHARED_INLINE bool has_extras() const {
-    return softcap > 0 || has_alibi || bias.data != nullptr || mask.data != nullptr;
+    return softcap > 0 || has_alibi || bias.data != nullptr || score_mod != nullptr || hides_some();
   }
+  /// May a mask hide keys within a row's key range (the boolean mask, mask_mod, a block mask)?
+  EIGEN_ATTENTION_SHARED_INLINE bool hides_some() const {
+    return mask.data != nullptr || mask_mod != nullptr || blocks != nullptr;
+  }
+  /// The positions the programmable callables see (Programmable.hpp): query row i is at its
+  /// diagonal key's position, key row j at j, both from chunk_origin.
+  EIGEN_ATTENTION_SHARED_INLINE index_t query_position(index_t i) const { return i + offset + chunk_origin; }
+  EIGEN_ATTENTION_SHARED_INLINE index_t key_position(index_t j) const { return j + chunk_origin; }
 };
 
 /// A tiled kernel compiled for one instruction set: computes every output row of

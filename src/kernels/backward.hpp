@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
+#include "kernels/program.hpp"
 #include "kernels/tile_policy.hpp"
 
 namespace EigenAttention {
@@ -72,15 +73,16 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
     return b + (kLine - reinterpret_cast<std::uintptr_t>(b) / sizeof(T) % kLine) % kLine;
   };
   T* const weights = hold ? aligned(backward_workspace<T>(0, key_tiles * block + kLine)) : nullptr;
-  T* const cap =
-      hold && p.softcap > 0 ? aligned(backward_workspace<T>(1, key_tiles * block + kLine)) : nullptr;
+  // The derivative of the final logit in the scaled one (the soft-cap's and score_mod's).
+  const bool chain = p.softcap > 0 || p.score_mod != nullptr;
+  T* const cap = hold && chain ? aligned(backward_workspace<T>(1, key_tiles * block + kLine)) : nullptr;
   // Key tile kt's block of weights (and of the soft-cap's derivative): its own, or the running
   // thread's one block.
   const auto weights_of = [&](index_t kt) {
     return hold ? weights + kt * block : aligned(backward_workspace<T>(6, block + kLine));
   };
   const auto cap_of = [&](index_t kt) -> T* {
-    if (p.softcap <= 0) return nullptr;
+    if (!chain) return nullptr;
     return hold ? cap + kt * block : aligned(backward_workspace<T>(7, block + kLine));
   };
   T* const partials = backward_workspace<T>(2, key_tiles * 2 * R);
@@ -95,8 +97,14 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
     if (begin >= end) continue;  // no key: dQ rows stay 0
     const index_t first = begin / C, count = (end + C - 1) / C - first;
     const auto keys = [&](index_t t) { return std::min(C, tk - (first + t) * C); };
+    // (A tile the block mask hides whole has no weight: it is never computed.)
+    const auto shown = [&](index_t t) { return blocks_show(p, i0, rows, (first + t) * C, keys(t)); };
     for_tasks(count, threads, [&](index_t t) {
       const index_t kt = first + t;
+      if (!shown(t)) {
+        std::fill_n(partials + t * 2 * R, 2 * R, T(0));
+        return;
+      }
       kernel.weights(p, tile, kt * C, keys(t), weights_of(kt), cap_of(kt), ldw, partials + t * 2 * R);
     });
     kernel.terms(p, tile, partials, count, terms);
@@ -120,7 +128,7 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
     std::fill_n(parked, count, static_cast<unsigned char>(0));
     for_tasks(count, threads, [&](index_t t) {
       const index_t kt = first + t, j0 = kt * C;
-      const bool sees = p.sees(i0, rows, j0, keys(t));
+      const bool sees = p.sees(i0, rows, j0, keys(t)) && shown(t);
       T* const share = backward_workspace<T>(5, R * dk);  // the running thread's
       if (sees) {
         T* const w = weights_of(kt);

@@ -373,9 +373,12 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   const index_t ub = std::max(c.first_key, p.first_key(c.first_row));
   const index_t ue = std::min(c.end_key, p.end_key(last_row));
   const index_t ib = std::max(c.first_key, p.first_key(last_row));
-  // (A tree mask's drafts are seen by some rows only: they go row by row, below.)
+  // (A tree mask's drafts are seen by some rows only: they go row by row, below; so do all keys
+  // under a programmable mask, which may hide any.)
+  const bool programmed = p.mask_mod != nullptr || p.blocks != nullptr;
   const index_t ie =
-      std::min({c.end_key, p.end_key(c.first_row), c.tree != nullptr ? c.tree_from : c.end_key});
+      programmed ? ib
+                 : std::min({c.end_key, p.end_key(c.first_row), c.tree != nullptr ? c.tree_from : c.end_key});
   Eigen::Map<RowMat<T>, Eigen::Unaligned, Eigen::OuterStride<>> out(c.out, R, dv, Eigen::OuterStride<>(ldo));
   out.setZero();
   if (ub >= ue) {
@@ -405,7 +408,8 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   const index_t s_rows = pairs ? whole_pair_strips(R) : R;
   Arena<T> arena(Arena<T>::round(s_rows * lds) + Arena<T>::round(k_rows * dk) +
                  Arena<T>::round(rows_kept * dv) + 2 * Arena<T>::round(R) + Arena<T>::round(pack_a) +
-                 Arena<T>::round(pack_b) + Arena<T>::round(pairs ? s_rows * Micro<T>::whole_packets(dv) : 0));
+                 Arena<T>::round(pack_b) + Arena<T>::round(pairs ? s_rows * Micro<T>::whole_packets(dv) : 0) +
+                 Arena<T>::round(programmed ? R * n : 0));
   // AMX: this thread's tiles configured for the pairs' GEMM path (decode proper streams without).
   [[maybe_unused]] std::optional<PairTiles<S>> amx_tiles;
   if (pairs) amx_tiles.emplace();
@@ -417,6 +421,7 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   T* const block_a = arena.take(pack_a);
   T* const block_b = arena.take(pack_b);
   [[maybe_unused]] T* const pair_out = arena.take(pairs ? s_rows * Micro<T>::whole_packets(dv) : 0);
+  T* const hidden = arena.take(programmed ? R * n : 0);  // 1: the programmable mask hides the key
   qk.use(block_a, block_b);
   pv.use(block_a, block_b);
 
@@ -453,6 +458,7 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
   // Each row's softmax over the keys it sees; every other key weighs exactly 0.
   const bool extras = p.has_extras();
   RawProblem<T> head = p;
+  head.mask_mod = nullptr, head.blocks = nullptr;  // applied below, where the keys it hides are noted
   const auto span = [&](index_t r, index_t& a, index_t& b) {
     const index_t i = c.first_row + r % c.rows;
     a = clamp_index(p.first_key(i), ub, ue) - ub;
@@ -464,9 +470,21 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
     S_.row(r).head(a).setZero();
     S_.row(r).tail(n - b).setZero();
     auto row = S_.row(r).segment(a, b - a);
+    const index_t i = c.first_row + r % c.rows;
+    head.head_index = p.head_index + r / c.rows;  // the query head of this row of the group
     if (extras) {
       if (p.has_alibi) head.alibi_slope = c.alibi[r / c.rows];
-      apply_extras(head, c.first_row + r % c.rows, ub + a, row);
+      apply_extras(head, i, ub + a, row);
+    }
+    if (programmed) {
+      std::fill_n(hidden + r * n, n, T(0));
+      RawProblem<T> masked = head;
+      masked.mask_mod = p.mask_mod;
+      masked.blocks = p.blocks != nullptr ? p.blocks + (r / c.rows) * p.block_head_stride : nullptr;
+      for_each_programmed_hidden(masked, i, ub + a, b - a, [&](index_t t) {
+        row(t) = minus_inf;
+        hidden[r * n + a + t] = T(1);
+      });
     }
     if (c.tree != nullptr)  // the drafts the tree hides from this row
       for (index_t j = std::max(ub + a, c.tree_from); j < ub + b; ++j)
@@ -519,6 +537,7 @@ void decode_chunk_as(const RawDecodeChunk<T>& c) {
       index_t a, b;
       span(r, a, b);
       if (m[r] == minus_inf || j - ub < a || j - ub >= b || c.tree_hides(r, j)) continue;
+      if (programmed && hidden[r * n + (j - ub)] != T(0)) continue;
       for (index_t e = 0; e < dv; ++e) out(r, e) += s[r * lds + (j - ub)] * v.at(e);
     }
   };

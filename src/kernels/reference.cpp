@@ -18,15 +18,21 @@ void reference_kernel(const RawProblem<T>& p) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const auto Q = view(p.q), K = view(p.k), V = view(p.v);
   const index_t tq = Q.rows(), tk = K.rows();
-  // Is key j visible to query i: inside the causal/window/length range, and allowed by the mask?
+  // Is key j visible to query i: inside the causal/window/length range, and allowed by the masks
+  // (the boolean mask, mask_mod and the block mask)?
+  const auto programmed = programmed_visible(p);
   const auto visible = [&](index_t i, index_t j) {
-    return j >= p.first_key(i) && j < p.end_key(i) && (p.mask.data == nullptr || view(p.mask)(i, j));
+    return j >= p.first_key(i) && j < p.end_key(i) && (p.mask.data == nullptr || view(p.mask)(i, j)) &&
+           programmed(i, j);
   };
 
   // 1. Scaled logits s = scale * Q K^T.
   RowMatrix<T> logits = p.scale * (Q * K.transpose());
   // 2. Soft-capping.
   if (p.softcap > 0) logits = (p.softcap * (logits.array() / p.softcap).tanh()).matrix();
+  // 2b. The score modification f(s, b, h, q, k), row by row.
+  if (p.score_mod != nullptr)
+    for (index_t i = 0; i < tq; ++i) apply_score_mod(p, i, 0, logits.row(i).data(), tk);
   // 3. ALiBi and 4. the additive bias.
   for (index_t i = 0; i < tq; ++i) {
     for (index_t j = 0; j < tk; ++j) {

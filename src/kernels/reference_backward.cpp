@@ -17,17 +17,25 @@ void reference_backward(const RawProblem<T>& p) {
   const T minus_inf = -std::numeric_limits<T>::infinity();
   const auto Q = view(p.q), K = view(p.k), V = view(p.v), dO = view(p.grad.d_out);
   const index_t tq = Q.rows(), tk = K.rows();
+  const auto programmed = programmed_visible(p);
   const auto visible = [&](index_t i, index_t j) {
-    return j >= p.first_key(i) && j < p.end_key(i) && (p.mask.data == nullptr || view(p.mask)(i, j));
+    return j >= p.first_key(i) && j < p.end_key(i) && (p.mask.data == nullptr || view(p.mask)(i, j)) &&
+           programmed(i, j);
   };
 
-  // The forward's steps 1-5 (reference.cpp): the logits z, and the soft-cap's derivative
-  // c' = 1 - tanh^2(s / softcap) = 1 - (capped / softcap)^2.
+  // The forward's steps 1-5 (reference.cpp): the logits z, and the derivative of z in the scaled
+  // logit: the soft-cap's c' = 1 - tanh^2(s / softcap) = 1 - (capped / softcap)^2, times the
+  // score modification's df/ds (from its Dual instantiation).
   RowMatrix<T> z = p.scale * (Q * K.transpose());
   RowMatrix<T> cap = RowMatrix<T>::Ones(tq, tk);
   if (p.softcap > 0) {
     z = (p.softcap * (z.array() / p.softcap).tanh()).matrix();
     cap = (T(1) - (z.array() / p.softcap).square()).matrix();
+  }
+  if (p.score_mod != nullptr) {
+    RowMatrix<T> derivative(tq, tk);
+    for (index_t i = 0; i < tq; ++i) apply_score_mod(p, i, 0, z.row(i).data(), tk, derivative.row(i).data());
+    cap = cap.cwiseProduct(derivative);
   }
   for (index_t i = 0; i < tq; ++i) {
     for (index_t j = 0; j < tk; ++j) {

@@ -115,6 +115,7 @@ void reference_decode(const Problem<T>& p) {
         r.want_scores = false;
         r.want_attn = true;
         r.want_lse = p.want_lse;
+        p.program(r, b, h);
         reference_kernel(r);
       }
     }

@@ -6,6 +6,7 @@
 
 #include "kernels/convert.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/program.hpp"
 #include "kernels/sink.hpp"
 
 namespace EigenAttention {
@@ -25,6 +26,18 @@ template <typename T>
 StridedMap<T> view(const RawMatrix<T>& m) {
   return StridedMap<T>(m.data, m.rows, m.cols,
                        Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(m.row_stride, m.col_stride));
+}
+
+/// Which pairs (i, j) the programmable mask (mask_mod and the block mask; program.hpp) lets
+/// query i see: every pair when there is none.
+template <typename T>
+Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> programmed_visible(
+    const RawProblem<T>& p) {
+  Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> seen =
+      Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>::Constant(p.q.rows, p.k.rows, true);
+  for (index_t i = 0; i < p.q.rows; ++i)
+    for_each_programmed_hidden(p, i, 0, p.k.rows, [&](index_t j) { seen(i, j) = false; });
+  return seen;
 }
 
 /// A 16-bit matrix widened to float, row-major and contiguous, as a RawMatrix (`keep` owns it);
@@ -68,6 +81,9 @@ RawProblem<float> widened_inputs(const RawProblem<T>& p, WidenedInputs& keep) {
                       {}};
   r.chunk = p.chunk, r.chunk_origin = p.chunk_origin;
   r.has_sink = p.has_sink, r.sink = p.sink;
+  r.score_mod = p.score_mod, r.mask_mod = p.mask_mod, r.blocks = p.blocks;
+  r.block_rows = p.block_rows, r.block_cols = p.block_cols, r.col_blocks = p.col_blocks;
+  r.batch_index = p.batch_index, r.head_index = p.head_index;
   return r;
 }
 

@@ -60,6 +60,7 @@
 #include "kernels/convert.hpp"
 #include "kernels/eigen_internal.hpp"
 #include "kernels/micro_kernel.hpp"
+#include "kernels/program.hpp"
 #include "kernels/sink.hpp"
 #include "kernels/tile_policy.hpp"
 #if defined(__AMX_BF16__)
@@ -275,13 +276,19 @@ void apply_additive(const RawProblem<S>& p, index_t i, index_t j_first, Segment&
       if (!m[t * p.mask.col_stride]) s(t) = -std::numeric_limits<T>::infinity();
     }
   }
+  if (p.mask_mod != nullptr || p.blocks != nullptr)
+    for_each_programmed_hidden(p, i, j_first, n,
+                               [&](index_t t) { s(t) = -std::numeric_limits<T>::infinity(); });
 }
 
-/// Row i's scaled logits of keys j_first, j_first + 1, ... (the segment s) become the final
-/// logits: soft-capped, minus ALiBi, plus the bias, then -inf where the mask says no.
+/// Row i's scaled logits of keys j_first, j_first + 1, ... (the segment s, contiguous) become
+/// the final logits: soft-capped, modified by score_mod, minus ALiBi, plus the bias, then -inf
+/// where a mask says no.
 template <typename T, class Segment>
 void apply_extras(const RawProblem<T>& p, index_t i, index_t j_first, Segment&& s) {
+  static_assert(std::decay_t<Segment>::InnerStrideAtCompileTime == 1, "a contiguous segment");
   if (p.softcap > 0 && s.size() > 0) s = (p.softcap * (s.array() / p.softcap).tanh()).matrix();
+  if (p.score_mod != nullptr) apply_score_mod(p, i, j_first, s.data(), s.size());
   apply_additive(p, i, j_first, s);
 }
 
@@ -306,11 +313,14 @@ T exp_in_packets(T* row, index_t a, index_t b, T shift) {
 /// sum is NaN (0 / NaN).
 template <typename S, class Segment>
 void zero_masked(const RawProblem<S>& p, index_t i, index_t j_first, Segment&& w) {
-  if (p.mask.data == nullptr) return;
-  const bool* m = p.mask.data + i * p.mask.row_stride + j_first * p.mask.col_stride;
-  for (index_t t = 0; t < w.size(); ++t) {
-    if (!m[t * p.mask.col_stride]) w(t) = ComputeScalar<S>(0);
+  if (p.mask.data != nullptr) {
+    const bool* m = p.mask.data + i * p.mask.row_stride + j_first * p.mask.col_stride;
+    for (index_t t = 0; t < w.size(); ++t) {
+      if (!m[t * p.mask.col_stride]) w(t) = ComputeScalar<S>(0);
+    }
   }
+  if (p.mask_mod != nullptr || p.blocks != nullptr)
+    for_each_programmed_hidden(p, i, j_first, w.size(), [&](index_t t) { w(t) = ComputeScalar<S>(0); });
 }
 
 /// Are the V rows [begin, end) all finite? One pass over them, so that tiles with hidden keys can
@@ -357,13 +367,20 @@ bool values_finite(const RawProblem<S>& p, index_t begin, index_t end) {
 /// sees, row by row: the sums that a hidden NaN must not reach.
 template <typename T, class F>
 void for_each_visible(const RawProblem<T>& p, index_t i0, index_t rows, index_t j0, index_t cols, F&& f) {
+  const bool programmed = p.mask_mod != nullptr || p.blocks != nullptr;
+  bool hidden[kMaskChunk];
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
     const Span span = span_in_tile(p, i, j0, cols);
     const bool* m =
         p.mask.data != nullptr ? p.mask.data + i * p.mask.row_stride + j0 * p.mask.col_stride : nullptr;
-    for (index_t t = span.a; t < span.b; ++t) {
-      if (m == nullptr || m[t * p.mask.col_stride]) f(r, t);
+    for (index_t c0 = span.a; c0 < span.b; c0 += kMaskChunk) {
+      const index_t n = std::min(kMaskChunk, span.b - c0);
+      std::fill_n(hidden, n, false);
+      if (programmed) for_each_programmed_hidden(p, i, j0 + c0, n, [&](index_t t) { hidden[t] = true; });
+      for (index_t t = c0; t < c0 + n; ++t) {
+        if ((m == nullptr || m[t * p.mask.col_stride]) && !hidden[t - c0]) f(r, t);
+      }
     }
   }
 }
@@ -376,7 +393,7 @@ void for_each_visible(const RawProblem<T>& p, index_t i0, index_t rows, index_t 
 template <typename S, typename T, class Tile>
 void accumulate_strip(const RawProblem<S>& p, index_t i0, index_t rows, index_t j0, index_t lo, index_t hi,
                       const T* P, index_t ldp, Tile& tile, T* o, index_t ldo) {
-  bool hides_keys = p.mask.data != nullptr;
+  bool hides_keys = p.hides_some();
   for (index_t r = 0; r < rows && !hides_keys; ++r) {
     const Span span = span_in_tile(p, i0 + r, j0 + lo, hi - lo);
     hides_keys = span.a > 0 || span.b < hi - lo;
@@ -740,7 +757,7 @@ inline void accumulate_strip_pairs(const RawProblem<BFloat16Bits>& p, index_t i0
   Pair* const pb = tile.weight_pairs();
   const index_t ldpb = tile.weight_stride();
   const index_t pairs = (hi - lo + 1) / 2, depth = whole_pair_blocks(pairs);
-  bool hides_keys = p.mask.data != nullptr || (lo + 2 * depth > hi && hi < tile.tile_cols());
+  bool hides_keys = p.hides_some() || (lo + 2 * depth > hi && hi < tile.tile_cols());
   for (index_t r = 0; r < rows && !hides_keys; ++r) {
     const Span span = span_in_tile(p, i0 + r, j0 + lo, hi - lo);
     hides_keys = span.a > 0 || span.b < hi - lo;
@@ -835,13 +852,20 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
 
     for (index_t j0 = tile.first(key_begin); j0 < key_end; j0 += kc) {
       const index_t cols = tile.cols(j0, key_end);
+      if (!blocks_show(p, i0, rows, j0, cols)) continue;  // a block mask's Empty tiles
       tile.load_keys(j0, cols);
       tile.load_values(j0, cols);
       // Strip by strip (MR rows): logits of the keys it may see, in whole panels, the online
       // softmax row by row, then the strip's share of P V.
       for (index_t s0 = 0; s0 < rows; s0 += kStrip) {
         const index_t srows = std::min<index_t>(kStrip, rows - s0), is = i0 + s0;
-        const Span keys = strip_keys(p, is, srows, j0, cols, MK::kCols);
+        Span keys = strip_keys(p, is, srows, j0, cols, MK::kCols);
+        if (p.blocks != nullptr) {  // less the keys the block mask hides from the whole strip
+          index_t a, b;
+          blocks_extent(p, is, srows, j0, cols, a, b);
+          keys.a = std::max(keys.a, a / MK::kCols * MK::kCols);
+          keys.b = std::min(keys.b, b);
+        }
         if (keys.a >= keys.b) continue;
         if constexpr (kPairs<E>) {
           const index_t qp = tile.pairs();
@@ -855,7 +879,9 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
           const index_t i = is + r;
           T* const row_data = s + r * lds;
           // The key range: keys this row does not see take no part, and weigh exactly 0.
-          const Span span = span_in_tile(p, i, j0, keys.b);  // span.a >= keys.a: the strip's first row
+          // span.a >= keys.a (the strip's first row), but for keys a block mask hides
+          Span span = span_in_tile(p, i, j0, keys.b);
+          span.a = std::max(span.a, keys.a), span.b = std::max(span.b, span.a);
           Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> S(row_data, keys.b);
           S.segment(keys.a, span.a - keys.a).setZero();
           S.tail(keys.b - span.b).setZero();

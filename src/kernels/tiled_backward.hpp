@@ -96,6 +96,15 @@ void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, co
     Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(cap + span.a, span.b - span.a) =
         (T(1) - (seg.array() / p.softcap).square()).matrix();
   }
+  if (p.score_mod != nullptr) {  // f(s) and df/ds, chained onto the soft-cap's derivative
+    T derivative[kMaskChunk];
+    for (index_t c0 = span.a; c0 < span.b; c0 += kMaskChunk) {
+      const index_t n = std::min(kMaskChunk, span.b - c0);
+      apply_score_mod(p, i, j0 + c0, s + c0, n, derivative);
+      for (index_t t = 0; t < n; ++t)
+        cap[c0 + t] = p.softcap > 0 ? cap[c0 + t] * derivative[t] : derivative[t];
+    }
+  }
   apply_additive(p, i, j0 + span.a, seg);
   exp_in_packets<Shift::Any>(s, span.a, span.b, lse);  // hidden keys (-inf) give exactly 0
 }
@@ -258,14 +267,11 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
     partial[2 * r] = P.sum();
     if (p.grad.d_scores.data == nullptr) continue;
     const auto G = d_scores_row(p, i, j0 + span.a, n, ds_buf);
-    if (p.mask.data == nullptr) {
+    if (!p.hides_some()) {
       partial[2 * r + 1] = P.cwiseProduct(G).sum();
     } else {  // a hidden key's d_scores (even NaN) has no effect
-      const bool* m = p.mask.data + i * p.mask.row_stride + (j0 + span.a) * p.mask.col_stride;
       T sum = 0;
-      for (index_t t = 0; t < n; ++t) {
-        if (m[t * p.mask.col_stride]) sum += P(t) * G(t);
-      }
+      for_each_visible(p, i, 1, j0 + span.a, n, [&](index_t, index_t t) { sum += P(t) * G(t); });
       partial[2 * r + 1] = sum;
     }
   }
@@ -388,7 +394,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
       logits_strip(std::min(MR, rows - r0), cols, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds, lds,
                    T(1));
   }
-  bool hides = p.mask.data != nullptr;
+  bool hides = p.hides_some();
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
     const Span span = span_in_tile(p, i, j0, cols);
@@ -414,7 +420,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
           b.data + i * b.row_stride + (j0 + span.a) * b.col_stride, n, Eigen::InnerStride<>(b.col_stride)) +=
           seg;
     }
-    if (p.softcap > 0)
+    if (p.softcap > 0 || p.score_mod != nullptr)
       seg.array() *= Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>(cap + r * ldw + span.a, n);
     seg *= p.scale;
   }

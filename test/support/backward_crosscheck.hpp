@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -49,11 +50,13 @@ Seeds make_seeds(const Problem& p, Rng& rng, bool with_d_scores) {
 /// The library's forward (attention_heads_into, for OUT and LSE), then attention_heads_backward_into.
 template <class T>
 Gradients<T> run_backward(const Problem& p, const Seeds& seeds, const mh::Options& opt,
-                          mh::Layout layout = mh::Layout::BHTD, bool want_d_bias = true) {
+                          mh::Layout layout = mh::Layout::BHTD, bool want_d_bias = true,
+                          const std::function<void(mh::Masks<T>&)>& program = {}) {
   const Eigen::Index B = p.Q.n[0], H = p.Q.n[1], Hkv = p.K.n[1], tq = p.Q.n[2], tk = p.K.n[2];
   const Eigen::Index dk = p.Q.n[3], dv = p.V.n[3];
   const HeadsBuffer<T> Q(p.Q, layout), K(p.K, layout), V(p.V, layout), dO(seeds.d_out, layout);
-  const MasksBuffer<T> masks(p.spec);
+  MasksBuffer<T> masks(p.spec);
+  if (program) program(masks.masks);  // (multihead_crosscheck.hpp's run_heads)
   Gradients<T> g;
   g.out = HeadsBuffer<T>(layout, B, H, tq, dv, T(0));
   g.lse = HeadsBuffer<T>(layout, B, H, tq, 1, T(0));

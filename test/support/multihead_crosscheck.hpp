@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 #include <utility>
@@ -104,11 +105,15 @@ struct Run {
   HeadsBuffer<T> out, lse, scores, avg;
 };
 
+/// `program` (when given) adds to the masks made from p.spec what the spec cannot hold (the
+/// library's score_mod, mask_mod and block_mask).
 template <class T>
-Run<T> run_heads(const Problem& p, const mh::Options& opt, mh::Layout layout, bool decomposed) {
+Run<T> run_heads(const Problem& p, const mh::Options& opt, mh::Layout layout, bool decomposed,
+                 const std::function<void(mh::Masks<T>&)>& program = {}) {
   const Eigen::Index B = p.Q.n[0], H = p.Q.n[1], tq = p.Q.n[2], tk = p.K.n[2], dv = p.V.n[3];
   const HeadsBuffer<T> Q(p.Q, layout), K(p.K, layout), V(p.V, layout);
-  const MasksBuffer<T> masks(p.spec);
+  MasksBuffer<T> masks(p.spec);
+  if (program) program(masks.masks);
   Run<T> r;
   r.out = HeadsBuffer<T>(layout, B, H, tq, dv, kSentinel<T>);
   r.lse = HeadsBuffer<T>(layout, B, H, tq, 1, kSentinel<T>);

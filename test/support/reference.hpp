@@ -32,6 +32,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -167,6 +168,13 @@ struct MultiHeadSpec {
   std::vector<std::int64_t> key_lengths;  ///< empty: not used
   std::vector<long double> alibi;         ///< one slope per query head; empty: not used
   std::vector<long double> sinks;         ///< one sink logit per query head; empty: not used
+  /// Programmable attention (Masks::score_mod, mask_mod), at positions q = pos + chunk_origin,
+  /// k = j + chunk_origin (pos: query i's diagonal key): score(s, b, h, q, k) after soft-capping
+  /// (step 2b) with its derivative in s, score_slope, and keep(b, h, q, k) (step 5). Empty: not
+  /// used.
+  std::function<long double(long double, long, long, long, long)> score, score_slope;
+  std::function<bool(long, long, long, long)> keep;
+  long double score_curvature = 0;  ///< a bound on |d^2 score / ds^2| (the backward's error model)
 };
 
 /// The reference's results and, per problem (group g: sequence b and query head h,
@@ -262,6 +270,13 @@ inline Logit reference_logit(const Array4& Q, const Array4& K, const MultiHeadSp
     l.cap_slope = 1 - t * t;
     l.extra += 8 * std::fabs(s);
   }
+  const long qpos = static_cast<long>(pos) + spec.chunk_origin,
+             kpos = static_cast<long>(j) + spec.chunk_origin;
+  if (spec.score) {  // 2b. (its own rounding: a few ulps of its result, as the soft-cap's)
+    l.cap_slope *= spec.score_slope(s, static_cast<long>(b), static_cast<long>(h), qpos, kpos);
+    s = spec.score(s, static_cast<long>(b), static_cast<long>(h), qpos, kpos);
+    l.extra += 8 * std::fabs(s);
+  }
   if (!spec.alibi.empty()) {  // 3.
     const long double a = spec.alibi[static_cast<size_t>(h)] * std::fabs(static_cast<long double>(pos - j));
     s -= a;
@@ -278,6 +293,7 @@ inline Logit reference_logit(const Array4& Q, const Array4& K, const MultiHeadSp
     const Array4& ms = *spec.mask;
     visible = visible && ms(ms.n[0] == 1 ? 0 : b, ms.n[1] == 1 ? 0 : h, i, j) != 0;
   }
+  if (spec.keep) visible = visible && spec.keep(static_cast<long>(b), static_cast<long>(h), qpos, kpos);
   if (spec.causal) visible = visible && j <= pos;
   if (spec.window_left >= 0) visible = visible && j >= pos - spec.window_left;
   if (spec.window_right >= 0) visible = visible && j <= pos + spec.window_right;
@@ -395,6 +411,20 @@ ReferenceResult reference_attention(const Eigen::MatrixBase<DQ>& Q_in, const Eig
   return r;
 }
 
+/// `spec` for sequence s of a packed batch, attended on its own (batch 1): its programmable
+/// functions see s as their batch index.
+inline MultiHeadSpec sequence_spec(const MultiHeadSpec& spec, long s) {
+  MultiHeadSpec seq = spec;
+  if (spec.score) {
+    seq.score = [&spec, s](long double x, long, long h, long q, long k) { return spec.score(x, s, h, q, k); };
+    seq.score_slope = [&spec, s](long double x, long, long h, long q, long k) {
+      return spec.score_slope(x, s, h, q, k);
+    };
+  }
+  if (spec.keep) seq.keep = [&spec, s](long, long h, long q, long k) { return spec.keep(s, h, q, k); };
+  return seq;
+}
+
 /// The reference for attention_varlen_into: Q [1, H, total_q, d_k], K/V [1, H_kv, total_k, d];
 /// sequence s is rows [cu_q[s], cu_q[s+1]) and [cu_k[s], cu_k[s+1]), attended on its own with
 /// `spec` (which may use ALiBi, causal, window, soft-cap and scale only). Groups are
@@ -421,8 +451,8 @@ inline MultiHeadReference reference_varlen(const Array4& Q, const Array4& K, con
   for (Eigen::Index s = 0; s < n; ++s) {
     const Eigen::Index q0 = cu_q[s], lq = cu_q[s + 1] - cu_q[s], k0 = cu_k[s], lk = cu_k[s + 1] - cu_k[s];
     require(lq >= 0 && lk >= 0 && q0 + lq <= Q.n[2] && k0 + lk <= K.n[2], "cu_seqlens out of range");
-    const auto part =
-        reference_heads(Q.token_range(q0, lq), K.token_range(k0, lk), V.token_range(k0, lk), spec);
+    const auto part = reference_heads(Q.token_range(q0, lq), K.token_range(k0, lk), V.token_range(k0, lk),
+                                      sequence_spec(spec, static_cast<long>(s)));
     for (Eigen::Index h = 0; h < H; ++h) {
       const size_t g = static_cast<size_t>(s * H + h);
       r.logit_magnitude[g] = part.logit_magnitude[static_cast<size_t>(h)];

@@ -133,8 +133,13 @@ BackwardReference reference_heads_backward(const Array4& Q, const Array4& K, con
             r.d_bias_tol(bb, bh, i, j) += dz_error;
           }
           const long double ds = scale * l.cap_slope * dz;
+          // A score modification's slope is off by its own rounding (8 ulps of it) and by the logit's
+          // error delta times its curvature (MultiHeadSpec::score_curvature).
+          const long double slope_error =
+              cap_error +
+              (spec.score ? 2 * (delta * spec.score_curvature + 8 * u * std::fabs(l.cap_slope)) : 0);
           const long double ds_error =
-              std::fabs(scale) * (dz_error * l.cap_slope + p * (dp_abs[js] + D_abs) * cap_error);
+              std::fabs(scale) * (dz_error * std::fabs(l.cap_slope) + p * (dp_abs[js] + D_abs) * slope_error);
           const long double* k = K.row(b, kh, j);
           long double *dk_j = r.dk.row(b, kh, j), *dk_tol = r.dk_tol.row(b, kh, j);
           for (Eigen::Index c = 0; c < dk; ++c) {
@@ -193,9 +198,9 @@ BackwardReference reference_varlen_backward(const Array4& Q, const Array4& K, co
     const Eigen::Index q0 = cu_q[s], lq = cu_q[s + 1] - q0, k0 = cu_k[s], lk = cu_k[s + 1] - k0;
     std::optional<Array4> part_d_lse;
     if (d_lse) part_d_lse = d_lse->token_range(q0, lq);
-    const BackwardReference part =
-        reference_heads_backward<T>(Q.token_range(q0, lq), K.token_range(k0, lk), V.token_range(k0, lk), spec,
-                                    d_out.token_range(q0, lq), std::nullopt, part_d_lse);
+    const BackwardReference part = reference_heads_backward<T>(
+        Q.token_range(q0, lq), K.token_range(k0, lk), V.token_range(k0, lk),
+        sequence_spec(spec, static_cast<long>(s)), d_out.token_range(q0, lq), std::nullopt, part_d_lse);
     for (size_t h = 0; h < r.d_sinks.size(); ++h) {
       r.d_sinks[h] += part.d_sinks[h];
       r.d_sinks_tol[h] += part.d_sinks_tol[h];

@@ -134,6 +134,9 @@ Masks<AbiScalar<T>> bits(const Masks<T>& m) {
   b.key_lengths = m.key_lengths;
   b.alibi_slopes = reinterpret_cast<const AbiScalar<T>*>(m.alibi_slopes);
   b.sinks = reinterpret_cast<const AbiScalar<T>*>(m.sinks);
+  b.score_mod = m.score_mod;  // (the same compute type on both sides)
+  b.mask_mod = m.mask_mod;
+  b.block_mask = m.block_mask;
   return b;
 }
 

@@ -1,0 +1,437 @@
+// SPDX-License-Identifier: MIT
+// Programmable attention (Masks::score_mod, mask_mod, block_mask): every built-in mask written as
+// a mask_mod gives the built-in's results bitwise (the same -inf logits, the same sums); score
+// modifications equal to the built-in soft-cap, ALiBi and bias give them within the rounding
+// budget; functors that no built-in covers (document masking, prefix-LM, a relative-position
+// table) match the long-double reference (support/reference.hpp, which applies them in long
+// double at the same positions), forward and backward (their derivative from the Dual
+// instantiation against a hand-written one); block masks skip nothing that is seen; bad block
+// masks throw.
+#include <doctest/doctest.h>
+
+#include <EigenAttention/EigenAttention.hpp>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "support/backward_crosscheck.hpp"
+#include "support/multihead_crosscheck.hpp"
+
+namespace test_programmable {
+
+using namespace ea_test;
+using namespace ea_test::crosscheck;
+namespace bw = ea_test::backward;
+
+/// Runs the built-in problem `builtin` and the same tensors with `programmed`'s spec plus the masks
+/// `program` adds, on every kernel, fused and decomposed, 1 and 2 threads: bitwise equal, and both
+/// within the reference's budget.
+template <class T>
+void check_same_as_builtin(const Problem& builtin, const Problem& programmed,
+                           const std::function<void(mh::Masks<T>&)>& program, bool bitwise) {
+  const auto ref = reference_heads(builtin.Q, builtin.K, builtin.V, builtin.spec);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = mh::kernel_name(kernel);
+    CAPTURE(kname);
+    for (const int threads : {1, 2}) {
+      CAPTURE(threads);
+      for (const bool decomposed : {false, true}) {
+        CAPTURE(decomposed);
+        const Run<T> a =
+            run_heads<T>(builtin, options_for(builtin.spec, kernel, threads), mh::Layout::BHTD, decomposed);
+        const Run<T> b = run_heads<T>(programmed, options_for(programmed.spec, kernel, threads),
+                                      mh::Layout::BHTD, decomposed, program);
+        if (bitwise) {
+          check_runs_equal(b, a, "programmed vs built-in");
+        } else {
+          check_runs_near(b, a, ref, "programmed vs built-in");
+        }
+        check_against(b, ref, 1, "programmed vs reference");
+      }
+    }
+  }
+}
+
+// The masks as functors, at the positions the library gives them (q: the query's diagonal key).
+const auto causal_g = [](auto, auto, auto q, auto k) { return k <= q; };
+
+TEST_CASE_TEMPLATE("programmable: built-in masks as a mask_mod give the built-in's results bitwise", T, float,
+                   double) {
+  Rng rng(2801);
+  struct Case {
+    const char* name;
+    Config config;
+  };
+  std::vector<Case> cases;
+  {
+    Config c{"", 2, 4, 2, 37, 37, 16, 8};
+    c.causal = true;
+    cases.push_back({"causal", c});
+  }
+  {
+    Config c{"", 2, 2, 1, 23, 61, 8, 5};
+    c.causal = true;
+    c.bottom_right = true;
+    cases.push_back({"causal bottom-right", c});
+  }
+  {
+    Config c{"", 1, 2, 2, 40, 150, 12, 7};
+    c.causal = true;
+    c.bottom_right = true;
+    cases.push_back({"causal bottom-right, T_k > T_q, several key tiles", c});
+  }
+  {
+    Config c{"", 2, 2, 2, 45, 45, 8, 8};
+    c.window_left = 6;
+    c.window_right = 3;
+    cases.push_back({"window", c});
+  }
+  {
+    Config c{"", 1, 2, 1, 33, 33, 8, 4};
+    c.chunk = 7;
+    c.causal = true;
+    cases.push_back({"chunked causal", c});
+  }
+  for (const Case& cs : cases) {
+    CAPTURE(cs.name);
+    const Problem builtin = make_problem<T>(cs.config, rng);
+    Problem programmed = builtin;
+    const MultiHeadSpec& s = builtin.spec;
+    programmed.spec.causal = false, programmed.spec.window_left = programmed.spec.window_right = -1;
+    programmed.spec.chunk = 0;
+    // (The alignment stays: it sets the positions the functor sees.)
+    const long wl = s.window_left, wr = s.window_right, chunk = s.chunk;
+    const bool causal = s.causal;
+    auto g = [=](auto, auto, auto q, auto k) {
+      bool seen = !causal || k <= q;
+      if (wl >= 0) seen = seen && q - k <= wl;
+      if (wr >= 0) seen = seen && k - q <= wr;
+      if (chunk > 0) seen = seen && floor_div(q, chunk) == floor_div(k, chunk);
+      return seen;
+    };
+    const auto mm = ea::mask_mod(g);
+    check_same_as_builtin<T>(
+        builtin, programmed, [&](mh::Masks<T>& m) { m.mask_mod = mm; }, true);
+    // With a block mask of small tiles (Empty, Partial and Full ones), the same bits.
+    const mh::Options opt = options_for(programmed.spec);
+    for (const Eigen::Index tile : {4, 16}) {
+      CAPTURE(tile);
+      const ea::BlockMask bm = ea::block_mask(mm, 1, 1, builtin.Q.n[2], builtin.K.n[2], tile, tile + 1, opt);
+      check_same_as_builtin<T>(
+          builtin, programmed,
+          [&](mh::Masks<T>& m) {
+            m.mask_mod = mm;
+            m.block_mask = bm;
+          },
+          true);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("programmable: a boolean mask as a mask_mod (bitwise) and key lengths (within the budget)",
+                   T, float, double) {
+  Rng rng(2802);
+  for (const bool lengths : {false, true}) {
+    CAPTURE(lengths);
+    Config c{"", 3, 2, 1, 19, 29, 8, 6};
+    c.key_lengths = lengths;
+    c.mask = "BxH";
+    const Problem builtin = make_problem<T>(c, rng);
+    Problem programmed = builtin;
+    programmed.spec.key_lengths.clear();
+    programmed.spec.mask.reset();
+    const MultiHeadSpec& s = builtin.spec;
+    auto g = [&](auto b, auto h, auto q, auto k) {  // top-left: the query's row is q
+      return (!lengths || k < s.key_lengths[static_cast<size_t>(b)]) && (*s.mask)(b, h, q, k) != 0;
+    };
+    const auto mm = ea::mask_mod(g);
+    // Key lengths drop the padded keys from the built-in's problem: its row sums have fewer terms,
+    // which Eigen's reductions may add in another order.
+    check_same_as_builtin<T>(
+        builtin, programmed, [&](mh::Masks<T>& m) { m.mask_mod = mm; }, !lengths);
+  }
+}
+
+TEST_CASE_TEMPLATE("programmable: soft-cap, ALiBi and a bias as a score_mod, within the budget", T, float,
+                   double) {
+  Rng rng(2803);
+  Config c{"", 2, 4, 2, 21, 34, 16, 8};
+  c.causal = true;
+  c.bottom_right = true;
+  c.softcap = 2.5;
+  c.alibi = true;
+  c.bias = "1xH";
+  c.magnitude = 2.0;
+  const Problem builtin = make_problem<T>(c, rng);
+  Problem programmed = builtin;
+  programmed.spec.softcap = 0;
+  programmed.spec.alibi.clear();
+  programmed.spec.bias.reset();
+  const MultiHeadSpec& s = builtin.spec;
+  const T cap = static_cast<T>(s.softcap);
+  std::vector<T> slopes;
+  for (const long double x : s.alibi) slopes.push_back(static_cast<T>(x));
+  const Eigen::Index offset = s.bottom_right ? c.Tk - c.Tq : 0;
+  auto f = [&](auto x, auto, auto h, auto q, auto k) {
+    using std::abs;
+    using std::tanh;
+    auto y = cap * tanh(x / cap);
+    y = y - slopes[static_cast<size_t>(h)] * abs(static_cast<T>(q - k));
+    return y + static_cast<T>((*s.bias)(0, h, q - offset, k));
+  };
+  const auto sm = ea::score_mod(f);
+  check_same_as_builtin<T>(
+      builtin, programmed, [&](mh::Masks<T>& m) { m.score_mod = sm; }, false);
+}
+
+// Functors no built-in covers: packed documents, a prefix seen by all, a relative-position table.
+struct Documents {
+  std::vector<long> starts;  // document d holds positions [starts[d], starts[d + 1])
+  long document(long x) const {
+    long d = 0;
+    while (d + 1 < static_cast<long>(starts.size()) && starts[static_cast<size_t>(d + 1)] <= x) ++d;
+    return d;
+  }
+};
+
+TEST_CASE_TEMPLATE("programmable: document + prefix-LM mask and a relative-position table vs the reference",
+                   T, float, double) {
+  Rng rng(2804);
+  Config c{"", 2, 4, 2, 70, 70, 16, 8};
+  c.magnitude = 1.5;
+  Problem p = make_problem<T>(c, rng);
+  const Documents docs{{0, 9, 30, 31, 55}};
+  const long prefix = 5, T_ = 70;
+  std::vector<T> table(2 * T_ - 1);
+  for (auto& x : table) x = static_cast<T>(0.5 * rng.normal());
+  auto f = [&](auto s, auto, auto h, auto q, auto k) {
+    return s + table[static_cast<size_t>(q - k + T_ - 1)] * static_cast<T>(h % 2 == 0 ? 1 : -1);
+  };
+  auto g = [&](auto, auto, auto q, auto k) {
+    return (k < prefix || k <= q) &&
+           docs.document(static_cast<long>(q)) == docs.document(static_cast<long>(k));
+  };
+  p.spec.score = [&](long double s, long, long h, long q, long k) {
+    return s + static_cast<long double>(table[static_cast<size_t>(q - k + T_ - 1)]) * (h % 2 == 0 ? 1 : -1);
+  };
+  p.spec.score_slope = [](long double, long, long, long, long) { return 1.0L; };
+  p.spec.keep = [&](long, long, long q, long k) {
+    return (k < prefix || k <= q) && docs.document(q) == docs.document(k);
+  };
+  const auto sm = ea::score_mod(f);
+  const auto mm = ea::mask_mod(g);
+  const auto ref = reference_heads(p.Q, p.K, p.V, p.spec);
+  const ea::BlockMask bm = ea::block_mask(mm, 1, 1, c.Tq, c.Tk, 16, 16);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = mh::kernel_name(kernel);
+    CAPTURE(kname);
+    for (const bool with_blocks : {false, true}) {
+      CAPTURE(with_blocks);
+      for (const bool decomposed : {false, true}) {
+        CAPTURE(decomposed);
+        const Run<T> r = run_heads<T>(p, options_for(p.spec, kernel, 2), mh::Layout::BTHD, decomposed,
+                                      [&](mh::Masks<T>& m) {
+                                        m.score_mod = sm;
+                                        m.mask_mod = mm;
+                                        if (with_blocks) m.block_mask = bm;
+                                      });
+        check_against(r, ref, 1, "programmed vs reference");
+      }
+    }
+  }
+  // Backward: the table's gradient flows through f (df/ds = 1 from the Dual instantiation).
+  const bw::Seeds seeds = bw::make_seeds<T>(p, rng, false);
+  const auto bref = reference_heads_backward<T>(p.Q, p.K, p.V, p.spec, seeds.d_out);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = mh::kernel_name(kernel);
+    CAPTURE(kname);
+    for (const bool with_blocks : {false, true}) {
+      CAPTURE(with_blocks);
+      const bw::Gradients<T> grads = bw::run_backward<T>(p, seeds, options_for(p.spec, kernel, 2),
+                                                         mh::Layout::BHTD, true, [&](mh::Masks<T>& m) {
+                                                           m.score_mod = sm;
+                                                           m.mask_mod = mm;
+                                                           if (with_blocks) m.block_mask = bm;
+                                                         });
+      bw::check_against(grads, bref, "programmed backward vs reference");
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("programmable: the backward differentiates f through its Dual instantiation", T, float,
+                   double) {
+  Rng rng(2805);
+  Config c{"", 1, 2, 1, 41, 53, 8, 6};
+  c.causal = true;
+  c.magnitude = 2.0;
+  Problem p = make_problem<T>(c, rng);
+  // A smooth f whose derivative varies: c tanh(s / c) + 0.1 s^2 / (1 + |q - k|).
+  const T cap = T(3);
+  auto f = [=](auto s, auto, auto, auto q, auto k) {
+    using std::tanh;
+    using std::abs;
+    return cap * tanh(s / cap) + T(0.1) * s * s / T(1 + abs(static_cast<T>(q - k)));
+  };
+  p.spec.score = [=](long double s, long, long, long q, long k) {
+    return 3.0L * std::tanh(s / 3.0L) + 0.1L * s * s / (1.0L + std::fabs(static_cast<long double>(q - k)));
+  };
+  p.spec.score_slope = [=](long double s, long, long, long q, long k) {
+    const long double t = std::tanh(s / 3.0L);
+    return (1 - t * t) + 0.2L * s / (1.0L + std::fabs(static_cast<long double>(q - k)));
+  };
+  p.spec.score_curvature = 1;  // |f''| <= 2 / (3 sqrt(27)) + 0.2
+  const auto sm = ea::score_mod(f);
+  const bw::Seeds seeds = bw::make_seeds<T>(p, rng, true);
+  const auto bref =
+      reference_heads_backward<T>(p.Q, p.K, p.V, p.spec, seeds.d_out, seeds.d_scores, seeds.d_lse);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = mh::kernel_name(kernel);
+    CAPTURE(kname);
+    const bw::Gradients<T> grads =
+        bw::run_backward<T>(p, seeds, options_for(p.spec, kernel, 1), mh::Layout::BHTD, true,
+                            [&](mh::Masks<T>& m) { m.score_mod = sm; });
+    bw::check_against(grads, bref, "score_mod backward vs reference");
+  }
+}
+
+TEST_CASE("programmable: block_mask classifies causal tiles, and from_blocks lists tiles") {
+  const auto mm = ea::mask_mod(causal_g);
+  const ea::BlockMask bm = ea::block_mask(mm, 1, 1, 64, 64, 16, 16);
+  CHECK(bm.row_blocks() == 4);
+  CHECK(bm.col_blocks() == 4);
+  for (Eigen::Index r = 0; r < 4; ++r)
+    for (Eigen::Index c = 0; c < 4; ++c) {
+      CAPTURE(r);
+      CAPTURE(c);
+      const ea::BlockKind want = c < r    ? ea::BlockKind::Full
+                                 : c == r ? ea::BlockKind::Partial
+                                          : ea::BlockKind::Empty;
+      CHECK(bm.block(0, 0, r, c) == want);
+    }
+  CHECK(bm.density() == doctest::Approx(10.0 / 16.0));
+  // Bottom-right over T_k = 80: every tile of the last 16 keys' diagonal shifts by 16.
+  ea::Options br;
+  br.alignment = ea::CausalAlignment::BottomRight;
+  const ea::BlockMask shifted = ea::block_mask(mm, 1, 1, 64, 80, 16, 16, br);
+  CHECK(shifted.offset() == 16);
+  CHECK(shifted.block(0, 0, 0, 1) == ea::BlockKind::Partial);
+  CHECK(shifted.block(0, 0, 0, 0) == ea::BlockKind::Full);
+  CHECK(shifted.block(0, 0, 0, 2) == ea::BlockKind::Empty);
+
+  const ea::BlockMask listed =
+      ea::BlockMask::from_blocks(1, 2, 32, 48, 16, 16, {0, 1, 3, 3, 4}, {2, 0, 1, 2});
+  CHECK(listed.block(0, 0, 0, 2) == ea::BlockKind::Full);
+  CHECK(listed.block(0, 0, 0, 0) == ea::BlockKind::Empty);
+  CHECK(listed.block(0, 0, 1, 0) == ea::BlockKind::Full);
+  CHECK(listed.block(0, 0, 1, 1) == ea::BlockKind::Full);
+  CHECK(listed.block(0, 1, 0, 0) == ea::BlockKind::Empty);
+  CHECK(listed.block(0, 1, 1, 2) == ea::BlockKind::Full);
+  CHECK_THROWS_AS(ea::BlockMask::from_blocks(1, 1, 32, 32, 16, 16, {0, 1, 2}, {0, 2}), std::invalid_argument);
+  CHECK_THROWS_AS(ea::BlockMask::from_blocks(1, 1, 32, 32, 16, 16, {0, 2, 2}, {0, 0}), std::invalid_argument);
+  CHECK_THROWS_AS(ea::BlockMask::from_blocks(1, 1, 32, 32, 16, 16, {0, 1}, {0}), std::invalid_argument);
+  CHECK_THROWS_AS(ea::BlockMask(1, 1, 8, 8, 0, 4), std::invalid_argument);
+}
+
+TEST_CASE("programmable: block-sparse from_blocks == the equivalent boolean mask, bitwise") {
+  Rng rng(2806);
+  Config c{"", 1, 2, 2, 96, 96, 16, 8};
+  const Problem p = make_problem<float>(c, rng);
+  // Per head, a random set of 16 x 32 tiles (about a third), listed; the same as a boolean mask.
+  const Eigen::Index R = 16, C = 32, nq = 6, nk = 3;
+  std::vector<std::int64_t> offsets{0}, columns;
+  Array4 mask(1, 2, 96, 96, 0);
+  for (Eigen::Index h = 0; h < 2; ++h)
+    for (Eigen::Index rb = 0; rb < nq; ++rb) {
+      for (Eigen::Index cb = 0; cb < nk; ++cb) {
+        if (rng.uniform() > 0.0) continue;  // uniform() is in [-1, 1): about half
+        columns.push_back(cb);
+        for (Eigen::Index i = rb * R; i < (rb + 1) * R; ++i)
+          for (Eigen::Index j = cb * C; j < (cb + 1) * C; ++j) mask(0, h, i, j) = 1;
+      }
+      offsets.push_back(static_cast<std::int64_t>(columns.size()));
+    }
+  const ea::BlockMask bm = ea::BlockMask::from_blocks(1, 2, 96, 96, R, C, offsets, columns);
+  Problem with_mask = p;
+  with_mask.spec.mask = mask;
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = mh::kernel_name(kernel);
+    CAPTURE(kname);
+    for (const bool decomposed : {false, true}) {
+      CAPTURE(decomposed);
+      const Run<float> a =
+          run_heads<float>(with_mask, options_for(p.spec, kernel, 2), mh::Layout::BHTD, decomposed);
+      const Run<float> b = run_heads<float>(p, options_for(p.spec, kernel, 2), mh::Layout::BHTD, decomposed,
+                                            [&](mh::Masks<float>& m) { m.block_mask = bm; });
+      check_runs_equal(b, a, "block-sparse vs boolean mask");
+    }
+  }
+}
+
+TEST_CASE("programmable: a block mask that does not fit the call throws, naming it") {
+  Rng rng(2807);
+  Config c{"", 1, 2, 1, 20, 30, 8, 4};
+  const Problem p = make_problem<float>(c, rng);
+  const auto mm = ea::mask_mod(causal_g);
+  const auto run = [&](const ea::BlockMask& bm, bool with_mod, const mh::Options& opt) {
+    run_heads<float>(p, opt, mh::Layout::BHTD, false, [&](mh::Masks<float>& m) {
+      if (with_mod) m.mask_mod = mm;
+      m.block_mask = bm;
+    });
+  };
+  const mh::Options opt = options_for(p.spec);
+  CHECK_NOTHROW(run(ea::block_mask(mm, 1, 1, 20, 30, 8, 8, opt), true, opt));
+  // Another T_k; another batch; partial tiles and no mask_mod; positions of another alignment.
+  CHECK_THROWS_WITH_AS(run(ea::block_mask(mm, 1, 1, 20, 31, 8, 8, opt), true, opt),
+                       doctest::Contains("does not fit T_q x T_k = 20x30"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(run(ea::block_mask(mm, 2, 1, 20, 30, 8, 8, opt), true, opt),
+                       doctest::Contains("batch must be 1"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(run(ea::block_mask(mm, 1, 1, 20, 30, 8, 8, opt), false, opt),
+                       doctest::Contains("Partial tiles"), std::invalid_argument);
+  mh::Options br = opt;
+  br.alignment = ea::CausalAlignment::BottomRight;
+  CHECK_THROWS_WITH_AS(run(ea::block_mask(mm, 1, 1, 20, 30, 8, 8, opt), true, br),
+                       doctest::Contains("query positions i + 0"), std::invalid_argument);
+  CHECK_NOTHROW(run(ea::block_mask(mm, 1, 1, 20, 30, 8, 8, br), true, br));
+}
+
+TEST_CASE_TEMPLATE("programmable: varlen sequences see their own index as b", T, float, double) {
+  Rng rng(2808);
+  const std::vector<std::int64_t> cu{0, 13, 13, 40, 47};
+  const Eigen::Index total = 47, H = 2, dk = 8, dv = 5;
+  const Array4 Q = random_array<T>(rng, 1, H, total, dk), K = random_array<T>(rng, 1, H, total, dk),
+               V = random_array<T>(rng, 1, H, total, dv);
+  MultiHeadSpec spec;
+  spec.causal = true;
+  // Per sequence and head, a different bias; sequence 2 sees only even keys.
+  spec.score = [](long double s, long b, long h, long q, long k) {
+    return s + 0.25L * (b + 1) * (h - 0.5L) * (q - k);
+  };
+  spec.score_slope = [](long double, long, long, long, long) { return 1.0L; };
+  spec.keep = [](long b, long, long, long k) { return b != 2 || k % 2 == 0; };
+  auto f = [](auto s, auto b, auto h, auto q, auto k) {
+    return s + T(0.25) * T(b + 1) * (T(h) - T(0.5)) * T(q - k);
+  };
+  auto g = [](auto b, auto, auto, auto k) { return b != 2 || k % 2 == 0; };
+  const auto sm = ea::score_mod(f);
+  const auto mm = ea::mask_mod(g);
+  const auto ref = reference_varlen(Q, K, V, cu, cu, spec);
+  const HeadsBuffer<T> q(Q, mh::Layout::BHTD), k(K, mh::Layout::BHTD), v(V, mh::Layout::BHTD);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = mh::kernel_name(kernel);
+    CAPTURE(kname);
+    HeadsBuffer<T> out(mh::Layout::BHTD, 1, H, total, dv, kSentinel<T>),
+        lse(mh::Layout::BHTD, 1, H, total, 1, kSentinel<T>);
+    mh::Masks<T> masks;
+    masks.score_mod = sm;
+    masks.mask_mod = mm;
+    mh::Options opt = options_for(spec, kernel, 2);
+    mh::attention_varlen_into(q.cview(), k.cview(), v.cview(), cu.data(), cu.data(), 4, out.view(),
+                              lse.view(), opt, masks);
+    check_heads_near(out.view(), ref.out, budget_fn<T>(ref, 1, &Budget::attn), "OUT");
+    check_heads_near(lse.view(), ref.lse, budget_fn<T>(ref, 1, &Budget::lse), "LSE");
+  }
+}
+
+}  // namespace test_programmable
