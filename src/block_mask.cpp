@@ -30,10 +30,10 @@ void classify_blocks(const MaskModRef& mask, const BlockMaskView& target, BlockK
                       static_cast<double>(target.cols);
   const int n = internal::threads_for(threads, work * 8);
   internal::for_tasks(tiles, n, [&](index_t t) {
-    thread_local std::unique_ptr<bool[]> band;
+    thread_local std::unique_ptr<unsigned char[]> band;
     thread_local index_t band_size = 0;
     const index_t need = band_rows * std::min(C, std::max<index_t>(target.cols, 1));
-    if (band_size < need) band.reset(new bool[static_cast<std::size_t>(need)]), band_size = need;
+    if (band_size < need) band.reset(new unsigned char[static_cast<std::size_t>(need)]), band_size = need;
     const index_t cb = t % cb_count, rb = t / cb_count % rb_count, bh = t / (cb_count * rb_count);
     const index_t i0 = rb * R, i1 = std::min(target.rows, i0 + R);
     const index_t j0 = cb * C, j1 = std::min(target.cols, j0 + C);
@@ -49,7 +49,7 @@ void classify_blocks(const MaskModRef& mask, const BlockMaskView& target, BlockK
                           j0 + target.origin,
                           cols};
       mask.apply(mask.callable, tile);
-      for (index_t e = 0; e < rows * cols; ++e) (band[e] ? any_visible : any_hidden) = true;
+      for (index_t e = 0; e < rows * cols; ++e) (band[e] != 0 ? any_visible : any_hidden) = true;
     }
     out[t] = !any_visible ? BlockKind::Empty : any_hidden ? BlockKind::Partial : BlockKind::Full;
   });

@@ -61,7 +61,7 @@ TEST_CASE_TEMPLATE("programmable: built-in masks as a mask_mod give the built-in
                    double) {
   Rng rng(2801);
   struct Case {
-    const char* name;
+    std::string name;
     Config config;
   };
   std::vector<Case> cases;
@@ -334,7 +334,7 @@ TEST_CASE("programmable: block_mask classifies causal tiles, and from_blocks lis
   CHECK_THROWS_AS(ea::BlockMask(1, 1, 8, 8, 0, 4), std::invalid_argument);
 }
 
-TEST_CASE("programmable: block-sparse from_blocks == the equivalent boolean mask, bitwise") {
+TEST_CASE("programmable: block-sparse from_blocks == the equivalent boolean mask") {
   Rng rng(2806);
   Config c{"", 1, 2, 2, 96, 96, 16, 8};
   const Problem p = make_problem<float>(c, rng);
@@ -355,6 +355,7 @@ TEST_CASE("programmable: block-sparse from_blocks == the equivalent boolean mask
   const ea::BlockMask bm = ea::BlockMask::from_blocks(1, 2, 96, 96, R, C, offsets, columns);
   Problem with_mask = p;
   with_mask.spec.mask = mask;
+  const auto ref = reference_heads(with_mask.Q, with_mask.K, with_mask.V, with_mask.spec);
   for (const auto kernel : kernels_under_test()) {
     const std::string kname = mh::kernel_name(kernel);
     CAPTURE(kname);
@@ -364,7 +365,15 @@ TEST_CASE("programmable: block-sparse from_blocks == the equivalent boolean mask
           run_heads<float>(with_mask, options_for(p.spec, kernel, 2), mh::Layout::BHTD, decomposed);
       const Run<float> b = run_heads<float>(p, options_for(p.spec, kernel, 2), mh::Layout::BHTD, decomposed,
                                             [&](mh::Masks<float>& m) { m.block_mask = bm; });
-      check_runs_equal(b, a, "block-sparse vs boolean mask");
+      // The tiled kernels take a row's runs of shown tiles in passes of their own (the Empty ones
+      // between them never computed), so the online softmax adds the same terms in other groups:
+      // within the budget of each, and bitwise on the reference kernel, which adds them as one.
+      if (kernel == mh::Kernel::Reference) {
+        check_runs_equal(b, a, "block-sparse vs boolean mask");
+      } else {
+        check_runs_near(b, a, ref, "block-sparse vs boolean mask");
+      }
+      check_against(b, ref, 1, "block-sparse vs reference");
     }
   }
 }

@@ -20,6 +20,7 @@
 #include <EigenAttention/KVCache.hpp>
 #include <EigenAttention/Kernels.hpp>
 #include <EigenAttention/Masks.hpp>
+#include <EigenAttention/Math.hpp>
 #include <EigenAttention/MultiHead.hpp>
 #include <EigenAttention/Npy.hpp>
 #include <EigenAttention/Options.hpp>

@@ -63,11 +63,12 @@ struct ScoreTile {
   ///@}
 };
 
-/// A tile of positions that the kernels ask a mask about: visible[r * ld + c] receives whether
-/// query position query + r may see key position key + c.
+/// A tile of positions that the kernels ask a mask about: visible[r * ld + c] receives 1 when
+/// query position query + r may see key position key + c, else 0 (bytes rather than bool, so
+/// that the loops that read and write them vectorise).
 struct MaskTile {
-  bool* visible;      ///< (r, c) at visible[r * ld + c]
-  std::ptrdiff_t ld;  ///< the row stride of `visible`
+  unsigned char* visible;  ///< (r, c) at visible[r * ld + c]
+  std::ptrdiff_t ld;       ///< the row stride of `visible`
   ///@{
   /// The sequence and query head, the first query position and the rows, the first key
   /// position and the columns.
@@ -107,10 +108,11 @@ namespace detail {
 template <typename T, class F>
 void score_tile(const void* callable, const ScoreTile<T>& t) {
   const auto& f = static_cast<const ScoreMod<F>*>(callable)->f;
+  const std::ptrdiff_t b = t.batch, h = t.head, key = t.key, cols = t.cols;
   for (std::ptrdiff_t r = 0; r < t.rows; ++r) {
     T* const s = t.logits + r * t.ld;
     const std::ptrdiff_t q = t.query + r;
-    for (std::ptrdiff_t c = 0; c < t.cols; ++c) s[c] = static_cast<T>(f(s[c], t.batch, t.head, q, t.key + c));
+    for (std::ptrdiff_t c = 0; c < cols; ++c) s[c] = static_cast<T>(f(s[c], b, h, q, key + c));
   }
 }
 
@@ -138,14 +140,23 @@ void score_tile_with_derivative(const void* callable, const ScoreTile<T>& t) {
   }
 }
 
-/// The loop over a tile of positions, in the caller's translation unit.
+/// The loop over a tile of positions, in the caller's translation unit. g's answers go to a bool
+/// buffer first: a store of bool, unlike one of unsigned char, cannot change what g reads, so
+/// the compiler may keep g's data in registers and vectorise the loop.
 template <class G>
 void mask_tile(const void* callable, const MaskTile& t) {
   const auto& g = static_cast<const MaskMod<G>*>(callable)->g;
+  const std::ptrdiff_t b = t.batch, h = t.head, key = t.key, cols = t.cols;
+  constexpr std::ptrdiff_t kChunk = 64;
   for (std::ptrdiff_t r = 0; r < t.rows; ++r) {
-    bool* const v = t.visible + r * t.ld;
+    unsigned char* const v = t.visible + r * t.ld;
     const std::ptrdiff_t q = t.query + r;
-    for (std::ptrdiff_t c = 0; c < t.cols; ++c) v[c] = static_cast<bool>(g(t.batch, t.head, q, t.key + c));
+    for (std::ptrdiff_t c0 = 0; c0 < cols; c0 += kChunk) {
+      const std::ptrdiff_t n = cols - c0 < kChunk ? cols - c0 : kChunk;
+      bool seen[kChunk];
+      for (std::ptrdiff_t c = 0; c < n; ++c) seen[c] = static_cast<bool>(g(b, h, q, key + c0 + c));
+      for (std::ptrdiff_t c = 0; c < n; ++c) v[c0 + c] = seen[c];
+    }
   }
 }
 

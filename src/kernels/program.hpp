@@ -6,7 +6,10 @@
 // header-only, always inlined (key_range.hpp says why). Internal to the library.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/abi.hpp"
 
@@ -39,7 +42,7 @@ template <typename T, class Hidden>
 EIGEN_ATTENTION_SHARED_INLINE void for_each_programmed_hidden(const RawProblem<T>& p, index_t i,
                                                               index_t j_first, index_t n, Hidden&& hidden) {
   const auto ask = [&](index_t a, index_t b) {  // mask_mod over keys [a, b) of the segment
-    bool visible[kMaskChunk];
+    unsigned char visible[kMaskChunk];
     for (index_t c0 = a; c0 < b; c0 += kMaskChunk) {
       const index_t m = b - c0 < kMaskChunk ? b - c0 : kMaskChunk;
       const MaskTile tile{
@@ -67,6 +70,82 @@ EIGEN_ATTENTION_SHARED_INLINE void for_each_programmed_hidden(const RawProblem<T
   }
 }
 
+/// visible[r * ld + t] = does the programmable mask let row i0 + r (r < rows) see key j_first + t
+/// (t < n)? The block mask's Empty tiles give false and its Full ones true without asking; its
+/// Partial ones (every key, without a block mask) are asked of mask_mod, one call of its tile
+/// loop per (row block, key block) piece.
+template <typename T>
+EIGEN_ATTENTION_SHARED_INLINE void programmed_visibility(const RawProblem<T>& p, index_t i0, index_t rows,
+                                                         index_t j_first, index_t n, unsigned char* visible,
+                                                         index_t ld) {
+  if (rows <= 0 || n <= 0) return;
+  const auto ask = [&](index_t r0, index_t r1, index_t a, index_t b) {  // rows [r0, r1), keys [a, b)
+    if (p.mask_mod == nullptr) {  // (only a block mask with no Partial tile gets here: validation)
+      for (index_t r = r0; r < r1; ++r)
+        for (index_t t = a; t < b; ++t) visible[r * ld + t] = 1;
+      return;
+    }
+    const MaskTile tile{
+        visible + r0 * ld + a,       ld,   p.batch_index, p.head_index, p.query_position(i0 + r0), r1 - r0,
+        p.key_position(j_first + a), b - a};
+    p.mask_mod->apply(p.mask_mod->callable, tile);
+  };
+  if (p.blocks == nullptr) {
+    ask(0, rows, 0, n);
+    return;
+  }
+  for (index_t r0 = 0; r0 < rows;) {
+    const index_t rb = (i0 + r0) / p.block_rows;
+    const index_t r1 = (rb + 1) * p.block_rows - i0 < rows ? (rb + 1) * p.block_rows - i0 : rows;
+    const std::uint8_t* row = p.blocks + rb * p.col_blocks;
+    for (index_t t = 0; t < n;) {
+      const index_t cb = (j_first + t) / p.block_cols;
+      const index_t end = (cb + 1) * p.block_cols - j_first < n ? (cb + 1) * p.block_cols - j_first : n;
+      if (row[cb] == kBlockPartial) {
+        ask(r0, r1, t, end);
+      } else {
+        const unsigned char seen = row[cb] == kBlockFull ? 1 : 0;
+        for (index_t r = r0; r < r1; ++r)
+          for (index_t u = t; u < end; ++u) visible[r * ld + u] = seen;
+      }
+      t = end;
+    }
+    r0 = r1;
+  }
+}
+
+/// The first t in [a, b) with v[t] (b when none), and one past the last (a when none): eight
+/// flags a word where whole words fit.
+EIGEN_ATTENTION_SHARED_INLINE index_t first_seen(const unsigned char* v, index_t a, index_t b) {
+  while (a < b && (a % 8 != 0 || b - a < 8) && !v[a]) ++a;
+  while (b - a >= 8) {
+    std::uint64_t w;
+    std::memcpy(&w, v + a, 8);
+    if (w != 0) break;
+    a += 8;
+  }
+  while (a < b && !v[a]) ++a;
+  return a;
+}
+EIGEN_ATTENTION_SHARED_INLINE index_t last_seen_end(const unsigned char* v, index_t a, index_t b) {
+  while (b > a && (b % 8 != 0 || b - a < 8) && !v[b - 1]) --b;
+  while (b - a >= 8) {
+    std::uint64_t w;
+    std::memcpy(&w, v + b - 8, 8);
+    if (w != 0) break;
+    b -= 8;
+  }
+  while (b > a && !v[b - 1]) --b;
+  return b;
+}
+
+/// row[t] = -inf where v[t] is 0, t in [a, b), whatever row[t] held (NaN too).
+template <typename T>
+EIGEN_ATTENTION_SHARED_INLINE void hide_unseen(T* row, const unsigned char* v, index_t a, index_t b) {
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  for (index_t t = a; t < b; ++t) row[t] = v[t] != 0 ? row[t] : minus_inf;
+}
+
 /// Does the block mask leave some key of [j0, j0 + cols) to some row of [i0, i0 + rows)? (Always,
 /// without one.)
 template <typename T>
@@ -82,28 +161,30 @@ EIGEN_ATTENTION_SHARED_INLINE bool blocks_show(const RawProblem<T>& p, index_t i
   return false;
 }
 
-/// The keys [a, b) of [j0, j0 + cols) outside which the block mask hides every key from every row of
-/// [i0, i0 + rows) (a == b: it hides them all); [0, cols) without one.
-template <typename T>
-EIGEN_ATTENTION_SHARED_INLINE void blocks_extent(const RawProblem<T>& p, index_t i0, index_t rows, index_t j0,
-                                                 index_t cols, index_t& a, index_t& b) {
-  a = 0, b = cols;
-  if (p.blocks == nullptr || rows <= 0 || cols <= 0) return;
-  index_t first = cols, last = 0;
-  const index_t cb0 = j0 / p.block_cols, cb1 = (j0 + cols - 1) / p.block_cols;
-  for (index_t rb = i0 / p.block_rows; rb <= (i0 + rows - 1) / p.block_rows; ++rb) {
-    const std::uint8_t* row = p.blocks + rb * p.col_blocks;
-    for (index_t cb = cb0; cb <= cb1; ++cb) {
-      if (row[cb] == kBlockEmpty) continue;
-      const index_t lo = cb * p.block_cols - j0, hi = (cb + 1) * p.block_cols - j0;
-      if (lo < first) first = lo;
-      if (hi > last) last = hi;
+/// pass(run) for each run of the keys [keys.a, keys.b) of the key tile at j0 (relative to j0) in
+/// tiles of the block mask that some row of [i0, i0 + rows) sees, in key order, each from the panel
+/// that holds its first key (keys.a a whole panel; two runs that this would overlap are one).
+template <typename T, class Span, class Pass>
+EIGEN_ATTENTION_SHARED_INLINE void for_each_shown_run(const RawProblem<T>& p, index_t i0, index_t rows,
+                                                      index_t j0, Span keys, index_t panel, Pass&& pass) {
+  const index_t rb0 = i0 / p.block_rows, rb1 = (i0 + rows - 1) / p.block_rows;
+  Span run{0, 0};
+  bool open = false;
+  for (index_t cb = (j0 + keys.a) / p.block_cols; cb * p.block_cols < j0 + keys.b; ++cb) {
+    bool shown = false;
+    for (index_t rb = rb0; rb <= rb1 && !shown; ++rb) shown = p.blocks[rb * p.col_blocks + cb] != kBlockEmpty;
+    if (!shown) continue;
+    const index_t lo = cb * p.block_cols - j0, hi = (cb + 1) * p.block_cols - j0;
+    const index_t a = (lo > keys.a ? lo : keys.a) / panel * panel, b = hi < keys.b ? hi : keys.b;
+    if (open && a <= run.b) {
+      run.b = b;
+    } else {
+      if (open) pass(run);
+      run = Span{a, b};
+      open = true;
     }
   }
-  if (first < 0) first = 0;
-  if (last > cols) last = cols;
-  if (first >= last) first = last = 0;
-  a = first, b = last;
+  if (open) pass(run);
 }
 
 }  // namespace internal

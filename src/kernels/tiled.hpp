@@ -838,6 +838,16 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   // A narrow window slides along the diagonal: a tall row tile would compute many keys that
   // most of its rows do not see, so take shorter row tiles (window / 4 rows, at least 16).
   const index_t row_step = p.window_left >= 0 ? clamp_index(p.window_left / 4, 16, kRows) : kRows;
+  // A programmable mask (mask_mod, a block mask; program.hpp) is asked about each strip's keys
+  // once, before their logits (`seen`: 1 where the row sees the key), so that the strip computes
+  // only the keys from the first to the last that one of its rows sees, as the built-in masks'
+  // key ranges do; the logits take -inf where it hides a key (after the other extras, from
+  // `extras`: p without it).
+  const bool programmed = p.mask_mod != nullptr || p.blocks != nullptr;
+  RawProblem<E> extras = p;
+  extras.mask_mod = nullptr, extras.blocks = nullptr;
+  Arena<unsigned char> seen_arena(programmed ? Arena<unsigned char>::round(kStrip * lds) : 0);
+  unsigned char* const seen = seen_arena.take(programmed ? kStrip * lds : 0);
 
   for (index_t i0 = first; i0 < first + count; i0 += row_step) {
     const index_t rows = std::min(row_step, first + count - i0);
@@ -859,56 +869,82 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
       // softmax row by row, then the strip's share of P V.
       for (index_t s0 = 0; s0 < rows; s0 += kStrip) {
         const index_t srows = std::min<index_t>(kStrip, rows - s0), is = i0 + s0;
-        Span keys = strip_keys(p, is, srows, j0, cols, MK::kCols);
-        if (p.blocks != nullptr) {  // less the keys the block mask hides from the whole strip
-          index_t a, b;
-          blocks_extent(p, is, srows, j0, cols, a, b);
-          keys.a = std::max(keys.a, a / MK::kCols * MK::kCols);
-          keys.b = std::min(keys.b, b);
-        }
-        if (keys.a >= keys.b) continue;
-        if constexpr (kPairs<E>) {
-          const index_t qp = tile.pairs();
-          pairs_logits(srows, keys.b - keys.a, qp, tile.query_pairs() + s0 * qp, qp,
-                       tile.panels() + keys.a * qp, s + keys.a, lds, p.scale);
-        } else {
-          logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
-                       tile.panels() + keys.a * dk, s + keys.a, lds, p.scale);
-        }
-        for (index_t r = 0; r < srows; ++r) {
-          const index_t i = is + r;
-          T* const row_data = s + r * lds;
-          // The key range: keys this row does not see take no part, and weigh exactly 0.
-          // span.a >= keys.a (the strip's first row), but for keys a block mask hides
-          Span span = span_in_tile(p, i, j0, keys.b);
-          span.a = std::max(span.a, keys.a), span.b = std::max(span.b, span.a);
-          Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> S(row_data, keys.b);
-          S.segment(keys.a, span.a - keys.a).setZero();
-          S.tail(keys.b - span.b).setZero();
-          if (span.a >= span.b) continue;
-          auto row = S.segment(span.a, span.b - span.a);
-          if (p.has_extras()) apply_extras(p, i, j0 + span.a, row);
-          const T tile_max = row_max(row);
-          T& mr = m[s0 + r];
-          const T new_max = std::isnan(tile_max) || tile_max > mr ? tile_max : mr;
-          if (new_max == minus_inf) {  // nothing visible to this row yet
-            row.setZero();
-            continue;
+        // One pass over the keys [keys.a, keys.b) of the tile (keys.a a whole panel): the logits,
+        // the online softmax row by row, then the strip's share of P V.
+        const auto pass = [&](Span keys) {
+          if (programmed) {  // which keys each row sees, and the strip's first and last
+            programmed_visibility(p, is, srows, j0 + keys.a, keys.b - keys.a, seen + keys.a, lds);
+            index_t lo = keys.b, hi = keys.a;
+            for (index_t r = 0; r < srows; ++r) {
+              Span span = span_in_tile(p, is + r, j0, keys.b);
+              span.a = std::max(span.a, keys.a), span.b = std::max(span.b, span.a);
+              const unsigned char* const v = seen + r * lds;
+              const index_t a = first_seen(v, span.a, span.b);
+              if (a < span.b) lo = std::min(lo, a), hi = std::max(hi, last_seen_end(v, a, span.b));
+            }
+            if (lo >= hi) return;  // no row of the strip sees a key of the pass
+            keys.a = lo, keys.b = hi;
           }
-          // 0 on the row's first visible tile; exactly 1 (exp(0)) while the maximum stays
-          const T rescale = mr == new_max ? T(1) : std::exp(mr - new_max);
-          // Masked keys (-inf): exactly 0.
-          const T sum = exp_in_packets<Shift::RowMax>(row_data, span.a, span.b, new_max);
-          l[s0 + r] = rescale * l[s0 + r] + sum;
-          if (rescale != T(1))
-            Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(acc + (s0 + r) * ldo, ldo) *= rescale;
-          mr = new_max;
+          // From the panel that holds keys.a: the logits, and the rest too, so that a mask_mod
+          // that states a built-in mask computes what the built-in does, bit for bit.
+          keys.a = keys.a / MK::kCols * MK::kCols;
+          if constexpr (kPairs<E>) {
+            const index_t qp = tile.pairs();
+            pairs_logits(srows, keys.b - keys.a, qp, tile.query_pairs() + s0 * qp, qp,
+                         tile.panels() + keys.a * qp, s + keys.a, lds, p.scale);
+          } else {
+            logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
+                         tile.panels() + keys.a * dk, s + keys.a, lds, p.scale);
+          }
+          for (index_t r = 0; r < srows; ++r) {
+            const index_t i = is + r;
+            T* const row_data = s + r * lds;
+            // The key range: keys this row does not see take no part, and weigh exactly 0.
+            // span.a >= keys.a (the strip's first row), but for keys a block mask hides
+            Span span = span_in_tile(p, i, j0, keys.b);
+            span.a = std::max(span.a, keys.a), span.b = std::max(span.b, span.a);
+            Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> S(row_data, keys.b);
+            S.segment(keys.a, span.a - keys.a).setZero();
+            S.tail(keys.b - span.b).setZero();
+            if (span.a >= span.b) continue;
+            auto row = S.segment(span.a, span.b - span.a);
+            if (programmed) {
+              if (extras.has_extras()) apply_extras(extras, i, j0 + span.a, row);
+              hide_unseen(row_data, seen + r * lds, span.a, span.b);
+            } else if (p.has_extras()) {
+              apply_extras(p, i, j0 + span.a, row);
+            }
+            const T tile_max = row_max(row);
+            T& mr = m[s0 + r];
+            const T new_max = std::isnan(tile_max) || tile_max > mr ? tile_max : mr;
+            if (new_max == minus_inf) {  // nothing visible to this row yet
+              row.setZero();
+              continue;
+            }
+            // 0 on the row's first visible tile; exactly 1 (exp(0)) while the maximum stays
+            const T rescale = mr == new_max ? T(1) : std::exp(mr - new_max);
+            // Masked keys (-inf): exactly 0.
+            const T sum = exp_in_packets<Shift::RowMax>(row_data, span.a, span.b, new_max);
+            l[s0 + r] = rescale * l[s0 + r] + sum;
+            if (rescale != T(1))
+              Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(acc + (s0 + r) * ldo, ldo) *= rescale;
+            mr = new_max;
+          }
+          if constexpr (kPairs<E>) {
+            accumulate_strip_pairs(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo);
+          } else {
+            accumulate_strip(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo);
+          }
+        };
+        const Span keys = strip_keys(p, is, srows, j0, cols, MK::kCols);
+        if (keys.a >= keys.b) continue;
+        if (p.blocks == nullptr) {
+          pass(keys);
+          continue;
         }
-        if constexpr (kPairs<E>) {
-          accumulate_strip_pairs(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo);
-        } else {
-          accumulate_strip(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo);
-        }
+        // A block mask: a pass per run of the tiles that some row of the strip sees, so that the
+        // Empty tiles between them are not computed.
+        for_each_shown_run(p, is, srows, j0, keys, MK::kCols, pass);
       }
     }
 
