@@ -136,16 +136,19 @@ inline T sigmoid(T x) {
 
 /// \name The same functions of a Dual (the backward's derivative), their values as above.
 ///@{
+/// e^x of a Dual: math::exp's value, derivative e^x.
 template <typename T>
 inline Dual<T> exp(const Dual<T>& a) {
   const T e = math::exp(a.value);
   return {e, e * a.derivative};
 }
+/// tanh of a Dual: math::tanh's value, derivative 1 - tanh^2.
 template <typename T>
 inline Dual<T> tanh(const Dual<T>& a) {
   const T t = math::tanh(a.value);
   return {t, (T(1) - t * t) * a.derivative};
 }
+/// sigmoid of a Dual: math::sigmoid's value, derivative y (1 - y).
 template <typename T>
 inline Dual<T> sigmoid(const Dual<T>& a) {
   const T y = math::sigmoid(a.value);
