@@ -66,7 +66,7 @@ inline T exp(T x) {
   constexpr T log2e = T(1.4426950408889634073599246810018921L);
   constexpr T ln2_hi = kFloat ? T(0.693359375) : T(0.693147180369123816490);
   constexpr T ln2_lo = kFloat ? T(-2.12194440e-4) : T(1.90821492927058770002e-10);
-  const T xc = x < lo ? lo : (x > hi ? hi : x);
+  const T xc = x >= lo ? (x <= hi ? x : hi) : lo;  // (NaN: lo, so that n stays an integer)
   const T n = detail::round_nearest(xc * log2e);
   const T r = (xc - n * ln2_hi) - n * ln2_lo;
   T p;
@@ -96,7 +96,7 @@ inline T expm1_nonpositive(T x) {
   constexpr T log2e = T(1.4426950408889634073599246810018921L);
   constexpr T ln2_hi = kFloat ? T(0.693359375) : T(0.693147180369123816490);
   constexpr T ln2_lo = kFloat ? T(-2.12194440e-4) : T(1.90821492927058770002e-10);
-  const T xc = x < lo ? lo : x;
+  const T xc = x >= lo ? x : lo;  // (NaN: lo, so that n stays an integer)
   const T n = detail::round_nearest(xc * log2e);
   const T r = (xc - n * ln2_hi) - n * ln2_lo;
   T p;  // (e^r - 1) / r

@@ -35,26 +35,33 @@ EIGEN_ATTENTION_SHARED_INLINE void apply_score_mod(const RawProblem<T>& p, index
   }
 }
 
+/// Asks mask_mod about row i's keys [j_first + a, j_first + b), calling hidden(t) (t relative to
+/// j_first) for each it hides, in chunks of kMaskChunk keys. (A function, not a lambda: a lambda
+/// in this shared code would be an inline function of its own that the compiler may leave
+/// out of line, in an instruction-set kernel's object and a baseline one alike.)
+template <typename T, class Hidden>
+EIGEN_ATTENTION_SHARED_INLINE void ask_mask_mod(const RawProblem<T>& p, index_t i, index_t j_first, index_t a,
+                                                index_t b, Hidden& hidden) {
+  unsigned char visible[kMaskChunk];
+  for (index_t c0 = a; c0 < b; c0 += kMaskChunk) {
+    const index_t m = b - c0 < kMaskChunk ? b - c0 : kMaskChunk;
+    const MaskTile tile{
+        visible, m, p.batch_index, p.head_index, p.query_position(i), 1, p.key_position(j_first + c0), m};
+    p.mask_mod->apply(p.mask_mod->callable, tile);
+    for (index_t t = 0; t < m; ++t) {
+      if (!visible[t]) hidden(c0 + t);
+    }
+  }
+}
+
 /// hidden(t) for each key j_first + t (t < n) that the programmable mask hides from row i: the
 /// block mask's Empty tiles whole, its Partial ones (or every key, without a block mask) as
 /// mask_mod says, in chunks of kMaskChunk keys; its Full tiles never ask.
 template <typename T, class Hidden>
 EIGEN_ATTENTION_SHARED_INLINE void for_each_programmed_hidden(const RawProblem<T>& p, index_t i,
                                                               index_t j_first, index_t n, Hidden&& hidden) {
-  const auto ask = [&](index_t a, index_t b) {  // mask_mod over keys [a, b) of the segment
-    unsigned char visible[kMaskChunk];
-    for (index_t c0 = a; c0 < b; c0 += kMaskChunk) {
-      const index_t m = b - c0 < kMaskChunk ? b - c0 : kMaskChunk;
-      const MaskTile tile{
-          visible, m, p.batch_index, p.head_index, p.query_position(i), 1, p.key_position(j_first + c0), m};
-      p.mask_mod->apply(p.mask_mod->callable, tile);
-      for (index_t t = 0; t < m; ++t) {
-        if (!visible[t]) hidden(c0 + t);
-      }
-    }
-  };
   if (p.blocks == nullptr) {
-    if (p.mask_mod != nullptr) ask(0, n);
+    if (p.mask_mod != nullptr) ask_mask_mod(p, i, j_first, 0, n, hidden);
     return;
   }
   const std::uint8_t* row = p.blocks + (i / p.block_rows) * p.col_blocks;
@@ -64,34 +71,40 @@ EIGEN_ATTENTION_SHARED_INLINE void for_each_programmed_hidden(const RawProblem<T
     if (row[cb] == kBlockEmpty) {
       for (index_t u = t; u < end; ++u) hidden(u);
     } else if (row[cb] == kBlockPartial) {
-      ask(t, end);
+      ask_mask_mod(p, i, j_first, t, end, hidden);
     }
     t = end;
   }
 }
 
+/// visible[r * ld + t] for rows [r0, r1) and keys [a, b) of programmed_visibility's tile:
+/// mask_mod's answers (or all 1 without one: a block mask with no Partial tile).
+template <typename T>
+EIGEN_ATTENTION_SHARED_INLINE void ask_mask_mod_tile(const RawProblem<T>& p, index_t i0, index_t j_first,
+                                                     unsigned char* visible, index_t ld, index_t r0,
+                                                     index_t r1, index_t a, index_t b) {
+  if (p.mask_mod == nullptr) {
+    for (index_t r = r0; r < r1; ++r)
+      for (index_t t = a; t < b; ++t) visible[r * ld + t] = 1;
+    return;
+  }
+  const MaskTile tile{
+      visible + r0 * ld + a,       ld,   p.batch_index, p.head_index, p.query_position(i0 + r0), r1 - r0,
+      p.key_position(j_first + a), b - a};
+  p.mask_mod->apply(p.mask_mod->callable, tile);
+}
+
 /// visible[r * ld + t] = does the programmable mask let row i0 + r (r < rows) see key j_first + t
-/// (t < n)? The block mask's Empty tiles give false and its Full ones true without asking; its
-/// Partial ones (every key, without a block mask) are asked of mask_mod, one call of its tile
-/// loop per (row block, key block) piece.
+/// (t < n)? The block mask's Empty tiles give 0 and its Full ones 1 without asking; its Partial
+/// ones (every key, without a block mask) are asked of mask_mod, one call of its tile loop per
+/// (row block, key block) piece.
 template <typename T>
 EIGEN_ATTENTION_SHARED_INLINE void programmed_visibility(const RawProblem<T>& p, index_t i0, index_t rows,
                                                          index_t j_first, index_t n, unsigned char* visible,
                                                          index_t ld) {
   if (rows <= 0 || n <= 0) return;
-  const auto ask = [&](index_t r0, index_t r1, index_t a, index_t b) {  // rows [r0, r1), keys [a, b)
-    if (p.mask_mod == nullptr) {  // (only a block mask with no Partial tile gets here: validation)
-      for (index_t r = r0; r < r1; ++r)
-        for (index_t t = a; t < b; ++t) visible[r * ld + t] = 1;
-      return;
-    }
-    const MaskTile tile{
-        visible + r0 * ld + a,       ld,   p.batch_index, p.head_index, p.query_position(i0 + r0), r1 - r0,
-        p.key_position(j_first + a), b - a};
-    p.mask_mod->apply(p.mask_mod->callable, tile);
-  };
   if (p.blocks == nullptr) {
-    ask(0, rows, 0, n);
+    ask_mask_mod_tile(p, i0, j_first, visible, ld, 0, rows, 0, n);
     return;
   }
   for (index_t r0 = 0; r0 < rows;) {
@@ -102,7 +115,7 @@ EIGEN_ATTENTION_SHARED_INLINE void programmed_visibility(const RawProblem<T>& p,
       const index_t cb = (j_first + t) / p.block_cols;
       const index_t end = (cb + 1) * p.block_cols - j_first < n ? (cb + 1) * p.block_cols - j_first : n;
       if (row[cb] == kBlockPartial) {
-        ask(r0, r1, t, end);
+        ask_mask_mod_tile(p, i0, j_first, visible, ld, r0, r1, t, end);
       } else {
         const unsigned char seen = row[cb] == kBlockFull ? 1 : 0;
         for (index_t r = r0; r < r1; ++r)
