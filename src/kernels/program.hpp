@@ -35,50 +35,10 @@ EIGEN_ATTENTION_SHARED_INLINE void apply_score_mod(const RawProblem<T>& p, index
   }
 }
 
-/// Asks mask_mod about row i's keys [j_first + a, j_first + b), calling hidden(t) (t relative to
-/// j_first) for each it hides, in chunks of kMaskChunk keys. (A function, not a lambda: a lambda
-/// in this shared code would be an inline function of its own that the compiler may leave
-/// out of line, in an instruction-set kernel's object and a baseline one alike.)
-template <typename T, class Hidden>
-EIGEN_ATTENTION_SHARED_INLINE void ask_mask_mod(const RawProblem<T>& p, index_t i, index_t j_first, index_t a,
-                                                index_t b, Hidden& hidden) {
-  unsigned char visible[kMaskChunk];
-  for (index_t c0 = a; c0 < b; c0 += kMaskChunk) {
-    const index_t m = b - c0 < kMaskChunk ? b - c0 : kMaskChunk;
-    const MaskTile tile{
-        visible, m, p.batch_index, p.head_index, p.query_position(i), 1, p.key_position(j_first + c0), m};
-    p.mask_mod->apply(p.mask_mod->callable, tile);
-    for (index_t t = 0; t < m; ++t) {
-      if (!visible[t]) hidden(c0 + t);
-    }
-  }
-}
-
-/// hidden(t) for each key j_first + t (t < n) that the programmable mask hides from row i: the
-/// block mask's Empty tiles whole, its Partial ones (or every key, without a block mask) as
-/// mask_mod says, in chunks of kMaskChunk keys; its Full tiles never ask.
-template <typename T, class Hidden>
-EIGEN_ATTENTION_SHARED_INLINE void for_each_programmed_hidden(const RawProblem<T>& p, index_t i,
-                                                              index_t j_first, index_t n, Hidden&& hidden) {
-  if (p.blocks == nullptr) {
-    if (p.mask_mod != nullptr) ask_mask_mod(p, i, j_first, 0, n, hidden);
-    return;
-  }
-  const std::uint8_t* row = p.blocks + (i / p.block_rows) * p.col_blocks;
-  for (index_t t = 0; t < n;) {
-    const index_t j = j_first + t, cb = j / p.block_cols;
-    const index_t end = (cb + 1) * p.block_cols - j_first < n ? (cb + 1) * p.block_cols - j_first : n;
-    if (row[cb] == kBlockEmpty) {
-      for (index_t u = t; u < end; ++u) hidden(u);
-    } else if (row[cb] == kBlockPartial) {
-      ask_mask_mod(p, i, j_first, t, end, hidden);
-    }
-    t = end;
-  }
-}
-
 /// visible[r * ld + t] for rows [r0, r1) and keys [a, b) of programmed_visibility's tile:
-/// mask_mod's answers (or all 1 without one: a block mask with no Partial tile).
+/// mask_mod's answers (or all 1 without one: a block mask with no Partial tile). (A function, not
+/// a lambda: a lambda in this shared code is an inline function of its own that the compiler may
+/// leave out of line, in an instruction-set kernel's object and a baseline one alike.)
 template <typename T>
 EIGEN_ATTENTION_SHARED_INLINE void ask_mask_mod_tile(const RawProblem<T>& p, index_t i0, index_t j_first,
                                                      unsigned char* visible, index_t ld, index_t r0,
@@ -124,6 +84,21 @@ EIGEN_ATTENTION_SHARED_INLINE void programmed_visibility(const RawProblem<T>& p,
       t = end;
     }
     r0 = r1;
+  }
+}
+
+/// hidden(t) for each key j_first + t (t < n) that the programmable mask hides from row i:
+/// programmed_visibility's answers for that row, kMaskChunk keys at a time.
+template <typename T, class Hidden>
+EIGEN_ATTENTION_SHARED_INLINE void for_each_programmed_hidden(const RawProblem<T>& p, index_t i,
+                                                              index_t j_first, index_t n, Hidden&& hidden) {
+  unsigned char visible[kMaskChunk];
+  for (index_t c0 = 0; c0 < n; c0 += kMaskChunk) {
+    const index_t m = n - c0 < kMaskChunk ? n - c0 : kMaskChunk;
+    programmed_visibility(p, i, 1, j_first + c0, m, visible, m);
+    for (index_t t = 0; t < m; ++t) {
+      if (!visible[t]) hidden(c0 + t);
+    }
   }
 }
 
