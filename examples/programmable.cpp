@@ -3,9 +3,10 @@
 // its tokens sees (prefix-LM), as a mask_mod with a block mask; and a learned relative-position
 // bias, a table indexed by q - k, as a score_mod. The table is trained for a few steps of
 // gradient descent to match a teacher's attention output. Its gradient is the sum, along each
-// diagonal q - k = r, of dL/d(modified logit): what Masks::bias's gradient d_bias returns for a
-// bias of zeros, asked here for that purpose. Before training, one entry of the table's gradient
-// is checked against a central finite difference of the loss, in double.
+// diagonal q - k = r, of dL/d(modified logit), which the backward hands to a gradient callback
+// (BackwardTerms::logit_grad) tile by tile, in an order the thread count does not change. Before
+// training, one entry of the table's gradient is checked against a central finite difference of
+// the loss, in double.
 //
 //   eigen_attention_programmable_example [--steps N]     (default 40)
 #include <EigenAttention/EigenAttention.hpp>
@@ -81,19 +82,18 @@ struct Model {
   std::vector<double> table_gradient(const Rows& out, const Rows& lse, const Rows& target) const {
     const Rows d_out = out - target;
     Rows dq(T, H * D), dk(T, H * D), dv(T, H * D);
-    // A bias of zeros adds nothing to the logits; its gradient is dL/d(modified logit).
-    const Rows zero = Rows::Zero(T, T);
-    Rows d_bias(T, T);
-    with_masks([&](ea::Masks<double>& masks) {
-      masks.bias = ea::BroadcastView<double>::matrix(zero.data(), T, T);
-      ea::attention_heads_backward_into(
-          heads(q), heads(k), heads(v), heads(out), ea::HeadsView<const double>::bthd(lse.data(), 1, T, H, 1),
-          heads(d_out), ea::HeadsView<const double>{}, mut(dq), mut(dk), mut(dv),
-          ea::HeadsView<double>::bhtd(d_bias.data(), 1, 1, T, T), opt, masks);
-    });
+    // f adds table[q - k + T - 1] to the logit: df/dtable is 1 there, so each g = dL/d(f's
+    // logit) the callback receives adds to that entry (every head's, every visible pair's).
     std::vector<double> grad(table.size(), 0.0);
-    for (Eigen::Index i = 0; i < T; ++i)
-      for (Eigen::Index j = 0; j < T; ++j) grad[static_cast<std::size_t>(i - j + T - 1)] += d_bias(i, j);
+    const auto lg = ea::logit_grad([&](double g, auto, auto, auto q, auto k) { grad[q - k + T - 1] += g; });
+    ea::BackwardTerms<double> terms;
+    terms.logit_grad = lg;
+    with_masks([&](ea::Masks<double>& masks) {
+      ea::attention_heads_backward_into(heads(q), heads(k), heads(v), heads(out),
+                                        ea::HeadsView<const double>::bthd(lse.data(), 1, T, H, 1),
+                                        heads(d_out), ea::HeadsView<const double>{}, mut(dq), mut(dk),
+                                        mut(dv), ea::HeadsView<double>{}, opt, masks, terms);
+    });
     return grad;
   }
 

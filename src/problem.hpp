@@ -76,6 +76,8 @@ struct Problem {
   HeadsView<const Compute> d_lse;
   Compute* d_sinks = nullptr;
   HeadsView<Compute> grad_d_sink_rows;
+  // BackwardTerms::logit_grad: called with each problem's dL/dz, tile by tile (empty: none).
+  LogitGradRef<Compute> logit_grad;
   // Decode (KVCache.hpp): keys and values in pages, `sequences` of them (cu_q: each one's query
   // tokens; k and v then hold the sizes only: [1, kv_heads, 0, d_k] and [1, kv_heads, 0, d_v]).
   std::optional<PagedKeys<Compute>> paged;
@@ -193,6 +195,7 @@ struct Problem {
       }
       if (d_lse.data != nullptr) g.d_lse = head_of(d_lse, h, q_first, tq);
       if (grad_d_sink_rows.data != nullptr) g.d_sink_rows = head_of(grad_d_sink_rows, h, q_first, tq);
+      if (!logit_grad.empty()) p.logit_grad = &logit_grad;
       g.d_bias = {nullptr, 0, 0, 0, 0};
       if (grad_d_bias.data != nullptr) {
         const HeadsView<Compute>& gb = grad_d_bias;

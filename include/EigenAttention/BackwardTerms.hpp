@@ -12,11 +12,13 @@
 #endif
 
 #include <EigenAttention/HeadsView.hpp>
+#include <EigenAttention/Programmable.hpp>
 #include <EigenAttention/Types.hpp>
 
 namespace EigenAttention {
 
-/// dL/dLSE and dL/dsinks of a backward call. Both optional (the default: neither).
+/// dL/dLSE, dL/dsinks and dL/d(modified logit) of a backward call. All optional (the default:
+/// none).
 /// \code
 /// Eigen::VectorXf d_lse = 2 * z * lse;  // z-loss z * |lse|^2 on the forward's lse
 /// float d_sink = 0;
@@ -38,6 +40,16 @@ struct BackwardTerms {
   /// backward's row term; summed in a fixed order (the same bits for every thread count). Null (the
   /// default): not wanted.
   ComputeScalar<Scalar>* d_sinks = nullptr;
+  /// Receives dL/dz for each visible (query, key) pair, z the logit Masks::score_mod returned
+  /// (or the scaled, soft-capped logit without one), tile by tile, from one thread at a time in
+  /// an order the thread count does not change (Programmable.hpp, logit_grad()): for the
+  /// gradients of what f captures, a relative-position table or per-head slopes, at no T_q x T_k
+  /// memory. Empty (the default): not wanted.
+  /// \code
+  /// std::vector<float> d_table(table.size());
+  /// auto lg = EigenAttention::logit_grad([&](float g, auto, auto, auto q, auto k) { d_table[q - k + T - 1]
+  /// += g; }); terms.logit_grad = lg;  // lg must outlive the call \endcode
+  LogitGradRef<ComputeScalar<Scalar>> logit_grad;
 };
 
 }  // namespace EigenAttention

@@ -76,6 +76,20 @@ struct MaskTile {
   ///@}
 };
 
+/// A tile of dL/d(modified logit) that the backward hands to a gradient callback (logit_grad()):
+/// grad[r * ld + c] is the gradient of the loss in the logit f returned for query position
+/// query + r and key position key + c (0 where a mask hides the key).
+template <typename T>
+struct LogitGradTile {
+  const T* grad;      ///< (r, c) at grad[r * ld + c]
+  std::ptrdiff_t ld;  ///< its row stride
+  ///@{
+  /// The sequence and query head, the first query position and the rows, the first key
+  /// position and the columns.
+  std::ptrdiff_t batch, head, query, rows, key, cols;
+  ///@}
+};
+
 /// A score modification (score_mod()): the callable, held by value, or by reference when
 /// score_mod() was given an lvalue (F then a reference type).
 template <class F>
@@ -89,6 +103,12 @@ struct MaskMod {
   G g;  ///< g(b, h, q, k)
 };
 
+/// A gradient callback (logit_grad()): the callable, held as ScoreMod holds its own.
+template <class H>
+struct LogitGrad {
+  H h;  ///< h(g, b, h, q, k)
+};
+
 /// Wraps f(s, b, h, q, k) as a score modification. An lvalue is held by reference (it must
 /// outlive every call that uses it), a temporary by value.
 template <class F>
@@ -100,6 +120,18 @@ ScoreMod<F> score_mod(F&& f) {
 template <class G>
 MaskMod<G> mask_mod(G&& g) {
   return {std::forward<G>(g)};
+}
+
+/// Wraps h(g, b, h, q, k) as a gradient callback for BackwardTerms::logit_grad (held as
+/// score_mod() holds f): the backward calls it with g = dL/d(the logit f returned) for each
+/// position (b, h, q, k) whose g is not 0, so never for a key a mask hides (its g is exactly 0).
+/// It is called from one thread at a time, tile after tile in an order that the thread count does
+/// not change, so that sums it accumulates (the gradient of a table or slopes f reads) have the
+/// same bits for every Options::threads. It is called as a const callable: it accumulates through
+/// what it captures by reference (`[&]`), as f reads through them.
+template <class H>
+LogitGrad<H> logit_grad(H&& h) {
+  return {std::forward<H>(h)};
 }
 
 namespace detail {
@@ -160,6 +192,21 @@ void mask_tile(const void* callable, const MaskTile& t) {
   }
 }
 
+/// The loop over a tile of gradients, in the caller's translation unit: h for each nonzero g, row
+/// after row, key after key.
+template <typename T, class H>
+void logit_grad_tile(const void* callable, const LogitGradTile<T>& t) {
+  const auto& h = static_cast<const LogitGrad<H>*>(callable)->h;
+  const std::ptrdiff_t b = t.batch, head = t.head, key = t.key, cols = t.cols;
+  for (std::ptrdiff_t r = 0; r < t.rows; ++r) {
+    const T* const g = t.grad + r * t.ld;
+    const std::ptrdiff_t q = t.query + r;
+    for (std::ptrdiff_t c = 0; c < cols; ++c) {
+      if (g[c] != T(0)) h(g[c], b, head, q, key + c);
+    }
+  }
+}
+
 }  // namespace detail
 
 /// What a call holds of a score modification (Masks::score_mod): the address of the ScoreMod and
@@ -201,6 +248,26 @@ struct MaskModRef {
   template <class G>
   MaskModRef(const MaskMod<G>&&) = delete;
   /// Is no mask given?
+  bool empty() const { return apply == nullptr; }
+};
+
+/// What a backward call holds of a gradient callback (BackwardTerms::logit_grad): the address of
+/// the LogitGrad and its tile loop for the compute scalar T.
+template <typename T>
+struct LogitGradRef {
+  const void* callable = nullptr;  ///< the LogitGrad
+  /// Its loop over a tile of gradients.
+  void (*apply)(const void* callable, const LogitGradTile<T>& tile) = nullptr;
+
+  LogitGradRef() = default;
+  /// Refers to `m`, which must outlive the calls that use it.
+  template <class H>
+  LogitGradRef(const LogitGrad<H>& m)  // NOLINT: implicit, `terms.logit_grad = lg;`
+      : callable(&m), apply(&detail::logit_grad_tile<T, H>) {}
+  /// A temporary would be gone before the call: keep the logit_grad() in a variable.
+  template <class H>
+  LogitGradRef(const LogitGrad<H>&&) = delete;
+  /// Is no callback given?
   bool empty() const { return apply == nullptr; }
 };
 

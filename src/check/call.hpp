@@ -48,8 +48,9 @@ struct Gradients {
   HeadsView<const Compute> lse;
   std::optional<HeadsView<const T>> d_scores;
   std::optional<HeadsView<T>> dq, dk, dv, d_bias;
-  HeadsView<const Compute> d_lse;  // data null: none
-  Compute* d_sinks = nullptr;      // null: not wanted
+  HeadsView<const Compute> d_lse;    // data null: none
+  Compute* d_sinks = nullptr;        // null: not wanted
+  LogitGradRef<Compute> logit_grad;  // empty: not wanted
 };
 
 /// A packed variable-length batch (attention_varlen_into*): sequence b owns query rows

@@ -195,7 +195,7 @@ Problem<T> assemble(const Call<T>& c, const ResolvedOptions<ComputeScalar<T>>& o
     p.d_scores = g.d_scores.value_or(HeadsView<const T>{});
     p.dq = g.dq.value_or(HeadsView<T>{}), p.dk = g.dk.value_or(HeadsView<T>{});
     p.dv = g.dv.value_or(HeadsView<T>{}), p.d_bias = g.d_bias.value_or(HeadsView<T>{});
-    p.d_lse = g.d_lse, p.d_sinks = g.d_sinks;
+    p.d_lse = g.d_lse, p.d_sinks = g.d_sinks, p.logit_grad = g.logit_grad;
   }
   return p;
 }

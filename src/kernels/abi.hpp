@@ -62,6 +62,10 @@ struct RawGradient {
   // T_q x 1, when data is not null and the problem has a sink: row i's share of dL/dsink,
   // -P_sink,i (D_i - d_lse_i), written (the caller sums the rows in order).
   RawMatrix<Compute> d_sink_rows = {nullptr, 0, 0, 0, 0};
+  // kBackwardRows x T_k, when data is not null (RawProblem::logit_grad): dL/dz of the query tile
+  // being computed, row r that of query row tile * kBackwardRows + r, written (0 where hidden) by
+  // each key tile for its columns before the soft-cap's and score_mod's derivatives.
+  RawMatrix<Compute> d_logits = {nullptr, 0, 0, 0, 0};
 };
 
 /// A block mask's tile classes as the kernels read them (BlockKind's values).
@@ -117,6 +121,9 @@ struct RawProblem {
   index_t block_rows = 0, block_cols = 0, col_blocks = 0;
   index_t block_head_stride = 0;  // from this head's tile classes to the next head's (decode's groups)
   index_t batch_index = 0, head_index = 0;
+  // The backward's gradient callback (BackwardTerms::logit_grad; null: none), handed dL/dz of
+  // each tile of query rows and keys the problem computes (grad.d_logits holds them).
+  const LogitGradRef<Compute>* logit_grad = nullptr;
 
   /// The keys each query row sees (key_range.hpp, the one definition).
   EIGEN_ATTENTION_SHARED_INLINE KeyRange key_range() const {

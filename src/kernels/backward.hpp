@@ -30,7 +30,7 @@ namespace internal {
 /// The calling thread's workspace `which` of at least n elements, grown on demand and kept.
 template <typename T>
 T* backward_workspace(int which, index_t n) {
-  thread_local std::vector<T> buffers[9];
+  thread_local std::vector<T> buffers[10];
   std::vector<T>& b = buffers[which];
   if (static_cast<index_t>(b.size()) < n) b.resize(static_cast<std::size_t>(n));
   return b.data();
@@ -45,7 +45,13 @@ void zero_rows(const RawMatrix<T>& m) {
 /// One problem, query tile by query tile, the key tiles of each step over `threads` threads. S is
 /// the element type of its arrays, T the compute type of its gradients and workspaces.
 template <typename S, typename T = ComputeScalar<S>>
-void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, int threads) {
+void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& given, int threads) {
+  // With a gradient callback, the query tile's dL/dz (R x T_k) goes to a workspace of the calling
+  // thread, handed to the callback key tile after key tile once the step has run.
+  RawProblem<S> p = given;
+  if (p.logit_grad != nullptr && p.q.rows > 0 && p.k.rows > 0)
+    p.grad.d_logits = {backward_workspace<T>(9, kBackwardRows * p.k.rows), kBackwardRows, p.k.rows, p.k.rows,
+                       1};
   zero_rows(p.grad.dq);
   const index_t tq = p.q.rows, tk = p.k.rows, dk = p.q.cols, R = kBackwardRows, C = kBackwardCols;
   // A row that sees no key has LSE = sink, the sink's weight 1 and its share of dL/dsink d_lse_i
@@ -146,6 +152,21 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, i
       for (++next; next < count && parked[next] != 0; ++next)
         if (parked[next] == 2) add(slots + next * R * dk);
     });
+    if (p.grad.d_logits.data != nullptr) {
+      for (index_t t = 0; t < count; ++t) {
+        const index_t j0 = (first + t) * C;
+        if (!(p.sees(i0, rows, j0, keys(t)) && shown(t))) continue;
+        const LogitGradTile<T> g{p.grad.d_logits.data + j0,
+                                 p.grad.d_logits.row_stride,
+                                 p.batch_index,
+                                 p.head_index,
+                                 p.query_position(i0),
+                                 rows,
+                                 p.key_position(j0),
+                                 keys(t)};
+        p.logit_grad->apply(p.logit_grad->callable, g);
+      }
+    }
   }
 }
 
@@ -174,7 +195,10 @@ void run_backward(Kernel kernel, index_t units, index_t unit_size, const Problem
     p.call = call;
     return p;
   };
-  if (n == 1 || units >= 2 * n || units % n == 0) {
+  // A gradient callback is called from one thread at a time, in the units' order: whole units
+  // per thread would call it from several at once.
+  const bool callback = problem(0, 0).logit_grad != nullptr;
+  if (n == 1 || (!callback && (units >= 2 * n || units % n == 0))) {
     for_tasks(units, n, [&](index_t u) {
       prepare(u);
       for (index_t t = 0; t < unit_size; ++t) backward_problem(tiled, numbered(u, t), 1);

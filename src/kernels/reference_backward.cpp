@@ -77,6 +77,11 @@ void reference_backward(const RawProblem<T>& p) {
     if (p.grad.d_sink_rows.data != nullptr) view(p.grad.d_sink_rows)(i, 0) = -p_sink(i) * row_sum;
   }
   if (p.grad.d_bias.data != nullptr) view(p.grad.d_bias) += dZ;
+  // The gradient callback (BackwardTerms::logit_grad): dZ as one tile.
+  if (p.logit_grad != nullptr && tq > 0 && tk > 0)
+    p.logit_grad->apply(p.logit_grad->callable,
+                        LogitGradTile<T>{dZ.data(), tk, p.batch_index, p.head_index, p.query_position(0), tq,
+                                         p.key_position(0), tk});
   // Through the soft-cap and the scale to Q K^T; then the three products, each over the visible
   // pairs only (so that a hidden row's NaN never reaches a gradient that does not depend on it).
   const RowMatrix<T> dS = p.scale * dZ.cwiseProduct(cap);

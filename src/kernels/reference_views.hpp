@@ -83,7 +83,7 @@ RawProblem<float> widened_inputs(const RawProblem<T>& p, WidenedInputs& keep) {
   r.has_sink = p.has_sink, r.sink = p.sink;
   r.score_mod = p.score_mod, r.mask_mod = p.mask_mod, r.blocks = p.blocks;
   r.block_rows = p.block_rows, r.block_cols = p.block_cols, r.col_blocks = p.col_blocks;
-  r.batch_index = p.batch_index, r.head_index = p.head_index;
+  r.batch_index = p.batch_index, r.head_index = p.head_index, r.logit_grad = p.logit_grad;
   return r;
 }
 

@@ -395,6 +395,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
                    T(1));
   }
   bool hides = p.hides_some();
+  const RawMatrix<T>& d_logits = p.grad.d_logits;  // the gradient callback's, when given
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
     const Span span = span_in_tile(p, i, j0, cols);
@@ -404,6 +405,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
     if (n == 0 || terms[2 * r + 1] == T(0)) {  // the row sees no key here, or none at all
       P.row(r).setZero();
       dz.setZero();
+      if (d_logits.data != nullptr) std::fill_n(d_logits.data + r * d_logits.row_stride + j0, cols, T(0));
       continue;
     }
     P.row(r).segment(span.a, n) *= terms[2 * r + 1];
@@ -420,6 +422,9 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
           b.data + i * b.row_stride + (j0 + span.a) * b.col_stride, n, Eigen::InnerStride<>(b.col_stride)) +=
           seg;
     }
+    if (d_logits.data != nullptr)
+      Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(d_logits.data + r * d_logits.row_stride + j0, cols) =
+          dz;
     if (p.softcap > 0 || p.score_mod != nullptr)
       seg.array() *= Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>(cap + r * ldw + span.a, n);
     seg *= p.scale;

@@ -51,7 +51,8 @@ Seeds make_seeds(const Problem& p, Rng& rng, bool with_d_scores) {
 template <class T>
 Gradients<T> run_backward(const Problem& p, const Seeds& seeds, const mh::Options& opt,
                           mh::Layout layout = mh::Layout::BHTD, bool want_d_bias = true,
-                          const std::function<void(mh::Masks<T>&)>& program = {}) {
+                          const std::function<void(mh::Masks<T>&)>& program = {},
+                          const std::function<void(mh::BackwardTerms<T>&)>& more_terms = {}) {
   const Eigen::Index B = p.Q.n[0], H = p.Q.n[1], Hkv = p.K.n[1], tq = p.Q.n[2], tk = p.K.n[2];
   const Eigen::Index dk = p.Q.n[3], dv = p.V.n[3];
   const HeadsBuffer<T> Q(p.Q, layout), K(p.K, layout), V(p.V, layout), dO(seeds.d_out, layout);
@@ -83,6 +84,7 @@ Gradients<T> run_backward(const Problem& p, const Seeds& seeds, const mh::Option
     g.d_sinks.assign(static_cast<size_t>(H), mh::ComputeScalar<T>(sentinel));
     terms.d_sinks = g.d_sinks.data();
   }
+  if (more_terms) more_terms(terms);  // (the gradient callback, BackwardTerms::logit_grad)
   mh::attention_heads_backward_into(Q.cview(), K.cview(), V.cview(), g.out.cview(), g.lse.cview(), dO.cview(),
                                     dS ? dS->cview() : mh::HeadsView<const T>{}, g.dq.view(), g.dk.view(),
                                     g.dv.view(), d_bias, opt, masks.masks, terms);

@@ -146,6 +146,7 @@ BackwardTerms<AbiScalar<T>> bits(const BackwardTerms<T>& t) {
   BackwardTerms<AbiScalar<T>> b;
   b.d_lse = t.d_lse;
   b.d_sinks = t.d_sinks;
+  b.logit_grad = t.logit_grad;
   return b;
 }
 
