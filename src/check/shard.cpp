@@ -13,6 +13,7 @@ template <typename T>
 Masks<T> shard_masks(const Masks<T>& masks) {
   Masks<T> m = masks;
   m.key_lengths = nullptr;  // global: checked against the whole sequence by the component
+  m.block_mask = {};        // the same
   return m;
 }
 
@@ -41,7 +42,7 @@ void backward(const char* api, HeadsView<const T> q, HeadsView<const T> k, Heads
   Gradients<T> g;
   g.attn = attn, g.lse = lse, g.d_attn = d_attn;
   g.dq = dq, g.dk = dk, g.dv = dv;
-  g.d_lse = terms.d_lse, g.d_sinks = terms.d_sinks;
+  g.d_lse = terms.d_lse, g.d_sinks = terms.d_sinks, g.logit_grad = terms.logit_grad;
   c.backward = g;
   c.masks = shard_masks(masks);
   (void)make_problem(c, opt);

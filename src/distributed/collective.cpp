@@ -63,6 +63,11 @@ enum Field : int {
   kHasKeyLengths,
   kHasSinks,
   kWantsDSinks,
+  kHasScoreMod,
+  kHasMaskMod,
+  kBlockMask,  // a block mask's tiles (block_rows, 0: none)
+  kBlockCols,
+  kWantsLogitGrad,
   kCommon,
   kQRows = kCommon,
   kKRows,
@@ -89,7 +94,12 @@ const char* const kFieldNames[kCommon] = {"call",
                                           "presence of ALiBi slopes",
                                           "presence of key_lengths",
                                           "presence of Masks::sinks",
-                                          "presence of BackwardTerms::d_sinks"};
+                                          "presence of BackwardTerms::d_sinks",
+                                          "presence of Masks::score_mod",
+                                          "presence of Masks::mask_mod",
+                                          "Masks::block_mask's block_rows (0: none)",
+                                          "Masks::block_mask's block_cols",
+                                          "presence of BackwardTerms::logit_grad"};
 
 /// The scalar type, as every rank must share it (BFloat16Bits and HalfBits have one size).
 /// This rank's own error, as the whole message every rank will throw ("" when none): the rules
@@ -142,6 +152,10 @@ std::array<std::int64_t, kFields> signature(const Call<T>& c, bool has_error) {
   s[kHasSinks] = c.masks.sinks != nullptr;
   s[kHasDLse] = c.d_lse.data != nullptr;
   s[kWantsDSinks] = c.d_sinks != nullptr;
+  s[kHasScoreMod] = !c.masks.score_mod.empty(), s[kHasMaskMod] = !c.masks.mask_mod.empty();
+  s[kBlockMask] = c.masks.block_mask.empty() ? 0 : c.masks.block_mask.block_rows;
+  s[kBlockCols] = c.masks.block_mask.empty() ? 0 : c.masks.block_mask.block_cols;
+  s[kWantsLogitGrad] = !c.logit_grad.empty();
   s[kQRows] = c.q.tokens, s[kKRows] = c.k.tokens, s[kError] = has_error;
   return s;
 }
@@ -196,6 +210,38 @@ index_t Geometry::max_k_rows() const {
   return k_rows.empty() ? 0 : *std::max_element(k_rows.begin(), k_rows.end());
 }
 
+/// A block mask describes the whole sequence, [1|B, 1|H, T_q, T_k] at the call's positions (those
+/// of the single-process call on the whole tensors): each block call reads its classes there.
+template <typename T>
+void check_block_mask(const Call<T>& c, const Geometry& g) {
+  const BlockMaskView& bm = c.masks.block_mask;
+  if (bm.empty()) return;
+  const std::string it = "masks.block_mask [" + num(bm.batch) + ", " + num(bm.heads) + ", " + num(bm.rows) +
+                         ", " + num(bm.cols) + "]";
+  if ((bm.batch != 1 && bm.batch != g.batch) || (bm.heads != 1 && bm.heads != g.heads) ||
+      bm.rows != g.q_tokens || bm.cols != g.k_tokens) {
+    fail(c.api, it + " must be [1|" + num(g.batch) + ", 1|" + num(g.heads) + ", " + num(g.q_tokens) + ", " +
+                    num(g.k_tokens) + "]: the whole sequence's T_q x T_k, not a shard's");
+  }
+  for (index_t b = 0; b < g.batch; ++b) {
+    const index_t keys = c.masks.key_lengths != nullptr ? c.masks.key_lengths[b] : g.k_tokens;
+    const index_t offset = c.opt.alignment == CausalAlignment::BottomRight ? keys - g.q_tokens : 0;
+    if (bm.offset != offset || bm.origin != 0) {
+      fail(c.api, it + " was evaluated with query positions i + " + num(bm.offset) + " and key origin " +
+                      num(bm.origin) + ", but the whole sequence's " +
+                      (g.batch > 1 ? "entry " + num(b) + " has " : "are ") + "i + " + num(offset) +
+                      " and 0 (build it with the call's Options and T_q x T_k)");
+    }
+  }
+  if (c.masks.mask_mod.empty()) {
+    const index_t tiles = bm.batch * bm.heads * bm.row_blocks() * bm.col_blocks();
+    for (index_t t = 0; t < tiles; ++t) {
+      if (bm.blocks[t] == BlockKind::Partial)
+        fail(c.api, it + " has Partial tiles, which need masks.mask_mod to decide them (none is given)");
+    }
+  }
+}
+
 template <typename T>
 Geometry agree(MPI_Comm comm, const Call<T>& c) {
   Geometry g;
@@ -221,7 +267,8 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
     for (int f = 0; f < kCommon; ++f) {
       if (at(r, f) == at(0, f)) continue;
       const bool by_value = f == kBatch || f == kHeads || f == kKvHeads || f == kDk || f == kDv ||
-                            f == kCausal || f == kWindowLeft || f == kWindowRight || f == kChunkSize;
+                            f == kCausal || f == kWindowLeft || f == kWindowRight || f == kChunkSize ||
+                            f == kBlockMask || f == kBlockCols;
       const bool real = f == kScale || f == kSoftcap;
       std::string what = "every rank must call it with the same " + std::string(kFieldNames[f]) +
                          ", but rank " + std::to_string(r) + "'s differs from rank 0's";
@@ -288,6 +335,7 @@ Geometry agree(MPI_Comm comm, const Call<T>& c) {
       }
     }
   }
+  check_block_mask(c, g);
   if (c.ulysses && g.heads % g.ranks != 0) {
     fail(c.api, "Ulysses needs the query heads divisible by the ranks: H = " + num(g.heads) + ", ranks = " +
                     std::to_string(g.ranks) + " (ring_attention_heads_into has no such limit)");

@@ -44,6 +44,7 @@ struct Call {
   // dL/dsinks goes (H values, the same on every rank; null: not wanted).
   HeadsView<const L> d_lse;
   L* d_sinks = nullptr;
+  LogitGradRef<L> logit_grad;  // BackwardTerms::logit_grad (empty: not wanted)
 };
 
 /// The problem every rank agreed on (agree()).

@@ -26,6 +26,7 @@
 #include <EigenAttention/MultiHead.hpp>
 
 #include "distributed/collective.hpp"
+#include "distributed/program.hpp"
 #include "kernels/sink.hpp"
 
 namespace EigenAttention {
@@ -108,7 +109,7 @@ Options block_options(const Call<T>& c, const BlockMask& m) {
 }
 
 /// The masks of a block's call: the ALiBi slopes of its query heads (key lengths are applied by
-/// cutting the block's keys, BlockMask::keys).
+/// cutting the block's keys, BlockMask::keys); BlockProgram adds the programmable ones.
 template <typename T>
 Masks<T> masks_of(const Call<T>& c, const Block& blk) {
   Masks<T> masks;
@@ -189,8 +190,9 @@ void forward(const Call<T>& c, Session& session) {
         [&](const Block& blk) {
           const auto out = HeadsView<T>::bhtd(part_out.data(), blk.batches, blk.heads, blk.qs.count, dv);
           const auto lse = HeadsView<T>::bhtd(part_lse.data(), blk.batches, blk.heads, blk.qs.count, 1);
+          const BlockProgram<T> program(c.masks, c.logit_grad, blk.b, blk.first_head);
           attention_heads_into(blk.q_rows(c.q), blk.k_rows(K), blk.k_rows(V), out, lse,
-                               block_options(c, blk.m), masks_of(c, blk));
+                               block_options(c, blk.m), program.masks(masks_of(c, blk)));
           const auto a = blk.q_rows(acc), al = blk.q_rows(acc_l);
           merge_attention_into(a, al, out, lse, a, al);
         },
@@ -283,7 +285,8 @@ void backward(const Call<T>& c, Session& session) {
           // The block's own LSE (the LSE-only form: Q K^T and the exps only), and d_out scaled row
           // by row by w = exp(lse_block - lse): see the top of the file.
           const Options opt = block_options(c, blk.m);
-          const Masks<T> masks = masks_of(c, blk);
+          const BlockProgram<T> program(c.masks, c.logit_grad, blk.b, blk.first_head);
+          const Masks<T> masks = program.masks(masks_of(c, blk));
           const auto lse_b = HeadsView<T>::bhtd(part_lse.data(), nb, hq, nq, 1);
           EigenAttention::abi::attention_heads_lse_into(blk.q_rows(c.q), blk.k_rows(K), lse_b, opt, masks);
           const auto lse_g = blk.q_rows(c.fwd_lse), d_out = blk.q_rows(c.d_out);
@@ -315,7 +318,7 @@ void backward(const Call<T>& c, Session& session) {
           BackwardTerms<T> terms;
           if (has_d_lse) terms.d_lse = d_lse_w;
           attention_heads_backward_into(blk.q_rows(c.q), blk.k_rows(K), blk.k_rows(V), blk.q_rows(c.fwd_out),
-                                        lse_b, d_out_w, dq_p, dk_p, dv_p, opt, masks, terms);
+                                        lse_b, d_out_w, dq_p, dk_p, dv_p, opt, masks, program.terms(terms));
           copy_view<T>(dq_p, blk.q_rows(dq), true);
           copy_view<T>(dk_p, blk.k_rows(dK), true);
           copy_view<T>(dv_p, blk.k_rows(dV), true);
@@ -378,7 +381,7 @@ void attention_backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> 
   c.backward = true;
   c.q = q, c.k = k, c.v = v, c.fwd_out = out, c.fwd_lse = lse, c.d_out = d_out;
   c.dq = dq, c.dk = dk, c.dv = dv, c.opt = opt, c.masks = masks, c.config = config;
-  c.d_lse = terms.d_lse, c.d_sinks = terms.d_sinks;
+  c.d_lse = terms.d_lse, c.d_sinks = terms.d_sinks, c.logit_grad = terms.logit_grad;
   run_call(comm, c, [](const auto& call, Session& session) { backward(call, session); });
 }
 

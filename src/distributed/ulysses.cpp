@@ -13,6 +13,7 @@
 #include <EigenAttention/MultiHead.hpp>
 
 #include "distributed/collective.hpp"
+#include "distributed/program.hpp"
 
 namespace EigenAttention {
 namespace distributed {
@@ -198,12 +199,15 @@ void run(const Call<T>& c, Session& session) {
   if (has_d_lse) terms.d_lse = dLw;
   std::vector<T> my_d_sinks(static_cast<std::size_t>(hp), T(0));  // of this rank's heads
   if (c.d_sinks != nullptr) terms.d_sinks = my_d_sinks.data();
+  // This rank's heads are [r hp, (r + 1) hp) of the whole call's (the user's callables see those).
+  const BlockProgram<T> program(c.masks, c.logit_grad, 0, r * hp);
   const double compute_start = MPI_Wtime();
   if (hp > 0) {
     if (c.backward) {
-      attention_heads_backward_into(Qw, Kw, Vw, Ow, Lw, dOw, dQw, dKw, dVw, c.opt, masks, terms);
+      attention_heads_backward_into(Qw, Kw, Vw, Ow, Lw, dOw, dQw, dKw, dVw, c.opt, program.masks(masks),
+                                    program.terms(terms));
     } else {
-      attention_heads_into(Qw, Kw, Vw, Ow, Lw, c.opt, masks);
+      attention_heads_into(Qw, Kw, Vw, Ow, Lw, c.opt, program.masks(masks));
     }
   }
   st.compute_seconds += MPI_Wtime() - compute_start;
@@ -283,7 +287,7 @@ void backward(MPI_Comm comm, HeadsView<const T> q, HeadsView<const T> k, HeadsVi
   c.backward = true;
   c.q = q, c.k = k, c.v = v, c.fwd_out = out, c.fwd_lse = lse, c.d_out = d_out;
   c.dq = dq, c.dk = dk, c.dv = dv, c.opt = opt, c.masks = masks, c.config = config;
-  c.d_lse = terms.d_lse, c.d_sinks = terms.d_sinks;
+  c.d_lse = terms.d_lse, c.d_sinks = terms.d_sinks, c.logit_grad = terms.logit_grad;
   run_call(comm, c, [](const auto& call, Session& session) { run(call, session); });
 }
 

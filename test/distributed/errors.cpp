@@ -32,6 +32,9 @@ struct Args {
 
 constexpr double kSentinel = -777.25;
 
+/// A mask_mod (causal, at the positions the calls give it).
+const auto kCausalMod = ea::mask_mod([](auto, auto, auto q, auto k) { return k <= q; });
+
 /// The valid call: B = 1, H = 2P query heads reading H_kv = 1, T_q = 6P and T_k = 8P tokens
 /// (both divisible by 2P, so that Contiguous and ZigZag give each rank the same row counts),
 /// d_k = 8, d_v = 4, balanced contiguous shards.
@@ -218,6 +221,16 @@ std::vector<Scenario<T>> scenarios() {
                    if (bad) a.terms.d_sinks = a.d_sinks.data();
                  },
                  "presence of BackwardTerms::d_sinks", false});
+    // A block mask describes the whole sequence (T_q = 6P x T_k = 8P), not a rank's shard of it.
+    s.push_back({"a block mask of a shard's size", kAll, on_bad<T>([](Args<T>& a) {
+                   static const ea::BlockMask shard = ea::block_mask(kCausalMod, 1, 1, a.q.T, a.k.T, 4, 4);
+                   a.masks.mask_mod = kCausalMod;
+                   a.masks.block_mask = shard;
+                 }),
+                 "not a shard's"});
+    s.push_back({"mask_mod on one rank only", last,
+                 on_bad<T>([](Args<T>& a) { a.masks.mask_mod = kCausalMod; }),
+                 "presence of Masks::mask_mod"});
     s.push_back({"ZigZag on one rank only", last,
                  on_bad<T>([](Args<T>& a) { a.config.sharding = dist::Sharding::ZigZag; })});
     s.push_back({"a boolean mask on one rank only", last, on_bad<T>([](Args<T>& a) {
