@@ -27,10 +27,28 @@ namespace bw = ea_test::backward;
 
 /// Runs the built-in problem `builtin` and the same tensors with `programmed`'s spec plus the masks
 /// `program` adds, on every kernel, fused and decomposed, 1 and 2 threads: bitwise equal, and both
-/// within the reference's budget.
+/// within the reference's budget; then the backward (with dL/dSCORES and dL/dLSE), the same way.
 template <class T>
 void check_same_as_builtin(const Problem& builtin, const Problem& programmed,
                            const std::function<void(mh::Masks<T>&)>& program, bool bitwise) {
+  Rng rng(2890);
+  const bw::Seeds seeds = bw::make_seeds<T>(builtin, rng, true);
+  const auto bref = reference_heads_backward<T>(builtin.Q, builtin.K, builtin.V, builtin.spec, seeds.d_out,
+                                                seeds.d_scores, seeds.d_lse);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = mh::kernel_name(kernel);
+    CAPTURE(kname);
+    for (const int threads : {1, 2}) {
+      CAPTURE(threads);
+      const bw::Gradients<T> a = bw::run_backward<T>(
+          builtin, seeds, options_for(builtin.spec, kernel, threads), mh::Layout::BHTD, false);
+      const bw::Gradients<T> b = bw::run_backward<T>(
+          programmed, seeds, options_for(programmed.spec, kernel, threads), mh::Layout::BHTD, false, program);
+      if (bitwise) bw::check_equal(b, a, "programmed backward vs built-in");
+      bw::check_against(a, bref, "built-in backward vs reference");
+      bw::check_against(b, bref, "programmed backward vs reference");
+    }
+  }
   const auto ref = reference_heads(builtin.Q, builtin.K, builtin.V, builtin.spec);
   for (const auto kernel : kernels_under_test()) {
     const std::string kname = mh::kernel_name(kernel);

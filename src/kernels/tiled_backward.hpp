@@ -203,6 +203,31 @@ inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j
 }
 #endif
 
+/// Row i's keys in the key tile [j0, j0 + cols) (cols <= kBackwardCols) that both steps compute:
+/// span_in_tile, narrowed to the first and the last key the masks (boolean and programmable) show
+/// the row. So a mask_mod that states a built-in mask, or the boolean mask, computes the built-in's
+/// weights over the built-in's keys, to the bit, and a row of a packed document computes its own
+/// document's keys only.
+template <typename E>
+Span backward_span(const RawProblem<E>& p, index_t i, index_t j0, index_t cols) {
+  const Span s = span_in_tile(p, i, j0, cols);
+  const index_t n = s.b - s.a;
+  if (!p.hides_some() || n <= 0) return s;
+  unsigned char visible[kBackwardCols];
+  if (p.mask_mod != nullptr || p.blocks != nullptr) {
+    programmed_visibility(p, i, 1, j0 + s.a, n, visible, n);
+  } else {
+    std::fill_n(visible, n, static_cast<unsigned char>(1));
+  }
+  if (p.mask.data != nullptr) {
+    const bool* m = p.mask.data + i * p.mask.row_stride + (j0 + s.a) * p.mask.col_stride;
+    for (index_t t = 0; t < n; ++t)
+      visible[t] = visible[t] & static_cast<unsigned char>(m[t * p.mask.col_stride]);
+  }
+  const index_t a = first_seen(visible, 0, n);
+  return {s.a + a, s.a + last_seen_end(visible, a, n)};
+}
+
 /// Step 1, query tile `tile`, keys [j0, j0 + cols): the weights exp(z - lse) of its rows into
 /// w (row r at w + r * ldw, column t for key j0 + t; w 64-byte aligned and ldw a whole number
 /// of 64-byte lines), the soft-cap's derivative into cap (same layout) when soft-capping, and
@@ -259,7 +284,7 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
   std::fill_n(partial, 2 * R, T(0));
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
-    const Span span = span_in_tile(p, i, j0, cols);
+    const Span span = backward_span(p, i, j0, cols);
     weights_row(p, i, j0, cols, span, w + r * ldw, cap != nullptr ? cap + r * ldw : nullptr);
     const index_t n = span.b - span.a;
     if (n == 0) continue;
@@ -398,7 +423,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   const RawMatrix<T>& d_logits = p.grad.d_logits;  // the gradient callback's, when given
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
-    const Span span = span_in_tile(p, i, j0, cols);
+    const Span span = backward_span(p, i, j0, cols);
     hides = hides || span.a > 0 || span.b < cols;
     auto dz = dZ.row(r);
     const index_t n = span.b - span.a;
