@@ -54,8 +54,16 @@ struct HeadsCall {
   std::array<bool, kSlots> present{};
   Tensor<std::int64_t> lengths;
   Tensor<T> slopes;
-  Tensor<T> sinks;  // H values, decoded last (fill_values)
+  Tensor<T> sinks;  // H values, decoded after the others (fill_values)
   bool has_sinks = false;
+  // Programmable attention, decoded last: the program, the callables that read it, and a block
+  // mask of tiles block_rows x block_cols (0: none) built from its mask once the call is known
+  // to be valid (expect).
+  Program program;
+  ea::ScoreMod<ProgramScore> score_fn{ProgramScore{&program}};
+  ea::MaskMod<ProgramMask> mask_fn{ProgramMask{&program}};
+  Index block_rows = 0, block_cols = 0;
+  std::optional<ea::BlockMask> blocks;
   Tensor<std::int64_t> cuq, cuk;
   Index packed_size = 0;
   Tensor<T> packed;  // varlen_decomposed: the packed weights
@@ -263,6 +271,12 @@ struct HeadsCall {
     place(sinks, arena);
     arena.allocate();
     has_sinks = fill_sinks(r, sinks, n[kQ][1]);
+    program = decode_program(r);
+    const std::uint8_t b = r.u8();
+    if (program.has_mask() && b % 4 == 3) {
+      block_rows = 1 + (b >> 2) % 8, block_cols = 1 + (b >> 5) % 8;
+      note(format("  block mask of %tdx%td tiles", block_rows, block_cols));
+    }
   }
 
   /// The views, masks and sizes handed to the library.
@@ -287,6 +301,8 @@ struct HeadsCall {
     masks.key_lengths = has_lengths ? lengths.data() : nullptr;
     masks.alibi_slopes = has_alibi ? slopes.data() : nullptr;
     masks.sinks = has_sinks ? sinks.data() : nullptr;
+    if (program.has_score()) masks.score_mod = score_fn;
+    if (program.has_mask()) masks.mask_mod = mask_fn;
     sequences = seq_claim < 0 ? seq_claim : S;
   }
 
@@ -358,6 +374,16 @@ struct HeadsCall {
       // Weights wanted with no SCORES view: MultiHead.hpp neither allows nor forbids it.
       if (decomposed && !has_scores && !e.invalid) e.uncertain = true;
     }
+    // A block mask of the whole call, at its positions: one tile grid for every sequence, so not
+    // for a packed batch or per-sequence key lengths with the bottom-right alignment (whose
+    // sequences' positions differ).
+    const bool per_sequence = varlen || (has_lengths && opt.alignment == ea::CausalAlignment::BottomRight);
+    if (block_rows > 0 && !e.invalid && !per_sequence) {
+      // (A batch or heads of 1 stands for every one: an empty call's 0 is not a size of a block mask.)
+      blocks.emplace(ea::block_mask(mask_fn, std::max<Index>(Qv.batch, 1), std::max<Index>(Qv.heads, 1),
+                                    Qv.tokens, Kv.tokens, block_rows, block_cols, opt));
+      masks.block_mask = *blocks;
+    }
     note(format("expect: %s%s", e.invalid ? ("throw: " + e.why).c_str() : "success",
                 e.uncertain ? " (or a throw)" : ""));
   }
@@ -409,6 +435,8 @@ struct HeadsCall {
         if (has_alibi) c.slope = slopes.at(0, 0, 0, h);
         c.has_sink = has_sinks;
         if (has_sinks) c.sink = sinks.at(0, 0, 0, h);
+        if (program.has_mask() || program.has_score()) c.program = &program;
+        c.batch = b, c.head = h;
         if (has_out) c.attn = matrix_of(t[kOut], bi, h, q0, lq);
         if (has_lse) c.lse = matrix_of(t[kLse], bi, h, q0, lq);
         if (has_scores) c.scores = matrix_of(t[kScores], bi, h);

@@ -613,6 +613,157 @@ struct Expect {
 // ---------------------------------------------------------------------------------------------
 // The per-row checks, shared by every call: one Case per (sequence, query head).
 
+/// A programmable mask and score modification (Masks::score_mod, mask_mod) from a small grammar:
+/// the mask a combination (and, or, not) of up to three comparisons of b, h, q and k; the score
+/// modification up to three of the built-in operations (a scale, a soft-cap, a bias linear in the
+/// distance, ALiBi's |q - k|, a per-sequence and per-head offset, a table of the distance mod 7).
+/// The library instantiates it with float, double and Dual; the reference (check_case) evaluates
+/// it in long double at the same positions.
+struct Program {
+  struct Atom {
+    std::uint8_t kind = 0;
+    Index c = 0, m = 1;
+    bool negate = false;
+  };
+  struct Op {
+    std::uint8_t kind = 0;
+    double a = 0;
+  };
+  std::vector<Atom> atoms;
+  std::vector<bool> ors;  // between atom i and i + 1: or (else and), evaluated left to right
+  std::vector<Op> ops;
+  bool has_mask() const { return !atoms.empty(); }
+  bool has_score() const { return !ops.empty(); }
+
+  static Index floor_div(Index x, Index m) { return x >= 0 ? x / m : -((-x - 1) / m) - 1; }
+  bool atom(const Atom& a, Index b, Index h, Index q, Index k) const {
+    bool v = true;
+    switch (a.kind % 6) {
+      case 0:
+        v = k <= q + a.c;
+        break;  // causal, shifted
+      case 1:
+        v = (q > k ? q - k : k - q) <= a.c;
+        break;  // a band
+      case 2:
+        v = floor_div(q, a.m) == floor_div(k, a.m);
+        break;  // chunks
+      case 3:
+        v = ((k % a.m) + a.m) % a.m != a.c % a.m;
+        break;  // strided keys
+      case 4:
+        v = k < a.c;
+        break;  // a prefix
+      default:
+        v = ((b + h) % 2 == 0) == (q % 2 == 0);
+        break;  // by sequence and head
+    }
+    return v != a.negate;
+  }
+  bool keep(Index b, Index h, Index q, Index k) const {
+    bool v = atom(atoms[0], b, h, q, k);
+    for (std::size_t i = 1; i < atoms.size(); ++i) {
+      const bool w = atom(atoms[i], b, h, q, k);
+      v = ors[i - 1] ? (v || w) : (v && w);
+    }
+    return v;
+  }
+  static constexpr double kTable[7] = {0.25, -0.5, 0.125, 1.0, -0.75, 0.0, 0.375};
+  /// f(s, b, h, q, k) in S (float, double or Dual), or in long double (the reference).
+  template <class S, class V>
+  S apply_as(S s, Index b, Index h, Index q, Index k) const {
+    using std::tanh;
+    const auto c = [](double x) { return S(static_cast<V>(x)); };
+    const Index d = q - k;
+    for (const Op& o : ops) {
+      switch (o.kind % 6) {
+        case 0:
+          s = s * c(o.a);
+          break;
+        case 1:
+          s = c(o.a) * tanh(s / c(o.a));
+          break;
+        case 2:
+          s = s + c(o.a * double(d));
+          break;
+        case 3:
+          s = s - c(o.a * double(d < 0 ? -d : d));
+          break;
+        case 4:
+          s = s + c(o.a * double(h + 1) - o.a * double(b));
+          break;
+        default:
+          s = s + c(kTable[((d % 7) + 7) % 7]);
+          break;
+      }
+    }
+    return s;
+  }
+  template <class S>
+  S apply(S s, Index b, Index h, Index q, Index k) const {
+    if constexpr (std::is_floating_point_v<S>) {
+      return apply_as<S, S>(s, b, h, q, k);
+    } else {
+      return apply_as<S, decltype(s.value)>(s, b, h, q, k);
+    }
+  }
+  long double score(long double s, Index b, Index h, Index q, Index k) const {
+    return apply_as<long double, long double>(s, b, h, q, k);
+  }
+  std::string describe() const {
+    std::string t;
+    for (std::size_t i = 0; i < atoms.size(); ++i)
+      t += format("%s%satom%d(c=%td, m=%td)", i == 0 ? "" : (ors[i - 1] ? " or " : " and "),
+                  atoms[i].negate ? "not " : "", atoms[i].kind % 6, atoms[i].c, atoms[i].m);
+    t += atoms.empty() ? "no mask_mod;" : ";";
+    for (const Op& o : ops) t += format(" op%d(%g)", o.kind % 6, o.a);
+    return t;
+  }
+};
+
+/// The callables handed to the library, reading a Program.
+struct ProgramScore {
+  const Program* p;
+  template <class S>
+  S operator()(S s, Index b, Index h, Index q, Index k) const {
+    return p->apply(s, b, h, q, k);
+  }
+};
+struct ProgramMask {
+  const Program* p;
+  bool operator()(Index b, Index h, Index q, Index k) const { return p->keep(b, h, q, k); }
+};
+
+/// Reads a Program (no byte left: none). Its constants keep the logits within a few units of the
+/// scaled ones, so that the reference's tolerances hold.
+inline Program decode_program(Reader& r) {
+  Program p;
+  const std::uint8_t head = r.u8();
+  const int atoms = head % 4, ops = (head >> 2) % 4;
+  for (int i = 0; i < atoms; ++i) {
+    const std::uint8_t a = r.u8(), b = r.u8();
+    Program::Atom atom;
+    atom.kind = (a & 7) % 6;
+    atom.negate = (a >> 3) % 4 == 3;
+    atom.c = Index(b % 16) - (atom.kind == 0 ? 4 : 0);
+    atom.m = 1 + (b >> 4) % 9;
+    p.atoms.push_back(atom);
+    if (i > 0) p.ors.push_back((a >> 5) % 2 == 1);
+  }
+  static const double scales[] = {0.5, 0.75, 1.25, 2.0}, caps[] = {1.0, 2.5, 5.0, 0.5},
+                      slopes[] = {0.01, -0.1, 0.05, 0.2};
+  for (int i = 0; i < ops; ++i) {
+    const std::uint8_t a = r.u8();
+    Program::Op op;
+    op.kind = (a & 7) % 6;
+    const int v = (a >> 3) % 4;
+    op.a = op.kind == 0 ? scales[v] : op.kind == 1 ? caps[v] : slopes[v];
+    p.ops.push_back(op);
+  }
+  if (p.has_mask() || p.has_score()) note("  program: " + p.describe());
+  return p;
+}
+
 template <class T>
 struct Case {
   std::string name;
@@ -625,6 +776,8 @@ struct Case {
   T slope = 0;
   bool has_sink = false;  // Masks::sinks given: `sink` is this head's
   T sink = 0;
+  const Program* program = nullptr;  // Masks::score_mod and mask_mod, when given
+  Index batch = 0, head = 0;         // the b and h they see
   Acc<T> attn, scores, lse;
 };
 
@@ -686,10 +839,13 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
     bool tame = safe && (!sink_finite || std::fabs(double(c.sink)) <= 50);
     long double max_logit = -INFINITY;
     for (Index j = 0; j < tk; ++j) {
+      // The positions the programmable parts see: the query's diagonal key and the key's own.
+      const Index qpos = i + c.offset + rules.chunk_origin, kpos = j + rules.chunk_origin;
       const bool v =
           j < c.keys &&
           key_visible(rules.causal, rules.wl, rules.wr, i, j, c.offset, rules.chunk, rules.chunk_origin) &&
-          (!c.mask.present() || c.mask(i, j));
+          (!c.mask.present() || c.mask(i, j)) &&
+          (c.program == nullptr || !c.program->has_mask() || c.program->keep(c.batch, c.head, qpos, kpos));
       vis[j] = v;
       if (!v) continue;
       ++nvis;
@@ -709,6 +865,10 @@ void check_case(const Case<T>& c, const Rules<T>& rules) {
       long double l = (long double)rules.scale * dot;
       tame = tame && (long double)rules.scale * mag <= 50;
       if (rules.softcap > 0) l = (long double)rules.softcap * std::tanh(l / (long double)rules.softcap);
+      if (c.program != nullptr && c.program->has_score()) {
+        l = c.program->score(l, c.batch, c.head, qpos, kpos);
+        tame = tame && std::fabs(l) <= 50;
+      }
       if (c.alibi) {
         const long double dist = std::fabs((long double)(i + c.offset - j));
         tame = tame && std::fabs((long double)c.slope) * dist <= 50;

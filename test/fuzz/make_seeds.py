@@ -157,6 +157,20 @@ def terms(d_lse=False, d_sinks=False, without_sinks=False, d_lse_fault=False, la
     return bytes([b]) + (bytes([lay]) + (fill or filler(seed=21)) if d_lse else b"")
 
 
+def program(atoms=(), ops=(), blocks=0):
+    """A programmable mask and score modification, read after a multi-head forward call's sinks: the
+    mask's comparisons (a, b) (kind (a & 7) % 6: 0 k <= q + c, 1 |q - k| <= c, 2 q and k in one chunk of m,
+    3 k % m != c % m, 4 k < c, 5 by the parity of b + h and q; negated when (a >> 3) % 4 == 3, joined
+    to the previous by or when (a >> 5) % 2; c = b % 16 (less 4 for kind 0), m = 1 + (b >> 4) % 9), the
+    score operations a (kind (a & 7) % 6: a scale, a soft-cap, + slope (q - k), - slope |q - k|, + slope
+    ((h + 1) - b), + a table of (q - k) mod 7; the constant's index (a >> 3) % 4), and the block mask byte
+    (b % 4 == 3: tiles of 1 + (b >> 2) % 8 rows and 1 + (b >> 5) % 8 keys)."""
+    b = bytes([len(atoms) | len(ops) << 2])
+    for a, c in atoms:
+        b += bytes([a, c])
+    return b + bytes(ops) + bytes([blocks])
+
+
 def attention_seeds():
     nan_q = filler(mode=2, values=bytes([13, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]))
     return {
@@ -225,6 +239,19 @@ def attention_seeds():
         "heads_backward_minus_inf_sinks": heads_backward(
             d_scores=True, opts=options() + NO_CHUNKS,
             tail=b"".join(filler(seed=s) for s in (11, 12, 13, 14)) + sinks(one_for_all=0x0a) + terms(d_sinks=True)),
+        # Programmable attention: prefix-LM (causal or the first 2 keys) with a soft-cap and a distance
+        # bias, in 2 x 3 tiles; a varlen batch masked by the parity of b + h and q, with a per-sequence and
+        # per-head offset and a table; a decomposed call without a band, ALiBi-like and scaled, 1 x 1 tiles.
+        "heads_program_prefix_lm_blocks": heads(
+            "heads", pres=1, tq=6, tk=6, opts=options() + NO_CHUNKS,
+            tail=bytes([0]) + program(atoms=((0, 4), (4 | 1 << 5, 2)), ops=(1 | 1 << 3, 2 | 2 << 3),
+                                      blocks=3 | 1 << 2 | 2 << 5)),
+        "varlen_program_parity_table": heads(
+            "varlen", seqs=((3, 4), (2, 5)), pres=1, opts=options(causal=True) + NO_CHUNKS,
+            tail=bytes([0]) + program(atoms=((5, 0),), ops=(4 | 1 << 3, 5))),
+        "heads_decomposed_program_band_blocks": heads(
+            "heads_decomposed", pres=0x01, tq=7, tk=5, opts=options(bottom_right=True) + NO_CHUNKS,
+            tail=bytes([0]) + program(atoms=((1 | 3 << 3, 3),), ops=(3 | 3 << 3, 0 | 3 << 3), blocks=3)),
         "heads_backward_d_sinks_without_sinks": heads_backward(
             opts=options() + NO_CHUNKS,
             tail=b"".join(filler(seed=s) for s in (11, 12, 13)) + bytes([0]) + terms(d_sinks=True, without_sinks=True)),
