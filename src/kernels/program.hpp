@@ -149,6 +149,22 @@ EIGEN_ATTENTION_SHARED_INLINE bool blocks_show(const RawProblem<T>& p, index_t i
   return false;
 }
 
+/// Does the block mask call every tile that rows [i0, i0 + rows) and keys [j0, j0 + cols) touch
+/// Full (so that the programmable mask hides none of those keys from those rows)? False without
+/// one.
+template <typename T>
+EIGEN_ATTENTION_SHARED_INLINE bool blocks_all_full(const RawProblem<T>& p, index_t i0, index_t rows,
+                                                   index_t j0, index_t cols) {
+  if (p.blocks == nullptr || rows <= 0 || cols <= 0) return false;
+  for (index_t rb = i0 / p.block_rows; rb <= (i0 + rows - 1) / p.block_rows; ++rb) {
+    const std::uint8_t* row = p.blocks + rb * p.col_blocks;
+    for (index_t cb = j0 / p.block_cols; cb <= (j0 + cols - 1) / p.block_cols; ++cb) {
+      if (row[cb] != kBlockFull) return false;
+    }
+  }
+  return true;
+}
+
 /// pass(run) for each run of the keys [keys.a, keys.b) of the key tile at j0 (relative to j0) in
 /// tiles of the block mask that some row of [i0, i0 + rows) sees, in key order, each from the panel
 /// that holds its first key (keys.a a whole panel; two runs that this would overlap are one).

@@ -872,7 +872,9 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
         // One pass over the keys [keys.a, keys.b) of the tile (keys.a a whole panel): the logits,
         // the online softmax row by row, then the strip's share of P V.
         const auto pass = [&](Span keys) {
-          if (programmed) {  // which keys each row sees, and the strip's first and last
+          // (Tiles the block mask calls Full hide nothing: nothing to ask.)
+          const bool ask = programmed && !blocks_all_full(p, is, srows, j0 + keys.a, keys.b - keys.a);
+          if (ask) {  // which keys each row sees, and the strip's first and last
             programmed_visibility(p, is, srows, j0 + keys.a, keys.b - keys.a, seen + keys.a, lds);
             index_t lo = keys.b, hi = keys.a;
             for (index_t r = 0; r < srows; ++r) {
@@ -908,9 +910,11 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
             S.tail(keys.b - span.b).setZero();
             if (span.a >= span.b) continue;
             auto row = S.segment(span.a, span.b - span.a);
-            if (programmed) {
+            if (ask) {
               if (extras.has_extras()) apply_extras(extras, i, j0 + span.a, row);
               hide_unseen(row_data, seen + r * lds, span.a, span.b);
+            } else if (programmed) {
+              if (extras.has_extras()) apply_extras(extras, i, j0 + span.a, row);
             } else if (p.has_extras()) {
               apply_extras(p, i, j0 + span.a, row);
             }

@@ -213,6 +213,7 @@ Span backward_span(const RawProblem<E>& p, index_t i, index_t j0, index_t cols) 
   const Span s = span_in_tile(p, i, j0, cols);
   const index_t n = s.b - s.a;
   if (!p.hides_some() || n <= 0) return s;
+  if (p.mask.data == nullptr && blocks_all_full(p, i, 1, j0 + s.a, n)) return s;  // (nothing hidden)
   unsigned char visible[kBackwardCols];
   if (p.mask_mod != nullptr || p.blocks != nullptr) {
     programmed_visibility(p, i, 1, j0 + s.a, n, visible, n);
