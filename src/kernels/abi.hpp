@@ -173,6 +173,9 @@ struct BackwardKernel {
   void (*terms)(const RawProblem<T>& p, index_t tile, const C* partials, index_t tiles, C* terms);
   void (*pair)(const RawProblem<T>& p, index_t tile, index_t first_key, index_t keys, C* w, const C* cap,
                index_t ldw, const C* terms, C* dq_tile);
+  // A step may take part of a key tile, from a multiple of this many keys past its start (whole
+  // panels of the kernel's micro-kernel, whole 64-byte lines of the weights) to any end.
+  index_t column_unit;
 };
 
 /// Query rows of one tile of the backward pass, and keys of one key tile.

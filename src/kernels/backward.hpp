@@ -103,15 +103,40 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& give
     if (begin >= end) continue;  // no key: dQ rows stay 0
     const index_t first = begin / C, count = (end + C - 1) / C - first;
     const auto keys = [&](index_t t) { return std::min(C, tk - (first + t) * C); };
-    // (A tile the block mask hides whole has no weight: it is never computed.)
-    const auto shown = [&](index_t t) { return blocks_show(p, i0, rows, (first + t) * C, keys(t)); };
+    // The keys [a, b) of key tile t (relative to its first) that the steps compute: with a block
+    // mask, from the first to the last of its tiles that some row of the query tile sees, the
+    // first from a whole column unit of the kernel; none when it hides the tile whole (never
+    // computed: no weight).
+    const auto columns = [&](index_t t) {
+      const index_t j0 = (first + t) * C, n = keys(t);
+      struct {
+        index_t a, b;
+      } c{0, n};
+      if (p.blocks == nullptr) return c;
+      const index_t rb0 = i0 / p.block_rows, rb1 = (i0 + rows - 1) / p.block_rows;
+      index_t lo = n, hi = 0;
+      for (index_t cb = j0 / p.block_cols; cb * p.block_cols < j0 + n; ++cb) {
+        bool shown = false;
+        for (index_t rb = rb0; rb <= rb1 && !shown; ++rb)
+          shown = p.blocks[rb * p.col_blocks + cb] != kBlockEmpty;
+        if (!shown) continue;
+        lo = std::min(lo, std::max<index_t>(cb * p.block_cols - j0, 0));
+        hi = std::max(hi, std::min((cb + 1) * p.block_cols - j0, n));
+      }
+      c.a = lo < hi ? lo / kernel.column_unit * kernel.column_unit : 0;
+      c.b = lo < hi ? hi : 0;
+      return c;
+    };
+    const auto offset = [](T* buffer, index_t a) { return buffer == nullptr ? nullptr : buffer + a; };
     for_tasks(count, threads, [&](index_t t) {
       const index_t kt = first + t;
-      if (!shown(t)) {
+      const auto c = columns(t);
+      if (c.a >= c.b) {
         std::fill_n(partials + t * 2 * R, 2 * R, T(0));
         return;
       }
-      kernel.weights(p, tile, kt * C, keys(t), weights_of(kt), cap_of(kt), ldw, partials + t * 2 * R);
+      kernel.weights(p, tile, kt * C + c.a, c.b - c.a, weights_of(kt) + c.a, offset(cap_of(kt), c.a), ldw,
+                     partials + t * 2 * R);
     });
     kernel.terms(p, tile, partials, count, terms);
     // The shares of dQ are added to its rows in key order, each element getting them one after
@@ -133,14 +158,16 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& give
     index_t next = 0;
     std::fill_n(parked, count, static_cast<unsigned char>(0));
     for_tasks(count, threads, [&](index_t t) {
-      const index_t kt = first + t, j0 = kt * C;
-      const bool sees = p.sees(i0, rows, j0, keys(t)) && shown(t);
+      const index_t kt = first + t;
+      const auto c = columns(t);
+      const index_t j0 = kt * C + c.a, n = c.b - c.a;
+      const bool sees = n > 0 && p.sees(i0, rows, j0, n);
       T* const share = backward_workspace<T>(5, R * dk);  // the running thread's
       if (sees) {
-        T* const w = weights_of(kt);
-        T* const c = cap_of(kt);
-        if (!hold) kernel.weights(p, tile, j0, keys(t), w, c, ldw, backward_workspace<T>(8, 2 * R));
-        kernel.pair(p, tile, j0, keys(t), w, c, ldw, terms, share);
+        T* const w = weights_of(kt) + c.a;
+        T* const derivative = offset(cap_of(kt), c.a);
+        if (!hold) kernel.weights(p, tile, j0, n, w, derivative, ldw, backward_workspace<T>(8, 2 * R));
+        kernel.pair(p, tile, j0, n, w, derivative, ldw, terms, share);
       }
       const std::lock_guard<std::mutex> lock(order);
       if (t != next) {  // an earlier key tile's share is still to come: park this one
@@ -154,8 +181,9 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& give
     });
     if (p.grad.d_logits.data != nullptr) {
       for (index_t t = 0; t < count; ++t) {
-        const index_t j0 = (first + t) * C;
-        if (!(p.sees(i0, rows, j0, keys(t)) && shown(t))) continue;
+        const auto c = columns(t);
+        const index_t j0 = (first + t) * C + c.a, n = c.b - c.a;
+        if (!(n > 0 && p.sees(i0, rows, j0, n))) continue;
         const LogitGradTile<T> g{p.grad.d_logits.data + j0,
                                  p.grad.d_logits.row_stride,
                                  p.batch_index,
@@ -163,7 +191,7 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& give
                                  p.query_position(i0),
                                  rows,
                                  p.key_position(j0),
-                                 keys(t)};
+                                 n};
         p.logit_grad->apply(p.logit_grad->callable, g);
       }
     }

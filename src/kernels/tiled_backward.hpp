@@ -43,6 +43,8 @@
 // does for V), so that a hidden NaN never reaches a gradient that does not depend on it.
 #pragma once
 
+#include <numeric>
+
 #include "kernels/tiled.hpp"
 
 namespace EigenAttention {
@@ -164,18 +166,20 @@ const T* key_panels(const RawProblem<E>& p, index_t j0, index_t cols, bool value
   constexpr index_t C = kBackwardCols, room = Micro<T>::whole_panels(C);
   const index_t dk = p.k.cols, dv = p.v.cols, tiles = (p.k.rows + C - 1) / C, t = j0 / C;
   const std::size_t need = static_cast<std::size_t>(tiles * room) * static_cast<std::size_t>(dk + dv);
+  // The whole key tile is packed (a step may start past its first key, at a whole panel).
+  const index_t base = t * C, keys = std::min(C, p.k.rows - base), skip = (j0 - base) * (values ? dv : dk);
   T* dst = scratch;
   // The layout's name, -C, is one the forward's key tiles (> 0) never take.
   if (PackCache<T>* c = PackCache<T>::open(p, -C, dv, tiles, need)) {
     dst = c->data + (values ? tiles * room * dk + t * room * dv : t * room * dk);
     const unsigned char bit = values ? 2 : 1;
-    if (c->ready[t] & bit) return dst;
+    if (c->ready[t] & bit) return dst + skip;
     c->ready[t] |= bit;
   }
   const RawMatrix<const E>& m = values ? p.v : p.k;
-  const auto M = tile_rows(m, j0, cols, rows);
-  pack_panels(M.data(), M.outerStride(), cols, m.cols, dst);
-  return dst;
+  const auto M = tile_rows(m, base, keys, rows);
+  pack_panels(M.data(), M.outerStride(), keys, m.cols, dst);
+  return dst + skip;
 }
 
 #if defined(__AVX512BF16__)
@@ -189,19 +193,28 @@ inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j
   const index_t kp = whole_pair_blocks((p.k.cols + 1) / 2), vp = whole_pair_blocks((p.v.cols + 1) / 2);
   const index_t tiles = (p.k.rows + C - 1) / C, t = j0 / C;
   const std::size_t need = static_cast<std::size_t>(tiles * room) * static_cast<std::size_t>(kp + vp);
+  // The whole key tile is packed (a step may start past its first key, at a whole panel).
+  const index_t base = t * C, keys = std::min(C, p.k.rows - base), skip = (j0 - base) * (values ? vp : kp);
+  (void)cols;
   Pair* dst = scratch;
   if (PackCache<Pair>* c = PackCache<Pair>::open(p, -C, p.v.cols, tiles, need)) {
     dst = c->data + (values ? tiles * room * kp + t * room * vp : t * room * kp);
     const unsigned char bit = values ? 2 : 1;
-    if (c->ready[t] & bit) return dst;
+    if (c->ready[t] & bit) return dst + skip;
     c->ready[t] |= bit;
   }
   const RawMatrix<const BFloat16Bits>& m = values ? p.v : p.k;
-  pack_panels_pairs(m.data + j0 * m.row_stride, m.row_stride, m.col_stride, cols, m.cols, dst,
+  pack_panels_pairs(m.data + base * m.row_stride, m.row_stride, m.col_stride, keys, m.cols, dst,
                     values ? vp : kp);
   return dst;
 }
 #endif
+
+/// A backward step may start past its key tile's first key at a multiple of this many keys: whole
+/// panels (key_panels offsets the tile's packed panels) and whole 64-byte lines of the weights.
+template <typename E>
+constexpr index_t kBackwardColumnUnit = std::lcm(Micro<ComputeScalar<E>>::kCols,
+                                                 index_t(64 / sizeof(ComputeScalar<E>)));
 
 /// Row i's keys in the key tile [j0, j0 + cols) (cols <= kBackwardCols) that both steps compute:
 /// span_in_tile, narrowed to the first and the last key the masks (boolean and programmable) show
@@ -245,11 +258,13 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
   const index_t dk = p.q.cols, R = kBackwardRows;
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
   const index_t panels = Micro<T>::whole_panels(cols);
-  Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(cols * dk) + Arena<T>::round(panels * dk) +
+  // (K's rows and panels: of the whole key tile, which key_panels packs.)
+  constexpr index_t C = kBackwardCols, room = Micro<T>::whole_panels(C);
+  Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(C * dk) + Arena<T>::round(room * dk) +
                  Arena<T>::round(cols) + Arena<T>::round(MR * panels));
   T* const q_buf = arena.take(R * dk);
-  T* const k_buf = arena.take(cols * dk);
-  T* const kp = arena.take(panels * dk);
+  T* const k_buf = arena.take(C * dk);
+  T* const kp = arena.take(room * dk);
   T* const ds_buf = arena.take(cols);  // a widened row of d_scores (16-bit)
   T* const strip = arena.take(MR * panels);
   const auto copy_strip = [&](index_t r0, index_t n) {
@@ -260,9 +275,9 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
 #if defined(__AVX512BF16__)
     static_assert(kBackwardRows % MR == 0, "a query tile is whole strips");
     const index_t qp = whole_pair_blocks((dk + 1) / 2);
-    Arena<Pair> pairs(Arena<Pair>::round(R * qp) + Arena<Pair>::round(panels * qp));
+    Arena<Pair> pairs(Arena<Pair>::round(R * qp) + Arena<Pair>::round(room * qp));
     Pair* const q_pairs = pairs.take(R * qp);
-    Pair* const k_scratch = pairs.take(panels * qp);
+    Pair* const k_scratch = pairs.take(room * qp);
     pair_strip_rows(p.q, i0, rows, q_pairs, qp);
     const Pair* const k_panels = key_panels_pairs(p, j0, cols, false, k_scratch);
     for (index_t r0 = 0; r0 < rows; r0 += MR) {
@@ -354,17 +369,18 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   const index_t dkp = M::whole_packets(dk), dvp = M::whole_packets(dv);
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
   const index_t panels = Micro<T>::whole_panels(cols);
+  constexpr index_t C = kBackwardCols, room = Micro<T>::whole_panels(C);
   // dP's strips write whole panels; dZ is read down its columns too (dK), as the weights are.
   const index_t lds = odd_lines<T>(panels);
   Arena<T> arena(Arena<T>::round(R * dkp) * 2 + Arena<T>::round(R * dvp) + Arena<T>::round(cols * dkp) * 2 +
-                 Arena<T>::round(cols * dv) + Arena<T>::round(panels * dv) + Arena<T>::round(cols * dvp) +
+                 Arena<T>::round(C * dv) + Arena<T>::round(room * dv) + Arena<T>::round(cols * dvp) +
                  Arena<T>::round(R * lds) + Arena<T>::round(cols));
   T* const q_buf = arena.take(R * dkp);
   T* const do_buf = arena.take(R * dvp);
   T* const dq_buf = arena.take(R * dkp);
   T* const k_buf = arena.take(cols * dkp);
-  T* const v_buf = arena.take(cols * dv);
-  T* const vp = arena.take(panels * dv);
+  T* const v_buf = arena.take(C * dv);  // V's rows and panels: of the whole key tile (key_panels)
+  T* const vp = arena.take(room * dv);
   T* const ds_buf = arena.take(R * lds);  // dP, then dZ
   T* const dk_buf = arena.take(cols * dkp);
   T* const dv_buf = arena.take(cols * dvp);
@@ -397,7 +413,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   const index_t vpairs = whole_pair_blocks((dv + 1) / 2), qn = (rows + 1) / 2, cp = (cols + 1) / 2;
   const index_t qnp = whole_pair_blocks(qn), cpp = whole_pair_blocks(cp);
   const index_t keys16 = (cols + 15) / 16 * 16;  // AMX: the transposed weights' rows
-  Arena<Pair> pairs(kPairs<E> ? Arena<Pair>::round(R * vpairs) + Arena<Pair>::round(panels * vpairs) +
+  Arena<Pair> pairs(kPairs<E> ? Arena<Pair>::round(R * vpairs) + Arena<Pair>::round(room * vpairs) +
                                     2 * Arena<Pair>::round(kAmx ? keys16 * qnp : qn * cols) +
                                     Arena<Pair>::round(R * cpp) + Arena<Pair>::round(qnp * dvp) +
                                     Arena<Pair>::round(qnp * dkp) + Arena<Pair>::round(cpp * dkp)
@@ -407,7 +423,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   if constexpr (kPairs<E>) {
 #if defined(__AVX512BF16__)
     Pair* const do_pairs = pairs.take(R * vpairs);
-    Pair* const v_scratch = pairs.take(panels * vpairs);
+    Pair* const v_scratch = pairs.take(room * vpairs);
     pair_strip_rows(p.grad.d_out, i0, rows, do_pairs, vpairs);
     const Pair* const v_panels = key_panels_pairs(p, j0, cols, true, v_scratch);
     for (index_t r0 = 0; r0 < rows; r0 += SR)
