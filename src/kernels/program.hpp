@@ -134,19 +134,26 @@ EIGEN_ATTENTION_SHARED_INLINE void hide_unseen(T* row, const unsigned char* v, i
   for (index_t t = a; t < b; ++t) row[t] = v[t] != 0 ? row[t] : minus_inf;
 }
 
+/// Is some tile of the block mask that rows [i0, i0 + rows) and keys [j0, j0 + cols) touch of a
+/// class other than `kind`? (A block mask given, rows and cols > 0.)
+template <typename T>
+EIGEN_ATTENTION_SHARED_INLINE bool some_tile_not(const RawProblem<T>& p, index_t i0, index_t rows, index_t j0,
+                                                 index_t cols, std::uint8_t kind) {
+  for (index_t rb = i0 / p.block_rows; rb <= (i0 + rows - 1) / p.block_rows; ++rb) {
+    const std::uint8_t* row = p.blocks + rb * p.col_blocks;
+    for (index_t cb = j0 / p.block_cols; cb <= (j0 + cols - 1) / p.block_cols; ++cb) {
+      if (row[cb] != kind) return true;
+    }
+  }
+  return false;
+}
+
 /// Does the block mask leave some key of [j0, j0 + cols) to some row of [i0, i0 + rows)? (Always,
 /// without one.)
 template <typename T>
 EIGEN_ATTENTION_SHARED_INLINE bool blocks_show(const RawProblem<T>& p, index_t i0, index_t rows, index_t j0,
                                                index_t cols) {
-  if (p.blocks == nullptr || rows <= 0 || cols <= 0) return true;
-  for (index_t rb = i0 / p.block_rows; rb <= (i0 + rows - 1) / p.block_rows; ++rb) {
-    const std::uint8_t* row = p.blocks + rb * p.col_blocks;
-    for (index_t cb = j0 / p.block_cols; cb <= (j0 + cols - 1) / p.block_cols; ++cb) {
-      if (row[cb] != kBlockEmpty) return true;
-    }
-  }
-  return false;
+  return p.blocks == nullptr || rows <= 0 || cols <= 0 || some_tile_not(p, i0, rows, j0, cols, kBlockEmpty);
 }
 
 /// Does the block mask call every tile that rows [i0, i0 + rows) and keys [j0, j0 + cols) touch
@@ -155,14 +162,7 @@ EIGEN_ATTENTION_SHARED_INLINE bool blocks_show(const RawProblem<T>& p, index_t i
 template <typename T>
 EIGEN_ATTENTION_SHARED_INLINE bool blocks_all_full(const RawProblem<T>& p, index_t i0, index_t rows,
                                                    index_t j0, index_t cols) {
-  if (p.blocks == nullptr || rows <= 0 || cols <= 0) return false;
-  for (index_t rb = i0 / p.block_rows; rb <= (i0 + rows - 1) / p.block_rows; ++rb) {
-    const std::uint8_t* row = p.blocks + rb * p.col_blocks;
-    for (index_t cb = j0 / p.block_cols; cb <= (j0 + cols - 1) / p.block_cols; ++cb) {
-      if (row[cb] != kBlockFull) return false;
-    }
-  }
-  return true;
+  return p.blocks != nullptr && rows > 0 && cols > 0 && !some_tile_not(p, i0, rows, j0, cols, kBlockFull);
 }
 
 /// pass(run) for each run of the keys [keys.a, keys.b) of the key tile at j0 (relative to j0) in

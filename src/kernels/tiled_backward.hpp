@@ -80,10 +80,10 @@ Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::I
 
 /// Row r of a tile of logits S (keys [j0, j0 + cols), query row i) becomes the weights
 /// exp(z - lse_i), and `cap` (when soft-capping) the soft-cap's derivative: zero
-/// outside [span.a, span.b).
+/// outside [span.a, span.b), and where `seen` (when given; seen[t] for key j0 + t) is 0.
 template <typename S, typename T>
-void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, const Span& span, T* s,
-                 T* cap) {
+void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, const Span& span, T* s, T* cap,
+                 const unsigned char* seen = nullptr) {
   const T lse = p.grad.lse.data[i * p.grad.lse.row_stride];
   Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> row(s, cols);
   row.head(span.a).setZero();
@@ -108,6 +108,7 @@ void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, co
     }
   }
   apply_additive(p, i, j0 + span.a, seg);
+  if (seen != nullptr) hide_unseen(s, seen, span.a, span.b);
   exp_in_packets<Shift::Any>(s, span.a, span.b, lse);  // hidden keys (-inf) give exactly 0
 }
 
@@ -155,14 +156,14 @@ void store_rows(const RawMatrix<T>& m, index_t first, index_t n, const T* rows, 
       m.data[(first + i) * m.row_stride + c * m.col_stride] = rows[i * ld + c];
 }
 
-/// The K panels (values false; depth d_k) or V panels (true; depth d_v) of the key tile
-/// [j0, j0 + cols), a tile of the grid of multiples of kBackwardCols, as pack_panels lays them
-/// out: packed once per call and thread into the thread's PackCache (tiled.hpp) when the call has
-/// a number and all its tiles fit, so that the call's later query tiles and the other query heads
-/// of a GQA group find them packed; else packed into `scratch` (whole panels of cols keys).
-/// `rows` takes the tile's rows when they must be gathered or widened first.
+/// The K panels (values false; depth d_k) or V panels (true; depth d_v) from key j0 on, a whole
+/// panel into its tile of the grid of multiples of kBackwardCols, as pack_panels lays them out:
+/// the whole tile packed once per call and thread into the thread's PackCache (tiled.hpp) when
+/// the call has a number and all its tiles fit, so that the call's later query tiles and the
+/// other query heads of a GQA group find them packed; else packed into `scratch` (whole panels of
+/// kBackwardCols keys). `rows` takes the tile's rows when they must be gathered or widened first.
 template <typename E, typename T = ComputeScalar<E>>
-const T* key_panels(const RawProblem<E>& p, index_t j0, index_t cols, bool values, T* rows, T* scratch) {
+const T* key_panels(const RawProblem<E>& p, index_t j0, bool values, T* rows, T* scratch) {
   constexpr index_t C = kBackwardCols, room = Micro<T>::whole_panels(C);
   const index_t dk = p.k.cols, dv = p.v.cols, tiles = (p.k.rows + C - 1) / C, t = j0 / C;
   const std::size_t need = static_cast<std::size_t>(tiles * room) * static_cast<std::size_t>(dk + dv);
@@ -183,11 +184,11 @@ const T* key_panels(const RawProblem<E>& p, index_t j0, index_t cols, bool value
 }
 
 #if defined(__AVX512BF16__)
-/// key_panels on bf16 pairs (kPairs, tiled.hpp): the K (values false) or V (true) panels of the key
-/// tile [j0, j0 + cols) as pack_panels_pairs lays them out, pairs along d_k or d_v (whole blocks of
+/// key_panels on bf16 pairs (kPairs, tiled.hpp): the K (values false) or V (true) panels from key
+/// j0 on (its tile packed whole) as pack_panels_pairs lays them out, pairs along d_k or d_v (whole blocks of
 /// kPairBlock, the padding 0), kept in the thread's PackCache of pairs like key_panels', else
 /// packed into `scratch`.
-inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j0, index_t cols, bool values,
+inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j0, bool values,
                                     Pair* scratch) {
   constexpr index_t C = kBackwardCols, room = Micro<float>::whole_panels(C);
   const index_t kp = whole_pair_blocks((p.k.cols + 1) / 2), vp = whole_pair_blocks((p.v.cols + 1) / 2);
@@ -195,7 +196,6 @@ inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j
   const std::size_t need = static_cast<std::size_t>(tiles * room) * static_cast<std::size_t>(kp + vp);
   // The whole key tile is packed (a step may start past its first key, at a whole panel).
   const index_t base = t * C, keys = std::min(C, p.k.rows - base), skip = (j0 - base) * (values ? vp : kp);
-  (void)cols;
   Pair* dst = scratch;
   if (PackCache<Pair>* c = PackCache<Pair>::open(p, -C, p.v.cols, tiles, need)) {
     dst = c->data + (values ? tiles * room * kp + t * room * vp : t * room * kp);
@@ -216,30 +216,46 @@ template <typename E>
 constexpr index_t kBackwardColumnUnit = std::lcm(Micro<ComputeScalar<E>>::kCols,
                                                  index_t(64 / sizeof(ComputeScalar<E>)));
 
-/// Row i's keys in the key tile [j0, j0 + cols) (cols <= kBackwardCols) that both steps compute:
+/// Row i's keys in the key tile [j0, j0 + cols) (cols <= kBackwardCols) that both steps compute,
+/// and whether `seen` holds which of them the masks show (seen[t], key j0 + t, t in the span).
+struct RowKeys {
+  Span span;
+  bool asked;
+};
+
 /// span_in_tile, narrowed to the first and the last key the masks (boolean and programmable) show
-/// the row. So a mask_mod that states a built-in mask, or the boolean mask, computes the built-in's
-/// weights over the built-in's keys, to the bit, and a row of a packed document computes its own
-/// document's keys only.
+/// the row, whose answers go to `seen` (asked; not when the block mask calls every tile Full and
+/// there is no boolean mask: nothing is hidden). So a mask_mod that states a built-in mask, or the
+/// boolean mask, computes the built-in's weights over the built-in's keys, to the bit; a row of a
+/// packed document computes its own document's keys only; and each step asks the masks once per
+/// row.
 template <typename E>
-Span backward_span(const RawProblem<E>& p, index_t i, index_t j0, index_t cols) {
+RowKeys backward_keys(const RawProblem<E>& p, index_t i, index_t j0, index_t cols, unsigned char* seen) {
   const Span s = span_in_tile(p, i, j0, cols);
   const index_t n = s.b - s.a;
-  if (!p.hides_some() || n <= 0) return s;
-  if (p.mask.data == nullptr && blocks_all_full(p, i, 1, j0 + s.a, n)) return s;  // (nothing hidden)
-  unsigned char visible[kBackwardCols];
+  if (!p.hides_some() || n <= 0) return {s, false};
+  if (p.mask.data == nullptr && blocks_all_full(p, i, 1, j0 + s.a, n)) return {s, false};
+  unsigned char* const v = seen + s.a;
   if (p.mask_mod != nullptr || p.blocks != nullptr) {
-    programmed_visibility(p, i, 1, j0 + s.a, n, visible, n);
+    programmed_visibility(p, i, 1, j0 + s.a, n, v, n);
   } else {
-    std::fill_n(visible, n, static_cast<unsigned char>(1));
+    std::fill_n(v, n, static_cast<unsigned char>(1));
   }
   if (p.mask.data != nullptr) {
     const bool* m = p.mask.data + i * p.mask.row_stride + (j0 + s.a) * p.mask.col_stride;
-    for (index_t t = 0; t < n; ++t)
-      visible[t] = visible[t] & static_cast<unsigned char>(m[t * p.mask.col_stride]);
+    for (index_t t = 0; t < n; ++t) v[t] = v[t] & static_cast<unsigned char>(m[t * p.mask.col_stride]);
   }
-  const index_t a = first_seen(visible, 0, n);
-  return {s.a + a, s.a + last_seen_end(visible, a, n)};
+  const index_t a = first_seen(seen, s.a, s.b);
+  return {{a, last_seen_end(seen, a, s.b)}, true};
+}
+
+/// p without its masks that hide keys within a row's key range (the boolean mask, mask_mod, a
+/// block mask): backward_keys' answers stand for them.
+template <typename E>
+RawProblem<E> without_masks(const RawProblem<E>& p) {
+  RawProblem<E> q = p;
+  q.mask.data = nullptr, q.mask_mod = nullptr, q.blocks = nullptr;
+  return q;
 }
 
 /// Step 1, query tile `tile`, keys [j0, j0 + cols): the weights exp(z - lse) of its rows into
@@ -279,7 +295,7 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
     Pair* const q_pairs = pairs.take(R * qp);
     Pair* const k_scratch = pairs.take(room * qp);
     pair_strip_rows(p.q, i0, rows, q_pairs, qp);
-    const Pair* const k_panels = key_panels_pairs(p, j0, cols, false, k_scratch);
+    const Pair* const k_panels = key_panels_pairs(p, j0, false, k_scratch);
     for (index_t r0 = 0; r0 < rows; r0 += MR) {
       const index_t n = std::min(MR, rows - r0);
       pairs_logits(n, cols, qp, q_pairs + r0 * qp, qp, k_panels, strip, panels, p.scale);
@@ -288,7 +304,7 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
 #endif
   } else {
     const auto Q = tile_rows(p.q, i0, rows, q_buf);
-    const T* const k_panels = key_panels(p, j0, cols, false, k_buf, kp);
+    const T* const k_panels = key_panels(p, j0, false, k_buf, kp);
     for (index_t r0 = 0; r0 < rows; r0 += MR) {
       const index_t n = std::min(MR, rows - r0);
       logits_strip(n, cols, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip, panels,
@@ -298,21 +314,27 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
   }
   TileMap<T> S(w, rows, cols, Eigen::OuterStride<>(ldw));
   std::fill_n(partial, 2 * R, T(0));
+  const RawProblem<E> unmasked = without_masks(p);
+  unsigned char seen[kBackwardCols];
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
-    const Span span = backward_span(p, i, j0, cols);
-    weights_row(p, i, j0, cols, span, w + r * ldw, cap != nullptr ? cap + r * ldw : nullptr);
+    const RowKeys keys = backward_keys(p, i, j0, cols, seen);
+    const Span span = keys.span;
+    weights_row(unmasked, i, j0, cols, span, w + r * ldw, cap != nullptr ? cap + r * ldw : nullptr,
+                keys.asked ? seen : nullptr);
     const index_t n = span.b - span.a;
     if (n == 0) continue;
     const auto P = S.row(r).segment(span.a, n);
     partial[2 * r] = P.sum();
     if (p.grad.d_scores.data == nullptr) continue;
     const auto G = d_scores_row(p, i, j0 + span.a, n, ds_buf);
-    if (!p.hides_some()) {
+    if (!keys.asked) {
       partial[2 * r + 1] = P.cwiseProduct(G).sum();
     } else {  // a hidden key's d_scores (even NaN) has no effect
       T sum = 0;
-      for_each_visible(p, i, 1, j0 + span.a, n, [&](index_t, index_t t) { sum += P(t) * G(t); });
+      for (index_t t = 0; t < n; ++t) {
+        if (seen[span.a + t]) sum += P(t) * G(t);
+      }
       partial[2 * r + 1] = sum;
     }
   }
@@ -425,22 +447,31 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
     Pair* const do_pairs = pairs.take(R * vpairs);
     Pair* const v_scratch = pairs.take(room * vpairs);
     pair_strip_rows(p.grad.d_out, i0, rows, do_pairs, vpairs);
-    const Pair* const v_panels = key_panels_pairs(p, j0, cols, true, v_scratch);
+    const Pair* const v_panels = key_panels_pairs(p, j0, true, v_scratch);
     for (index_t r0 = 0; r0 < rows; r0 += SR)
       pairs_logits(std::min(SR, rows - r0), cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_panels,
                    ds_buf + r0 * lds, lds, 1.0f);
 #endif
   } else {
-    const T* const v_panels = key_panels(p, j0, cols, true, v_buf, vp);
+    const T* const v_panels = key_panels(p, j0, true, v_buf, vp);
     for (index_t r0 = 0; r0 < rows; r0 += MR)
       logits_strip(std::min(MR, rows - r0), cols, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds, lds,
                    T(1));
   }
   bool hides = p.hides_some();
   const RawMatrix<T>& d_logits = p.grad.d_logits;  // the gradient callback's, when given
+  unsigned char seen[kBackwardCols];
+  // Zero where the masks hide a key (backward_keys' answers), whatever w held.
+  const auto zero_unseen = [&](const RowKeys& keys, auto&& w) {
+    if (!keys.asked) return;
+    for (index_t t = keys.span.a; t < keys.span.b; ++t) {
+      if (!seen[t]) w(t - keys.span.a) = T(0);
+    }
+  };
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
-    const Span span = backward_span(p, i, j0, cols);
+    const RowKeys keys = backward_keys(p, i, j0, cols, seen);
+    const Span span = keys.span;
     hides = hides || span.a > 0 || span.b < cols;
     auto dz = dZ.row(r);
     const index_t n = span.b - span.a;
@@ -451,13 +482,13 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
       continue;
     }
     P.row(r).segment(span.a, n) *= terms[2 * r + 1];
-    zero_masked(p, i, j0 + span.a, P.row(r).segment(span.a, n));  // 0, even when the factor is NaN
+    zero_unseen(keys, P.row(r).segment(span.a, n));  // 0, even when the factor is NaN
     dz.head(span.a).setZero();
     dz.tail(cols - span.b).setZero();
     auto seg = dz.segment(span.a, n);
     if (p.grad.d_scores.data != nullptr) seg += d_scores_row(p, i, j0 + span.a, n, ds_row);
     seg = (P.row(r).segment(span.a, n).array() * (seg.array() - terms[2 * r])).matrix();
-    zero_masked(p, i, j0 + span.a, seg);  // hidden keys: exactly 0, whatever dP held
+    zero_unseen(keys, seg);  // hidden keys: exactly 0, whatever dP held
     if (p.grad.d_bias.data != nullptr) {
       const RawMatrix<T>& b = p.grad.d_bias;  // the compute type
       Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
