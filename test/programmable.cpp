@@ -12,6 +12,7 @@
 #include <EigenAttention/EigenAttention.hpp>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -538,3 +539,54 @@ TEST_CASE("programmable: decode takes score_mod, mask_mod and a block mask at th
 }
 
 }  // namespace test_programmable_families
+
+namespace test_programmable_nan {
+
+using namespace ea_test;
+
+TEST_CASE_TEMPLATE(
+    "programmable: NaN from score_mod follows the NaN rules; a hidden key weighs 0 whatever f returns", T,
+    float, double) {
+  using M = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+  const Eigen::Index t = 20, d = 8;
+  const M Q = M::Random(t, d), K = M::Random(t, d), V = M::Random(t, 5);
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  // NaN for the keys causal hides (k > q), and for key 3, which rows 3, 4, ... see.
+  const auto sm = ea::score_mod(
+      [=](auto s, auto, auto, auto q, auto k) { return k > q || k == 3 ? decltype(s)(nan) : s; });
+  // The same, with key 3 hidden by a mask_mod too: then no row sees a NaN.
+  const auto hide_3 = ea::mask_mod([](auto, auto, auto, auto k) { return k != 3; });
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = ea::kernel_name(kernel);
+    CAPTURE(kname);
+    ea::Options opt;
+    opt.kernel = kernel;
+    opt.causal = true;
+    ea::Masks<T> masks;
+    masks.score_mod = sm;
+    const auto plain = ea::attention_decomposed(Q, K, V, opt);
+    const auto r = ea::attention_decomposed(Q, K, V, opt, masks);
+    for (Eigen::Index i = 0; i < t; ++i) {
+      CAPTURE(i);
+      if (i < 3) {  // key 3 is hidden from these rows: f's NaN there (and beyond) has no effect
+        CHECK(r.attn.row(i).allFinite());
+        CHECK((r.attn.row(i) - plain.attn.row(i)).cwiseAbs().maxCoeff() <= T(1e-5));
+      } else {  // the row sees key 3: NaN, in ATTN and in the weights of the keys it sees
+        CHECK(r.attn.row(i).array().isNaN().all());
+        CHECK(r.scores.row(i).head(i + 1).array().isNaN().all());
+      }
+      // Keys causal hides weigh exactly 0, whatever f returned for them (NaN).
+      for (Eigen::Index j = i + 1; j < t; ++j) CHECK(r.scores(i, j) == T(0));
+    }
+    masks.mask_mod = hide_3;
+    const auto hidden = ea::attention_decomposed(Q, K, V, opt, masks);
+    CHECK(hidden.attn.allFinite());
+    CHECK(hidden.scores.col(3).isZero(0));
+    CHECK(hidden.scores.allFinite());
+    // The rows of the fused call are those of the decomposed one.
+    const M fused = ea::attention(Q, K, V, opt, masks);
+    CHECK((fused - hidden.attn).cwiseAbs().maxCoeff() <= T(1e-5));
+  }
+}
+
+}  // namespace test_programmable_nan
