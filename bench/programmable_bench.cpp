@@ -91,14 +91,16 @@ struct Buffers {
     ea::attention_heads_into(in(q), in(k), in(v), at(out), lse_view(), opt, masks);
     g_sink = g_sink + out[0];
   }
-  /// The forward, then (backward) the backward on its results.
-  void run(const ea::Options& opt, const ea::Masks<float>& masks, bool with_backward) {
+  /// The forward, then (backward) the backward on its results, with `terms`.
+  void run(const ea::Options& opt, const ea::Masks<float>& masks, bool with_backward,
+           const ea::BackwardTerms<float>& terms = {}) {
     forward(opt, masks);
-    if (with_backward) backward(opt, masks);
+    if (with_backward) backward(opt, masks, terms);
   }
-  void backward(const ea::Options& opt, const ea::Masks<float>& masks) {
+  void backward(const ea::Options& opt, const ea::Masks<float>& masks,
+                const ea::BackwardTerms<float>& terms) {
     ea::attention_heads_backward_into(in(q), in(k), in(v), in(out), lse_view(), in(d_out), at(dq), at(dk),
-                                      at(dv), opt, masks);
+                                      at(dv), opt, masks, terms);
     g_sink = g_sink + dq[0];
   }
 };
@@ -278,7 +280,9 @@ void sparse_section(const Args& a) {
 }
 
 void callable_section(const Args& a) {
-  header("callable: b = with a score_mod, a = without (causal); the cost of the callable (b/a; no target)");
+  header(
+      "callable: b = with a score_mod (logit_grad: with a gradient callback), a = without (causal); the "
+      "cost of the callable (b/a; no target)");
   Buffers x(a.heads, a.t, a.d), y(a.heads, a.t, a.d);
   const auto inlined = ea::score_mod([](auto s, auto, auto, auto q, auto k) { return s - 0.01f * (q - k); });
   const auto opaque = ea::score_mod([](auto s, auto, auto, auto q, auto k) {
@@ -312,6 +316,20 @@ void callable_section(const Args& a) {
         report(name, backward ? "backward" : "forward", threads, causal_pairs(a.t), backward ? 10 : 4,
                a.heads, a.d, t, 0, 0);
       }
+    }
+    // The gradient callback (BackwardTerms::logit_grad) accumulating a relative-position table's
+    // gradient, against the same backward without it.
+    if (a.backward) {
+      std::vector<double> table(static_cast<std::size_t>(2 * a.t - 1), 0.0);
+      const auto lg = ea::logit_grad([&](float g, auto, auto, auto q, auto k) {
+        table[static_cast<std::size_t>(q - k + a.t - 1)] += g;
+      });
+      ea::BackwardTerms<float> terms;
+      terms.logit_grad = lg;
+      const auto t = measure_alternating(
+          a.seconds, a.reps, [&] { x.run(opt, {}, true); }, [&] { y.run(opt, {}, true, terms); });
+      report("logit_grad", "backward", threads, causal_pairs(a.t), 10, a.heads, a.d, t, 0, 0);
+      g_sink = g_sink + static_cast<float>(table[static_cast<std::size_t>(a.t - 1)]);
     }
   }
 }
