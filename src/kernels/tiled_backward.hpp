@@ -206,7 +206,7 @@ inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j
   const RawMatrix<const BFloat16Bits>& m = values ? p.v : p.k;
   pack_panels_pairs(m.data + base * m.row_stride, m.row_stride, m.col_stride, keys, m.cols, dst,
                     values ? vp : kp);
-  return dst;
+  return dst + skip;
 }
 #endif
 
