@@ -127,11 +127,12 @@ EIGEN_ATTENTION_SHARED_INLINE index_t last_seen_end(const unsigned char* v, inde
   return b;
 }
 
-/// row[t] = -inf where v[t] is 0, t in [a, b), whatever row[t] held (NaN too).
+/// row[t] = `hidden` (-inf by default: a logit) where v[t] is 0, t in [a, b), whatever row[t] held
+/// (NaN too).
 template <typename T>
-EIGEN_ATTENTION_SHARED_INLINE void hide_unseen(T* row, const unsigned char* v, index_t a, index_t b) {
-  const T minus_inf = -std::numeric_limits<T>::infinity();
-  for (index_t t = a; t < b; ++t) row[t] = v[t] != 0 ? row[t] : minus_inf;
+EIGEN_ATTENTION_SHARED_INLINE void hide_unseen(T* row, const unsigned char* v, index_t a, index_t b,
+                                               T hidden = -std::numeric_limits<T>::infinity()) {
+  for (index_t t = a; t < b; ++t) row[t] = v[t] != 0 ? row[t] : hidden;
 }
 
 /// Is some tile of the block mask that rows [i0, i0 + rows) and keys [j0, j0 + cols) touch of a

@@ -461,13 +461,6 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   bool hides = p.hides_some();
   const RawMatrix<T>& d_logits = p.grad.d_logits;  // the gradient callback's, when given
   unsigned char seen[kBackwardCols];
-  // Zero where the masks hide a key (backward_keys' answers), whatever w held.
-  const auto zero_unseen = [&](const RowKeys& keys, auto&& w) {
-    if (!keys.asked) return;
-    for (index_t t = keys.span.a; t < keys.span.b; ++t) {
-      if (!seen[t]) w(t - keys.span.a) = T(0);
-    }
-  };
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
     const RowKeys keys = backward_keys(p, i, j0, cols, seen);
@@ -482,13 +475,14 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
       continue;
     }
     P.row(r).segment(span.a, n) *= terms[2 * r + 1];
-    zero_unseen(keys, P.row(r).segment(span.a, n));  // 0, even when the factor is NaN
+    // Keys the masks hide (backward_keys' answers): 0, even when the factor is NaN.
+    if (keys.asked) hide_unseen(P.row(r).data(), seen, span.a, span.b, T(0));
     dz.head(span.a).setZero();
     dz.tail(cols - span.b).setZero();
     auto seg = dz.segment(span.a, n);
     if (p.grad.d_scores.data != nullptr) seg += d_scores_row(p, i, j0 + span.a, n, ds_row);
     seg = (P.row(r).segment(span.a, n).array() * (seg.array() - terms[2 * r])).matrix();
-    zero_unseen(keys, seg);  // hidden keys: exactly 0, whatever dP held
+    if (keys.asked) hide_unseen(dz.data(), seen, span.a, span.b, T(0));  // exactly 0, whatever dP held
     if (p.grad.d_bias.data != nullptr) {
       const RawMatrix<T>& b = p.grad.d_bias;  // the compute type
       Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
