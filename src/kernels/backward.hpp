@@ -104,33 +104,28 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& give
     const index_t first = begin / C, count = (end + C - 1) / C - first;
     const auto keys = [&](index_t t) { return std::min(C, tk - (first + t) * C); };
     // The keys [a, b) of key tile t (relative to its first) that the steps compute: with a block
-    // mask, from the first to the last of its tiles that some row of the query tile sees, the
-    // first from a whole column unit of the kernel; none when it hides the tile whole (never
-    // computed: no weight).
-    const auto columns = [&](index_t t) {
-      const index_t j0 = (first + t) * C, n = keys(t);
-      struct {
-        index_t a, b;
-      } c{0, n};
-      if (p.blocks == nullptr) return c;
-      const index_t rb0 = i0 / p.block_rows, rb1 = (i0 + rows - 1) / p.block_rows;
-      index_t lo = n, hi = 0;
-      for (index_t cb = j0 / p.block_cols; cb * p.block_cols < j0 + n; ++cb) {
-        bool shown = false;
-        for (index_t rb = rb0; rb <= rb1 && !shown; ++rb)
-          shown = p.blocks[rb * p.col_blocks + cb] != kBlockEmpty;
-        if (!shown) continue;
-        lo = std::min(lo, std::max<index_t>(cb * p.block_cols - j0, 0));
-        hi = std::max(hi, std::min((cb + 1) * p.block_cols - j0, n));
-      }
-      c.a = lo < hi ? lo / kernel.column_unit * kernel.column_unit : 0;
-      c.b = lo < hi ? hi : 0;
-      return c;
+    // mask, from the first to the last of its tiles that some row of the query tile sees
+    // (for_each_shown_run's runs), the first from a whole column unit of the kernel; none when it
+    // hides the tile whole (never computed: no weight). Found once per query tile, here.
+    struct Columns {
+      index_t a, b;
     };
+    Columns* const columns = backward_workspace<Columns>(0, count);
+    for (index_t t = 0; t < count; ++t) {
+      const index_t n = keys(t);
+      columns[t] = {0, n};
+      if (p.blocks == nullptr) continue;
+      index_t lo = n, hi = 0;
+      for_each_shown_run(p, i0, rows, (first + t) * C, Columns{0, n}, 1, [&](Columns run) {
+        lo = std::min(lo, run.a);
+        hi = std::max(hi, run.b);
+      });
+      columns[t] = lo < hi ? Columns{lo / kernel.column_unit * kernel.column_unit, hi} : Columns{0, 0};
+    }
     const auto offset = [](T* buffer, index_t a) { return buffer == nullptr ? nullptr : buffer + a; };
     for_tasks(count, threads, [&](index_t t) {
       const index_t kt = first + t;
-      const auto c = columns(t);
+      const Columns c = columns[t];
       if (c.a >= c.b) {
         std::fill_n(partials + t * 2 * R, 2 * R, T(0));
         return;
@@ -159,7 +154,7 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& give
     std::fill_n(parked, count, static_cast<unsigned char>(0));
     for_tasks(count, threads, [&](index_t t) {
       const index_t kt = first + t;
-      const auto c = columns(t);
+      const Columns c = columns[t];
       const index_t j0 = kt * C + c.a, n = c.b - c.a;
       const bool sees = n > 0 && p.sees(i0, rows, j0, n);
       T* const share = backward_workspace<T>(5, R * dk);  // the running thread's
@@ -181,7 +176,7 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& give
     });
     if (p.grad.d_logits.data != nullptr) {
       for (index_t t = 0; t < count; ++t) {
-        const auto c = columns(t);
+        const Columns c = columns[t];
         const index_t j0 = (first + t) * C + c.a, n = c.b - c.a;
         if (!(n > 0 && p.sees(i0, rows, j0, n))) continue;
         const LogitGradTile<T> g{p.grad.d_logits.data + j0,
