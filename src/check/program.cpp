@@ -48,13 +48,8 @@ void check_program(const Call<T>& c, const ResolvedOptions<ComputeScalar<T>>& o)
                       num(origin) + " (build it with the call's Options, or set Options::diagonal_offset)");
     }
   }
-  if (c.masks.mask_mod.empty()) {
-    const index_t tiles = bm.batch * bm.heads * bm.row_blocks() * bm.col_blocks();
-    for (index_t t = 0; t < tiles; ++t) {
-      if (bm.blocks[t] == BlockKind::Partial)
-        fail(c.api, it + " has Partial tiles, which need masks.mask_mod to decide them (none is given)");
-    }
-  }
+  if (c.masks.mask_mod.empty() && has_partial_tiles(bm))
+    fail(c.api, it + " has Partial tiles, which need masks.mask_mod to decide them (none is given)");
 }
 
 template void check_program<float>(const Call<float>&, const ResolvedOptions<float>&);

@@ -3,6 +3,8 @@
 // Programmable.hpp, BlockMask.hpp). Internal to the library (src/check/).
 #pragma once
 
+#include <algorithm>
+
 #include "check/call.hpp"
 #include "check/options.hpp"
 
@@ -15,6 +17,13 @@ namespace internal {
 /// decide it. \throws std::invalid_argument naming `c.api`.
 template <typename T>
 void check_program(const Call<T>& c, const ResolvedOptions<ComputeScalar<T>>& o);
+
+/// Has the block mask a Partial tile (one that needs a mask_mod to decide it)? The single-process
+/// check above and the distributed calls' (distributed/collective.cpp) both ask.
+inline bool has_partial_tiles(const BlockMaskView& bm) {
+  const BlockKind* const end = bm.blocks + bm.batch * bm.heads * bm.row_blocks() * bm.col_blocks();
+  return std::find(bm.blocks, end, BlockKind::Partial) != end;
+}
 
 }  // namespace internal
 }  // namespace EigenAttention

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "check/program.hpp"
 #include "check/shard.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/key_range.hpp"
@@ -233,13 +234,8 @@ void check_block_mask(const Call<T>& c, const Geometry& g) {
                       " and 0 (build it with the call's Options and T_q x T_k)");
     }
   }
-  if (c.masks.mask_mod.empty()) {
-    const index_t tiles = bm.batch * bm.heads * bm.row_blocks() * bm.col_blocks();
-    for (index_t t = 0; t < tiles; ++t) {
-      if (bm.blocks[t] == BlockKind::Partial)
-        fail(c.api, it + " has Partial tiles, which need masks.mask_mod to decide them (none is given)");
-    }
-  }
+  if (c.masks.mask_mod.empty() && EigenAttention::internal::has_partial_tiles(bm))
+    fail(c.api, it + " has Partial tiles, which need masks.mask_mod to decide them (none is given)");
 }
 
 template <typename T>
