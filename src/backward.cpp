@@ -28,7 +28,7 @@ void backward(const char* api, MatrixView<const T> q, MatrixView<const T> k, Mat
     g.d_attn = internal::one_head(d_attn);
     if (d_scores != nullptr) g.d_scores = internal::one_head(*d_scores);
     g.dq = gq.view(stage), g.dk = gk.view(stage), g.dv = gv.view(stage);
-    g.d_lse = terms.d_lse, g.d_sinks = terms.d_sinks, g.logit_grad = terms.logit_grad;
+    g.terms = terms;
     c.backward = g;
     c.masks = masks;
     c.stage = stage;

@@ -134,7 +134,7 @@ internal::Call<T> backward_call(const char* api, HeadsView<const T> q, HeadsView
   internal::Gradients<T> g;
   g.attn = attn, g.lse = lse, g.d_attn = d_attn;
   g.dq = dq, g.dk = dk, g.dv = dv;
-  g.d_lse = terms.d_lse, g.d_sinks = terms.d_sinks, g.logit_grad = terms.logit_grad;
+  g.terms = terms;
   c.backward = g;
   c.masks = masks;
   return c;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include <EigenAttention/BackwardTerms.hpp>
 #include <EigenAttention/HeadsView.hpp>
 #include <EigenAttention/Masks.hpp>
 #include <EigenAttention/Options.hpp>
@@ -48,9 +49,7 @@ struct Gradients {
   HeadsView<const Compute> lse;
   std::optional<HeadsView<const T>> d_scores;
   std::optional<HeadsView<T>> dq, dk, dv, d_bias;
-  HeadsView<const Compute> d_lse;    // data null: none
-  Compute* d_sinks = nullptr;        // null: not wanted
-  LogitGradRef<Compute> logit_grad;  // empty: not wanted
+  BackwardTerms<T> terms;  // dL/dLSE in, dL/dsinks out, the gradient callback (each optional)
 };
 
 /// A packed variable-length batch (attention_varlen_into*): sequence b owns query rows

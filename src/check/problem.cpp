@@ -117,8 +117,8 @@ void check_gradient_inputs(const Call<T>& c, InputList& inputs) {
   inputs.push_back(check_shape(c.api, c.form, "d_attn", g.d_attn, B, H, tq, dv, kAttnShape));
   if (g.d_scores)
     inputs.push_back(check_shape(c.api, c.form, "d_scores", *g.d_scores, B, H, tq, tk, kScoresShape));
-  if (g.d_lse.data != nullptr)
-    inputs.push_back(check_shape(c.api, c.form, "d_lse", g.d_lse, B, H, tq, 1, kLseShape));
+  if (g.terms.d_lse.data != nullptr)
+    inputs.push_back(check_shape(c.api, c.form, "d_lse", g.terms.d_lse, B, H, tq, 1, kLseShape));
 }
 
 /// The forward's outputs that are wanted: shapes.
@@ -162,10 +162,10 @@ void check_gradient_outputs(const Call<T>& c, OutputList& outputs) {
     outputs.push_back(check_shape(c.api, c.form, "d_bias", *g.d_bias, bias.batch, bias.heads, tq, tk,
                                   "the bias's shape [b, h, T_q, T_k]"));
   }
-  if (g.d_sinks != nullptr) {
+  if (g.terms.d_sinks != nullptr) {
     if (c.masks.sinks == nullptr)
       fail(c.api, "d_sinks is given but masks.sinks is not (dL/dsinks needs sinks)");
-    outputs.push_back(vector_of("d_sinks", g.d_sinks, H));
+    outputs.push_back(vector_of("d_sinks", g.terms.d_sinks, H));
   }
 }
 
@@ -195,7 +195,7 @@ Problem<T> assemble(const Call<T>& c, const ResolvedOptions<ComputeScalar<T>>& o
     p.d_scores = g.d_scores.value_or(HeadsView<const T>{});
     p.dq = g.dq.value_or(HeadsView<T>{}), p.dk = g.dk.value_or(HeadsView<T>{});
     p.dv = g.dv.value_or(HeadsView<T>{}), p.d_bias = g.d_bias.value_or(HeadsView<T>{});
-    p.d_lse = g.d_lse, p.d_sinks = g.d_sinks, p.logit_grad = g.logit_grad;
+    p.d_lse = g.terms.d_lse, p.d_sinks = g.terms.d_sinks, p.logit_grad = g.terms.logit_grad;
   }
   return p;
 }

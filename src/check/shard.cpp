@@ -42,7 +42,7 @@ void backward(const char* api, HeadsView<const T> q, HeadsView<const T> k, Heads
   Gradients<T> g;
   g.attn = attn, g.lse = lse, g.d_attn = d_attn;
   g.dq = dq, g.dk = dk, g.dv = dv;
-  g.d_lse = terms.d_lse, g.d_sinks = terms.d_sinks, g.logit_grad = terms.logit_grad;
+  g.terms = terms;
   c.backward = g;
   c.masks = shard_masks(masks);
   (void)make_problem(c, opt);
