@@ -138,14 +138,28 @@ void pack_panels(const T* k, index_t ldk, index_t cols, index_t depth, T* kp) {
 }
 
 /// C (rows x cols, row stride ldc) = alpha * A Kᵀ for rows <= MR rows of A (row stride lda,
-/// depth columns) and the keys [0, cols) of panels kp (pack_panels over that depth); C gets whole
-/// panels: columns up to cols rounded up to NR.
+/// depth columns) and the keys [from, cols) of panels kp (pack_panels over that depth; `from` a
+/// whole packet, 0 by default), key t in C's column t - from: the packets of the panel that holds
+/// `from`, from it on, then whole panels. C gets columns up to cols rounded up to NR (less from).
+/// (A key's logit is the same chain of multiply-adds whichever micro-tile computes it: starting
+/// within a panel changes no bit.)
 template <typename T>
 void logits_strip(index_t rows, index_t cols, index_t depth, const T* a, index_t lda, const T* kp, T* c,
-                  index_t ldc, T alpha) {
-  constexpr index_t NR = Micro<T>::kCols;
-  for (index_t n0 = 0; n0 < cols; n0 += NR)
-    micro_rows<Micro<T>::kPackets, false>(rows, depth, a, lda, kp + n0 * depth, NR, c + n0, ldc, alpha);
+                  index_t ldc, T alpha, index_t from = 0) {
+  constexpr index_t NR = Micro<T>::kCols, W = Micro<T>::kLanes;
+  index_t n0 = from / NR * NR;
+  if (from > n0 && from < cols) {  // the rest of the first panel, NR elements a depth step
+    const T* b = kp + n0 * depth + (from - n0);
+    if (Micro<T>::kPackets > 2 && n0 + NR - from > W) {
+      micro_rows<(Micro<T>::kPackets > 2 ? 2 : 1), false>(rows, depth, a, lda, b, NR, c, ldc, alpha);
+    } else {
+      micro_rows<1, false>(rows, depth, a, lda, b, NR, c, ldc, alpha);
+    }
+    n0 += NR;
+  }
+  for (; n0 < cols; n0 += NR)
+    micro_rows<Micro<T>::kPackets, false>(rows, depth, a, lda, kp + n0 * depth, NR, c + (n0 - from), ldc,
+                                          alpha);
 }
 
 /// C (rows x n, row stride ldc) += A B for rows <= MR rows of A (row stride lda, depth columns;

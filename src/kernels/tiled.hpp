@@ -389,11 +389,13 @@ void for_each_visible(const RawProblem<T>& p, index_t i0, index_t rows, index_t 
 /// stride ldp, column t for key j0 + t) over the keys [lo, hi) of the key tile it may see: one
 /// micro-kernel product when the strip hides none of them or when the tile's V rows are finite
 /// (asked only then; hidden keys weigh exactly 0), else row by row over each row's visible keys,
-/// so that a hidden NaN in V reaches no row.
+/// so that a hidden NaN in V reaches no row. `masked`: may a mask other than the key ranges
+/// (a boolean mask, a programmable one) hide some of the keys from some row? (p.hides_some(), or
+/// less where the caller knows: a pass over a block mask's Full tiles, which nothing asks.)
 template <typename S, typename T, class Tile>
 void accumulate_strip(const RawProblem<S>& p, index_t i0, index_t rows, index_t j0, index_t lo, index_t hi,
-                      const T* P, index_t ldp, Tile& tile, T* o, index_t ldo) {
-  bool hides_keys = p.hides_some();
+                      const T* P, index_t ldp, Tile& tile, T* o, index_t ldo, bool masked) {
+  bool hides_keys = masked;
   for (index_t r = 0; r < rows && !hides_keys; ++r) {
     const Span span = span_in_tile(p, i0 + r, j0 + lo, hi - lo);
     hides_keys = span.a > 0 || span.b < hi - lo;
@@ -417,13 +419,15 @@ void accumulate_strip(const RawProblem<S>& p, index_t i0, index_t rows, index_t 
 template <typename T>
 struct PackCache {
   static constexpr std::size_t kPackCacheBytes = std::size_t(32) << 20;
+  static constexpr unsigned char kKeysPacked = 1, kValuesCopied = 2, kValuesChecked = 4, kValuesFinite = 8;
   std::uint64_t call = 0;
   const void *k = nullptr, *v = nullptr;
   index_t k_rows = 0, k_row_stride = 0, k_col_stride = 0, keys = 0, dk = 0, ldo = 0;
   T* data = nullptr;
   std::size_t capacity = 0;  // elements of data
-  // Per tile: 1 keys packed, 2 values copied. (Plain buffers, not std::vector: a kernel
-  // translation unit must not emit inline library code that a baseline one may emit too.)
+  // Per tile: kKeysPacked, kValuesCopied, kValuesChecked (kValuesFinite then says whether its V
+  // rows are all finite). (Plain buffers, not std::vector: a kernel translation unit must not
+  // emit inline library code that a baseline one may emit too.)
   unsigned char* ready = nullptr;
   std::size_t tiles = 0;  // room in ready
   ~PackCache() {
@@ -476,6 +480,19 @@ struct PackCache {
   }
 };
 
+/// Are the V rows of the key tile [j0, j0 + cols) all finite? Asked of the rows once per call
+/// and thread when the tile is kept in `cache` (a tile of its grid of `keys`: a block-sparse
+/// query tile asks it of every tile it reads), else each time.
+template <typename E, typename T>
+bool tile_values_finite(const RawProblem<E>& p, PackCache<T>* cache, index_t keys, index_t j0, index_t cols) {
+  if (cache == nullptr) return values_finite(p, j0, j0 + cols);
+  unsigned char& flags = cache->ready[static_cast<std::size_t>(j0 / keys)];
+  if (!(flags & PackCache<T>::kValuesChecked))
+    flags |=
+        PackCache<T>::kValuesChecked | (values_finite(p, j0, j0 + cols) ? PackCache<T>::kValuesFinite : 0);
+  return (flags & PackCache<T>::kValuesFinite) != 0;
+}
+
 /// One key tile [j0, j0 + cols) as the micro-kernel reads it (micro_kernel.hpp): K packed into
 /// panels, and the V rows with ldv() elements between rows, in place when they are dense rows of
 /// whole packets of the compute type, else widened, gathered or padded (the padding 0). Packed
@@ -520,8 +537,8 @@ class KeyTile {
     if (cache_ != nullptr) {
       const std::size_t t = static_cast<std::size_t>(j0 / keys_);
       panels_ = dst = cache_->data + j0 * p_.k.cols;
-      if (cache_->ready[t] & 1) return;
-      cache_->ready[t] |= 1;
+      if (cache_->ready[t] & PackCache<T>::kKeysPacked) return;
+      cache_->ready[t] |= PackCache<T>::kKeysPacked;
     }
     const auto K = tile_rows(p_.k, j0, cols, k_buf_);
     pack_panels(K.data(), K.outerStride(), cols, p_.k.cols, dst);
@@ -543,8 +560,8 @@ class KeyTile {
     if (cache_ != nullptr) {
       const std::size_t t = static_cast<std::size_t>(j0 / keys_);
       v_ = dst = cache_->data + values_at_ + j0 * ldo_;
-      if (cache_->ready[t] & 2) return;
-      cache_->ready[t] |= 2;
+      if (cache_->ready[t] & PackCache<T>::kValuesCopied) return;
+      cache_->ready[t] |= PackCache<T>::kValuesCopied;
     }
     const index_t dv = p_.v.cols;
     const auto V = tile_rows(p_.v, j0, cols, dst);
@@ -561,7 +578,7 @@ class KeyTile {
   index_t ldv() const { return ldv_; }
   /// Are the tile's V rows all finite? Found out on the first question.
   bool v_finite() {
-    if (v_finite_ < 0) v_finite_ = values_finite(p_, j0_, j0_ + cols_) ? 1 : 0;
+    if (v_finite_ < 0) v_finite_ = tile_values_finite(p_, cache_, keys_, j0_, cols_) ? 1 : 0;
     return v_finite_ == 1;
   }
 
@@ -701,8 +718,8 @@ class PairTile {
     if (cache_ != nullptr) {
       const std::size_t t = static_cast<std::size_t>(j0 / keys_);
       panels_ = cache_->data + t * Micro<float>::whole_panels(keys_) * pairs_;
-      if (cache_->ready[t] & 1) return;
-      cache_->ready[t] |= 1;
+      if (cache_->ready[t] & PackCache<Pair>::kKeysPacked) return;
+      cache_->ready[t] |= PackCache<Pair>::kKeysPacked;
     }
     pack_panels_pairs(p_.k.data + j0 * p_.k.row_stride, p_.k.row_stride, p_.k.col_stride, cols, p_.k.cols,
                       panels_, pairs_);
@@ -714,8 +731,8 @@ class PairTile {
     if (cache_ != nullptr) {
       const std::size_t t = static_cast<std::size_t>(j0 / keys_);
       v_ = cache_->data + values_at_ + t * v_rows_ * ldo_;
-      if (cache_->ready[t] & 2) return;
-      cache_->ready[t] |= 2;
+      if (cache_->ready[t] & PackCache<Pair>::kValuesCopied) return;
+      cache_->ready[t] |= PackCache<Pair>::kValuesCopied;
     }
     for (index_t t = 0; t < (cols + 1) / 2; ++t) {
       const BFloat16Bits* a = p_.v.data + (j0 + 2 * t) * p_.v.row_stride;
@@ -729,7 +746,7 @@ class PairTile {
   index_t ldv() const { return ldo_; }
   index_t tile_cols() const { return cols_; }
   bool v_finite() {
-    if (v_finite_ < 0) v_finite_ = values_finite(p_, j0_, j0_ + cols_) ? 1 : 0;
+    if (v_finite_ < 0) v_finite_ = tile_values_finite(p_, cache_, keys_, j0_, cols_) ? 1 : 0;
     return v_finite_ == 1;
   }
 
@@ -753,11 +770,11 @@ class PairTile {
 /// rows (the query tile's accumulator, whole strips), which nothing reads.
 inline void accumulate_strip_pairs(const RawProblem<BFloat16Bits>& p, index_t i0, index_t rows, index_t j0,
                                    index_t lo, index_t hi, const float* P, index_t ldp, PairTile& tile,
-                                   float* o, index_t ldo) {
+                                   float* o, index_t ldo, bool masked) {
   Pair* const pb = tile.weight_pairs();
   const index_t ldpb = tile.weight_stride();
   const index_t pairs = (hi - lo + 1) / 2, depth = whole_pair_blocks(pairs);
-  bool hides_keys = p.hides_some() || (lo + 2 * depth > hi && hi < tile.tile_cols());
+  bool hides_keys = masked || (lo + 2 * depth > hi && hi < tile.tile_cols());
   for (index_t r = 0; r < rows && !hides_keys; ++r) {
     const Span span = span_in_tile(p, i0 + r, j0 + lo, hi - lo);
     hides_keys = span.a > 0 || span.b < hi - lo;
@@ -790,10 +807,11 @@ template <typename E>
 using PairTiles = std::conditional_t<kPairs<E> && kAmx, AmxTiles, NoTiles>;
 
 /// The keys [lo, hi) of the key tile [j0, j0 + cols) that the strip of query rows
-/// [i, i + rows) may see, lo rounded down to a whole panel (lo == hi: none).
+/// [i, i + rows) may see, lo rounded down to a multiple of `unit` (a panel, or a packet where
+/// logits_strip may start) (lo == hi: none).
 template <typename T>
-Span strip_keys(const RawProblem<T>& p, index_t i, index_t rows, index_t j0, index_t cols, index_t panel) {
-  const index_t lo = clamp_index(p.first_key(i) - j0, 0, cols) / panel * panel;
+Span strip_keys(const RawProblem<T>& p, index_t i, index_t rows, index_t j0, index_t cols, index_t unit) {
+  const index_t lo = clamp_index(p.first_key(i) - j0, 0, cols) / unit * unit;
   return {lo, clamp_index(p.end_key(i + rows - 1) - j0, lo, cols)};
 }
 
@@ -826,6 +844,9 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   // compute type; strips of MR rows, or the pairs' own.
   using Tile = std::conditional_t<kPairs<E>, PairTile, KeyTile<E>>;
   constexpr index_t kStrip = kPairs<E> ? kPairStripRows : MK::kRows;
+  // A strip's pass over a key tile starts at a whole packet of keys (logits_strip starts within
+  // a panel), the pairs' at a whole panel: a block of 128 keys starts where it starts.
+  constexpr index_t kStart = kPairs<E> ? MK::kCols : MK::kLanes;
   [[maybe_unused]] const PairTiles<E> amx_tiles;
   Arena<T> arena(Arena<T>::round(kRows * dk) + Tile::scratch(kc, dk, ldo) + Arena<T>::round(kStrip * lds) +
                  Arena<T>::round(kRows * ldo) + Arena<T>::round(2 * kRows));
@@ -887,16 +908,16 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
             if (lo >= hi) return;  // no row of the strip sees a key of the pass
             keys.a = lo, keys.b = hi;
           }
-          // From the panel that holds keys.a: the logits, and the rest too, so that a mask_mod
-          // that states a built-in mask computes what the built-in does, bit for bit.
-          keys.a = keys.a / MK::kCols * MK::kCols;
+          // From the start unit that holds keys.a: the logits, and the rest too, so that a
+          // mask_mod that states a built-in mask computes what the built-in does, bit for bit.
+          keys.a = keys.a / kStart * kStart;
           if constexpr (kPairs<E>) {
             const index_t qp = tile.pairs();
             pairs_logits(srows, keys.b - keys.a, qp, tile.query_pairs() + s0 * qp, qp,
                          tile.panels() + keys.a * qp, s + keys.a, lds, p.scale);
           } else {
-            logits_strip(srows, keys.b - keys.a, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(),
-                         tile.panels() + keys.a * dk, s + keys.a, lds, p.scale);
+            logits_strip(srows, keys.b, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(), tile.panels(),
+                         s + keys.a, lds, p.scale, keys.a);
           }
           for (index_t r = 0; r < srows; ++r) {
             const index_t i = is + r;
@@ -934,13 +955,16 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
               Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(acc + (s0 + r) * ldo, ldo) *= rescale;
             mr = new_max;
           }
+          // (Only the boolean mask and what mask_mod was asked can hide keys of the pass.)
+          const bool masked = p.mask.data != nullptr || ask;
           if constexpr (kPairs<E>) {
-            accumulate_strip_pairs(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo);
+            accumulate_strip_pairs(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo,
+                                   masked);
           } else {
-            accumulate_strip(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo);
+            accumulate_strip(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo, masked);
           }
         };
-        const Span keys = strip_keys(p, is, srows, j0, cols, MK::kCols);
+        const Span keys = strip_keys(p, is, srows, j0, cols, kStart);
         if (keys.a >= keys.b) continue;
         if (p.blocks == nullptr) {
           pass(keys);
@@ -948,7 +972,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
         }
         // A block mask: a pass per run of the tiles that some row of the strip sees, so that the
         // Empty tiles between them are not computed.
-        for_each_shown_run(p, is, srows, j0, keys, MK::kCols, pass);
+        for_each_shown_run(p, is, srows, j0, keys, kStart, pass);
       }
     }
 
@@ -1090,7 +1114,7 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
     each_strip([&](index_t j0, index_t cols) { tile.load_values(j0, cols); },
                [&](index_t j0, index_t s0, index_t srows, const Span& keys) {
                  accumulate_strip(p, i0 + s0, srows, j0, keys.a, keys.b, s + s0 * lds + (j0 - base), lds,
-                                  tile, acc + s0 * ldo, ldo);
+                                  tile, acc + s0 * ldo, ldo, p.hides_some());
                });
     for (index_t r = 0; r < rows; ++r) store_row(p.attn, i0 + r, acc + r * ldo);
   }

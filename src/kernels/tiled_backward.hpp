@@ -156,24 +156,30 @@ void store_rows(const RawMatrix<T>& m, index_t first, index_t n, const T* rows, 
       m.data[(first + i) * m.row_stride + c * m.col_stride] = rows[i * ld + c];
 }
 
-/// The K panels (values false; depth d_k) or V panels (true; depth d_v) from key j0 on, a whole
-/// panel into its tile of the grid of multiples of kBackwardCols, as pack_panels lays them out:
+/// The K panels (values false; depth d_k) or V panels (true; depth d_v) from the panel that holds
+/// key j0 (panel_offset(j0): j0's column in it) in its tile of the grid of multiples of
+/// kBackwardCols, as pack_panels lays them out:
 /// the whole tile packed once per call and thread into the thread's PackCache (tiled.hpp) when
 /// the call has a number and all its tiles fit, so that the call's later query tiles and the
 /// other query heads of a GQA group find them packed; else packed into `scratch` (whole panels of
 /// kBackwardCols keys). `rows` takes the tile's rows when they must be gathered or widened first.
+template <typename T>
+constexpr index_t panel_offset(index_t j0) {
+  return j0 % kBackwardCols % Micro<T>::kCols;
+}
 template <typename E, typename T = ComputeScalar<E>>
 const T* key_panels(const RawProblem<E>& p, index_t j0, bool values, T* rows, T* scratch) {
   constexpr index_t C = kBackwardCols, room = Micro<T>::whole_panels(C);
   const index_t dk = p.k.cols, dv = p.v.cols, tiles = (p.k.rows + C - 1) / C, t = j0 / C;
   const std::size_t need = static_cast<std::size_t>(tiles * room) * static_cast<std::size_t>(dk + dv);
-  // The whole key tile is packed (a step may start past its first key, at a whole panel).
-  const index_t base = t * C, keys = std::min(C, p.k.rows - base), skip = (j0 - base) * (values ? dv : dk);
+  // The whole key tile is packed (a step may start past its first key, at a whole packet).
+  const index_t base = t * C, keys = std::min(C, p.k.rows - base);
+  const index_t skip = (j0 - base - panel_offset<T>(j0)) * (values ? dv : dk);
   T* dst = scratch;
   // The layout's name, -C, is one the forward's key tiles (> 0) never take.
   if (PackCache<T>* c = PackCache<T>::open(p, -C, dv, tiles, need)) {
     dst = c->data + (values ? tiles * room * dk + t * room * dv : t * room * dk);
-    const unsigned char bit = values ? 2 : 1;
+    const unsigned char bit = values ? PackCache<T>::kValuesCopied : PackCache<T>::kKeysPacked;
     if (c->ready[t] & bit) return dst + skip;
     c->ready[t] |= bit;
   }
@@ -199,7 +205,7 @@ inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j
   Pair* dst = scratch;
   if (PackCache<Pair>* c = PackCache<Pair>::open(p, -C, p.v.cols, tiles, need)) {
     dst = c->data + (values ? tiles * room * kp + t * room * vp : t * room * kp);
-    const unsigned char bit = values ? 2 : 1;
+    const unsigned char bit = values ? PackCache<Pair>::kValuesCopied : PackCache<Pair>::kKeysPacked;
     if (c->ready[t] & bit) return dst + skip;
     c->ready[t] |= bit;
   }
@@ -211,9 +217,11 @@ inline const Pair* key_panels_pairs(const RawProblem<BFloat16Bits>& p, index_t j
 #endif
 
 /// A backward step may start past its key tile's first key at a multiple of this many keys: whole
-/// panels (key_panels offsets the tile's packed panels) and whole 64-byte lines of the weights.
+/// packets (logits_strip starts within a panel), whole panels for the pairs (kPairs), and whole
+/// 64-byte lines of the weights. (A block of 128 keys starts where it starts.)
 template <typename E>
-constexpr index_t kBackwardColumnUnit = std::lcm(Micro<ComputeScalar<E>>::kCols,
+constexpr index_t kBackwardColumnUnit = std::lcm(kPairs<E> ? Micro<ComputeScalar<E>>::kCols
+                                                           : Micro<ComputeScalar<E>>::kLanes,
                                                  index_t(64 / sizeof(ComputeScalar<E>)));
 
 /// Row i's keys in the key tile [j0, j0 + cols) (cols <= kBackwardCols) that both steps compute,
@@ -273,7 +281,9 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
   [[maybe_unused]] const PairTiles<E> amx_tiles;
   const index_t dk = p.q.cols, R = kBackwardRows;
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
-  const index_t panels = Micro<T>::whole_panels(cols);
+  // The logits from key j0, panel_offset(j0) into its panel (0 for the pairs), whole panels on.
+  const index_t from = kPairs<E> ? 0 : panel_offset<T>(j0);
+  const index_t panels = Micro<T>::whole_panels(from + cols);
   // (K's rows and panels: of the whole key tile, which key_panels packs.)
   constexpr index_t C = kBackwardCols, room = Micro<T>::whole_panels(C);
   Arena<T> arena(Arena<T>::round(R * dk) + Arena<T>::round(C * dk) + Arena<T>::round(room * dk) +
@@ -307,8 +317,8 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
     const T* const k_panels = key_panels(p, j0, false, k_buf, kp);
     for (index_t r0 = 0; r0 < rows; r0 += MR) {
       const index_t n = std::min(MR, rows - r0);
-      logits_strip(n, cols, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip, panels,
-                   p.scale);
+      logits_strip(n, from + cols, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip,
+                   panels, p.scale, from);
       copy_strip(r0, n);
     }
   }
@@ -390,7 +400,9 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   const index_t dk = p.q.cols, dv = p.v.cols, R = kBackwardRows;
   const index_t dkp = M::whole_packets(dk), dvp = M::whole_packets(dv);
   const index_t i0 = tile * R, rows = std::min(R, p.q.rows - i0);
-  const index_t panels = Micro<T>::whole_panels(cols);
+  // dP from key j0, panel_offset(j0) into its panel (0 for the pairs), whole panels on.
+  const index_t from = kPairs<E> ? 0 : panel_offset<T>(j0);
+  const index_t panels = Micro<T>::whole_panels(from + cols);
   constexpr index_t C = kBackwardCols, room = Micro<T>::whole_panels(C);
   // dP's strips write whole panels; dZ is read down its columns too (dK), as the weights are.
   const index_t lds = odd_lines<T>(panels);
@@ -455,17 +467,19 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   } else {
     const T* const v_panels = key_panels(p, j0, true, v_buf, vp);
     for (index_t r0 = 0; r0 < rows; r0 += MR)
-      logits_strip(std::min(MR, rows - r0), cols, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds, lds,
-                   T(1));
+      logits_strip(std::min(MR, rows - r0), from + cols, dv, d_out + r0 * ldo, ldo, v_panels,
+                   ds_buf + r0 * lds, lds, T(1), from);
   }
-  bool hides = p.hides_some();
+  // Does some row not see some key of the step? (A row the masks were not asked about sees its
+  // whole span: backward_keys asks wherever a mask may hide a key.)
+  bool hides = false;
   const RawMatrix<T>& d_logits = p.grad.d_logits;  // the gradient callback's, when given
   unsigned char seen[kBackwardCols];
   for (index_t r = 0; r < rows; ++r) {
     const index_t i = i0 + r;
     const RowKeys keys = backward_keys(p, i, j0, cols, seen);
     const Span span = keys.span;
-    hides = hides || span.a > 0 || span.b < cols;
+    hides = hides || keys.asked || span.a > 0 || span.b < cols;
     auto dz = dZ.row(r);
     const index_t n = span.b - span.a;
     if (n == 0 || terms[2 * r + 1] == T(0)) {  // the row sees no key here, or none at all
