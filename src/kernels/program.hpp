@@ -55,13 +55,14 @@ EIGEN_ATTENTION_SHARED_INLINE void ask_mask_mod_tile(const RawProblem<T>& p, ind
 }
 
 /// visible[r * ld + t] = does the programmable mask let row i0 + r (r < rows) see key j_first + t
-/// (t < n)? The block mask's Empty tiles give 0 and its Full ones 1 without asking; its Partial
-/// ones (every key, without a block mask) are asked of mask_mod, one call of its tile loop per
-/// (row block, key block) piece.
+/// (t < n)? The block mask's Empty tiles give 0 and its Full ones 1 without asking (or, with
+/// `cut_only`, are left as they are: the ShownKeys functions below read only the cut tiles'
+/// answers); its Partial ones (every key, without a block mask) are asked of mask_mod, one call
+/// of its tile loop per (row block, key block) piece.
 template <typename T>
 EIGEN_ATTENTION_SHARED_INLINE void programmed_visibility(const RawProblem<T>& p, index_t i0, index_t rows,
                                                          index_t j_first, index_t n, unsigned char* visible,
-                                                         index_t ld) {
+                                                         index_t ld, bool cut_only = false) {
   if (rows <= 0 || n <= 0) return;
   if (p.blocks == nullptr) {
     ask_mask_mod_tile(p, i0, j_first, visible, ld, 0, rows, 0, n);
@@ -76,7 +77,7 @@ EIGEN_ATTENTION_SHARED_INLINE void programmed_visibility(const RawProblem<T>& p,
       const index_t end = (cb + 1) * p.block_cols - j_first < n ? (cb + 1) * p.block_cols - j_first : n;
       if (row[cb] == kBlockPartial) {
         ask_mask_mod_tile(p, i0, j_first, visible, ld, r0, r1, t, end);
-      } else {
+      } else if (!cut_only) {
         const unsigned char seen = row[cb] == kBlockFull ? 1 : 0;
         for (index_t r = r0; r < r1; ++r)
           for (index_t u = t; u < end; ++u) visible[r * ld + u] = seen;
@@ -133,6 +134,80 @@ template <typename T>
 EIGEN_ATTENTION_SHARED_INLINE void hide_unseen(T* row, const unsigned char* v, index_t a, index_t b,
                                                T hidden = -std::numeric_limits<T>::infinity()) {
   for (index_t t = a; t < b; ++t) row[t] = v[t] != 0 ? row[t] : hidden;
+}
+
+/// Which keys j_first + t of one query row the programmable mask shows, from the row's line of
+/// block-mask classes and the answers `v` (v[t] for key j_first + t) that programmed_visibility
+/// gave for its cut tiles: a Full tile shows every key, an Empty one none, a Partial one (every
+/// key, when `line` is null: no block mask, or answers that hold more than the block mask's, as
+/// the backward's with a boolean mask do) those v shows. So Full and Empty tiles are neither
+/// asked, filled nor read.
+struct ShownKeys {
+  const std::uint8_t* line;  ///< the row's tile classes (p.blocks' line of its block row), or null
+  index_t block_cols, j_first;
+  const unsigned char* v;
+  /// The class of the tile that holds key t, and the end of that tile's keys (at most b).
+  EIGEN_ATTENTION_SHARED_INLINE std::uint8_t piece(index_t t, index_t b, index_t& end) const {
+    if (line == nullptr) {
+      end = b;
+      return kBlockPartial;
+    }
+    const index_t cb = (j_first + t) / block_cols, e = (cb + 1) * block_cols - j_first;
+    end = e < b ? e : b;
+    return line[cb];
+  }
+  /// The first key in [a, b) shown (b when none).
+  EIGEN_ATTENTION_SHARED_INLINE index_t first(index_t a, index_t b) const {
+    if (line == nullptr) return first_seen(v, a, b);
+    index_t cb = (j_first + a) / block_cols, end = (cb + 1) * block_cols - j_first;
+    for (; a < b; a = end, end += block_cols, ++cb) {
+      const index_t e = end < b ? end : b;
+      if (line[cb] == kBlockFull) return a;
+      if (line[cb] == kBlockPartial) {
+        const index_t t = first_seen(v, a, e);
+        if (t < e) return t;
+      }
+    }
+    return b;
+  }
+  /// One past the last key in [a, b) shown (a when none).
+  EIGEN_ATTENTION_SHARED_INLINE index_t last_end(index_t a, index_t b) const {
+    if (line == nullptr || b <= a) return last_seen_end(v, a, b);
+    index_t cb = (j_first + b - 1) / block_cols, start = cb * block_cols - j_first;
+    for (; b > a; b = start, start -= block_cols, --cb) {  // the tiles from the last
+      const index_t s = start > a ? start : a;
+      if (line[cb] == kBlockFull) return b;
+      if (line[cb] == kBlockPartial) {
+        const index_t t = last_seen_end(v, s, b);
+        if (t > s) return t;
+      }
+    }
+    return a;
+  }
+  /// row[t] = `hidden` for the keys t in [a, b) not shown, whatever row[t] held (NaN too).
+  template <typename S>
+  EIGEN_ATTENTION_SHARED_INLINE void hide(S* row, index_t a, index_t b,
+                                          S hidden = -std::numeric_limits<S>::infinity()) const {
+    if (line == nullptr) return hide_unseen(row, v, a, b, hidden);
+    if (b <= a) return;
+    index_t cb = (j_first + a) / block_cols, end = (cb + 1) * block_cols - j_first;
+    for (; a < b; a = end, end += block_cols, ++cb) {
+      const index_t e = end < b ? end : b;
+      if (line[cb] == kBlockEmpty) {
+        for (index_t t = a; t < e; ++t) row[t] = hidden;
+      } else if (line[cb] == kBlockPartial) {
+        hide_unseen(row, v, a, e, hidden);
+      }
+    }
+  }
+};
+
+/// ShownKeys of query row i for keys from j_first, whose cut tiles' answers are in v.
+template <typename T>
+EIGEN_ATTENTION_SHARED_INLINE ShownKeys shown_keys(const RawProblem<T>& p, index_t i, index_t j_first,
+                                                   const unsigned char* v) {
+  if (p.blocks == nullptr) return {nullptr, 1, j_first, v};
+  return {p.blocks + (i / p.block_rows) * p.col_blocks, p.block_cols, j_first, v};
 }
 
 /// Is some tile of the block mask that rows [i0, i0 + rows) and keys [j0, j0 + cols) touch of a

@@ -349,6 +349,13 @@ bool values_finite(const RawProblem<S>& p, index_t begin, index_t end) {
   } else {
     using T = S;
     // x * 0 is 0 for finite x and NaN for NaN or +-inf; Eigen's sum of it runs in packets.
+    if (p.v.col_stride == 1 && p.v.row_stride == p.v.cols) {  // dense rows: one sum over them all
+      const T sum = (Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(p.v.data + begin * p.v.cols,
+                                                                          (end - begin) * p.v.cols) *
+                     T(0))
+                        .sum();
+      return sum == sum;
+    }
     const StridedMap<T> v(const_cast<T*>(p.v.data), p.v.rows, p.v.cols,
                           Eigen::Stride<Eigen::Dynamic, Eigen::Dynamic>(p.v.row_stride, p.v.col_stride));
     for (index_t j = begin; j < end; ++j) {
@@ -896,14 +903,14 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
           // (Tiles the block mask calls Full hide nothing: nothing to ask.)
           const bool ask = programmed && !blocks_all_full(p, is, srows, j0 + keys.a, keys.b - keys.a);
           if (ask) {  // which keys each row sees, and the strip's first and last
-            programmed_visibility(p, is, srows, j0 + keys.a, keys.b - keys.a, seen + keys.a, lds);
+            programmed_visibility(p, is, srows, j0 + keys.a, keys.b - keys.a, seen + keys.a, lds, true);
             index_t lo = keys.b, hi = keys.a;
             for (index_t r = 0; r < srows; ++r) {
               Span span = span_in_tile(p, is + r, j0, keys.b);
               span.a = std::max(span.a, keys.a), span.b = std::max(span.b, span.a);
-              const unsigned char* const v = seen + r * lds;
-              const index_t a = first_seen(v, span.a, span.b);
-              if (a < span.b) lo = std::min(lo, a), hi = std::max(hi, last_seen_end(v, a, span.b));
+              const ShownKeys shown = shown_keys(p, is + r, j0, seen + r * lds);
+              const index_t a = shown.first(span.a, span.b);
+              if (a < span.b) lo = std::min(lo, a), hi = std::max(hi, shown.last_end(a, span.b));
             }
             if (lo >= hi) return;  // no row of the strip sees a key of the pass
             keys.a = lo, keys.b = hi;
@@ -933,7 +940,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
             auto row = S.segment(span.a, span.b - span.a);
             if (ask) {
               if (extras.has_extras()) apply_extras(extras, i, j0 + span.a, row);
-              hide_unseen(row_data, seen + r * lds, span.a, span.b);
+              shown_keys(p, i, j0, seen + r * lds).hide(row_data, span.a, span.b);
             } else if (programmed) {
               if (extras.has_extras()) apply_extras(extras, i, j0 + span.a, row);
             } else if (p.has_extras()) {

@@ -80,10 +80,10 @@ Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::I
 
 /// Row r of a tile of logits S (keys [j0, j0 + cols), query row i) becomes the weights
 /// exp(z - lse_i), and `cap` (when soft-capping) the soft-cap's derivative: zero
-/// outside [span.a, span.b), and where `seen` (when given; seen[t] for key j0 + t) is 0.
+/// outside [span.a, span.b), and for the keys `shown` (when given) does not show.
 template <typename S, typename T>
 void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, const Span& span, T* s, T* cap,
-                 const unsigned char* seen = nullptr) {
+                 const ShownKeys* shown = nullptr) {
   const T lse = p.grad.lse.data[i * p.grad.lse.row_stride];
   Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> row(s, cols);
   row.head(span.a).setZero();
@@ -108,7 +108,7 @@ void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, co
     }
   }
   apply_additive(p, i, j0 + span.a, seg);
-  if (seen != nullptr) hide_unseen(s, seen, span.a, span.b);
+  if (shown != nullptr) shown->hide(s, span.a, span.b);
   exp_in_packets<Shift::Any>(s, span.a, span.b, lse);  // hidden keys (-inf) give exactly 0
 }
 
@@ -225,10 +225,11 @@ constexpr index_t kBackwardColumnUnit = std::lcm(kPairs<E> ? Micro<ComputeScalar
                                                  index_t(64 / sizeof(ComputeScalar<E>)));
 
 /// Row i's keys in the key tile [j0, j0 + cols) (cols <= kBackwardCols) that both steps compute,
-/// and whether `seen` holds which of them the masks show (seen[t], key j0 + t, t in the span).
+/// and whether the masks were asked which of them they show (then `shown` says).
 struct RowKeys {
   Span span;
   bool asked;
+  ShownKeys shown;
 };
 
 /// span_in_tile, narrowed to the first and the last key the masks (boolean and programmable) show
@@ -241,20 +242,24 @@ template <typename E>
 RowKeys backward_keys(const RawProblem<E>& p, index_t i, index_t j0, index_t cols, unsigned char* seen) {
   const Span s = span_in_tile(p, i, j0, cols);
   const index_t n = s.b - s.a;
-  if (!p.hides_some() || n <= 0) return {s, false};
-  if (p.mask.data == nullptr && blocks_all_full(p, i, 1, j0 + s.a, n)) return {s, false};
+  if (!p.hides_some() || n <= 0) return {s, false, {}};
+  if (p.mask.data == nullptr && blocks_all_full(p, i, 1, j0 + s.a, n)) return {s, false, {}};
   unsigned char* const v = seen + s.a;
+  // With a boolean mask, every key of the span gets an answer, which the boolean mask's joins
+  // (no tile class stands for them); else only the block mask's cut tiles are asked.
+  const bool boolean = p.mask.data != nullptr;
   if (p.mask_mod != nullptr || p.blocks != nullptr) {
-    programmed_visibility(p, i, 1, j0 + s.a, n, v, n);
+    programmed_visibility(p, i, 1, j0 + s.a, n, v, n, !boolean);
   } else {
     std::fill_n(v, n, static_cast<unsigned char>(1));
   }
-  if (p.mask.data != nullptr) {
+  if (boolean) {
     const bool* m = p.mask.data + i * p.mask.row_stride + (j0 + s.a) * p.mask.col_stride;
     for (index_t t = 0; t < n; ++t) v[t] = v[t] & static_cast<unsigned char>(m[t * p.mask.col_stride]);
   }
-  const index_t a = first_seen(seen, s.a, s.b);
-  return {{a, last_seen_end(seen, a, s.b)}, true};
+  const ShownKeys shown = boolean ? ShownKeys{nullptr, 1, j0, seen} : shown_keys(p, i, j0, seen);
+  const index_t a = shown.first(s.a, s.b);
+  return {{a, shown.last_end(a, s.b)}, true, shown};
 }
 
 /// p without its masks that hide keys within a row's key range (the boolean mask, mask_mod, a
@@ -331,7 +336,7 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
     const RowKeys keys = backward_keys(p, i, j0, cols, seen);
     const Span span = keys.span;
     weights_row(unmasked, i, j0, cols, span, w + r * ldw, cap != nullptr ? cap + r * ldw : nullptr,
-                keys.asked ? seen : nullptr);
+                keys.asked ? &keys.shown : nullptr);
     const index_t n = span.b - span.a;
     if (n == 0) continue;
     const auto P = S.row(r).segment(span.a, n);
@@ -340,10 +345,13 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
     const auto G = d_scores_row(p, i, j0 + span.a, n, ds_buf);
     if (!keys.asked) {
       partial[2 * r + 1] = P.cwiseProduct(G).sum();
-    } else {  // a hidden key's d_scores (even NaN) has no effect
+    } else {  // a hidden key's d_scores (even NaN) has no effect: the shown keys, in key order
       T sum = 0;
-      for (index_t t = 0; t < n; ++t) {
-        if (seen[span.a + t]) sum += P(t) * G(t);
+      for (index_t a = span.a, end = a; a < span.b; a = end) {
+        const std::uint8_t kind = keys.shown.piece(a, span.b, end);
+        for (index_t t = a; t < end && kind != kBlockEmpty; ++t) {
+          if (kind == kBlockFull || seen[t]) sum += P(t - span.a) * G(t - span.a);
+        }
       }
       partial[2 * r + 1] = sum;
     }
@@ -490,13 +498,13 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
     }
     P.row(r).segment(span.a, n) *= terms[2 * r + 1];
     // Keys the masks hide (backward_keys' answers): 0, even when the factor is NaN.
-    if (keys.asked) hide_unseen(P.row(r).data(), seen, span.a, span.b, T(0));
+    if (keys.asked) keys.shown.hide(P.row(r).data(), span.a, span.b, T(0));
     dz.head(span.a).setZero();
     dz.tail(cols - span.b).setZero();
     auto seg = dz.segment(span.a, n);
     if (p.grad.d_scores.data != nullptr) seg += d_scores_row(p, i, j0 + span.a, n, ds_row);
     seg = (P.row(r).segment(span.a, n).array() * (seg.array() - terms[2 * r])).matrix();
-    if (keys.asked) hide_unseen(dz.data(), seen, span.a, span.b, T(0));  // exactly 0, whatever dP held
+    if (keys.asked) keys.shown.hide(dz.data(), span.a, span.b, T(0));  // exactly 0, whatever dP held
     if (p.grad.d_bias.data != nullptr) {
       const RawMatrix<T>& b = p.grad.d_bias;  // the compute type
       Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
