@@ -298,62 +298,77 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
   T* const kp = arena.take(room * dk);
   T* const ds_buf = arena.take(cols);  // a widened row of d_scores (16-bit)
   T* const strip = arena.take(MR * panels);
-  const auto copy_strip = [&](index_t r0, index_t n) {
-    for (index_t r = 0; r < n; ++r)
-      std::copy(strip + r * panels, strip + r * panels + cols, w + (r0 + r) * ldw);
-  };
-  if constexpr (kPairs<E>) {  // Q and K as bf16 pairs along d_k (tiled.hpp)
+  // Strip by strip: its rows' keys, then its logits over the keys from the first that one of its
+  // rows sees to the last (all of the tile's for the pairs), copied into w (weights_row zeroes
+  // each row outside its own keys), then each row's weights and partial sums.
 #if defined(__AVX512BF16__)
+  const Pair* k_pairs = nullptr;
+  Pair* q_pairs = nullptr;
+  index_t qp = 0;
+  Arena<Pair> pairs(kPairs<E> ? Arena<Pair>::round(R * whole_pair_blocks((dk + 1) / 2)) +
+                                    Arena<Pair>::round(room * whole_pair_blocks((dk + 1) / 2))
+                              : 0);
+  if constexpr (kPairs<E>) {  // Q and K as bf16 pairs along d_k (tiled.hpp)
     static_assert(kBackwardRows % MR == 0, "a query tile is whole strips");
-    const index_t qp = whole_pair_blocks((dk + 1) / 2);
-    Arena<Pair> pairs(Arena<Pair>::round(R * qp) + Arena<Pair>::round(room * qp));
-    Pair* const q_pairs = pairs.take(R * qp);
+    qp = whole_pair_blocks((dk + 1) / 2);
+    q_pairs = pairs.take(R * qp);
     Pair* const k_scratch = pairs.take(room * qp);
     pair_strip_rows(p.q, i0, rows, q_pairs, qp);
-    const Pair* const k_panels = key_panels_pairs(p, j0, false, k_scratch);
-    for (index_t r0 = 0; r0 < rows; r0 += MR) {
-      const index_t n = std::min(MR, rows - r0);
-      pairs_logits(n, cols, qp, q_pairs + r0 * qp, qp, k_panels, strip, panels, p.scale);
-      copy_strip(r0, n);
-    }
-#endif
-  } else {
-    const auto Q = tile_rows(p.q, i0, rows, q_buf);
-    const T* const k_panels = key_panels(p, j0, false, k_buf, kp);
-    for (index_t r0 = 0; r0 < rows; r0 += MR) {
-      const index_t n = std::min(MR, rows - r0);
-      logits_strip(n, from + cols, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip,
-                   panels, p.scale, from);
-      copy_strip(r0, n);
-    }
+    k_pairs = key_panels_pairs(p, j0, false, k_scratch);
   }
+#endif
+  const auto Q = tile_rows(p.q, i0, kPairs<E> ? 0 : rows, q_buf);
+  const T* const k_panels = kPairs<E> ? nullptr : key_panels(p, j0, false, k_buf, kp);
   TileMap<T> S(w, rows, cols, Eigen::OuterStride<>(ldw));
   std::fill_n(partial, 2 * R, T(0));
   const RawProblem<E> unmasked = without_masks(p);
-  unsigned char seen[kBackwardCols];
-  for (index_t r = 0; r < rows; ++r) {
-    const index_t i = i0 + r;
-    const RowKeys keys = backward_keys(p, i, j0, cols, seen);
-    const Span span = keys.span;
-    weights_row(unmasked, i, j0, cols, span, w + r * ldw, cap != nullptr ? cap + r * ldw : nullptr,
-                keys.asked ? &keys.shown : nullptr);
-    const index_t n = span.b - span.a;
-    if (n == 0) continue;
-    const auto P = S.row(r).segment(span.a, n);
-    partial[2 * r] = P.sum();
-    if (p.grad.d_scores.data == nullptr) continue;
-    const auto G = d_scores_row(p, i, j0 + span.a, n, ds_buf);
-    if (!keys.asked) {
-      partial[2 * r + 1] = P.cwiseProduct(G).sum();
-    } else {  // a hidden key's d_scores (even NaN) has no effect: the shown keys, in key order
-      T sum = 0;
-      for (index_t a = span.a, end = a; a < span.b; a = end) {
-        const std::uint8_t kind = keys.shown.piece(a, span.b, end);
-        for (index_t t = a; t < end && kind != kBlockEmpty; ++t) {
-          if (kind == kBlockFull || seen[t]) sum += P(t - span.a) * G(t - span.a);
+  unsigned char seen[MR * kBackwardCols];  // the strip's rows' answers, a row of the tile each
+  RowKeys strip_keys[MR];
+  for (index_t r0 = 0; r0 < rows; r0 += MR) {
+    const index_t n = std::min(MR, rows - r0);
+    index_t lo = cols, hi = 0;
+    for (index_t r = 0; r < n; ++r) {
+      strip_keys[r] = backward_keys(p, i0 + r0 + r, j0, cols, seen + r * kBackwardCols);
+      const Span span = strip_keys[r].span;
+      if (span.a < span.b) lo = std::min(lo, span.a), hi = std::max(hi, span.b);
+    }
+    if constexpr (kPairs<E>) {
+#if defined(__AVX512BF16__)
+      lo = 0, hi = cols;
+      pairs_logits(n, cols, qp, q_pairs + r0 * qp, qp, k_pairs, strip, panels, p.scale);
+#endif
+    } else if (lo < hi) {
+      lo = lo / Micro<T>::kLanes * Micro<T>::kLanes;  // (from is a whole packet too)
+      logits_strip(n, from + hi, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip,
+                   panels, p.scale, from + lo);
+    }
+    for (index_t r = 0; r < n && lo < hi; ++r)
+      std::copy(strip + r * panels, strip + r * panels + (hi - lo), w + (r0 + r) * ldw + lo);
+    for (index_t r = 0; r < n; ++r) {
+      const index_t i = i0 + r0 + r;
+      const RowKeys& keys = strip_keys[r];
+      const Span span = keys.span;
+      T* const row = w + (r0 + r) * ldw;
+      weights_row(unmasked, i, j0, cols, span, row, cap != nullptr ? cap + (r0 + r) * ldw : nullptr,
+                  keys.asked ? &keys.shown : nullptr);
+      const index_t m = span.b - span.a;
+      if (m == 0) continue;
+      const auto P = S.row(r0 + r).segment(span.a, m);
+      partial[2 * (r0 + r)] = P.sum();
+      if (p.grad.d_scores.data == nullptr) continue;
+      const auto G = d_scores_row(p, i, j0 + span.a, m, ds_buf);
+      if (!keys.asked) {
+        partial[2 * (r0 + r) + 1] = P.cwiseProduct(G).sum();
+      } else {  // a hidden key's d_scores (even NaN) has no effect: the shown keys, in key order
+        T sum = 0;
+        for (index_t a = span.a, end = a; a < span.b; a = end) {
+          const std::uint8_t kind = keys.shown.piece(a, span.b, end);
+          for (index_t t = a; t < end && kind != kBlockEmpty; ++t) {
+            if (kind == kBlockFull || keys.shown.v[t]) sum += P(t - span.a) * G(t - span.a);
+          }
         }
+        partial[2 * (r0 + r) + 1] = sum;
       }
-      partial[2 * r + 1] = sum;
     }
   }
 }
@@ -462,61 +477,83 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
                               : 0);
   Arena<T> edge_arena(kPairs<E> && kAmx ? Arena<T>::round(16 * std::max(dkp, dvp)) : 0);
 #endif
-  if constexpr (kPairs<E>) {
+  // Strip by strip: its rows' keys, then its dP over the keys from the first that one of its rows
+  // sees to the last (all of the tile's for the pairs), then each row's P and dZ; spans[r] keeps
+  // row r's keys (none when its weights here are all 0) for the products.
 #if defined(__AVX512BF16__)
-    Pair* const do_pairs = pairs.take(R * vpairs);
+  const Pair* v_pairs = nullptr;
+  Pair* do_pairs = nullptr;
+  if constexpr (kPairs<E>) {
+    do_pairs = pairs.take(R * vpairs);
     Pair* const v_scratch = pairs.take(room * vpairs);
     pair_strip_rows(p.grad.d_out, i0, rows, do_pairs, vpairs);
-    const Pair* const v_panels = key_panels_pairs(p, j0, true, v_scratch);
-    for (index_t r0 = 0; r0 < rows; r0 += SR)
-      pairs_logits(std::min(SR, rows - r0), cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_panels,
-                   ds_buf + r0 * lds, lds, 1.0f);
-#endif
-  } else {
-    const T* const v_panels = key_panels(p, j0, true, v_buf, vp);
-    for (index_t r0 = 0; r0 < rows; r0 += MR)
-      logits_strip(std::min(MR, rows - r0), from + cols, dv, d_out + r0 * ldo, ldo, v_panels,
-                   ds_buf + r0 * lds, lds, T(1), from);
+    v_pairs = key_panels_pairs(p, j0, true, v_scratch);
   }
+#endif
+  const T* const v_panels = kPairs<E> ? nullptr : key_panels(p, j0, true, v_buf, vp);
+  constexpr index_t kStrip = kPairs<E> ? kPairStripRows : MR;
   // Does some row not see some key of the step? (A row the masks were not asked about sees its
   // whole span: backward_keys asks wherever a mask may hide a key.)
   bool hides = false;
   const RawMatrix<T>& d_logits = p.grad.d_logits;  // the gradient callback's, when given
-  unsigned char seen[kBackwardCols];
-  for (index_t r = 0; r < rows; ++r) {
-    const index_t i = i0 + r;
-    const RowKeys keys = backward_keys(p, i, j0, cols, seen);
-    const Span span = keys.span;
-    hides = hides || keys.asked || span.a > 0 || span.b < cols;
-    auto dz = dZ.row(r);
-    const index_t n = span.b - span.a;
-    if (n == 0 || terms[2 * r + 1] == T(0)) {  // the row sees no key here, or none at all
-      P.row(r).setZero();
-      dz.setZero();
-      if (d_logits.data != nullptr) std::fill_n(d_logits.data + r * d_logits.row_stride + j0, cols, T(0));
-      continue;
+  unsigned char seen[kStrip * kBackwardCols];      // the strip's rows' answers, a row of the tile each
+  RowKeys strip_keys[kStrip];
+  Span spans[kBackwardRows];
+  for (index_t r0 = 0; r0 < rows; r0 += kStrip) {
+    const index_t strip_rows = std::min(kStrip, rows - r0);
+    index_t lo = cols, hi = 0;
+    for (index_t r = 0; r < strip_rows; ++r) {
+      strip_keys[r] = backward_keys(p, i0 + r0 + r, j0, cols, seen + r * kBackwardCols);
+      const Span span = strip_keys[r].span;
+      if (span.a < span.b) lo = std::min(lo, span.a), hi = std::max(hi, span.b);
     }
-    P.row(r).segment(span.a, n) *= terms[2 * r + 1];
-    // Keys the masks hide (backward_keys' answers): 0, even when the factor is NaN.
-    if (keys.asked) keys.shown.hide(P.row(r).data(), span.a, span.b, T(0));
-    dz.head(span.a).setZero();
-    dz.tail(cols - span.b).setZero();
-    auto seg = dz.segment(span.a, n);
-    if (p.grad.d_scores.data != nullptr) seg += d_scores_row(p, i, j0 + span.a, n, ds_row);
-    seg = (P.row(r).segment(span.a, n).array() * (seg.array() - terms[2 * r])).matrix();
-    if (keys.asked) keys.shown.hide(dz.data(), span.a, span.b, T(0));  // exactly 0, whatever dP held
-    if (p.grad.d_bias.data != nullptr) {
-      const RawMatrix<T>& b = p.grad.d_bias;  // the compute type
-      Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
-          b.data + i * b.row_stride + (j0 + span.a) * b.col_stride, n, Eigen::InnerStride<>(b.col_stride)) +=
-          seg;
+    if constexpr (kPairs<E>) {
+#if defined(__AVX512BF16__)
+      pairs_logits(strip_rows, cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_pairs, ds_buf + r0 * lds, lds,
+                   1.0f);
+#endif
+    } else if (lo < hi) {
+      lo = lo / M::kLanes * M::kLanes;  // (from is a whole packet too)
+      logits_strip(strip_rows, from + hi, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds + lo, lds,
+                   T(1), from + lo);
     }
-    if (d_logits.data != nullptr)
-      Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(d_logits.data + r * d_logits.row_stride + j0, cols) =
-          dz;
-    if (p.softcap > 0 || p.score_mod != nullptr)
-      seg.array() *= Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>(cap + r * ldw + span.a, n);
-    seg *= p.scale;
+    for (index_t rs = 0; rs < strip_rows; ++rs) {
+      const index_t r = r0 + rs, i = i0 + r;
+      const RowKeys& keys = strip_keys[rs];
+      const Span span = keys.span;
+      hides = hides || keys.asked || span.a > 0 || span.b < cols;
+      auto dz = dZ.row(r);
+      const index_t n = span.b - span.a;
+      spans[r] = span;
+      if (n == 0 || terms[2 * r + 1] == T(0)) {  // the row sees no key here, or none at all
+        spans[r] = Span{0, 0};
+        P.row(r).setZero();
+        dz.setZero();
+        if (d_logits.data != nullptr) std::fill_n(d_logits.data + r * d_logits.row_stride + j0, cols, T(0));
+        continue;
+      }
+      P.row(r).segment(span.a, n) *= terms[2 * r + 1];
+      // Keys the masks hide (backward_keys' answers): 0, even when the factor is NaN.
+      if (keys.asked) keys.shown.hide(P.row(r).data(), span.a, span.b, T(0));
+      dz.head(span.a).setZero();
+      dz.tail(cols - span.b).setZero();
+      auto seg = dz.segment(span.a, n);
+      if (p.grad.d_scores.data != nullptr) seg += d_scores_row(p, i, j0 + span.a, n, ds_row);
+      seg = (P.row(r).segment(span.a, n).array() * (seg.array() - terms[2 * r])).matrix();
+      if (keys.asked) keys.shown.hide(dz.data(), span.a, span.b, T(0));  // exactly 0, whatever dP held
+      if (p.grad.d_bias.data != nullptr) {
+        const RawMatrix<T>& b = p.grad.d_bias;  // the compute type
+        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>, Eigen::Unaligned, Eigen::InnerStride<>>(
+            b.data + i * b.row_stride + (j0 + span.a) * b.col_stride, n,
+            Eigen::InnerStride<>(b.col_stride)) += seg;
+      }
+      if (d_logits.data != nullptr)
+        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(d_logits.data + r * d_logits.row_stride + j0, cols) =
+            dz;
+      if (p.softcap > 0 || p.score_mod != nullptr)
+        seg.array() *= Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>(cap + r * ldw + span.a, n);
+      seg *= p.scale;
+    }
   }
 
   dQ.setZero();
@@ -592,16 +629,39 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
       pairs_product(std::min(SR, rows - r0), dkp, cpp, z_k + r0 * cpp, cpp, k_k, dkp, dq_buf + r0 * dkp, dkp);
 #endif
   } else if (products) {
+    // Each product's depth only over the rows (or keys) whose weights may not be 0: a strip of
+    // keys takes the rows from the first to the last that sees one of its keys, a strip of rows
+    // the keys from its first row's first to its last's last (the terms left out are exactly 0).
+    Span depth[kBackwardCols / MR + 1];  // per strip of keys: the rows that see one of its keys
+    for (index_t t0 = 0; t0 < cols; t0 += MR) {
+      Span& d = depth[t0 / MR];
+      d = Span{rows, 0};
+      for (index_t r = 0; r < rows; ++r) {
+        if (spans[r].a < t0 + MR && spans[r].b > t0) d.a = std::min(d.a, r), d.b = r + 1;
+      }
+    }
     // dO, then Q, stays in L1 for all the strips of keys.
-    for (index_t t0 = 0; t0 < cols; t0 += MR)
-      product_strip<true>(std::min(MR, cols - t0), dvp, rows, w + t0, ldw, d_out, ldo, dv_rows + t0 * lddv,
-                          lddv);
-    for (index_t t0 = 0; t0 < cols; t0 += MR)
-      product_strip<true>(std::min(MR, cols - t0), dkp, rows, ds_buf + t0, lds, q, ldq, dk_rows + t0 * lddk,
-                          lddk);
-    for (index_t r0 = 0; r0 < rows; r0 += MR)
-      product_strip(std::min(MR, rows - r0), dkp, cols, ds_buf + r0 * lds, lds, k, ldk, dq_buf + r0 * dkp,
-                    dkp);
+    for (index_t t0 = 0; t0 < cols; t0 += MR) {
+      const Span d = depth[t0 / MR];
+      if (d.a < d.b)
+        product_strip<true>(std::min(MR, cols - t0), dvp, d.b - d.a, w + d.a * ldw + t0, ldw,
+                            d_out + d.a * ldo, ldo, dv_rows + t0 * lddv, lddv);
+    }
+    for (index_t t0 = 0; t0 < cols; t0 += MR) {
+      const Span d = depth[t0 / MR];
+      if (d.a < d.b)
+        product_strip<true>(std::min(MR, cols - t0), dkp, d.b - d.a, ds_buf + d.a * lds + t0, lds,
+                            q + d.a * ldq, ldq, dk_rows + t0 * lddk, lddk);
+    }
+    for (index_t r0 = 0; r0 < rows; r0 += MR) {
+      index_t lo = cols, hi = 0;
+      for (index_t r = r0; r < std::min(r0 + MR, rows); ++r) {
+        if (spans[r].a < spans[r].b) lo = std::min(lo, spans[r].a), hi = std::max(hi, spans[r].b);
+      }
+      if (lo < hi)
+        product_strip(std::min(MR, rows - r0), dkp, hi - lo, ds_buf + r0 * lds + lo, lds, k + lo * ldk, ldk,
+                      dq_buf + r0 * dkp, dkp);
+    }
   } else {  // sum over the visible pairs only
     for_each_visible(p, i0, rows, j0, cols, [&](index_t r, index_t t) {
       dV.row(t).noalias() += P(r, t) * dO.row(r);
