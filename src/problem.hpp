@@ -101,6 +101,20 @@ struct Problem {
     p.block_rows = bm.block_rows, p.block_cols = bm.block_cols, p.col_blocks = cols;
     p.block_head_stride = bm.heads == 1 ? 0 : rows * cols;
   }
+  /// program(), and where the block mask holds the rows' key ranges of sequence b and head h
+  /// (BlockMask::exact_line), those ranges instead of mask_mod and the block mask: the kernels
+  /// compute them as they compute a built-in mask's, asking nothing. (Not for decode, whose rows
+  /// are a group's heads.)
+  template <typename R>
+  void program_rows(R& p, index_t b, index_t h) const {
+    program(p, b, h);
+    const BlockMaskView& bm = masks.block_mask;
+    if (bm.exact_lines == nullptr) return;
+    const index_t line = (bm.batch == 1 ? 0 : b) * bm.heads + (bm.heads == 1 ? 0 : h);
+    if (bm.exact_lines[line] == 0) return;
+    p.row_keys = bm.ranges + 2 * line * bm.rows;
+    p.mask_mod = nullptr, p.blocks = nullptr;
+  }
 
   /// The single-head problem of sequence b = which / H and query head h = which % H.
   RawProblem<T> problem(index_t which) const {
@@ -159,7 +173,7 @@ struct Problem {
                     {}};
     p.chunk = chunk, p.chunk_origin = chunk_origin;
     if (masks.sinks != nullptr) p.has_sink = true, p.sink = to_compute(masks.sinks[h]);
-    program(p, b, h);
+    program_rows(p, b, h);
     if (packed_scores != nullptr) {
       p.scores = tq * tk == 0 ? raw_matrix<T>(packed_scores, tq, tk, 0, 0)
                               : raw_matrix<T>(packed_scores + score_offsets[b] + h * tq * tk, tq, tk, tk, 1);

@@ -61,6 +61,13 @@ struct BlockMaskView {
   /// q = i + offset + origin, k = j + origin); a call must measure positions the same way.
   std::ptrdiff_t offset = 0, origin = 0;
   ///@}
+  ///@{
+  /// The rows' key ranges that block_mask() found (null: none; BlockMask::exact_line): for a
+  /// line (b, h) with exact_lines[b * heads + h] != 0, query row i sees exactly the keys
+  /// [ranges[2 (line rows + i)], ranges[2 (line rows + i) + 1]), both ends non-decreasing in i.
+  const std::int64_t* ranges = nullptr;
+  const std::uint8_t* exact_lines = nullptr;
+  ///@}
 
   BlockMaskView() = default;
   /// Refers to `m`, which must outlive the calls that use it.
@@ -82,6 +89,15 @@ namespace abi {
 /// std::invalid_argument when the mask is empty or `threads` is negative.
 EIGEN_ATTENTION_EXPORT void classify_blocks(const MaskModRef& mask, const BlockMaskView& target,
                                             BlockKind* out, int threads);
+/// For each line (b, h) of `target` (classified: blocks set), whether every query row's visible
+/// keys form one range [first, end) whose ends never decrease from a row to the next (causal
+/// masks, windows, chunks, packed documents, prefix-LM): then exact[line] = 1 and the ranges go to
+/// ranges[2 (line rows + i)] and [2 (line rows + i) + 1] (a row that sees nothing takes an empty
+/// range at the previous row's end); else exact[line] = 0. Asks `mask` about the pairs of the
+/// Partial tiles (not those of Empty and Full ones), a line no further than its first row that
+/// is not a range. `threads` as classify_blocks.
+EIGEN_ATTENTION_EXPORT void find_row_ranges(const MaskModRef& mask, const BlockMaskView& target,
+                                            std::int64_t* ranges, std::uint8_t* exact, int threads);
 }  // namespace abi
 
 /// The classes of a [batch, heads, T_q, T_k] mask's tiles; owns them. batch and heads of 1
@@ -181,6 +197,7 @@ class BlockMask {
   }
   void set(std::ptrdiff_t b, std::ptrdiff_t h, std::ptrdiff_t rb, std::ptrdiff_t cb, BlockKind kind) {
     blocks_[index(b, h, rb, cb)] = kind;
+    forget_ranges();
   }
   ///@}
   /// The fraction of tiles that are not Empty (0 for no tile).
@@ -190,10 +207,40 @@ class BlockMask {
     return blocks_.empty() ? 0.0 : static_cast<double>(seen) / static_cast<double>(blocks_.size());
   }
   ///@{
-  /// The classes, [batch, heads, row_blocks, col_blocks] row-major.
+  /// The classes, [batch, heads, row_blocks, col_blocks] row-major. (Writable classes: the rows'
+  /// ranges are forgotten.)
   const BlockKind* data() const { return blocks_.data(); }
-  BlockKind* data() { return blocks_.data(); }
+  BlockKind* data() {
+    forget_ranges();
+    return blocks_.data();
+  }
   ///@}
+  /// Does line (b, h) hold its rows' key ranges? block_mask() records them where every query
+  /// row's visible keys form one range whose ends never decrease from a row to the next (causal
+  /// masks of both alignments, windows, chunks, packed documents, prefix-LM); the kernels then
+  /// compute each row's range as they do a built-in mask's and never call the mask_mod. A block
+  /// mask built from_blocks() or changed with set() or data() holds none.
+  bool exact_line(std::ptrdiff_t b, std::ptrdiff_t h) const {
+    if (b < 0 || b >= view_.batch || h < 0 || h >= view_.heads)
+      throw std::out_of_range("EigenAttention::BlockMask::exact_line: (" + std::to_string(b) + ", " +
+                              std::to_string(h) + ") is outside [" + std::to_string(view_.batch) + ", " +
+                              std::to_string(view_.heads) + "]");
+    return !exact_.empty() && exact_[static_cast<std::size_t>(b * view_.heads + h)] != 0;
+  }
+  /// Asks `mask` for the rows' key ranges of its lines (block_mask() does, after classifying).
+  template <class G>
+  void find_ranges(const MaskMod<G>& mask, int threads) {
+    const std::size_t lines = static_cast<std::size_t>(view_.batch * view_.heads);
+    ranges_.assign(lines * static_cast<std::size_t>(view_.rows) * 2, 0);
+    exact_.assign(lines, 0);
+    BlockMaskView view(view_);
+    view.blocks = blocks_.data();
+    if (!blocks_.empty())
+      abi::find_row_ranges(MaskModRef(mask), view, ranges_.data(), exact_.data(), threads);
+    bool any = false;
+    for (std::uint8_t e : exact_) any = any || e != 0;
+    if (!any) forget_ranges();
+  }
 
  private:
   friend struct BlockMaskView;
@@ -208,12 +255,19 @@ class BlockMask {
     }
     return static_cast<std::size_t>(((b * view_.heads + h) * row_blocks() + rb) * col_blocks() + cb);
   }
+  void forget_ranges() {
+    ranges_.clear();
+    exact_.clear();
+  }
   BlockMaskView view_;  // sizes (blocks not set)
   std::vector<BlockKind> blocks_;
+  std::vector<std::int64_t> ranges_;  // [batch, heads, rows, 2] when some line is exact, else empty
+  std::vector<std::uint8_t> exact_;   // [batch, heads]
 };
 
 inline BlockMaskView::BlockMaskView(const BlockMask& m) : BlockMaskView(m.view_) {
   blocks = m.blocks_.empty() ? nullptr : m.blocks_.data();
+  if (!m.exact_.empty()) ranges = m.ranges_.data(), exact_lines = m.exact_.data();
   if (blocks == nullptr && m.view_.block_rows > 0) {
     // A mask with no tile (T_q or T_k of 0) is still a mask: point at something that is not null.
     static const BlockKind none = BlockKind::Empty;
@@ -235,6 +289,7 @@ BlockMask block_mask(const MaskMod<G>& mask, std::ptrdiff_t batch, std::ptrdiff_
                                                                                 : 0;
   BlockMask m(batch, heads, rows, cols, block_rows, block_cols, offset, opt.chunk_origin);
   abi::classify_blocks(MaskModRef(mask), BlockMaskView(m), m.data(), opt.threads);
+  m.find_ranges(mask, opt.threads);
   return m;
 }
 

@@ -121,13 +121,16 @@ struct RawProblem {
   index_t block_rows = 0, block_cols = 0, col_blocks = 0;
   index_t block_head_stride = 0;  // from this head's tile classes to the next head's (decode's groups)
   index_t batch_index = 0, head_index = 0;
+  // Each query row's key range from the block mask (BlockMask::exact_line; [2 i], [2 i + 1]),
+  // where it stands for mask_mod and the block mask (then null here); null: none.
+  const std::int64_t* row_keys = nullptr;
   // The backward's gradient callback (BackwardTerms::logit_grad; null: none), handed dL/dz of
   // each tile of query rows and keys the problem computes (grad.d_logits holds them).
   const LogitGradRef<Compute>* logit_grad = nullptr;
 
   /// The keys each query row sees (key_range.hpp, the one definition).
   EIGEN_ATTENTION_SHARED_INLINE KeyRange key_range() const {
-    return {k.rows, offset, causal, window_left, window_right, chunk, chunk_origin};
+    return {k.rows, offset, causal, window_left, window_right, chunk, chunk_origin, row_keys};
   }
   /// The first key query i may see.
   EIGEN_ATTENTION_SHARED_INLINE index_t first_key(index_t i) const { return key_range().first_key(i); }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 // The inline code that the instruction-set kernels share with the rest of the library (this
 // file, RawProblem in abi.hpp) is always inlined: an out-of-line (weak) copy compiled in a
@@ -40,6 +41,9 @@ struct KeyRange {
   std::ptrdiff_t window_left, window_right;  // -1: unbounded
   std::ptrdiff_t chunk = 0;                  // chunked-local attention: keys per chunk (0: off)
   std::ptrdiff_t chunk_origin = 0;           // the chunk grid's position of key 0
+  // Row i's own key range [rows[2 i], rows[2 i + 1]) (a block mask's, BlockMask::exact_line; both
+  // ends non-decreasing in i), within the others; null: none.
+  const std::int64_t* rows = nullptr;
 
   /// The first key of the chunk that holds key position c (chunk > 0; may lie outside
   /// [0, keys)). Validation bounds |c|, chunk and |chunk_origin| by 2^60 + T_q, so nothing
@@ -60,6 +64,7 @@ struct KeyRange {
       const std::ptrdiff_t s = chunk_start(c);
       if (s > first) first = s < keys ? s : keys;
     }
+    if (rows != nullptr && rows[2 * i] > first) first = rows[2 * i] < keys ? rows[2 * i] : keys;
     return first;
   }
   /// One past the last key query i may see (never below first_key(i)).
@@ -73,6 +78,7 @@ struct KeyRange {
       const std::ptrdiff_t s = chunk_start(c);  // s + chunk > c + chunk_origin - chunk_origin
       if (s < end && chunk < end - s) end = s + chunk;
     }
+    if (rows != nullptr && rows[2 * i + 1] < end) end = rows[2 * i + 1];
     return clamp_index(end, first_key(i), keys);
   }
 };
