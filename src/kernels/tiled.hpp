@@ -488,16 +488,19 @@ struct PackCache {
 };
 
 /// Are the V rows of the key tile [j0, j0 + cols) all finite? Asked of the rows once per call
-/// and thread when the tile is kept in `cache` (a tile of its grid of `keys`: a block-sparse
-/// query tile asks it of every tile it reads), else each time.
+/// and thread for each tile of the grid of `keys` that it touches when they are kept in `cache`
+/// (a block-sparse query tile asks it of every tile it reads), else each time.
 template <typename E, typename T>
 bool tile_values_finite(const RawProblem<E>& p, PackCache<T>* cache, index_t keys, index_t j0, index_t cols) {
   if (cache == nullptr) return values_finite(p, j0, j0 + cols);
-  unsigned char& flags = cache->ready[static_cast<std::size_t>(j0 / keys)];
-  if (!(flags & PackCache<T>::kValuesChecked))
-    flags |=
-        PackCache<T>::kValuesChecked | (values_finite(p, j0, j0 + cols) ? PackCache<T>::kValuesFinite : 0);
-  return (flags & PackCache<T>::kValuesFinite) != 0;
+  for (index_t t = j0 / keys; t * keys < j0 + cols; ++t) {
+    unsigned char& flags = cache->ready[static_cast<std::size_t>(t)];
+    const index_t a = t * keys, b = std::min(a + keys, p.v.rows);
+    if (!(flags & PackCache<T>::kValuesChecked))
+      flags |= PackCache<T>::kValuesChecked | (values_finite(p, a, b) ? PackCache<T>::kValuesFinite : 0);
+    if (!(flags & PackCache<T>::kValuesFinite)) return false;
+  }
+  return true;
 }
 
 /// One key tile [j0, j0 + cols) as the micro-kernel reads it (micro_kernel.hpp): K packed into
@@ -531,24 +534,34 @@ class KeyTile {
   }
 
   /// The first key tile of keys [begin, ...) and the keys of the tile that starts at j0 (< end):
-  /// tiles of the grid of multiples of `keys` when they are kept (the cache), else from begin
-  /// and no further than end.
-  index_t first(index_t begin) const { return cache_ != nullptr ? begin / keys_ * keys_ : begin; }
+  /// from the panel that holds begin when the call's tiles are kept (the cache, which holds the
+  /// panels of all T_k keys one after the other: a tile may start at any panel and span two of
+  /// its grid's tiles, so that a query tile's keys are cut into as few tiles as their count
+  /// asks), else from begin and no further than end.
+  index_t first(index_t begin) const {
+    return cache_ != nullptr ? begin / Micro<T>::kCols * Micro<T>::kCols : begin;
+  }
   index_t cols(index_t j0, index_t end) const {
     return std::min(keys_, (cache_ != nullptr ? p_.k.rows : end) - j0);
   }
 
-  /// Packs the tile's keys into panels().
+  /// Packs the tile's keys into panels() (with the cache: each tile of its grid that the tile
+  /// touches, once per call and thread).
   void load_keys(index_t j0, index_t cols) {
-    T* dst = panels_;
     if (cache_ != nullptr) {
-      const std::size_t t = static_cast<std::size_t>(j0 / keys_);
-      panels_ = dst = cache_->data + j0 * p_.k.cols;
-      if (cache_->ready[t] & PackCache<T>::kKeysPacked) return;
-      cache_->ready[t] |= PackCache<T>::kKeysPacked;
+      panels_ = cache_->data + j0 * p_.k.cols;
+      for (index_t t = j0 / keys_; t * keys_ < j0 + cols; ++t) {
+        unsigned char& flags = cache_->ready[static_cast<std::size_t>(t)];
+        if (flags & PackCache<T>::kKeysPacked) continue;
+        flags |= PackCache<T>::kKeysPacked;
+        const index_t a = t * keys_, n = std::min(keys_, p_.k.rows - a);
+        const auto K = tile_rows(p_.k, a, n, k_buf_);
+        pack_panels(K.data(), K.outerStride(), n, p_.k.cols, cache_->data + a * p_.k.cols);
+      }
+      return;
     }
     const auto K = tile_rows(p_.k, j0, cols, k_buf_);
-    pack_panels(K.data(), K.outerStride(), cols, p_.k.cols, dst);
+    pack_panels(K.data(), K.outerStride(), cols, p_.k.cols, panels_);
   }
   /// Makes the tile's V rows v(), ldv() apart (only when the call wants V).
   void load_values(index_t j0, index_t cols) {
@@ -562,14 +575,23 @@ class KeyTile {
         return;
       }
     }
-    T* dst = v_buf_;
     ldv_ = ldo_;
     if (cache_ != nullptr) {
-      const std::size_t t = static_cast<std::size_t>(j0 / keys_);
-      v_ = dst = cache_->data + values_at_ + j0 * ldo_;
-      if (cache_->ready[t] & PackCache<T>::kValuesCopied) return;
-      cache_->ready[t] |= PackCache<T>::kValuesCopied;
+      v_ = cache_->data + values_at_ + j0 * ldo_;
+      for (index_t t = j0 / keys_; t * keys_ < j0 + cols; ++t) {
+        unsigned char& flags = cache_->ready[static_cast<std::size_t>(t)];
+        if (flags & PackCache<T>::kValuesCopied) continue;
+        flags |= PackCache<T>::kValuesCopied;
+        const index_t a = t * keys_;
+        copy_values(a, std::min(keys_, p_.v.rows - a), cache_->data + values_at_ + a * ldo_);
+      }
+      return;
     }
+    copy_values(j0, cols, v_buf_);
+    v_ = v_buf_;
+  }
+  /// V's rows [j0, j0 + cols) into dst, ldo_ apart, their padding 0.
+  void copy_values(index_t j0, index_t cols, T* dst) {
     const index_t dv = p_.v.cols;
     const auto V = tile_rows(p_.v, j0, cols, dst);
     for (index_t t = cols; t-- > 0;) {  // from the last row: the rows may move within the buffer
@@ -578,7 +600,6 @@ class KeyTile {
       std::fill(row + dv, row + ldo_, T(0));
       if (row != src) std::copy_backward(src, src + dv, row + dv);
     }
-    v_ = dst;
   }
   const T* panels() const { return panels_; }
   const T* v() const { return v_; }
