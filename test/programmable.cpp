@@ -12,6 +12,7 @@
 #include <EigenAttention/EigenAttention.hpp>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -135,16 +136,26 @@ TEST_CASE_TEMPLATE("programmable: built-in masks as a mask_mod give the built-in
         builtin, programmed, [&](mh::Masks<T>& m) { m.mask_mod = mm; }, true);
     // With a block mask of small tiles (Empty, Partial and Full ones), the same bits.
     const mh::Options opt = options_for(programmed.spec);
+    // These masks are one range per row: block_mask() records the ranges (exact_line) and the
+    // calls compute them as the built-in's; a block mask without them (set() forgets them) has
+    // its Partial tiles asked.
     for (const Eigen::Index tile : {4, 16}) {
       CAPTURE(tile);
       const ea::BlockMask bm = ea::block_mask(mm, 1, 1, builtin.Q.n[2], builtin.K.n[2], tile, tile + 1, opt);
-      check_same_as_builtin<T>(
-          builtin, programmed,
-          [&](mh::Masks<T>& m) {
-            m.mask_mod = mm;
-            m.block_mask = bm;
-          },
-          true);
+      CHECK(bm.exact_line(0, 0));
+      ea::BlockMask asked = bm;
+      asked.set(0, 0, 0, 0, bm.block(0, 0, 0, 0));
+      CHECK_FALSE(asked.exact_line(0, 0));
+      for (const ea::BlockMask* blocks : {&bm, static_cast<const ea::BlockMask*>(&asked)}) {
+        CAPTURE(blocks == &bm);
+        check_same_as_builtin<T>(
+            builtin, programmed,
+            [&](mh::Masks<T>& m) {
+              m.mask_mod = mm;
+              m.block_mask = *blocks;
+            },
+            true);
+      }
     }
   }
 }
@@ -313,6 +324,55 @@ TEST_CASE_TEMPLATE("programmable: the backward differentiates f through its Dual
                             [&](mh::Masks<T>& m) { m.score_mod = sm; });
     bw::check_against(grads, bref, "score_mod backward vs reference");
   }
+}
+
+TEST_CASE("programmable: block_mask records the rows' key ranges exactly where each row sees one range") {
+  const long T = 37;
+  const Documents docs{{0, 9, 30, 31}};
+  struct Case {
+    std::string name;
+    std::function<bool(long, long, long, long)> g;
+    long rows, cols;
+    bool exact;
+  };
+  const std::vector<Case> cases{
+      {"causal", [](long, long, long q, long k) { return k <= q; }, T, T, true},
+      {"causal, T_k > T_q", [](long, long, long q, long k) { return k <= q + 20; }, T, T + 20, true},
+      {"window", [](long, long, long q, long k) { return k <= q + 2 && q - k <= 5; }, T, T, true},
+      {"chunks", [](long, long, long q, long k) { return k <= q && q / 8 == k / 8; }, T, T, true},
+      {"documents + prefix-LM",
+       [&](long, long, long q, long k) { return (k < 3 || k <= q) && docs.document(q) == docs.document(k); },
+       T, T, true},
+      {"leading rows see nothing", [](long, long, long q, long k) { return q >= 5 && k <= q - 5; }, T, T,
+       true},
+      {"strided keys", [](long, long, long q, long k) { return k <= q && k % 2 == 0; }, T, T, false},
+      {"ends that decrease", [](long, long, long q, long k) { return k <= T - 1 - q; }, T, T, false},
+      {"a row that sees nothing between rows that overlap",
+       [](long, long, long q, long k) { return q != 10 && k <= q; }, T, T, false},
+      {"a gap in one row", [](long, long, long q, long k) { return k <= q && !(q == 30 && k == 12); }, T, T,
+       false},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const auto mm =
+        ea::mask_mod([&](auto b, auto h, auto q, auto k) { return c.g(long(b), long(h), long(q), long(k)); });
+    for (const std::ptrdiff_t tile : {4, 16, 128}) {
+      CAPTURE(tile);
+      const ea::BlockMask bm = ea::block_mask(mm, 1, 1, c.rows, c.cols, tile, tile);
+      CHECK(bm.exact_line(0, 0) == c.exact);
+      // A block mask changed by hand (set, data) or made from lists holds no ranges.
+      ea::BlockMask changed = bm;
+      changed.data();
+      CHECK_FALSE(changed.exact_line(0, 0));
+    }
+  }
+  // Per line: a mask that depends on the head is one range per row for head 0 only.
+  const auto by_head =
+      ea::mask_mod([](auto, auto h, auto q, auto k) { return k <= q && (h == 0 || k % 3 != 1); });
+  const ea::BlockMask bm = ea::block_mask(by_head, 1, 2, T, T, 8, 8);
+  CHECK(bm.exact_line(0, 0));
+  CHECK_FALSE(bm.exact_line(0, 1));
+  CHECK_THROWS_AS((void)bm.exact_line(0, 2), std::out_of_range);
 }
 
 TEST_CASE("programmable: block_mask classifies causal tiles, and from_blocks lists tiles") {
