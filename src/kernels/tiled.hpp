@@ -243,7 +243,7 @@ struct Span {
   index_t a, b;
 };
 template <typename T>
-Span span_in_tile(const RawProblem<T>& p, index_t i, index_t j0, index_t cols) {
+EIGEN_ATTENTION_SHARED_INLINE Span span_in_tile(const RawProblem<T>& p, index_t i, index_t j0, index_t cols) {
   const index_t a = clamp_index(p.first_key(i) - j0, 0, cols);
   const index_t b = clamp_index(p.end_key(i) - j0, a, cols);
   return {a, b};
@@ -392,24 +392,29 @@ void for_each_visible(const RawProblem<T>& p, index_t i0, index_t rows, index_t 
   }
 }
 
+/// Does some row of the strip [i0, i0 + rows) not see some key of [j0 + lo, j0 + hi) by its key
+/// range?
+template <typename S>
+bool strip_cuts(const RawProblem<S>& p, index_t i0, index_t rows, index_t j0, index_t lo, index_t hi) {
+  for (index_t r = 0; r < rows; ++r) {
+    const Span span = span_in_tile(p, i0 + r, j0 + lo, hi - lo);
+    if (span.a > 0 || span.b < hi - lo) return true;
+  }
+  return false;
+}
+
 /// O (rows x ldo) += P V for a strip of rows <= MR query rows i0, i0 + 1, ... (weights P, row
 /// stride ldp, column t for key j0 + t) over the keys [lo, hi) of the key tile it may see: one
 /// micro-kernel product when the strip hides none of them or when the tile's V rows are finite
 /// (asked only then; hidden keys weigh exactly 0), else row by row over each row's visible keys,
-/// so that a hidden NaN in V reaches no row. `masked`: may a mask other than the key ranges
-/// (a boolean mask, a programmable one) hide some of the keys from some row? (p.hides_some(), or
-/// less where the caller knows: a pass over a block mask's Full tiles, which nothing asks.)
+/// so that a hidden NaN in V reaches no row. `hides`: does (or may) some row not see some of the
+/// keys (its key range: strip_cuts; a boolean mask, a programmable one)?
 template <typename S, typename T, class Tile>
 void accumulate_strip(const RawProblem<S>& p, index_t i0, index_t rows, index_t j0, index_t lo, index_t hi,
-                      const T* P, index_t ldp, Tile& tile, T* o, index_t ldo, bool masked) {
-  bool hides_keys = masked;
-  for (index_t r = 0; r < rows && !hides_keys; ++r) {
-    const Span span = span_in_tile(p, i0 + r, j0 + lo, hi - lo);
-    hides_keys = span.a > 0 || span.b < hi - lo;
-  }
+                      const T* P, index_t ldp, Tile& tile, T* o, index_t ldo, bool hides) {
   const T* vb = tile.v();
   const index_t ldv = tile.ldv();
-  if (!hides_keys || tile.v_finite()) {
+  if (!hides || tile.v_finite()) {
     product_strip(rows, ldo, hi - lo, P + lo, ldp, vb + lo * ldv, ldv, o, ldo);
     return;
   }
@@ -798,15 +803,11 @@ class PairTile {
 /// rows (the query tile's accumulator, whole strips), which nothing reads.
 inline void accumulate_strip_pairs(const RawProblem<BFloat16Bits>& p, index_t i0, index_t rows, index_t j0,
                                    index_t lo, index_t hi, const float* P, index_t ldp, PairTile& tile,
-                                   float* o, index_t ldo, bool masked) {
+                                   float* o, index_t ldo, bool hides) {
   Pair* const pb = tile.weight_pairs();
   const index_t ldpb = tile.weight_stride();
   const index_t pairs = (hi - lo + 1) / 2, depth = whole_pair_blocks(pairs);
-  bool hides_keys = masked || (lo + 2 * depth > hi && hi < tile.tile_cols());
-  for (index_t r = 0; r < rows && !hides_keys; ++r) {
-    const Span span = span_in_tile(p, i0 + r, j0 + lo, hi - lo);
-    hides_keys = span.a > 0 || span.b < hi - lo;
-  }
+  const bool hides_keys = hides || (lo + 2 * depth > hi && hi < tile.tile_cols());
   weights_to_pairs(rows, lo, hi, P, ldp, pb, ldpb);
   const Pair* vp = tile.v();
   const index_t ldv = tile.ldv();
@@ -947,6 +948,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
             logits_strip(srows, keys.b, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(), tile.panels(),
                          s + keys.a, lds, p.scale, keys.a);
           }
+          bool cut = false;  // does some row's key range leave out some key of the pass?
           for (index_t r = 0; r < srows; ++r) {
             const index_t i = is + r;
             T* const row_data = s + r * lds;
@@ -954,6 +956,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
             // span.a >= keys.a (the strip's first row), but for keys a block mask hides
             Span span = span_in_tile(p, i, j0, keys.b);
             span.a = std::max(span.a, keys.a), span.b = std::max(span.b, span.a);
+            cut = cut || span.a > keys.a || span.b < keys.b;
             Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> S(row_data, keys.b);
             S.segment(keys.a, span.a - keys.a).setZero();
             S.tail(keys.b - span.b).setZero();
@@ -983,8 +986,9 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
               Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(acc + (s0 + r) * ldo, ldo) *= rescale;
             mr = new_max;
           }
-          // (Only the boolean mask and what mask_mod was asked can hide keys of the pass.)
-          const bool masked = p.mask.data != nullptr || ask;
+          // (Besides the key ranges, only the boolean mask and what mask_mod was asked can hide
+          // keys of the pass.)
+          const bool masked = cut || p.mask.data != nullptr || ask;
           if constexpr (kPairs<E>) {
             accumulate_strip_pairs(p, is, srows, j0, keys.a, keys.b, s, lds, tile, acc + s0 * ldo, ldo,
                                    masked);
@@ -1142,7 +1146,8 @@ void decomposed_rows(const RawProblem<E>& p, index_t first, index_t count) {
     each_strip([&](index_t j0, index_t cols) { tile.load_values(j0, cols); },
                [&](index_t j0, index_t s0, index_t srows, const Span& keys) {
                  accumulate_strip(p, i0 + s0, srows, j0, keys.a, keys.b, s + s0 * lds + (j0 - base), lds,
-                                  tile, acc + s0 * ldo, ldo, p.hides_some());
+                                  tile, acc + s0 * ldo, ldo,
+                                  p.hides_some() || strip_cuts(p, i0 + s0, srows, j0, keys.a, keys.b));
                });
     for (index_t r = 0; r < rows; ++r) store_row(p.attn, i0 + r, acc + r * ldo);
   }
