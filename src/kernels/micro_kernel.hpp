@@ -140,26 +140,28 @@ void pack_panels(const T* k, index_t ldk, index_t cols, index_t depth, T* kp) {
 /// C (rows x cols, row stride ldc) = alpha * A Kᵀ for rows <= MR rows of A (row stride lda,
 /// depth columns) and the keys [from, cols) of panels kp (pack_panels over that depth; `from` a
 /// whole packet, 0 by default), key t in C's column t - from: the packets of the panel that holds
-/// `from`, from it on, then whole panels. C gets columns up to cols rounded up to NR (less from).
-/// (A key's logit is the same chain of multiply-adds whichever micro-tile computes it: starting
-/// within a panel changes no bit.)
+/// `from`, from it on, then whole panels. C gets columns up to cols rounded up to NR (less from),
+/// or with `whole` false up to cols rounded up to a packet only (the last panel's packets past
+/// them are not computed). (A key's logit is the same chain of multiply-adds whichever micro-tile
+/// computes it: starting or ending within a panel changes no bit.)
 template <typename T>
 void logits_strip(index_t rows, index_t cols, index_t depth, const T* a, index_t lda, const T* kp, T* c,
-                  index_t ldc, T alpha, index_t from = 0) {
-  constexpr index_t NR = Micro<T>::kCols, W = Micro<T>::kLanes;
-  index_t n0 = from / NR * NR;
-  if (from > n0 && from < cols) {  // the rest of the first panel, NR elements a depth step
-    const T* b = kp + n0 * depth + (from - n0);
-    if (Micro<T>::kPackets > 2 && n0 + NR - from > W) {
-      micro_rows<(Micro<T>::kPackets > 2 ? 2 : 1), false>(rows, depth, a, lda, b, NR, c, ldc, alpha);
+                  index_t ldc, T alpha, index_t from = 0, bool whole = true) {
+  constexpr index_t NR = Micro<T>::kCols, W = Micro<T>::kLanes, NP = Micro<T>::kPackets;
+  const index_t end = whole ? cols : (cols + W - 1) / W * W;
+  for (index_t n0 = from / NR * NR; n0 < cols; n0 += NR) {
+    const index_t c0 = n0 > from ? n0 : from, c1 = n0 + NR < end ? n0 + NR : (whole ? n0 + NR : end);
+    const T* b = kp + n0 * depth + (c0 - n0);  // NR elements a depth step
+    T* const out = c + (c0 - from);
+    const index_t packets = (c1 - c0) / W;
+    if (packets == NP) {
+      micro_rows<NP, false>(rows, depth, a, lda, b, NR, out, ldc, alpha);
+    } else if (NP > 2 && packets == 2) {
+      micro_rows<(NP > 2 ? 2 : 1), false>(rows, depth, a, lda, b, NR, out, ldc, alpha);
     } else {
-      micro_rows<1, false>(rows, depth, a, lda, b, NR, c, ldc, alpha);
+      micro_rows<1, false>(rows, depth, a, lda, b, NR, out, ldc, alpha);
     }
-    n0 += NR;
   }
-  for (; n0 < cols; n0 += NR)
-    micro_rows<Micro<T>::kPackets, false>(rows, depth, a, lda, kp + n0 * depth, NR, c + (n0 - from), ldc,
-                                          alpha);
 }
 
 /// C (rows x n, row stride ldc) += A B for rows <= MR rows of A (row stride lda, depth columns;

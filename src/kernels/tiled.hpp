@@ -946,7 +946,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
                          tile.panels() + keys.a * qp, s + keys.a, lds, p.scale);
           } else {
             logits_strip(srows, keys.b, dk, Q.data() + s0 * Q.outerStride(), Q.outerStride(), tile.panels(),
-                         s + keys.a, lds, p.scale, keys.a);
+                         s + keys.a, lds, p.scale, keys.a, false);
           }
           bool cut = false;  // does some row's key range leave out some key of the pass?
           for (index_t r = 0; r < srows; ++r) {

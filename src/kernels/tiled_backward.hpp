@@ -262,6 +262,21 @@ RowKeys backward_keys(const RawProblem<E>& p, index_t i, index_t j0, index_t col
   return {{a, shown.last_end(a, s.b)}, true, shown};
 }
 
+/// backward_keys of the strip's rows [i, i + rows) into keys[r] (their answers in seen, a row of
+/// kBackwardCols each), and the keys from the first that one of them sees to the last ([cols, 0):
+/// none).
+template <typename E>
+Span strip_row_keys(const RawProblem<E>& p, index_t i, index_t rows, index_t j0, index_t cols,
+                    unsigned char* seen, RowKeys* keys) {
+  Span all{cols, 0};
+  for (index_t r = 0; r < rows; ++r) {
+    keys[r] = backward_keys(p, i + r, j0, cols, seen + r * kBackwardCols);
+    const Span span = keys[r].span;
+    if (span.a < span.b) all.a = std::min(all.a, span.a), all.b = std::max(all.b, span.b);
+  }
+  return all;
+}
+
 /// p without its masks that hide keys within a row's key range (the boolean mask, mask_mod, a
 /// block mask): backward_keys' answers stand for them.
 template <typename E>
@@ -326,12 +341,8 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
   RowKeys strip_keys[MR];
   for (index_t r0 = 0; r0 < rows; r0 += MR) {
     const index_t n = std::min(MR, rows - r0);
-    index_t lo = cols, hi = 0;
-    for (index_t r = 0; r < n; ++r) {
-      strip_keys[r] = backward_keys(p, i0 + r0 + r, j0, cols, seen + r * kBackwardCols);
-      const Span span = strip_keys[r].span;
-      if (span.a < span.b) lo = std::min(lo, span.a), hi = std::max(hi, span.b);
-    }
+    const Span shown = strip_row_keys(p, i0 + r0, n, j0, cols, seen, strip_keys);
+    index_t lo = shown.a, hi = shown.b;
     if constexpr (kPairs<E>) {
 #if defined(__AVX512BF16__)
       lo = 0, hi = cols;
@@ -340,7 +351,7 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
     } else if (lo < hi) {
       lo = lo / Micro<T>::kLanes * Micro<T>::kLanes;  // (from is a whole packet too)
       logits_strip(n, from + hi, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip,
-                   panels, p.scale, from + lo);
+                   panels, p.scale, from + lo, false);
     }
     for (index_t r = 0; r < n && lo < hi; ++r)
       std::copy(strip + r * panels, strip + r * panels + (hi - lo), w + (r0 + r) * ldw + lo);
@@ -501,12 +512,8 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   Span spans[kBackwardRows];
   for (index_t r0 = 0; r0 < rows; r0 += kStrip) {
     const index_t strip_rows = std::min(kStrip, rows - r0);
-    index_t lo = cols, hi = 0;
-    for (index_t r = 0; r < strip_rows; ++r) {
-      strip_keys[r] = backward_keys(p, i0 + r0 + r, j0, cols, seen + r * kBackwardCols);
-      const Span span = strip_keys[r].span;
-      if (span.a < span.b) lo = std::min(lo, span.a), hi = std::max(hi, span.b);
-    }
+    const Span shown = strip_row_keys(p, i0 + r0, strip_rows, j0, cols, seen, strip_keys);
+    index_t lo = shown.a, hi = shown.b;
     if constexpr (kPairs<E>) {
 #if defined(__AVX512BF16__)
       pairs_logits(strip_rows, cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_pairs, ds_buf + r0 * lds, lds,
@@ -515,7 +522,7 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
     } else if (lo < hi) {
       lo = lo / M::kLanes * M::kLanes;  // (from is a whole packet too)
       logits_strip(strip_rows, from + hi, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds + lo, lds,
-                   T(1), from + lo);
+                   T(1), from + lo, false);
     }
     for (index_t rs = 0; rs < strip_rows; ++rs) {
       const index_t r = r0 + rs, i = i0 + r;
