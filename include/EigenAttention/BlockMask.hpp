@@ -277,9 +277,10 @@ inline BlockMaskView::BlockMaskView(const BlockMask& m) : BlockMaskView(m.view_)
 
 /// Classifies the [batch, heads, T_q, T_k] tiles of block_rows x block_cols of `mask`
 /// (Programmable.hpp) for calls with options `opt`: the positions are measured as such a call measures them
-/// (its alignment, diagonal_offset and chunk_origin), and opt.threads threads evaluate the mask. Every pair
-/// is asked once; the result is a value, for every call with the same sizes and options. batch or heads of 1
-/// stand for every sequence or head (the mask must then not depend on b or h).
+/// (its alignment, diagonal_offset and chunk_origin), and opt.threads threads evaluate the mask. A tile's
+/// pairs are asked until its class is known, then the Partial tiles' pairs again for the rows' key ranges
+/// (BlockMask::exact_line); the result is a value, for every call with the same sizes and options. batch or
+/// heads of 1 stand for every sequence or head (the mask must then not depend on b or h).
 template <class G>
 BlockMask block_mask(const MaskMod<G>& mask, std::ptrdiff_t batch, std::ptrdiff_t heads, std::ptrdiff_t rows,
                      std::ptrdiff_t cols, std::ptrdiff_t block_rows = 128, std::ptrdiff_t block_cols = 128,
