@@ -96,8 +96,7 @@ struct Problem {
     const BlockMaskView& bm = masks.block_mask;
     if (bm.empty()) return;
     const index_t rows = bm.row_blocks(), cols = bm.col_blocks();
-    const index_t bb = bm.batch == 1 ? 0 : b, bh = bm.heads == 1 ? 0 : h;
-    p.blocks = reinterpret_cast<const std::uint8_t*>(bm.blocks) + (bb * bm.heads + bh) * rows * cols;
+    p.blocks = reinterpret_cast<const std::uint8_t*>(bm.blocks) + bm.line(b, h) * rows * cols;
     p.block_rows = bm.block_rows, p.block_cols = bm.block_cols, p.col_blocks = cols;
     p.block_head_stride = bm.heads == 1 ? 0 : rows * cols;
   }
@@ -109,10 +108,8 @@ struct Problem {
   void program_rows(R& p, index_t b, index_t h) const {
     program(p, b, h);
     const BlockMaskView& bm = masks.block_mask;
-    if (bm.exact_lines == nullptr) return;
-    const index_t line = (bm.batch == 1 ? 0 : b) * bm.heads + (bm.heads == 1 ? 0 : h);
-    if (bm.exact_lines[line] == 0) return;
-    p.row_keys = bm.ranges + 2 * line * bm.rows;
+    if (bm.exact_lines == nullptr || bm.exact_lines[bm.line(b, h)] == 0) return;
+    p.row_keys = bm.ranges + 2 * bm.line(b, h) * bm.rows;
     p.mask_mod = nullptr, p.blocks = nullptr;
   }
 

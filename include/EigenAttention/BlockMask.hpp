@@ -76,6 +76,11 @@ struct BlockMaskView {
   BlockMaskView(const BlockMask&&) = delete;
   /// Is no block mask given?
   bool empty() const { return blocks == nullptr; }
+  /// The line, b' * heads + h', that sequence b and query head h read (b' = 0 when batch is 1,
+  /// h' = 0 when heads is 1).
+  std::ptrdiff_t line(std::ptrdiff_t b, std::ptrdiff_t h) const {
+    return (batch == 1 ? 0 : b) * heads + (heads == 1 ? 0 : h);
+  }
   ///@{
   /// Tiles along the queries and along the keys (the last ones may be cut short).
   std::ptrdiff_t row_blocks() const { return block_rows > 0 ? (rows + block_rows - 1) / block_rows : 0; }

@@ -83,8 +83,7 @@ class BlockProgram {
     if (!p.whole_.mask_mod.empty()) p.whole_.mask_mod.apply(p.whole_.mask_mod.callable, u);
     const BlockMaskView& bm = p.whole_.block_mask;
     if (bm.empty()) return;
-    const index_t b = bm.batch == 1 ? 0 : u.batch, h = bm.heads == 1 ? 0 : u.head;
-    const BlockKind* const tiles = bm.blocks + (b * bm.heads + h) * bm.row_blocks() * bm.col_blocks();
+    const BlockKind* const tiles = bm.blocks + bm.line(u.batch, u.head) * bm.row_blocks() * bm.col_blocks();
     for (index_t r = 0; r < u.rows; ++r) {
       const index_t i = u.query + r - bm.offset - bm.origin;
       const BlockKind* const row = tiles + i / bm.block_rows * bm.col_blocks();
