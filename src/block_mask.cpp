@@ -80,11 +80,11 @@ void find_row_ranges(const MaskModRef& mask, const BlockMaskView& target, std::i
       // The row's visible keys, tile by tile: one range, or broken.
       index_t first = -1, end = -1;
       bool range = true;
-      const auto visible = [&](index_t j) {  // key j is visible: it must extend the range
+      const auto visible = [&](index_t a, index_t b) {  // keys [a, b) are visible: they must extend it
         if (first < 0) {
-          first = j, end = j + 1;
-        } else if (j == end) {
-          ++end;
+          first = a, end = b;
+        } else if (a == end) {
+          end = b;
         } else {
           range = false;
         }
@@ -94,13 +94,7 @@ void find_row_ranges(const MaskModRef& mask, const BlockMaskView& target, std::i
         const auto kind = static_cast<BlockKind>(classes[cb]);
         if (kind == BlockKind::Empty) continue;
         if (kind == BlockKind::Full) {
-          if (first < 0) {
-            first = j0, end = j1;
-          } else if (end == j0) {
-            end = j1;
-          } else {
-            range = false;
-          }
+          visible(j0, j1);
           continue;
         }
         const MaskTile tile{seen.get(),
@@ -113,7 +107,7 @@ void find_row_ranges(const MaskModRef& mask, const BlockMaskView& target, std::i
                             j1 - j0};
         mask.apply(mask.callable, tile);
         for (index_t t = 0; t < j1 - j0 && range; ++t) {
-          if (seen[t] != 0) visible(j0 + t);
+          if (seen[t] != 0) visible(j0 + t, j0 + t + 1);
         }
       }
       if (!range) {

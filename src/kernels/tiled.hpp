@@ -446,6 +446,18 @@ struct PackCache {
     std::free(data);
     std::free(ready);
   }
+  /// fill(a, n) for each tile [a, a + n) of the grid of `keys` (`rows` keys in all) that keys
+  /// [j0, j0 + cols) touch and whose `flag` is not yet set, setting it: each tile packed or
+  /// copied once per call.
+  template <class Fill>
+  void fill_tiles(index_t keys, index_t rows, index_t j0, index_t cols, unsigned char flag, Fill&& fill) {
+    for (index_t t = j0 / keys; t * keys < j0 + cols; ++t) {
+      unsigned char& flags = ready[static_cast<std::size_t>(t)];
+      if (flags & flag) continue;
+      flags |= flag;
+      fill(t * keys, std::min(keys, rows - t * keys));
+    }
+  }
   static PackCache& here() {
     thread_local PackCache cache;
     return cache;
@@ -555,14 +567,10 @@ class KeyTile {
   void load_keys(index_t j0, index_t cols) {
     if (cache_ != nullptr) {
       panels_ = cache_->data + j0 * p_.k.cols;
-      for (index_t t = j0 / keys_; t * keys_ < j0 + cols; ++t) {
-        unsigned char& flags = cache_->ready[static_cast<std::size_t>(t)];
-        if (flags & PackCache<T>::kKeysPacked) continue;
-        flags |= PackCache<T>::kKeysPacked;
-        const index_t a = t * keys_, n = std::min(keys_, p_.k.rows - a);
+      cache_->fill_tiles(keys_, p_.k.rows, j0, cols, PackCache<T>::kKeysPacked, [&](index_t a, index_t n) {
         const auto K = tile_rows(p_.k, a, n, k_buf_);
         pack_panels(K.data(), K.outerStride(), n, p_.k.cols, cache_->data + a * p_.k.cols);
-      }
+      });
       return;
     }
     const auto K = tile_rows(p_.k, j0, cols, k_buf_);
@@ -583,13 +591,9 @@ class KeyTile {
     ldv_ = ldo_;
     if (cache_ != nullptr) {
       v_ = cache_->data + values_at_ + j0 * ldo_;
-      for (index_t t = j0 / keys_; t * keys_ < j0 + cols; ++t) {
-        unsigned char& flags = cache_->ready[static_cast<std::size_t>(t)];
-        if (flags & PackCache<T>::kValuesCopied) continue;
-        flags |= PackCache<T>::kValuesCopied;
-        const index_t a = t * keys_;
-        copy_values(a, std::min(keys_, p_.v.rows - a), cache_->data + values_at_ + a * ldo_);
-      }
+      cache_->fill_tiles(keys_, p_.v.rows, j0, cols, PackCache<T>::kValuesCopied, [&](index_t a, index_t n) {
+        copy_values(a, n, cache_->data + values_at_ + a * ldo_);
+      });
       return;
     }
     copy_values(j0, cols, v_buf_);
