@@ -277,6 +277,18 @@ Span strip_row_keys(const RawProblem<E>& p, index_t i, index_t rows, index_t j0,
   return all;
 }
 
+/// The logits alpha a kᵀ of a strip's `rows` rows (a: lda apart, `depth` columns) with a backward
+/// step's keys [keys.a, keys.b), from the packed panels kp of its key tile, in which the step's
+/// first key lies `from` keys into its panel: from keys.a rounded down to a whole packet, which
+/// it returns (from is a whole packet too), to keys.b, into c (key t in column t), ldc apart.
+template <typename T>
+index_t step_logits(index_t rows, Span keys, index_t from, index_t depth, const T* a, index_t lda,
+                    const T* kp, T* c, index_t ldc, T alpha) {
+  const index_t lo = keys.a / Micro<T>::kLanes * Micro<T>::kLanes;
+  logits_strip(rows, from + keys.b, depth, a, lda, kp, c + lo, ldc, alpha, from + lo, false);
+  return lo;
+}
+
 /// p without its masks that hide keys within a row's key range (the boolean mask, mask_mod, a
 /// block mask): backward_keys' answers stand for them.
 template <typename E>
@@ -349,12 +361,11 @@ void backward_weights(const RawProblem<E>& p, index_t tile, index_t j0, index_t 
       pairs_logits(n, cols, qp, q_pairs + r0 * qp, qp, k_pairs, strip, panels, p.scale);
 #endif
     } else if (lo < hi) {
-      lo = lo / Micro<T>::kLanes * Micro<T>::kLanes;  // (from is a whole packet too)
-      logits_strip(n, from + hi, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip,
-                   panels, p.scale, from + lo, false);
+      lo = step_logits(n, shown, from, dk, Q.data() + r0 * Q.outerStride(), Q.outerStride(), k_panels, strip,
+                       panels, p.scale);
     }
     for (index_t r = 0; r < n && lo < hi; ++r)
-      std::copy(strip + r * panels, strip + r * panels + (hi - lo), w + (r0 + r) * ldw + lo);
+      std::copy(strip + r * panels + lo, strip + r * panels + hi, w + (r0 + r) * ldw + lo);
     for (index_t r = 0; r < n; ++r) {
       const index_t i = i0 + r0 + r;
       const RowKeys& keys = strip_keys[r];
@@ -513,16 +524,13 @@ void backward_pair(const RawProblem<E>& p, index_t tile, index_t j0, index_t col
   for (index_t r0 = 0; r0 < rows; r0 += kStrip) {
     const index_t strip_rows = std::min(kStrip, rows - r0);
     const Span shown = strip_row_keys(p, i0 + r0, strip_rows, j0, cols, seen, strip_keys);
-    index_t lo = shown.a, hi = shown.b;
     if constexpr (kPairs<E>) {
 #if defined(__AVX512BF16__)
       pairs_logits(strip_rows, cols, vpairs, do_pairs + r0 * vpairs, vpairs, v_pairs, ds_buf + r0 * lds, lds,
                    1.0f);
 #endif
-    } else if (lo < hi) {
-      lo = lo / M::kLanes * M::kLanes;  // (from is a whole packet too)
-      logits_strip(strip_rows, from + hi, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds + lo, lds,
-                   T(1), from + lo, false);
+    } else if (shown.a < shown.b) {
+      step_logits(strip_rows, shown, from, dv, d_out + r0 * ldo, ldo, v_panels, ds_buf + r0 * lds, lds, T(1));
     }
     for (index_t rs = 0; rs < strip_rows; ++rs) {
       const index_t r = r0 + rs, i = i0 + r;
