@@ -60,84 +60,92 @@ TEST_CASE_TEMPLATE("logit_grad: dL/dz tile by tile, the bits of dL/dbias, the sa
   const auto f = [&](auto s, auto, auto h, auto q, auto k) {
     return s + table[static_cast<size_t>(q - k + tk - 1)] * static_cast<T>(h % 2 == 0 ? 1 : -1);
   };
-  // A prefix-LM over documents: keys [0, 7) seen by all, then causal within [0, 60) and [60, 170).
-  const auto keep = [](long q, long k) { return k < 7 || (k <= q && (q < 60) == (k < 60)); };
-  const auto g = [&](auto, auto, auto q, auto k) { return keep(static_cast<long>(q), static_cast<long>(k)); };
-  p.spec.score = [&](long double s, long, long h, long q, long k) {
-    return s + static_cast<long double>(table[static_cast<size_t>(q - k + tk - 1)]) * (h % 2 == 0 ? 1 : -1);
-  };
-  p.spec.score_slope = [](long double, long, long, long, long) { return 1.0L; };
-  p.spec.keep = [&](long, long, long q, long k) { return keep(q, k); };
-  const auto sm = ea::score_mod(f);
-  const auto mm = ea::mask_mod(g);
-  // 32 x 32 tiles: those of keys [60, 128) for rows [0, 32) are Empty (never computed).
-  const ea::BlockMask bm = ea::block_mask(mm, 1, 1, c.Tq, c.Tk, 32, 32);
-  const bw::Seeds seeds = bw::make_seeds<T>(p, rng, true);
-  const auto ref =
-      reference_heads_backward<T>(p.Q, p.K, p.V, p.spec, seeds.d_out, seeds.d_scores, seeds.d_lse);
-  for (const auto kernel : kernels_under_test()) {
-    const std::string kname = mh::kernel_name(kernel);
-    CAPTURE(kname);
-    for (const bool blocks : {false, true}) {
-      CAPTURE(blocks);
-      std::vector<T> first_table;
-      for (const int threads : {1, 2, 3}) {
-        CAPTURE(threads);
-        Seen<T> seen(c.B, c.H, tq, tk);
-        const auto lg = ea::logit_grad([&](T dz, auto b, auto h, auto q, auto k) {
-          const size_t a =
-              seen.at(static_cast<long>(b), static_cast<long>(h), static_cast<long>(q), static_cast<long>(k));
-          seen.g[a] = dz;
-          ++seen.calls[a];
-          seen.d_table[static_cast<size_t>(q - k + tk - 1)] += dz * static_cast<T>(h % 2 == 0 ? 1 : -1);
-        });
-        const bw::Gradients<T> grads = bw::run_backward<T>(
-            p, seeds, options_for(p.spec, kernel, threads), mh::Layout::BHTD, true,
-            [&](mh::Masks<T>& m) {
-              m.score_mod = sm;
-              m.mask_mod = mm;
-              if (blocks) m.block_mask = bm;
-            },
-            [&](mh::BackwardTerms<T>& terms) { terms.logit_grad = lg; });
-        bw::check_against(grads, ref, "backward with a gradient callback vs reference");
-        // Each visible pair once, none hidden; the values dL/dbias holds, bit for bit.
-        long wrong_calls = 0, hidden_calls = 0, differ = 0;
-        for (long b = 0; b < c.B; ++b)
-          for (long h = 0; h < c.H; ++h)
-            for (long q = 0; q < tq; ++q)
-              for (long k = 0; k < tk; ++k) {
-                const size_t a = seen.at(b, h, q, k);
-                const T bias_grad = grads.d_bias.view().head(b, h)(q, k);
-                if (seen.calls[a] > 1 || (seen.calls[a] == 0 && bias_grad != T(0))) ++wrong_calls;
-                if (!keep(q, k) && seen.calls[a] != 0) ++hidden_calls;
-                if (std::memcmp(&seen.g[a], &bias_grad, sizeof(T)) != 0) ++differ;
-              }
-        CHECK(wrong_calls == 0);
-        CHECK(hidden_calls == 0);
-        CHECK(differ == 0);
-        // The table's gradient: the same bits for every thread count (a fixed order of calls).
-        if (threads == 1) {
-          first_table = seen.d_table;
-        } else {
-          CHECK(std::memcmp(first_table.data(), seen.d_table.data(), sizeof(T) * first_table.size()) == 0);
-        }
-        // ... and the reference's, the sum of its dZ along each diagonal, within the sum of bounds.
-        long outside = 0;
-        for (long m = 0; m < tq + tk - 1; ++m) {
-          long double exact = 0, bound = 0;
+  // A prefix-LM over documents: keys [0, prefix) seen by all, then causal within [0, 70) and
+  // [70, 170). Without a prefix, the documents are row groups (src/kernels/row_groups.hpp) that
+  // the backward computes one at a time, each from its own first row and key.
+  for (const long prefix : {7L, 0L}) {
+    CAPTURE(prefix);
+    const auto keep = [prefix](long q, long k) { return k < prefix || (k <= q && (q < 70) == (k < 70)); };
+    const auto g = [&](auto, auto, auto q, auto k) {
+      return keep(static_cast<long>(q), static_cast<long>(k));
+    };
+    p.spec.score = [&](long double s, long, long h, long q, long k) {
+      return s + static_cast<long double>(table[static_cast<size_t>(q - k + tk - 1)]) * (h % 2 == 0 ? 1 : -1);
+    };
+    p.spec.score_slope = [](long double, long, long, long, long) { return 1.0L; };
+    p.spec.keep = [&](long, long, long q, long k) { return keep(q, k); };
+    const auto sm = ea::score_mod(f);
+    const auto mm = ea::mask_mod(g);
+    // 32 x 32 tiles: those above the diagonal, and those of the first document's rows and the
+    // second's keys past them, are Empty (never computed).
+    const ea::BlockMask bm = ea::block_mask(mm, 1, 1, c.Tq, c.Tk, 32, 32);
+    const bw::Seeds seeds = bw::make_seeds<T>(p, rng, true);
+    const auto ref =
+        reference_heads_backward<T>(p.Q, p.K, p.V, p.spec, seeds.d_out, seeds.d_scores, seeds.d_lse);
+    for (const auto kernel : kernels_under_test()) {
+      const std::string kname = mh::kernel_name(kernel);
+      CAPTURE(kname);
+      for (const bool blocks : {false, true}) {
+        CAPTURE(blocks);
+        std::vector<T> first_table;
+        for (const int threads : {1, 2, 3}) {
+          CAPTURE(threads);
+          Seen<T> seen(c.B, c.H, tq, tk);
+          const auto lg = ea::logit_grad([&](T dz, auto b, auto h, auto q, auto k) {
+            const size_t a = seen.at(static_cast<long>(b), static_cast<long>(h), static_cast<long>(q),
+                                     static_cast<long>(k));
+            seen.g[a] = dz;
+            ++seen.calls[a];
+            seen.d_table[static_cast<size_t>(q - k + tk - 1)] += dz * static_cast<T>(h % 2 == 0 ? 1 : -1);
+          });
+          const bw::Gradients<T> grads = bw::run_backward<T>(
+              p, seeds, options_for(p.spec, kernel, threads), mh::Layout::BHTD, true,
+              [&](mh::Masks<T>& m) {
+                m.score_mod = sm;
+                m.mask_mod = mm;
+                if (blocks) m.block_mask = bm;
+              },
+              [&](mh::BackwardTerms<T>& terms) { terms.logit_grad = lg; });
+          bw::check_against(grads, ref, "backward with a gradient callback vs reference");
+          // Each visible pair once, none hidden; the values dL/dbias holds, bit for bit.
+          long wrong_calls = 0, hidden_calls = 0, differ = 0;
           for (long b = 0; b < c.B; ++b)
             for (long h = 0; h < c.H; ++h)
-              for (long q = 0; q < tq; ++q) {
-                const long k = q - (m - (tk - 1));
-                if (k < 0 || k >= tk) continue;
-                exact += ref.d_bias(b, h, q, k) * (h % 2 == 0 ? 1 : -1);
-                bound += ref.d_bias_tol(b, h, q, k) +
-                         std::fabs(ref.d_bias(b, h, q, k)) * tq * tk * std::numeric_limits<T>::epsilon();
-              }
-          if (!(std::fabs(static_cast<long double>(seen.d_table[static_cast<size_t>(m)]) - exact) <= bound))
-            ++outside;
+              for (long q = 0; q < tq; ++q)
+                for (long k = 0; k < tk; ++k) {
+                  const size_t a = seen.at(b, h, q, k);
+                  const T bias_grad = grads.d_bias.view().head(b, h)(q, k);
+                  if (seen.calls[a] > 1 || (seen.calls[a] == 0 && bias_grad != T(0))) ++wrong_calls;
+                  if (!keep(q, k) && seen.calls[a] != 0) ++hidden_calls;
+                  if (std::memcmp(&seen.g[a], &bias_grad, sizeof(T)) != 0) ++differ;
+                }
+          CHECK(wrong_calls == 0);
+          CHECK(hidden_calls == 0);
+          CHECK(differ == 0);
+          // The table's gradient: the same bits for every thread count (a fixed order of calls).
+          if (threads == 1) {
+            first_table = seen.d_table;
+          } else {
+            CHECK(std::memcmp(first_table.data(), seen.d_table.data(), sizeof(T) * first_table.size()) == 0);
+          }
+          // ... and the reference's, the sum of its dZ along each diagonal, within the sum of bounds.
+          long outside = 0;
+          for (long m = 0; m < tq + tk - 1; ++m) {
+            long double exact = 0, bound = 0;
+            for (long b = 0; b < c.B; ++b)
+              for (long h = 0; h < c.H; ++h)
+                for (long q = 0; q < tq; ++q) {
+                  const long k = q - (m - (tk - 1));
+                  if (k < 0 || k >= tk) continue;
+                  exact += ref.d_bias(b, h, q, k) * (h % 2 == 0 ? 1 : -1);
+                  bound += ref.d_bias_tol(b, h, q, k) +
+                           std::fabs(ref.d_bias(b, h, q, k)) * tq * tk * std::numeric_limits<T>::epsilon();
+                }
+            if (!(std::fabs(static_cast<long double>(seen.d_table[static_cast<size_t>(m)]) - exact) <= bound))
+              ++outside;
+          }
+          CHECK(outside == 0);
         }
-        CHECK(outside == 0);
       }
     }
   }

@@ -22,6 +22,7 @@
 
 #include "kernels/kernels.hpp"
 #include "kernels/program.hpp"
+#include "kernels/row_groups.hpp"
 #include "kernels/tile_policy.hpp"
 
 namespace EigenAttention {
@@ -42,10 +43,11 @@ void zero_rows(const RawMatrix<T>& m) {
     for (index_t c = 0; c < m.cols; ++c) m.data[i * m.row_stride + c * m.col_stride] = T(0);
 }
 
-/// One problem, query tile by query tile, the key tiles of each step over `threads` threads. S is
-/// the element type of its arrays, T the compute type of its gradients and workspaces.
+/// One problem (or row group, row_groups.hpp), query tile by query tile, the key tiles of each
+/// step over `threads` threads. S is the element type of its arrays, T the compute type of its
+/// gradients and workspaces.
 template <typename S, typename T = ComputeScalar<S>>
-void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& given, int threads) {
+void backward_group(const BackwardKernel<S>& kernel, const RawProblem<S>& given, int threads) {
   // With a gradient callback, the query tile's dL/dz (R x T_k) goes to a workspace of the calling
   // thread, handed to the callback key tile after key tile once the step has run.
   RawProblem<S> p = given;
@@ -191,6 +193,22 @@ void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& give
       }
     }
   }
+}
+
+/// One problem, row group after row group (row_groups.hpp; groups of fewer than half a query tile
+/// go with the next).
+template <typename S>
+void backward_problem(const BackwardKernel<S>& kernel, const RawProblem<S>& p, int threads) {
+  thread_local std::vector<RowGroup> groups;
+  row_groups(p, kBackwardRows / 2, groups);
+  if (groups.size() == 1) {
+    backward_group(kernel, p, threads);
+    return;
+  }
+  index_t most = 0;
+  for (const RowGroup& g : groups) most = std::max(most, g.rows);
+  std::int64_t* const ranges = backward_workspace<std::int64_t>(0, 2 * most);
+  for (const RowGroup& g : groups) backward_group(kernel, group_problem(p, g, ranges), threads);
 }
 
 /// Runs the backward pass of `units` units of `unit_size` problems each: prepare(u) zeroes the
