@@ -215,6 +215,34 @@ T exp_shifted_in_packets(T* row, index_t e0, index_t e1, T shift) {
   }
 }
 
+/// The largest of row[e0, e1) (-inf when empty), in whole packets (row, e0 and e1 on 64-byte
+/// boundaries, as exp_shifted_in_packets'): exact in any order; a NaN may or may not win (as
+/// Eigen's maxCoeff, whose reduction of an unaligned segment costs more than the rest here).
+template <typename T>
+T max_in_packets(const T* row, index_t e0, index_t e1) {
+  namespace ei = Eigen::internal;
+  using Packet = typename ei::packet_traits<T>::type;
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  if constexpr (ei::packet_traits<T>::Vectorizable) {
+    // Four chains of maxima (a row of 128 floats is 8 packets: one chain would wait on each).
+    constexpr index_t kSize = ei::packet_traits<T>::size;
+    Packet m0 = ei::pset1<Packet>(minus_inf), m1 = m0, m2 = m0, m3 = m0;
+    index_t t = e0;
+    for (; t + 4 * kSize <= e1; t += 4 * kSize) {
+      m0 = ei::pmax(m0, ei::pload<Packet>(row + t));
+      m1 = ei::pmax(m1, ei::pload<Packet>(row + t + kSize));
+      m2 = ei::pmax(m2, ei::pload<Packet>(row + t + 2 * kSize));
+      m3 = ei::pmax(m3, ei::pload<Packet>(row + t + 3 * kSize));
+    }
+    for (; t < e1; t += kSize) m0 = ei::pmax(m0, ei::pload<Packet>(row + t));
+    return ei::predux_max(ei::pmax(ei::pmax(m0, m1), ei::pmax(m2, m3)));
+  } else {
+    T max = minus_inf;
+    for (index_t t = e0; t < e1; ++t) max = row[t] > max ? row[t] : max;
+    return max;
+  }
+}
+
 /// A row of T in memory, as dot_rows_block and axpy_rows_block read it: whole packets, or one element.
 template <typename T>
 struct PlainRow {

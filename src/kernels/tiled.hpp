@@ -184,6 +184,10 @@ void store_row(const RawMatrix<S>& m, index_t i, const T* src) {
   if (m.cols == 0) return;
   S* dst = m.data + i * m.row_stride;
   if constexpr (std::is_same_v<S, T>) {
+    if (m.col_stride == 1) {  // (a row of a block-sparse call's output costs as much as its keys' exps)
+      std::copy(src, src + m.cols, dst);
+      return;
+    }
     for (index_t j = 0; j < m.cols; ++j) dst[j * m.col_stride] = src[j];
   } else {
     narrow(src, m.cols, dst, m.col_stride);
@@ -307,6 +311,22 @@ T exp_in_packets(T* row, index_t a, index_t b, T shift) {
   std::fill(row + b, row + e1, minus_inf);
   // exp(-inf) gives exactly 0 (eigen_internal.hpp).
   return exp_shifted_in_packets<kShift>(row, e0, e1, shift);
+}
+
+/// row_max of row[a, b), on a row laid out as exp_in_packets takes it, whose padding around
+/// [a, b) to the 64-byte boundaries it sets to -inf (as exp_in_packets does): the largest in
+/// whole packets, or NaN when the row holds a NaN and nothing larger.
+template <typename T>
+T row_max_in_packets(T* row, index_t a, index_t b) {
+  constexpr index_t kLanes = 64 / static_cast<index_t>(sizeof(T));
+  const index_t e0 = a / kLanes * kLanes, e1 = (b + kLanes - 1) / kLanes * kLanes;
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  std::fill(row + e0, row + a, minus_inf);
+  std::fill(row + b, row + e1, minus_inf);
+  const T max = max_in_packets(row, e0, e1);
+  if (max == minus_inf && Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(row + a, b - a).hasNaN())
+    return std::numeric_limits<T>::quiet_NaN();
+  return max;
 }
 
 /// After the division by the row sum: keys the boolean mask hides weigh exactly 0 even when the
@@ -611,6 +631,8 @@ class KeyTile {
     }
   }
   const T* panels() const { return panels_; }
+  /// Are the call's tiles kept (all of K's panels one after the other, and V's rows)?
+  bool cached() const { return cache_ != nullptr; }
   const T* v() const { return v_; }
   index_t ldv() const { return ldv_; }
   /// Are the tile's V rows all finite? Found out on the first question.
@@ -903,6 +925,118 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
   Arena<unsigned char> seen_arena(programmed ? Arena<unsigned char>::round(kStrip * lds) : 0);
   unsigned char* const seen = seen_arena.take(programmed ? kStrip * lds : 0);
 
+  // The online softmax of a strip's rows over the logits s[0, n) of a pass (a row that sees no key
+  // yet: its weights 0): each row's maximum, its exps (one row after another, nothing between
+  // them waiting on one, so that the core overlaps a row's chains with the next row's: a pass
+  // over a block of 128 keys is 8 packets a row, too few to hide them alone), and its sum and
+  // O rescaled. shifts[r]: -inf for a row without keys in the pass (it takes no part), else
+  // anything; spans[r] its keys. Masked keys (-inf) weigh exactly 0.
+  const auto softmax_update = [&](index_t s0, index_t srows, Span keys, const Span* spans, T* shifts) {
+    for (index_t r = 0; r < srows; ++r) {
+      if (shifts[r] == minus_inf) continue;
+      const T tile_max = row_max_in_packets(s + r * lds, spans[r].a, spans[r].b);
+      const T mr = m[s0 + r];
+      shifts[r] = std::isnan(tile_max) || tile_max > mr ? tile_max : mr;
+    }
+    for (index_t r = 0; r < srows; ++r) {
+      if (shifts[r] == minus_inf) std::fill(s + r * lds + keys.a, s + r * lds + keys.b, T(0));
+    }
+    T sums[kStrip];
+    for (index_t r = 0; r < srows; ++r) {
+      if (shifts[r] != minus_inf)
+        sums[r] = exp_in_packets<Shift::RowMax>(s + r * lds, spans[r].a, spans[r].b, shifts[r]);
+    }
+    for (index_t r = 0; r < srows; ++r) {
+      if (shifts[r] == minus_inf) continue;
+      T& mr = m[s0 + r];
+      // 0 on the row's first visible tile; exactly 1 (exp(0)) while the maximum stays
+      const T rescale = mr == shifts[r] ? T(1) : std::exp(mr - shifts[r]);
+      l[s0 + r] = rescale * l[s0 + r] + sums[r];
+      if (rescale != T(1))
+        Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(acc + (s0 + r) * ldo, ldo) *= rescale;
+      mr = shifts[r];
+    }
+  };
+
+  // Gathered passes (block-sparse attention): a strip whose rows see whole runs of Full tiles, in
+  // full (no key range cuts one, no boolean mask, mask_mod or logit option), with every key's
+  // panels and V rows kept (the PackCache), takes its runs' logits side by side into one row of
+  // the strip's logits (a run's keys from a whole packet), as many runs as a key tile's keys, and
+  // goes through the online softmax once for them all: runs of a few blocks cost few passes'
+  // work per row, not one each. Returns false (nothing done) when the strip is not such.
+  bool gathers = false;
+  if constexpr (!kPairs<E>)
+    gathers = p.blocks != nullptr && p.mask_mod == nullptr && !extras.has_extras() && tile.cached() && dv > 0;
+  constexpr index_t kMaxRuns = kMaxKeyTile / kStart + 1;
+  const auto gather_strip = [&](index_t is, index_t srows, index_t s0, const T* q, index_t ldq) -> bool {
+    if constexpr (kPairs<E>) {
+      return false;
+    } else {
+      Span runs[kMaxRuns];
+      index_t count_runs = 0;
+      bool whole = true;
+      const Span keys = strip_keys(p, is, srows, 0, p.k.rows, kStart);
+      if (keys.a >= keys.b) return true;  // no key: nothing to add
+      for_each_shown_run(p, is, srows, 0, keys, kStart, [&](Span run) {
+        // Each run must be Full for the strip and seen whole by its rows, and all but the last a
+        // whole number of packets, so that the next one starts on a packet of the row.
+        if (!whole || count_runs == kMaxRuns) {
+          whole = false;
+          return;
+        }
+        whole = blocks_all_full(p, is, srows, run.a, run.b - run.a) &&
+                !strip_cuts(p, is, srows, 0, run.a, run.b) &&
+                (count_runs == 0 || runs[count_runs - 1].b % kStart == 0);
+        runs[count_runs++] = run;
+      });
+      if (!whole) return false;
+      // Batches of runs whose keys fill at most kc columns (a run longer than that alone, in
+      // pieces of kc).
+      index_t next = 0, offset = 0;
+      while (next < count_runs) {
+        Span batch[kMaxRuns];
+        index_t in_batch = 0, n = 0;
+        while (next < count_runs) {
+          Span run = runs[next];
+          run.a += offset;
+          const index_t len = std::min(run.b - run.a, kc - n);
+          if (len <= 0 || (len < run.b - run.a && n > 0)) break;
+          batch[in_batch++] = Span{run.a, run.a + len};
+          n += (len + kStart - 1) / kStart * kStart;
+          if (run.a + len < run.b) {
+            offset += len;
+            break;
+          }
+          offset = 0;
+          ++next;
+        }
+        index_t c = 0;
+        for (index_t b = 0; b < in_batch; ++b) {
+          const index_t pa = batch[b].a / MK::kCols * MK::kCols;
+          tile.load_keys(pa, batch[b].b - pa);
+          logits_strip(srows, batch[b].b - pa, dk, q, ldq, tile.panels(), s + c, lds, p.scale,
+                       batch[b].a - pa, false);
+          c += (batch[b].b - batch[b].a + kStart - 1) / kStart * kStart;
+        }
+        const index_t last =
+            c - ((batch[in_batch - 1].b - batch[in_batch - 1].a + kStart - 1) / kStart * kStart) +
+            (batch[in_batch - 1].b - batch[in_batch - 1].a);
+        Span spans[kStrip];
+        T shifts[kStrip];
+        for (index_t r = 0; r < srows; ++r) spans[r] = Span{0, last}, shifts[r] = T(0);
+        softmax_update(s0, srows, Span{0, last}, spans, shifts);
+        c = 0;
+        for (index_t b = 0; b < in_batch; ++b) {
+          const index_t len = batch[b].b - batch[b].a;
+          tile.load_values(batch[b].a, len);
+          product_strip(srows, ldo, len, s + c, lds, tile.v(), tile.ldv(), acc + s0 * ldo, ldo);
+          c += (len + kStart - 1) / kStart * kStart;
+        }
+      }
+      return true;
+    }
+  };
+
   for (index_t i0 = first; i0 < first + count; i0 += row_step) {
     const index_t rows = std::min(row_step, first + count - i0);
     // The keys some row of the tile may see; tiles outside are never computed.
@@ -914,7 +1048,16 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
     std::fill_n(m, rows, minus_inf);
     std::fill_n(l, rows, T(0));
 
-    for (index_t j0 = tile.first(key_begin); j0 < key_end; j0 += kc) {
+    // A block mask's strips that see whole runs of Full tiles only (block-sparse attention) go
+    // first, each in as few passes as its keys fill (gathered: below); the others, tile by tile.
+    bool gathered[kRows / kStrip + 1] = {};
+    bool all_gathered = gathers;
+    for (index_t s0 = 0; gathers && s0 < rows; s0 += kStrip) {
+      gathered[s0 / kStrip] = gather_strip(i0 + s0, std::min<index_t>(kStrip, rows - s0), s0,
+                                           Q.data() + s0 * Q.outerStride(), Q.outerStride());
+      all_gathered = all_gathered && gathered[s0 / kStrip];
+    }
+    for (index_t j0 = tile.first(key_begin); !all_gathered && j0 < key_end; j0 += kc) {
       const index_t cols = tile.cols(j0, key_end);
       if (!blocks_show(p, i0, rows, j0, cols)) continue;  // a block mask's Empty tiles
       tile.load_keys(j0, cols);
@@ -922,6 +1065,7 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
       // Strip by strip (MR rows): logits of the keys it may see, in whole panels, the online
       // softmax row by row, then the strip's share of P V.
       for (index_t s0 = 0; s0 < rows; s0 += kStrip) {
+        if (gathered[s0 / kStrip]) continue;
         const index_t srows = std::min<index_t>(kStrip, rows - s0), is = i0 + s0;
         // One pass over the keys [keys.a, keys.b) of the tile (keys.a a whole panel): the logits,
         // the online softmax row by row, then the strip's share of P V.
@@ -953,13 +1097,19 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
                          s + keys.a, lds, p.scale, keys.a, false);
           }
           bool cut = false;  // does some row's key range leave out some key of the pass?
+          // Each row's keys of the pass, and its new maximum (-inf: the row sees nothing yet and
+          // takes no exp; 0 until the maxima are taken: the row has keys in the pass).
+          Span spans[kStrip];
+          T shifts[kStrip];
           for (index_t r = 0; r < srows; ++r) {
             const index_t i = is + r;
             T* const row_data = s + r * lds;
+            shifts[r] = minus_inf;
             // The key range: keys this row does not see take no part, and weigh exactly 0.
             // span.a >= keys.a (the strip's first row), but for keys a block mask hides
             Span span = span_in_tile(p, i, j0, keys.b);
             span.a = std::max(span.a, keys.a), span.b = std::max(span.b, span.a);
+            spans[r] = span;
             cut = cut || span.a > keys.a || span.b < keys.b;
             Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>> S(row_data, keys.b);
             S.segment(keys.a, span.a - keys.a).setZero();
@@ -974,22 +1124,9 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
             } else if (p.has_extras()) {
               apply_extras(p, i, j0 + span.a, row);
             }
-            const T tile_max = row_max(row);
-            T& mr = m[s0 + r];
-            const T new_max = std::isnan(tile_max) || tile_max > mr ? tile_max : mr;
-            if (new_max == minus_inf) {  // nothing visible to this row yet
-              row.setZero();
-              continue;
-            }
-            // 0 on the row's first visible tile; exactly 1 (exp(0)) while the maximum stays
-            const T rescale = mr == new_max ? T(1) : std::exp(mr - new_max);
-            // Masked keys (-inf): exactly 0.
-            const T sum = exp_in_packets<Shift::RowMax>(row_data, span.a, span.b, new_max);
-            l[s0 + r] = rescale * l[s0 + r] + sum;
-            if (rescale != T(1))
-              Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(acc + (s0 + r) * ldo, ldo) *= rescale;
-            mr = new_max;
+            shifts[r] = T(0);  // (a row with keys)
           }
+          softmax_update(s0, srows, keys, spans, shifts);
           // (Besides the key ranges, only the boolean mask and what mask_mod was asked can hide
           // keys of the pass.)
           const bool masked = cut || p.mask.data != nullptr || ask;
