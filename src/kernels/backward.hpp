@@ -39,8 +39,14 @@ T* backward_workspace(int which, index_t n) {
 
 template <typename T>
 void zero_rows(const RawMatrix<T>& m) {
-  for (index_t i = 0; i < m.rows; ++i)
-    for (index_t c = 0; c < m.cols; ++c) m.data[i * m.row_stride + c * m.col_stride] = T(0);
+  for (index_t i = 0; i < m.rows; ++i) {
+    T* const row = m.data + i * m.row_stride;
+    if (m.col_stride == 1) {  // (a block-sparse call's gradient rows cost as much as a few of its tiles)
+      std::fill_n(row, m.cols, T(0));
+      continue;
+    }
+    for (index_t c = 0; c < m.cols; ++c) row[c * m.col_stride] = T(0);
+  }
 }
 
 /// One problem (or row group, row_groups.hpp), query tile by query tile, the key tiles of each

@@ -107,7 +107,7 @@ void weights_row(const RawProblem<S>& p, index_t i, index_t j0, index_t cols, co
         cap[c0 + t] = p.softcap > 0 ? cap[c0 + t] * derivative[t] : derivative[t];
     }
   }
-  apply_additive(p, i, j0 + span.a, seg);
+  if (p.has_alibi || p.bias.data != nullptr) apply_additive(p, i, j0 + span.a, seg);  // (p has no masks)
   if (shown != nullptr) shown->hide(s, span.a, span.b);
   exp_in_packets<Shift::Any>(s, span.a, span.b, lse);  // hidden keys (-inf) give exactly 0
 }
