@@ -4,12 +4,13 @@
 //
 // Problems that add into the same gradients (the query heads of one GQA group add into one dK
 // and dV; the heads or sequences that share a broadcast bias add into one dbias) form a unit,
-// run in a fixed order. Within a problem, query tiles go in order, and each step of a query tile
-// (BackwardKernel in abi.hpp) takes its key tiles in any order or on any thread: each key tile
-// writes its own columns of the weights, its own partial sums, its own dK and dV rows and its
-// own share of dQ, and the partial sums are added in key order afterwards, the shares in key
-// order as they come (a share that comes early waits in its slot for the ones before it). So
-// the work is split one of two ways with the same bits:
+// run in a fixed order. A problem runs row group after row group (row_groups.hpp: packed
+// documents, chunks), each as a problem of its own. Within one, query tiles go in order, and
+// each step of a query tile (BackwardKernel in abi.hpp) takes its key tiles in any order or on
+// any thread: each key tile writes its own columns of the weights, its own partial sums, its own
+// dK and dV rows and its own share of dQ, and the partial sums are added in key order
+// afterwards, the shares in key order as they come (a share that comes early waits in its slot
+// for the ones before it). So the work is split one of two ways with the same bits:
 //   - whole units per thread, when there are enough of them;
 //   - otherwise units one after another, the key tiles of each step spread over the threads.
 #pragma once
