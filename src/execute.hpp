@@ -28,10 +28,8 @@ void reference_decode(const Problem<T>& p);
 
 template <typename T>
 void execute(const Problem<T>& p, int threads) {
-  // A packed batch's sequences have their own query counts; otherwise every head has T_q rows.
-  const index_t rows = p.varlen() ? -1 : p.q.tokens;
   run_problems<T>(
-      p.kernel, p.problems(), rows, [&](index_t which) { return p.problem(which); }, threads);
+      p.kernel, p.problems(), [&](index_t which) { return p.problem(which); }, threads);
   // Padded keys (beyond key_lengths) were cut from each head's problem: their weights are 0.
   if (p.want_scores && p.masks.key_lengths != nullptr) {
     const auto zero_padded = [&](const auto& scores) {

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: MIT
 // Row groups (src/kernels/row_groups.hpp): where a problem's rows fall into groups that see
 // disjoint keys (packed documents through a block mask's row ranges, the built-in chunks), the
-// backward computes each group as a problem of its own, its tiles from the group's first row and
-// first key. Its gradients are then the varlen call's on the same documents, bit for bit; with
-// every option the backward takes (a bias and dL/dbias, dL/dSCORES, dL/dLSE, sinks, ALiBi, the
-// soft-cap, a boolean mask, GQA, key lengths, both alignments, a window within the chunks, a
-// score_mod that reads the positions) they lie within the long-double reference's bounds, with
-// the same bits for every thread count; and rows that see no key, between groups, get dQ = 0.
-// The groups are at least half a query tile (64 rows), so the problems here span several.
+// forward and the backward compute each group as a problem of its own, its tiles from the group's
+// first row and first key. Their results are then the varlen call's on the same documents, bit
+// for bit; with every option the calls take (a bias and dL/dbias, dL/dSCORES, dL/dLSE, sinks,
+// ALiBi, the soft-cap, a boolean mask, GQA, key lengths, both alignments, a window within the
+// chunks, a score_mod that reads the positions) they lie within the long-double reference's
+// bounds, with the same bits for every thread count; and rows that see no key, between groups,
+// get zero output and dQ = 0. The groups are at least half a query tile (64 rows), so the
+// problems here span several.
 #include <doctest/doctest.h>
 
 #include <EigenAttention/EigenAttention.hpp>
@@ -56,11 +57,21 @@ TEST_CASE_TEMPLATE("row groups: packed documents as a mask_mod give the varlen b
       opt.threads = threads;
       mh::Options causal = opt;
       causal.causal = true;
-      // One forward's OUT and LSE for both backward calls.
       HeadsBuffer<T> out(mh::Layout::BHTD, 1, H, total, dv, T(0)),
           lse(mh::Layout::BHTD, 1, H, total, 1, T(0));
       mh::attention_varlen_into(q.cview(), k.cview(), v.cview(), cu.data(), cu.data(), 5, out.view(),
                                 lse.view(), causal);
+      {  // The forwards: the same bits (the documents are row groups of the forward too).
+        HeadsBuffer<T> out_b(mh::Layout::BHTD, 1, H, total, dv, T(0)),
+            lse_b(mh::Layout::BHTD, 1, H, total, 1, T(0));
+        mh::Masks<T> masks;
+        masks.mask_mod = mm;
+        masks.block_mask = bm;
+        mh::attention_heads_into(q.cview(), k.cview(), v.cview(), out_b.view(), lse_b.view(), opt, masks);
+        check_heads_equal(out_b.view(), out.view(), "OUT: documents as a mask_mod vs varlen");
+        check_heads_equal(lse_b.view(), lse.view(), "LSE: documents as a mask_mod vs varlen");
+      }
+      // The varlen forward's OUT and LSE for both backward calls.
       const auto grads = [&](bool varlen) {
         bw::Gradients<T> g;
         g.dq = HeadsBuffer<T>(mh::Layout::BHTD, 1, H, total, dk, kSentinel<T>);
@@ -127,10 +138,19 @@ std::vector<Case> chunk_cases() {
   return cases;
 }
 
-/// The backward of p (with `program` added to its masks) against the reference, on every
-/// kernel, with and without dL/dSCORES, 1 and 3 threads with the same bits.
+/// The forward and the backward of p (with `program` added to its masks) against the reference,
+/// on every kernel, the backward with and without dL/dSCORES, 1 and 3 threads with the same bits.
 template <class T>
 void check_groups(const Problem& p, Rng& rng, const std::function<void(mh::Masks<T>&)>& program = {}) {
+  const auto ref = reference_heads(p.Q, p.K, p.V, p.spec);
+  for (const auto kernel : kernels_under_test()) {
+    const std::string kname = mh::kernel_name(kernel);
+    CAPTURE(kname);
+    const Run<T> one = run_heads<T>(p, options_for(p.spec, kernel, 1), mh::Layout::BHTD, false, program);
+    check_against(one, ref, 1, "forward: row groups vs reference");
+    check_runs_equal(run_heads<T>(p, options_for(p.spec, kernel, 3), mh::Layout::BHTD, false, program), one,
+                     "forward: 3 threads vs 1");
+  }
   for (const bool with_d_scores : {false, true}) {
     CAPTURE(with_d_scores);
     const bw::Seeds seeds = bw::make_seeds<T>(p, rng, with_d_scores);

@@ -12,6 +12,7 @@
 #include <EigenAttention/Types.hpp>
 
 #include "kernels/abi.hpp"
+#include "kernels/row_groups.hpp"
 #include "scheduler.hpp"
 
 namespace EigenAttention {
@@ -76,60 +77,75 @@ std::uint64_t next_call();
 /// Query rows per task handed to a thread.
 constexpr index_t kTaskRows = 128;
 
-/// Runs `count` problems, problem(p) returning the p-th RawProblem (all with T_q = `rows`
-/// query rows, or any when rows < 0), with `kernel` (already resolved) on up to `threads`
-/// threads (Options::threads), as many as their work gives (scheduler.hpp). Tasks are (problem,
-/// tile of kTaskRows query rows); with a causal mask each problem's last tiles, which see the
-/// most keys, come first. Each output row is computed the same way however the tasks fall, so
-/// results do not depend on `threads`.
+/// Runs `count` problems, problem(p) returning the p-th RawProblem, with `kernel` (already
+/// resolved) on up to `threads` threads (Options::threads), as many as their work gives
+/// (scheduler.hpp). Tasks are (problem, tile of kTaskRows query rows); with a causal mask each
+/// problem's last tiles, which see the most keys, come first. A problem whose rows fall into row
+/// groups (row_groups.hpp: packed documents, chunks; not the decomposed call, whose SCORES rows
+/// span every key) runs each group as a problem of its own, its tiles from its first row and its
+/// keys from its first key, as varlen's sequences. Each output row is computed the same way
+/// however the tasks fall, so results do not depend on `threads`.
 template <typename T, class ProblemAt>
-void run_problems(Kernel kernel, index_t count, index_t rows, const ProblemAt& problem, int threads) {
+void run_problems(Kernel kernel, index_t count, const ProblemAt& problem, int threads) {
   if (count == 0) return;
   if (kernel == Kernel::Reference) {
     for (index_t i = 0; i < count; ++i) reference_kernel(problem(i));
     return;
   }
   const RowsKernel<T> run_rows = rows_kernel<T>(kernel_set(kernel));
-  // Tiles per problem: uniform, or prefix sums over the problems' own row counts, in a buffer of
-  // the calling thread kept from call to call (the _into calls allocate nothing once warm). The
-  // tasks read it through this reference: named in the lambda, a thread_local would be the pool
-  // thread's own.
+  // Units (a problem, or one of its row groups) and their first tasks (prefix sums over their
+  // tiles), in buffers of the calling thread kept from call to call (the _into calls allocate
+  // nothing once warm). The tasks read them through these references: named in the lambda, a
+  // thread_local would be the pool thread's own.
+  struct Unit {
+    index_t problem;
+    RowGroup group;
+    bool whole;  // the problem itself (one group)
+  };
+  thread_local std::vector<Unit> units_kept;
   thread_local std::vector<index_t> first_task_kept;
+  thread_local std::vector<RowGroup> groups_kept;
+  std::vector<Unit>& units = units_kept;
   std::vector<index_t>& first_task = first_task_kept;
-  index_t tiles_each = 0, tasks = 0;
-  if (rows >= 0) {
-    tiles_each = (rows + kTaskRows - 1) / kTaskRows;
-    tasks = tiles_each * count;
-  } else {
-    first_task.assign(static_cast<std::size_t>(count + 1), 0);
-  }
+  units.clear();
+  first_task.assign(1, 0);
   double work = 0;
   for (index_t i = 0; i < count; ++i) {
     const RawProblem<T> p = problem(i);
     work += problem_work(p, Pass::Forward);
-    if (rows < 0) first_task[i + 1] = first_task[i] + (p.q.rows + kTaskRows - 1) / kTaskRows;
+    if (p.want_scores) {
+      groups_kept.assign(1, RowGroup{0, p.q.rows, 0, p.k.rows});
+    } else {
+      row_groups(p, kTaskRows / 2, groups_kept);
+    }
+    for (const RowGroup& g : groups_kept) {
+      units.push_back({i, g, groups_kept.size() == 1});
+      first_task.push_back(first_task.back() + (g.rows + kTaskRows - 1) / kTaskRows);
+    }
   }
-  if (rows < 0) tasks = first_task[count];
+  const index_t tasks = first_task.back();
   if (tasks == 0) return;
   const std::uint64_t call = next_call();
   for_tasks(tasks, threads_for(threads, work), [&](index_t task) {
-    index_t which, tile, tiles;
-    if (rows >= 0) {
-      which = task / tiles_each;
-      tile = task % tiles_each;
-      tiles = tiles_each;
-    } else {
-      which = static_cast<index_t>(std::upper_bound(first_task.begin(), first_task.end(), task) -
-                                   first_task.begin()) -
-              1;
-      tile = task - first_task[which];
-      tiles = first_task[which + 1] - first_task[which];
-    }
-    RawProblem<T> p = problem(which);
+    const index_t which = static_cast<index_t>(std::upper_bound(first_task.begin(), first_task.end(), task) -
+                                               first_task.begin()) -
+                          1;
+    const Unit& u = units[static_cast<std::size_t>(which)];
+    index_t tile = task - first_task[which];
+    const index_t tiles = first_task[which + 1] - first_task[which];
+    RawProblem<T> p = problem(u.problem);
     p.call = call;
     if (p.causal) tile = tiles - 1 - tile;  // the heaviest tiles first
     const index_t first = tile * kTaskRows;
-    run_rows(p, first, std::min(kTaskRows, p.q.rows - first));
+    if (u.whole) {
+      run_rows(p, first, std::min(kTaskRows, p.q.rows - first));
+      return;
+    }
+    // (The group's rows' ranges, on the running thread.)
+    thread_local std::vector<std::int64_t> ranges;
+    ranges.resize(static_cast<std::size_t>(2 * u.group.rows));
+    const RawProblem<T> g = group_problem(p, u.group, ranges.data());
+    run_rows(g, first, std::min(kTaskRows, g.q.rows - first));
   });
 }
 
