@@ -184,7 +184,7 @@ void store_row(const RawMatrix<S>& m, index_t i, const T* src) {
   if (m.cols == 0) return;
   S* dst = m.data + i * m.row_stride;
   if constexpr (std::is_same_v<S, T>) {
-    if (m.col_stride == 1) {  // (a row of a block-sparse call's output costs as much as its keys' exps)
+    if (m.col_stride == 1) {  // (element by element, 0.8 % of a block-sparse forward)
       std::copy(src, src + m.cols, dst);
       return;
     }
