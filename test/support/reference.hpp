@@ -19,7 +19,7 @@
 ///      j > i + offset + window_right; when chunk > 0 and floor((j + chunk_origin) / chunk) !=
 ///      floor((i + offset + chunk_origin) / chunk); when j >= Tk_b
 ///   6. row softmax subtracting the row maximum; a row without a finite logit gets zero
-///      weights, a zero output row and LSE = -inf
+///      weights, a zero output row and LSE = -inf; a NaN logit makes the row NaN
 ///   7. OUT = weights V over the visible keys; LSE = max + log(sum)
 /// For the single-head call (causal mask only) this is the order the specification states:
 /// raw logits Q K^T, causal mask (-inf), scale, row softmax subtracting the row maximum; a row
@@ -362,8 +362,10 @@ inline MultiHeadReference reference_heads(const Array4& Q, const Array4& K, cons
         }
         // 6. The softmax over the visible keys and the sink (Masks::sinks), which has no value.
         const long double sink = spec.sinks.empty() ? -inf : spec.sinks[static_cast<size_t>(h)];
+        // (A NaN logit makes the maximum NaN, and with it the row: std::max would skip it, and a
+        // row whose every logit is NaN would pass for one that sees no key.)
         long double m = sink;
-        for (const long double x : logits) m = std::max(m, x);
+        for (const long double x : logits) m = std::isnan(x) || x > m ? x : m;
         if (m == -inf) continue;  // no visible key and no sink: zeros and -inf, already set
         long double sum = sink == -inf ? 0 : std::exp(sink - m);
         for (const long double x : logits) sum += std::exp(x - m);
