@@ -1010,17 +1010,15 @@ void fused_rows(const RawProblem<E>& p, index_t first, index_t count) {
           offset = 0;
           ++next;
         }
-        index_t c = 0;
+        index_t c = 0, last = 0;  // last: one past the batch's last logit in the row
         for (index_t b = 0; b < in_batch; ++b) {
           const index_t pa = batch[b].a / MK::kCols * MK::kCols;
           tile.load_keys(pa, batch[b].b - pa);
           logits_strip(srows, batch[b].b - pa, dk, q, ldq, tile.panels(), s + c, lds, p.scale,
                        batch[b].a - pa, false);
+          last = c + (batch[b].b - batch[b].a);
           c += (batch[b].b - batch[b].a + kStart - 1) / kStart * kStart;
         }
-        const index_t last =
-            c - ((batch[in_batch - 1].b - batch[in_batch - 1].a + kStart - 1) / kStart * kStart) +
-            (batch[in_batch - 1].b - batch[in_batch - 1].a);
         Span spans[kStrip];
         T shifts[kStrip];
         for (index_t r = 0; r < srows; ++r) spans[r] = Span{0, last}, shifts[r] = T(0);
