@@ -4,10 +4,12 @@
 // of test/support/tolerance.hpp, and the numbers printed (MESSAGE lines starting with
 // "robustness |") so that the table in docs/guarantees.md can be copied from them.
 //
-// Metrics, per element: SCORES and LSE |a - b| / (1 + |b|), the metric near() bounds; ATTN
-// |a - b| / max_j |V(j, c)|, the model's own statement (ATTN(i, c) = sum_j p_j V(j, c) is off by
-// at most (weight error + summation error) * max_j |V(j, c)|), which stays meaningful for V of
-// any magnitude. "used" is the largest ratio of an error to its bound.
+// Metrics, per element, each in the units of its error model (tolerance.hpp): SCORES the
+// relative error |a - b| / max(|b|, tiny) (tiny: four times the smallest normal T, where exp
+// underflows); LSE the absolute error |a - b| (its bound: absolute plus a few ulps of |LSE|);
+// ATTN |a - b| / max_j |V(j, c)|, the model's own statement (ATTN(i, c) = sum_j p_j V(j, c) is
+// off by at most (weight error + summation error) * max_j |V(j, c)|), which stays meaningful
+// for V of any magnitude. "used" is the largest ratio of an error to its bound.
 //
 // Also pinned down here, as documented in docs/guarantees.md:
 // - logits that overflow the scalar type (q.k beyond its largest finite value);
@@ -51,11 +53,11 @@ struct Worst {
   }
 };
 
-/// |a - b| / (1 + |b|); equal values (also both -inf) give 0, any other non-finite pair inf.
-long double near_metric(long double a, long double b) {
+/// |a - b| / scale; equal values (also both -inf) give 0, any other non-finite pair inf.
+long double error_metric(long double a, long double b, long double scale) {
   if (a == b) return 0;
   if (!std::isfinite(a) || !std::isfinite(b)) return std::numeric_limits<long double>::infinity();
-  return std::fabs(a - b) / (1 + std::fabs(b));
+  return std::fabs(a - b) / scale;
 }
 
 template <class T>
@@ -143,6 +145,13 @@ Worst run_case(const Case<T>& cs) {
     return attn_unit + eta / std::max(vmax[size_t(c)], std::numeric_limits<long double>::min());
   };
 
+  const auto lse_bound = [&](Index i, Index) {
+    return std::isfinite(ref.lse(i)) ? b.lse.at(ref.lse(i)) : b.lse.abs;
+  };
+  const auto weight_scale = [&](Index i, Index j) {
+    return std::max(std::fabs(ref.scores(i, j)), tiny_weight<T>());
+  };
+
   Worst all;
   for (const auto kernel : ea::available_kernels()) {
     const std::string kname = ea::kernel_name(kernel);
@@ -156,21 +165,23 @@ Worst run_case(const Case<T>& cs) {
     ea::attention_into(cs.Q, cs.K, cs.V, out, lse, opt);
     w.attn = measure("fused ATTN", out, ref.attn, attn_metric(out), attn_bound, w.used);
     w.lse = measure(
-        "fused LSE", lse, ref.lse, [&](Index i, Index) { return near_metric(lse(i), ref.lse(i)); },
-        [&](Index, Index) { return b.lse; }, w.used);
+        "fused LSE", lse, ref.lse, [&](Index i, Index) { return error_metric(lse(i), ref.lse(i), 1); },
+        lse_bound, w.used);
     if (!cs.fused_only) {
       const auto r = ea::attention_decomposed(cs.Q, cs.K, cs.V, opt);
       w.has_scores = true;
       w.scores = measure(
           "decomposed SCORES", r.scores, ref.scores,
-          [&](Index i, Index j) { return near_metric(r.scores(i, j), ref.scores(i, j)); },
-          [&](Index, Index) { return b.scores; }, w.used);
+          [&](Index i, Index j) {
+            return error_metric(r.scores(i, j), ref.scores(i, j), weight_scale(i, j));
+          },
+          [&](Index i, Index j) { return b.scores.at(ref.scores(i, j)) / weight_scale(i, j); }, w.used);
       w.attn = std::max(
           w.attn, measure("decomposed ATTN", r.attn, ref.attn, attn_metric(r.attn), attn_bound, w.used));
       w.lse = std::max(w.lse, measure(
                                   "decomposed LSE", r.lse, ref.lse,
-                                  [&](Index i, Index) { return near_metric(r.lse(i), ref.lse(i)); },
-                                  [&](Index, Index) { return b.lse; }, w.used));
+                                  [&](Index i, Index) { return error_metric(r.lse(i), ref.lse(i), 1); },
+                                  lse_bound, w.used));
     }
     MESSAGE("robustness | " << cs.name << " | " << type_name<T>() << " | " << kname << " | SCORES "
                             << (w.has_scores ? sci(w.scores) : std::string("-")) << " | ATTN " << sci(w.attn)

@@ -344,11 +344,11 @@ Whole<T> whole_results(const Problem<T>& p, bool with_backward) {
 }
 
 /// Checks this rank's rows `got` (local rows of `segments`) against the whole results `single`
-/// within twice `bound` (near(): |x - y| <= tol (1 + |y|) when `relative`, else |x - y| <= tol),
-/// and against the exact `exact` within one bound. bound(b, h, global token, column).
+/// within twice `bound` and against the exact `exact` within one bound. bound(b, h, global
+/// token, column) is an ea_test::Tol (|x - y| <= abs + rel |y|).
 template <class T, class Bound>
 void check_rows(const std::string& what, const Heads<T>& got, const std::vector<dist::Segment>& segments,
-                const Heads<T>& single, const ea_test::Array4& exact, Bound bound, bool relative) {
+                const Heads<T>& single, const ea_test::Array4& exact, Bound bound) {
   if (got.B != single.B || got.H != single.H || got.D != single.D || got.T != rows_of(segments)) {
     fail(what + ": wrong shape");
     return;
@@ -365,11 +365,11 @@ void check_rows(const std::string& what, const Heads<T>& got, const std::vector<
             const std::ptrdiff_t t = seg.global_first + i;
             const long double x = got.at(b, h, seg.local_first + i, d);
             const long double y = single.at(b, h, t, d), z = exact(b, h, t, d);
-            const long double tol = bound(b, h, t, d);
+            const ea_test::Tol tol = bound(b, h, t, d);
             const auto excess = [&](long double ref, long double factor) -> long double {
               if (std::isinf(x) || std::isinf(ref)) return x == ref ? 0 : INFINITY;
               const long double err = std::fabs(x - ref);
-              const long double allowed = factor * tol * (relative ? 1 + std::fabs(ref) : 1);
+              const long double allowed = factor * tol.at(ref);
               if (std::isnan(err)) return INFINITY;
               return allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0);
             };
@@ -381,7 +381,7 @@ void check_rows(const std::string& what, const Heads<T>& got, const std::vector<
               where.str("");
               where << "(b " << b << ", h " << h << ", token " << t << ", col " << d << "): got "
                     << static_cast<double>(x) << ", single-process " << static_cast<double>(y) << ", exact "
-                    << static_cast<double>(z) << ", bound " << static_cast<double>(tol);
+                    << static_cast<double>(z) << ", bound " << static_cast<double>(tol.at(z));
             }
           }
   EA_MPI_CHECK(failures == 0, what << ": " << failures << " elements off; worst " << where.str() << " ("
@@ -393,18 +393,14 @@ template <class T>
 void check_forward(const Whole<T>& w, const Local<T>& l, const Heads<T>& out, const Heads<T>& lse) {
   const auto& f = w.exact.forward;
   const std::ptrdiff_t H = w.out.H;
-  check_rows(
-      "OUT", out, l.q_segments, w.out, f.out,
-      [&](std::ptrdiff_t b, std::ptrdiff_t h, std::ptrdiff_t, std::ptrdiff_t) {
-        return ea_test::multihead_budget<T>(f, b * H + h).attn;
-      },
-      true);
-  check_rows(
-      "LSE", lse, l.q_segments, w.lse, f.lse,
-      [&](std::ptrdiff_t b, std::ptrdiff_t h, std::ptrdiff_t, std::ptrdiff_t) {
-        return ea_test::multihead_budget<T>(f, b * H + h).lse;
-      },
-      true);
+  check_rows("OUT", out, l.q_segments, w.out, f.out,
+             [&](std::ptrdiff_t b, std::ptrdiff_t h, std::ptrdiff_t, std::ptrdiff_t) {
+               return ea_test::Tol::mixed(ea_test::multihead_budget<T>(f, b * H + h).attn);
+             });
+  check_rows("LSE", lse, l.q_segments, w.lse, f.lse,
+             [&](std::ptrdiff_t b, std::ptrdiff_t h, std::ptrdiff_t, std::ptrdiff_t) {
+               return ea_test::multihead_budget<T>(f, b * H + h).lse;
+             });
 }
 
 /// dQ, dK and dV of this rank against the whole results (absolute per-element bounds).
@@ -414,12 +410,12 @@ void check_backward(const Whole<T>& w, const Local<T>& l, const Heads<T>& dq, co
   const auto& e = w.exact;
   auto bound = [](const ea_test::Array4& tol) {
     return [&tol](std::ptrdiff_t b, std::ptrdiff_t h, std::ptrdiff_t t, std::ptrdiff_t d) {
-      return tol(b, h, t, d);
+      return ea_test::Tol{tol(b, h, t, d), 0};
     };
   };
-  check_rows("dQ", dq, l.q_segments, w.dq, e.dq, bound(e.dq_tol), false);
-  check_rows("dK", dk, l.k_segments, w.dk, e.dk, bound(e.dk_tol), false);
-  check_rows("dV", dv, l.k_segments, w.dv, e.dv, bound(e.dv_tol), false);
+  check_rows("dQ", dq, l.q_segments, w.dq, e.dq, bound(e.dq_tol));
+  check_rows("dK", dk, l.k_segments, w.dk, e.dk, bound(e.dk_tol));
+  check_rows("dV", dv, l.k_segments, w.dv, e.dv, bound(e.dv_tol));
 }
 
 /// dL/dsinks (every rank has all H) against the whole results (twice the bound) and the exact.

@@ -107,8 +107,10 @@ void merge_one_head(const RowMatrix<T>& out_a, const RowMatrix<T>& lse_a, const 
                            ea::HeadsView<T>::single(out), ea::HeadsView<T>::single(lse));
 }
 
-/// CHECKs log-sum-exps against expected ones: -inf exactly where expected is, else within
-/// tol * max(1, |expected|).
+/// CHECKs log-sum-exps of two computations against each other: -inf exactly where expected is,
+/// else within tol * max(1, |expected|), tol a few ulps (an absolute bound near 0, a few ulps
+/// of |LSE| elsewhere; not for a comparison with the exact LSE, whose error is absolute:
+/// Budget::lse).
 template <class A, class B>
 void check_lse_near(const Eigen::DenseBase<A>& lse, const Eigen::DenseBase<B>& expected,
                     typename A::Scalar tol) {

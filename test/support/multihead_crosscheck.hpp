@@ -129,8 +129,8 @@ Run<T> run_heads(const Problem& p, const mh::Options& opt, mh::Layout layout, bo
 }
 
 /// Per-(b, h) budgets of `ref` in T, times `factor`.
-template <class T>
-auto budget_fn(const MultiHeadReference& ref, long double factor, long double Budget::*what) {
+template <class T, class Bound>
+auto budget_fn(const MultiHeadReference& ref, long double factor, Bound Budget::*what) {
   return [&ref, factor, what](Eigen::Index b, Eigen::Index h) {
     return factor * (multihead_budget<T>(ref, b * ref.heads + h).*what);
   };

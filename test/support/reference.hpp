@@ -220,15 +220,15 @@ Budget multihead_budget(const MultiHeadReference& ref, Eigen::Index group) {
   return attention_budget<T>(ref.logit_magnitude[g], ref.max_abs_v[g], ref.d_k, ref.keys[g]);
 }
 
-/// Budget of AVG_SCORES of sequence b: the mean of H weights, each within its head's scores
-/// bound tol_h (1 + |p_h|), is within max_h tol_h (1 + |mean|); summing H terms and dividing by
-/// H add (H + 1) u.
+/// Budget of AVG_SCORES of sequence b: the mean of H weights p_h >= 0, each within its head's
+/// bound tiny + rel_h p_h, is within tiny + max_h rel_h mean; summing H terms and dividing by
+/// H add (H + 1) u relative.
 template <class T>
-long double average_scores_budget(const MultiHeadReference& ref, Eigen::Index b) {
-  long double tol = 0;
+Tol average_scores_budget(const MultiHeadReference& ref, Eigen::Index b) {
+  long double rel = 0;
   for (Eigen::Index h = 0; h < ref.heads; ++h)
-    tol = std::max(tol, multihead_budget<T>(ref, b * ref.heads + h).scores);
-  return tol + static_cast<long double>(ref.heads + 1) * unit_roundoff<T>();
+    rel = std::max(rel, multihead_budget<T>(ref, b * ref.heads + h).scores.rel);
+  return Tol{tiny_weight<T>(), rel + static_cast<long double>(ref.heads + 1) * unit_roundoff<T>()};
 }
 
 namespace mh_detail {
