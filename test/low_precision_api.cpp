@@ -183,11 +183,19 @@ TEST_CASE_TEMPLATE("low precision api: multi-head, varlen and merge with every o
         ea::HeadsView<float>::bhtd(averagef.data(), B, 1, tq, tk), opt, masksf);
     check_rounded(as_matrix(scores), as_matrix(scoresf));
     check_rounded(as_matrix(out), as_matrix(outf));
-    // The average of the rounded weights, in float, rounded once: within one rounding of the
-    // float call's average of unrounded weights.
-    for (std::size_t i = 0; i < average.size(); ++i)
-      CHECK(std::fabs(static_cast<float>(average[i]) - averagef[i]) <=
-            2e-2f * std::fabs(averagef[i]) + 1e-6f);
+    // The 16-bit average is the float mean of the H weights each rounded to T16 (the same float
+    // weights as the float call's), rounded to T16. With u16 = eps16 / 2 the unit roundoff of
+    // T16 and u the float one: the weights' roundings move the mean by at most u16 mean (all
+    // weights are >= 0), the final rounding by u16 |average|, and the two float means (H
+    // additions and a division each) differ by at most 2 (H + 1) u mean. Weights below T16's
+    // smallest normal round absolutely, by at most half its smallest subnormal each time.
+    const long double avg_rel = static_cast<long double>(epsilon16<T16>()) + 2.0L * (H + 1) * 0x1p-24L;
+    const long double avg_abs = static_cast<long double>(std::numeric_limits<T16>::denorm_min());
+    const Tol avg_tol{avg_abs, avg_rel};
+    for (std::size_t i = 0; i < average.size(); ++i) {
+      CAPTURE(i);
+      CHECK(near(static_cast<float>(average[i]), averagef[i], avg_tol));
+    }
 
     // varlen: two sequences packed into the first batch entry's rows.
     const std::int64_t cu_q[3] = {0, 4, 9}, cu_k[3] = {0, 12, 21};
@@ -319,15 +327,41 @@ TEST_CASE_TEMPLATE("low precision api: the backward passes are the float passes 
   check_rounded(as_matrix(gv), as_matrix(fv));
   check_rounded(as_matrix(gbias), as_matrix(fbias));
 
-  // varlen backward: the rows after the last sequence stay untouched.
-  const std::int64_t cu_q[2] = {0, 4}, cu_k[2] = {0, 7};
+  // varlen backward, two sequences (queries 0-1 on keys 0-2, queries 2-4 on keys 3-6): dQ, dK
+  // and dV are the float varlen backward's on the widened values, rounded once; the query row
+  // after the last sequence stays untouched.
+  const std::int64_t cu_q[3] = {0, 2, 5}, cu_k[3] = {0, 3, 7};
   std::vector<T16> vq(q.size(), T16(3.0f));
   ea::attention_varlen_backward_into(
       V16::bthd(q.data(), 1, tq, H, d), V16::bthd(k.data(), 1, tk, 1, d), V16::bthd(v.data(), 1, tk, 1, d),
       V16::bthd(o.data(), 1, tq, H, d), ea::HeadsView<const float>::bhtd(l.data(), 1, H, tq, 1),
-      V16::bthd(d_out.data(), 1, tq, H, d), cu_q, cu_k, 1, W16::bthd(vq.data(), 1, tq, H, d),
+      V16::bthd(d_out.data(), 1, tq, H, d), cu_q, cu_k, 2, W16::bthd(vq.data(), 1, tq, H, d),
       W16::bthd(gk.data(), 1, tk, 1, d), W16::bthd(gv.data(), 1, tk, 1, d), opt);
-  for (std::size_t i = 4 * H * d; i < vq.size(); ++i) CHECK(static_cast<float>(vq[i]) == 3.0f);
+  std::vector<float> wq(q.size(), 3.0f);
+  ea::attention_varlen_backward_into(VF::bthd(qf.data(), 1, tq, H, d), VF::bthd(kf.data(), 1, tk, 1, d),
+                                     VF::bthd(vf.data(), 1, tk, 1, d), VF::bthd(of.data(), 1, tq, H, d),
+                                     VF::bhtd(l.data(), 1, H, tq, 1), VF::bthd(dof.data(), 1, tq, H, d), cu_q,
+                                     cu_k, 2, WF::bthd(wq.data(), 1, tq, H, d),
+                                     WF::bthd(fk.data(), 1, tk, 1, d), WF::bthd(fv.data(), 1, tk, 1, d), opt);
+  check_rounded(as_matrix(vq), as_matrix(wq));
+  check_rounded(as_matrix(gk), as_matrix(fk));
+  check_rounded(as_matrix(gv), as_matrix(fv));
+  for (std::size_t i = 5 * H * d; i < vq.size(); ++i) CHECK(static_cast<float>(vq[i]) == 3.0f);
+  // The gradients are those of the sequences' own problems: sequence 1's keys get nothing from
+  // sequence 0's queries (a float varlen backward of sequence 1 alone gives its dK rows).
+  std::vector<float> sq(3 * H * d), sk(4 * d), sv(4 * d);
+  const std::int64_t one_q[2] = {0, 3}, one_k[2] = {0, 4};
+  ea::attention_varlen_backward_into(
+      VF::bthd(qf.data() + 2 * H * d, 1, 3, H, d), VF::bthd(kf.data() + 3 * d, 1, 4, 1, d),
+      VF::bthd(vf.data() + 3 * d, 1, 4, 1, d), VF::bthd(of.data() + 2 * H * d, 1, 3, H, d),
+      VF{l.data() + 2, 1, H, 3, 1, H * tq, tq, 1, 1}, VF::bthd(dof.data() + 2 * H * d, 1, 3, H, d), one_q,
+      one_k, 1, WF::bthd(sq.data(), 1, 3, H, d), WF::bthd(sk.data(), 1, 4, 1, d),
+      WF::bthd(sv.data(), 1, 4, 1, d), opt);
+  for (std::size_t i = 0; i < sk.size(); ++i) {
+    CAPTURE(i);
+    CHECK(static_cast<float>(gk[3 * d + i]) == static_cast<float>(T16(sk[i])));
+    CHECK(static_cast<float>(gv[3 * d + i]) == static_cast<float>(T16(sv[i])));
+  }
 }
 
 TEST_CASE_TEMPLATE(
