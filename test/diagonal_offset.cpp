@@ -169,6 +169,34 @@ TEST_CASE("diagonal_offset: outside +-2^60 is rejected, and decoding rejects it"
                        std::invalid_argument);
   opt.diagonal_offset = -(std::ptrdiff_t(1) << 60);
   CHECK_NOTHROW(ea::attention(Q, K, K, opt));
+  // The limits themselves are taken, and mean what they say. Every logit is 3 / sqrt(3) = sqrt(3)
+  // and V's rows are ones: a row that sees any key averages to exactly 1 with LSE sqrt(3) +
+  // log(keys seen); causal, an offset of -2^60 hides every key (zeros, LSE -inf) and +2^60 shows
+  // them all. Without causal the offset moves nothing.
+  const auto check = [&](bool causal, std::ptrdiff_t offset, float out_value, float lse_value) {
+    CAPTURE(causal);
+    CAPTURE(offset);
+    ea::Options o = opt;
+    o.causal = causal;
+    o.diagonal_offset = offset;
+    RowMatrix<float> out(2, 3);
+    ea::Vector<float> lse(2);
+    ea::attention_into(Q, K, K, out, lse, o);
+    CHECK((out.array() == out_value).all());
+    for (Eigen::Index i = 0; i < 2; ++i) {
+      if (std::isinf(lse_value)) {
+        CHECK(lse(i) == lse_value);
+      } else {
+        CHECK(std::fabs(lse(i) - lse_value) <= 8 * std::numeric_limits<float>::epsilon() * lse_value);
+      }
+    }
+  };
+  const float all_keys = std::sqrt(3.0f) + std::log(4.0f);
+  const std::ptrdiff_t limit = std::ptrdiff_t(1) << 60;
+  check(false, -limit, 1.0f, all_keys);
+  check(false, limit, 1.0f, all_keys);
+  check(true, -limit, 0.0f, -std::numeric_limits<float>::infinity());
+  check(true, limit, 1.0f, all_keys);
   ea::PagedKVCache<float> cache(1, 3, 3, 16, 64);
   const auto s = cache.create();
   cache.append(s, K, K);

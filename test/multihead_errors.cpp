@@ -73,9 +73,12 @@ TEST_CASE_TEMPLATE(
     return true;
   };
 
-  // Masks and biases: the right ones and wrong ones.
+  // Masks and biases: the right ones and wrong ones (a mask that hides every third element, never
+  // a whole row of 7 keys; a random bias).
   std::unique_ptr<bool[]> mask_data(new bool[30 * 30 * 30]());
-  std::vector<T> bias_data(30 * 30 * 30, T(0.5));
+  for (Eigen::Index i = 0; i < 30 * 30 * 30; ++i) mask_data[i] = i % 3 != 0;
+  std::vector<T> bias_data(30 * 30 * 30);
+  for (auto& x : bias_data) x = static_cast<T>(rng.normal());
   auto mask_view = [&](Eigen::Index b, Eigen::Index h, Eigen::Index r, Eigen::Index c) {
     return mh::BroadcastView<bool>{mask_data.get(),    b, h, r, c, b == 1 ? 0 : h * r * c,
                                    h == 1 ? 0 : r * c, c, 1};
@@ -93,6 +96,29 @@ TEST_CASE_TEMPLATE(
     mh::Masks<T> m;
     m.bias = bias_view(b, h, r, c);
     return m;
+  };
+  // A broadcast view's elements as the reference's [b, h, r, c] array.
+  auto as_array = [](const auto& view) {
+    Array4 a(view.batch, view.heads, view.rows, view.cols);
+    for (Eigen::Index b = 0; b < view.batch; ++b)
+      for (Eigen::Index h = 0; h < view.heads; ++h)
+        for (Eigen::Index r = 0; r < view.rows; ++r)
+          for (Eigen::Index c = 0; c < view.cols; ++c)
+            a(b, h, r, c) = static_cast<long double>(view.data[b * view.batch_stride + h * view.head_stride +
+                                                               r * view.row_stride + c * view.col_stride]);
+    return a;
+  };
+  // The valid calls' answers: OUT, LSE, SCORES and the averaged weights against the long-double
+  // reference of `spec`, within the budget of T.
+  const Array4 Qa = Q.to_array(), Ka = K.to_array(), Va = V.to_array();
+  auto check_values = [&](const MultiHeadSpec& spec, const HeadsBuffer<T>* o, const HeadsBuffer<T>* l,
+                          const HeadsBuffer<T>* s, const HeadsBuffer<T>* a, const std::string& what) {
+    CAPTURE(what);
+    const MultiHeadReference ref = reference_heads(Qa, Ka, Va, spec);
+    if (o) check_heads_near(o->cview(), ref.out, attn_budget<T>(ref), "OUT");
+    if (l) check_heads_near(l->cview(), ref.lse, lse_budget<T>(ref), "LSE");
+    if (s) check_heads_near(s->cview(), ref.scores, scores_budget<T>(ref), "SCORES");
+    if (a) check_heads_near(a->cview(), ref.avg_scores, avg_budget<T>(ref), "averaged SCORES");
   };
   const std::vector<std::int64_t> lengths_negative = {3, -15}, lengths_too_long = {3, 19};
   auto with_lengths = [&](const std::vector<std::int64_t>& l) {
@@ -112,22 +138,38 @@ TEST_CASE_TEMPLATE(
       HeadsBuffer<T> o = sentinel(kB, kH, kTq, kDv), l = sentinel(kB, kH, kTq, 1),
                      s = sentinel(kB, kH, kTq, kTk), a = sentinel(kB, 1, kTq, kTk);
       CHECK_NOTHROW(mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), o.view(), l.view(), opt));
+      check_values({}, &o, &l, nullptr, nullptr, "attention_heads_into");
       CHECK_NOTHROW(mh::attention_heads_decomposed_into(Q.cview(), K.cview(), V.cview(), s.view(), o.view(),
                                                         l.view(), a.view(), opt));
+      check_values({}, &o, &l, &s, &a, "attention_heads_decomposed_into");
       for (const Eigen::Index b : {Eigen::Index(1), kB})
         for (const Eigen::Index h : {Eigen::Index(1), kH}) {
+          CAPTURE(b);
+          CAPTURE(h);
+          MultiHeadSpec spec;
           CHECK_NOTHROW(mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), o.view(), opt,
                                                  with_mask(b, h, kTq, kTk)));
+          spec.mask = as_array(mask_view(b, h, kTq, kTk));
+          check_values(spec, &o, nullptr, nullptr, nullptr, "with a mask");
           CHECK_NOTHROW(mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), o.view(), opt,
                                                  with_bias(b, h, kTq, kTk)));
+          spec.mask.reset();
+          spec.bias = as_array(bias_view(b, h, kTq, kTk));
+          check_values(spec, &o, nullptr, nullptr, nullptr, "with a bias");
         }
       mh::Options edge = opt;
       edge.window_left = 0;
       edge.window_right = 0;
       edge.softcap = 1e-3;
       const std::vector<std::int64_t> lengths_edge = {0, kTk};
-      CHECK_NOTHROW(mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), o.view(), edge,
+      CHECK_NOTHROW(mh::attention_heads_into(Q.cview(), K.cview(), V.cview(), o.view(), l.view(), edge,
                                              with_lengths(lengths_edge)));
+      // Sequence 0 sees no key (zeros, LSE -inf); sequence 1 only its diagonal key, capped.
+      MultiHeadSpec spec;
+      spec.window_left = spec.window_right = 0;
+      spec.softcap = 1e-3;  // the double the call gets
+      spec.key_lengths = lengths_edge;
+      check_values(spec, &o, &l, nullptr, nullptr, "window 0, soft-cap 1e-3, key lengths 0 and all");
     }
 
     auto heads = [&](const HeadsBuffer<T>& k, const HeadsBuffer<T>& v, HeadsBuffer<T>& o,
@@ -326,6 +368,13 @@ TEST_CASE_TEMPLATE("multihead errors: attention_varlen_into rejects bad offsets 
       HeadsBuffer<T> o(L, 1, kH, total_q, kDv, kSentinel<T>), l(L, 1, kH, total_q, 1, kSentinel<T>);
       CHECK_NOTHROW(mh::attention_varlen_into(Q.cview(), K.cview(), V.cview(), cu_q.data(), cu_k.data(), 2,
                                               o.view(), l.view(), opt));
+      // Its answer: each sequence on its own, causal, against the long-double reference.
+      MultiHeadSpec spec;
+      spec.causal = true;
+      const MultiHeadReference ref =
+          reference_varlen(Q.to_array(), K.to_array(), V.to_array(), cu_q, cu_k, spec);
+      check_varlen_rows<T>(o.cview(), ref.out, cu_q, ref, false);
+      check_varlen_rows<T>(l.cview(), ref.lse, cu_q, ref, true);
     }
     auto varlen = [&](std::vector<std::int64_t> q, std::vector<std::int64_t> k, mh::Masks<T> m = {}) {
       return [&, q, k, m] {
