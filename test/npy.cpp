@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
@@ -22,6 +23,8 @@
 
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include "as_nobody.hpp"
 
 namespace test_npy {
 
@@ -815,22 +818,54 @@ TEST_CASE("npy: writes are atomic and leave nothing behind on failure") {
     const std::string path = dir / "missing/x.npy";
     const std::string m = error_of([&] { npy::write(path, a); });
     CHECK(m.rfind(path + ": cannot create", 0) == 0);
+    CHECK(contains(m, std::strerror(ENOENT)));
     spit(dir / "file", Bytes{1});
-    CHECK_THROWS_AS(npy::write(dir / "file/x.npy", a), npy::Error);
+    // ENOTDIR whoever runs it, root included.
+    const std::string through_file = dir / "file/x.npy";
+    const std::string n = error_of([&] { npy::write(through_file, a); });
+    CHECK(n.rfind(through_file + ": cannot create", 0) == 0);
+    CHECK(contains(n, std::strerror(ENOTDIR)));
     CHECK(dir.entries() == std::vector<std::string>{"file"});
   }
   SUBCASE("an unwritable directory") {
-    if (::geteuid() == 0) {
-      MESSAGE("running as root: permissions do not stop writes, skipped");
-      return;
-    }
     const fs::path ro = dir.path / "ro";
     fs::create_directory(ro);
-    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
     const std::string path = (ro / "x.npy").string();
-    const std::string m = error_of([&] { npy::write(path, a); });
+    std::string m;
+    if (::geteuid() != 0) {
+      fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+      m = error_of([&] { npy::write(path, a); });
+      fs::permissions(ro, fs::perms::owner_all);
+    } else {
+      // Root ignores directory permissions (CI runs as root): the write runs as nobody, in a
+      // child process, into ro (root's, 0555), after a write into rw (nobody's) that must work,
+      // which shows that nobody reaches the directory (each parent 0755) and that only ro's
+      // permissions stop the write.
+      const auto rwx_r_x = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                           fs::perms::others_read | fs::perms::others_exec;
+      fs::permissions(dir.path, rwx_r_x);
+      fs::permissions(ro, rwx_r_x & ~fs::perms::owner_write);
+      const fs::path rw = dir.path / "rw";
+      fs::create_directory(rw);
+      REQUIRE(::chown(rw.c_str(), ea_test::kNobody, ea_test::kNobody) == 0);
+      const std::string control = (rw / "x.npy").string();
+      const ea_test::ChildOutcome child = ea_test::run_as_nobody([&] {
+        return error_of([&] { npy::write(control, a); }) + "\n" + error_of([&] { npy::write(path, a); });
+      });
+      CAPTURE(child.text);
+      REQUIRE(child.exited);
+      REQUIRE(child.status == 0);
+      const std::size_t newline = child.text.find('\n');
+      REQUIRE(newline != std::string::npos);
+      INFO("nobody must be able to write in its own directory " << rw.string()
+                                                                << " (is every parent searchable by all?)");
+      REQUIRE(child.text.substr(0, newline) == "(no error)");
+      check_same(npy::read(control), a);
+      m = child.text.substr(newline + 1);
+    }
+    CAPTURE(m);
     CHECK(m.rfind(path + ": cannot create", 0) == 0);
-    fs::permissions(ro, fs::perms::owner_all);
+    CHECK(contains(m, std::strerror(EACCES)));
     CHECK(fs::is_empty(ro));
   }
   SUBCASE("a rename that fails (the target is a directory) removes the temporary") {
