@@ -4,7 +4,11 @@
 //
 // What an input decodes into (bytes read front to back; past the end every byte reads 0):
 //   [0] scalar type (bit 0: double) and "big" mode (bits 1-3 all set: long sequences that cross
-//       the kernels' tiles and may use several threads)
+//       the kernels' tiles and may use several threads); bit 4: Options::diagonal_offset, read
+//       after the other options (decode_diagonal_offset: small offsets of both signs, +-2^60, one
+//       past it and the type's extremes, which must throw); bits 5-6 both set: the 16-bit calls
+//       (bit 7: Eigen::half, else Eigen::bfloat16) instead of float and double, against the float
+//       calls on the widened inputs (fuzz_attention_lowp.cpp says what they decode and check)
 //   [1] the call: attention, attention_into (+lse), attention_decomposed, attention_decomposed_into
 //       (+lse), attention_scores, attention_scores_into (+lse, through Compiled.hpp),
 //       attention_heads_into, attention_heads_decomposed_into, attention_varlen_into,
@@ -51,13 +55,21 @@
 //   long-double reference of test/support/reference_backward.hpp within 4x its per-element bound,
 //   sinks and dL/dLSE included; dL/dsinks is 0 without rows or for a sink of -inf, finite, and
 //   the reference's sum when every row of its head is tame or sees no key;
-// - results with several threads are bitwise equal to one thread's.
+// - results with several threads are bitwise equal to one thread's;
+// - with Options::diagonal_offset, query row i's diagonal key is i + diagonal_offset in every
+//   sequence (the per-row checks above measure the causal frontier, windows, chunks and ALiBi from
+//   it; the backward's long-double reference knows the alignments only and is left out);
+// - attention_heads_into without key lengths or a block mask: the distributed calls' local check
+//   of a rank's shard (abi::check_shard, src/check/shard.hpp; it needs no MPI) on the same views
+//   writes nothing and passes exactly when the call validates, or throws the call's message;
+// - the 16-bit calls: fuzz_attention_lowp.cpp.
 // A violation prints the decoded configuration and traps. Any other exception escapes (a crash).
 //
 // Files: this one decodes the scalar type and the call and dispatches; fuzz_attention_model.hpp
 // holds what the calls share (memory, values, options, per-row checks); fuzz_overlap.hpp the
 // model of the overlap rule; fuzz_attention_single.cpp, fuzz_attention_heads.cpp,
-// fuzz_attention_merge.cpp and fuzz_attention_backward.cpp one call family each.
+// fuzz_attention_merge.cpp and fuzz_attention_backward.cpp one call family each;
+// fuzz_attention_lowp.cpp the 16-bit calls of the single-head, multi-head and backward families.
 
 #include <cstdint>
 #include <cstdio>
@@ -69,13 +81,21 @@ namespace ea_fuzz_attention {
 namespace {
 
 template <class T>
-void run(Call call, Reader& r, bool big) {
+void run(Call call, Reader& r, bool big, bool diagonal, int lowp16) {
   if (call == Call::Merge) {
     note(format("merge_attention_into<%s>", type_name<T>()));
     merge<T>(r);
     return;
   }
-  const ea::Options opt = decode_options(r);
+  const ea::Options opt = decode_options(r, diagonal);
+  if (lowp16 != 0) {
+    if (lowp16 == 1) {
+      lowp<Eigen::bfloat16>(call, opt, r, big);
+    } else {
+      lowp<Eigen::half>(call, opt, r, big);
+    }
+    return;
+  }
   if (int(call) <= int(Call::ScoresIntoLse)) {
     single<T>(call, opt, r, big);
   } else if (int(call) >= int(Call::Backward)) {
@@ -102,12 +122,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   g_printed = 0;
   Reader r(data, size);
   const std::uint8_t head = r.u8();
-  const bool is_double = head & 1, big = (head & 0x0e) == 0x0e;
+  const bool is_double = head & 1, big = (head & 0x0e) == 0x0e, diagonal = head & 0x10;
+  const int lowp16 = (head & 0x60) != 0x60 ? 0 : (head & 0x80) ? 2 : 1;
   const Call call = static_cast<Call>(r.u8() % int(Call::kCount));
   if (is_double) {
-    run<double>(call, r, big);
+    run<double>(call, r, big, diagonal, lowp16);
   } else {
-    run<float>(call, r, big);
+    run<float>(call, r, big, diagonal, lowp16);
   }
   if (g_verbose) {
     std::fprintf(stderr, "%s(%zu of %zu input bytes used)\n", ea_fuzz::description().c_str() + g_printed,

@@ -792,7 +792,9 @@ struct HeadsBackwardCall {
     const Index B = sh.B, H = sh.H, Hkv = sh.Hkv;
     g.S = varlen ? sh.S : B, g.H = H, g.Hkv = Hkv, g.dk = sh.dk, g.dv = sh.dv;
     g.forward = forward_ok;
-    g.reference = forward_ok && !big;
+    // The long-double reference knows the alignments only: with Options::diagonal_offset the
+    // structural checks (key_visible at the offset) hold the gradients.
+    g.reference = forward_ok && !big && !opt.diagonal_offset;
     const bool bottom_right = opt.alignment == ea::CausalAlignment::BottomRight;
     for (Index s = 0; s < g.S; ++s) {
       const Index q0 = varlen ? sh.cu_q[s] : 0, lq = varlen ? sh.cu_q[s + 1] - q0 : sh.tq;
@@ -800,7 +802,7 @@ struct HeadsBackwardCall {
       const Index b = varlen ? 0 : s;
       const Index keys = mc.lengths ? Index(lengths.at(0, 0, 0, s)) : lk;
       g.keys.push_back(keys);
-      g.offset.push_back(bottom_right ? keys - lq : 0);
+      g.offset.push_back(diagonal_of(opt, keys, lq));
       for (Index h = 0; h < H; ++h) {
         g.q.push_back(matrix_of(t[kQ], b, h, q0, lq));
         g.o.push_back(matrix_of(t[kOut], b, h, q0, lq));
@@ -1088,7 +1090,7 @@ void run_backward(const ea::Options& opt, BackwardSpec& sp, Reader& r, bool big)
   Grads<T> g;
   g.S = 1, g.H = 1, g.Hkv = 1, g.dk = dk, g.dv = dv;
   g.forward = forward_ok;
-  g.reference = forward_ok && !big;
+  g.reference = forward_ok && !big && !opt.diagonal_offset;  // (as above)
   g.q = {matrix_of(t[sQ], 0, 0)};
   g.o = {matrix_of(t[sAttn], 0, 0)};
   g.lse = {matrix_of(t[sLse], 0, 0)};
@@ -1100,7 +1102,7 @@ void run_backward(const ea::Options& opt, BackwardSpec& sp, Reader& r, bool big)
   g.v = {matrix_of(t[sV], 0, 0)};
   g.keys = {tk};
   const bool bottom_right = opt.alignment == ea::CausalAlignment::BottomRight;
-  g.offset = {bottom_right ? tk - tq : 0};
+  g.offset = {diagonal_of(opt, tk, tq)};
   const auto gather = [&] {
     g.dq = {result(0)};
     g.dk_ = {result(1)};

@@ -2,6 +2,7 @@
 // fuzz_attention, the multi-head calls: attention_heads_into, attention_heads_decomposed_into,
 // attention_varlen_into, attention_varlen_decomposed_into, with masks, biases, key lengths, ALiBi slopes,
 // attention sinks and packed offsets (fuzz_attention.cpp: the input format and the contract).
+#include "check/shard.hpp"  // the distributed calls' check of a rank's shard (core library, abi::)
 #include "fuzz_attention_model.hpp"
 #include "fuzz_overlap.hpp"
 
@@ -414,7 +415,6 @@ struct HeadsCall {
     rules.chunk = opt.chunk_size, rules.chunk_origin = opt.chunk_origin;
     rules.scale = resolved_scale<T>(opt, dk);
     rules.softcap = static_cast<T>(opt.softcap);
-    const bool bottom_right = opt.alignment == ea::CausalAlignment::BottomRight;
     const Index group_size = Hkv > 0 ? H / Hkv : 1;
     for (Index b = 0; b < (varlen ? S : B); ++b) {
       const Index q0 = varlen ? cu_q[b] : 0, lq = varlen ? cu_q[b + 1] - cu_q[b] : tq;
@@ -428,7 +428,7 @@ struct HeadsCall {
         c.k = matrix_of(t[kK], bi, h / group_size, k0, lk);
         c.v = matrix_of(t[kV], bi, h / group_size, k0, lk);
         c.keys = keys;
-        c.offset = bottom_right ? keys - lq : 0;
+        c.offset = diagonal_of(opt, keys, lq);
         if (has_mask) c.mask = matrix_of(mask, mask.n[0] == 1 ? 0 : b, mask.n[1] == 1 ? 0 : h);
         if (has_bias) c.bias = matrix_of(bias, bias.n[0] == 1 ? 0 : b, bias.n[1] == 1 ? 0 : h);
         c.alibi = has_alibi;
@@ -515,7 +515,40 @@ void heads(Call call, const ea::Options& opt, Reader& r, bool big) {
   c.make_views();
   c.expect();
   c.arena.snapshot();
-  if (!outcome(call_name(call), c.e, [&] { c.invoke(opt); })) {
+  // The distributed calls' local half (src/check/shard.hpp): each rank's shard is checked by
+  // abi::check_shard, the attention_heads_into validator without key lengths and block masks
+  // (the component checks those against the whole sequence). On the same views it must write
+  // nothing and pass exactly when attention_heads_into validates, or throw its message.
+  const bool shard = call == Call::Heads && c.masks.key_lengths == nullptr && c.masks.block_mask.empty();
+  std::optional<std::string> shard_error;  // empty: check_shard passed
+  if (shard) {
+    try {
+      ea::abi::check_shard("attention_heads_into", c.Qv, c.Kv, c.Vv, c.Ov, c.Lv, opt, c.masks);
+    } catch (const std::invalid_argument& ex) {
+      shard_error = ex.what();
+    }
+    c.arena.expect_unchanged("abi::check_shard");
+    if (g_verbose) note(format("abi::check_shard: %s", shard_error ? shard_error->c_str() : "passed"));
+  }
+  std::optional<std::string> error;  // the call's std::invalid_argument
+  bool other_error = false;          // std::length_error or std::bad_alloc
+  const bool returned = outcome(call_name(call), c.e, [&] {
+    try {
+      c.invoke(opt);
+    } catch (const std::invalid_argument& ex) {
+      error = ex.what();
+      throw;
+    } catch (...) {
+      other_error = true;
+      throw;
+    }
+  });
+  if (shard && !other_error) {
+    EA_EXPECT(error == shard_error, "attention_heads_into %s, but abi::check_shard on its views %s",
+              error ? ("threw: " + *error).c_str() : "returned",
+              shard_error ? ("threw: " + *shard_error).c_str() : "passed");
+  }
+  if (!returned) {
     c.arena.expect_unchanged(call_name(call));
     return;
   }

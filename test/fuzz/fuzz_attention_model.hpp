@@ -446,7 +446,37 @@ inline void fill_mask(const Tensor<bool>& t, Reader& r) {
 // ---------------------------------------------------------------------------------------------
 // Options.
 
-inline ea::Options decode_options(Reader& r) {
+/// Options::diagonal_offset (when the input's first byte asks for one: fuzz_attention.cpp): small
+/// offsets of either sign, offsets that put every key before or after every query, and the
+/// limits: +-2^60 (the largest allowed), one past them and the extremes of the type (which must
+/// throw), or a byte's worth around 0.
+inline std::ptrdiff_t decode_diagonal_offset(Reader& r) {
+  constexpr std::ptrdiff_t limit = std::ptrdiff_t(1) << 60;
+  static const std::ptrdiff_t offsets[] = {
+      0,          1,         -1,         2,         -3,        5,          -7,           12,
+      -12,        40,        -40,        1000,      -1000,     limit,      -limit,       limit - 3,
+      -limit + 2, limit + 1, -limit - 1, kIndexMax, kIndexMin, limit >> 1, -(limit >> 1)};
+  constexpr unsigned n = sizeof offsets / sizeof offsets[0];
+  const std::uint8_t b = r.u8() % 32;
+  if (b < n) return offsets[b];
+  return std::ptrdiff_t(r.u8()) - 128;
+}
+
+/// Whether Options::diagonal_offset, when set, is within the documented +-2^60.
+inline bool diagonal_offset_ok(const ea::Options& o) {
+  constexpr std::ptrdiff_t limit = std::ptrdiff_t(1) << 60;
+  return !o.diagonal_offset || (*o.diagonal_offset >= -limit && *o.diagonal_offset <= limit);
+}
+
+/// The offset of query row i's diagonal key: Options::diagonal_offset when set, else the
+/// alignment's (0, or keys - rows for BottomRight).
+inline Index diagonal_of(const ea::Options& o, Index keys, Index rows) {
+  if (o.diagonal_offset) return *o.diagonal_offset;
+  return o.alignment == ea::CausalAlignment::BottomRight ? keys - rows : 0;
+}
+
+/// Reads the Options; with `diagonal`, Options::diagonal_offset after everything else.
+inline ea::Options decode_options(Reader& r, bool diagonal = false) {
   ea::Options o;
   const std::uint8_t flags = r.u8();
   o.causal = flags & 1;
@@ -551,11 +581,13 @@ inline ea::Options decode_options(Reader& r) {
         0, 0, 0, 0, 3, -5, 17, std::ptrdiff_t(1) << 60, -(std::ptrdiff_t(1) << 60) - 1, kIndexMin};
     o.chunk_origin = origins[c];
   }
+  if (diagonal) o.diagonal_offset = decode_diagonal_offset(r);
   note(format(
       "options: causal=%d alignment=%d scale=%s window=(%td, %td) softcap=%.17g threads=%d kernel=%d "
       "chunk=(%td, %td)",
       int(o.causal), int(o.alignment), o.scale ? format("%.17g", *o.scale).c_str() : "default", o.window_left,
       o.window_right, o.softcap, o.threads, int(o.kernel), o.chunk_size, o.chunk_origin));
+  if (o.diagonal_offset) note(format("  diagonal_offset=%td", *o.diagonal_offset));
   return o;
 }
 
@@ -593,7 +625,7 @@ bool options_ok(const ea::Options& o, Index dk) {
   constexpr std::ptrdiff_t limit = std::ptrdiff_t(1) << 60;
   return scale_ok<T>(o, dk) && o.threads >= 0 && o.window_left >= -1 && o.window_right >= -1 &&
          softcap_ok<T>(o) && kernel_ok(o.kernel) && o.chunk_size >= 0 && o.chunk_size <= limit &&
-         o.chunk_origin >= -limit && o.chunk_origin <= limit;
+         o.chunk_origin >= -limit && o.chunk_origin <= limit && diagonal_offset_ok(o);
 }
 
 /// What a call's outcome must be.
@@ -1342,5 +1374,9 @@ template <class T>
 void merge(Reader& r);
 template <class T>
 void backward(Call call, const ea::Options& opt, Reader& r, bool big);
+/// The 16-bit calls (T16 = Eigen::bfloat16 or Eigen::half) against the float calls on the widened
+/// inputs (fuzz_attention_lowp.cpp).
+template <class T16>
+void lowp(Call call, const ea::Options& opt, Reader& r, bool big);
 
 }  // namespace ea_fuzz_attention

@@ -227,7 +227,7 @@ void run_single(Call call, const ea::Options& opt, SingleSpec& sp, Reader& r, bo
   c.k = matrix_of(k, 0, 0);
   if (with_v) c.v = matrix_of(v, 0, 0);
   c.keys = sp.tk;
-  c.offset = opt.alignment == ea::CausalAlignment::BottomRight ? sp.tk - sp.tq : 0;
+  c.offset = diagonal_of(opt, sp.tk, sp.tq);
   const auto result = [&](int o) -> Acc<T> {
     Acc<T> a;
     if (OK == 0) {

@@ -171,6 +171,69 @@ def program(atoms=(), ops=(), blocks=0):
     return b + bytes(ops) + bytes([blocks])
 
 
+# Options::diagonal_offset (bit 4 of the first byte: its index into decode_diagonal_offset's table
+# after the other options): 0 -> 0, 4 -> -3, 6 -> -7, 9 -> 40, 13 -> 2^60, 14 -> -2^60, 17 -> 2^60 + 1
+# (must throw), 18 -> -2^60 - 1 (must throw), 20 -> PTRDIFF_MIN (must throw); 23..31: the next byte - 128.
+DIAGONAL, LOWP_BF16, LOWP_HALF = 0x10, 0x60, 0xE0
+
+
+def flagged(seed, bits):
+    """A seed whose first byte also carries `bits` (DIAGONAL, LOWP_BF16 or LOWP_HALF)."""
+    return bytes([seed[0] | bits]) + seed[1:]
+
+
+def diagonal(index, causal=False, bottom_right=False, window=(0, 0), **kw):
+    """Option bytes with the chunk bytes and a diagonal_offset (index into the harness's table)."""
+    return options(causal=causal, bottom_right=bottom_right, window=window, **kw) + NO_CHUNKS + bytes([index])
+
+
+def single16(call, half=False, big=False, tq=4, tk=5, dk=3, dv=2, fault=0, bias=False, alibi=False, sink=False,
+             opts=None, diag=None, fills=None):
+    """A 16-bit single-head call (fuzz_attention_lowp.cpp's single16): attention, attention_into(_lse),
+    decomposed_into (float SCORES), decomposed_into_lse (T16 SCORES), scores (float), scores_into(_lse)."""
+    head = (LOWP_HALF if half else LOWP_BF16) | (0x0E if big else 0) | (DIAGONAL if diag is not None else 0)
+    b = bytes([head, CALLS.index(call)])
+    b += diagonal(diag, **(opts or {})) if diag is not None else options(**(opts or {})) + NO_CHUNKS
+    b += struct.pack("<HH", tq, tk) + bytes([dk - 1, dv]) if big else bytes([tq, tk, dk, dv])
+    b += bytes([fault, (1 if bias else 0) | (4 if alibi else 0) | (16 if sink else 0)])
+    n = 3 + bias + alibi + sink
+    for f in fills or [filler(seed=s) for s in range(1, n + 1)]:
+        b += f
+    return b
+
+
+def heads16(call, half=False, B=2, Hkv=1, group=2, tq=4, tk=5, dk=3, dv=2, seqs=(), extra=(0, 0), bthd=False,
+            mpres=0, shapes=(0, 0, 0, 0), sink=False, want_lse=True, opts=None, diag=None):
+    """A 16-bit multi-head call (heads16): heads, heads_decomposed, varlen (merge stands for heads)."""
+    head = (LOWP_HALF if half else LOWP_BF16) | (DIAGONAL if diag is not None else 0)
+    b = bytes([head, CALLS.index(call)])
+    b += diagonal(diag, **(opts or {})) if diag is not None else options(**(opts or {})) + NO_CHUNKS
+    b += bytes([B, Hkv, group - 1, tq, tk, dk, dv])
+    if call.startswith("varlen"):
+        b += bytes([len(seqs)]) + b"".join(bytes([lq, lk]) for lq, lk in seqs) + bytes([extra[0], extra[1], 0])
+    b += bytes([1 if bthd else 0, mpres]) + bytes(shapes) + bytes([1 if sink else 0])
+    b += filler(seed=1) + filler(seed=2) + filler(seed=3)
+    if mpres & 3 == 1 and not call.startswith("varlen"):
+        b += struct.pack("<I", 7)
+    if (mpres >> 2) & 3 == 1 and not call.startswith("varlen"):
+        b += filler(seed=4)
+    if mpres >> 6 == 1:
+        b += filler(mode=5, seed=5, magnitude=1)
+    if sink:
+        b += filler(seed=6)
+    return b + bytes([1 if want_lse else 0])
+
+
+def backward16(half=False, tq=4, tk=5, dk=3, dv=2, arbitrary=False, d_scores=False, opts=None, diag=None):
+    """The 16-bit single-head backward (backward16)."""
+    head = (LOWP_HALF if half else LOWP_BF16) | (DIAGONAL if diag is not None else 0)
+    b = bytes([head, CALLS.index("backward")])
+    b += diagonal(diag, **(opts or {})) if diag is not None else options(**(opts or {})) + NO_CHUNKS
+    b += bytes([tq, tk, dk, dv, (0 if arbitrary else 1) | (4 if d_scores else 0)])
+    n = 4 + d_scores + (2 if arbitrary else 0)
+    return b + b"".join(filler(seed=s) for s in range(1, n + 1))
+
+
 def attention_seeds():
     nan_q = filler(mode=2, values=bytes([13, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]))
     return {
@@ -255,6 +318,35 @@ def attention_seeds():
         "heads_backward_d_sinks_without_sinks": heads_backward(
             opts=options() + NO_CHUNKS,
             tail=b"".join(filler(seed=s) for s in (11, 12, 13)) + bytes([0]) + terms(d_sinks=True, without_sinks=True)),
+        # Options::diagonal_offset (a block of a longer sequence): small offsets with the causal frontier and
+        # windows, the limits +-2^60 with ALiBi (allowed) and one past them (must throw), a packed batch, the
+        # backward against the model's visibility.
+        "diagonal_offset_decomposed_causal_window": flagged(
+            single("decomposed", tq=6, tk=6, opts=diagonal(4, causal=True, window=(7, 6))), DIAGONAL),
+        "diagonal_offset_heads_limit_alibi": flagged(
+            heads("heads", pres=1, mpres=0x40, opts=diagonal(13, causal=True), tail=filler(seed=11)), DIAGONAL),
+        "diagonal_offset_minus_limit_window": flagged(
+            single("attention_into_lse", opts=diagonal(14, window=(8, 8))), DIAGONAL),
+        "diagonal_offset_past_limit": flagged(single("attention", opts=diagonal(17)), DIAGONAL),
+        "diagonal_offset_varlen": flagged(
+            heads("varlen", seqs=((3, 4), (2, 5)), opts=diagonal(6, causal=True)), DIAGONAL),
+        "diagonal_offset_backward": flagged(backward(tq=5, tk=7, opts=diagonal(9, causal=True, window=(8, 0))),
+                                            DIAGONAL),
+        # The 16-bit calls against the float calls on the widened inputs (bfloat16 and half).
+        "bf16_attention_into_lse_causal": single16("attention_into_lse", opts=dict(causal=True)),
+        "half_attention_specials": single16("attention", half=True, fills=[
+            filler(mode=1, seed=1, p=40), filler(mode=5, seed=2, magnitude=6), filler(seed=3)]),
+        "bf16_decomposed_float_scores_bias_alibi_sink": single16("decomposed_into", bias=True, alibi=True, sink=True),
+        "half_scores_into_lse_diagonal": single16("scores_into_lse", half=True, diag=5, opts=dict(causal=True)),
+        "bf16_big_threads": single16("attention", big=True, tq=150, tk=600, dk=4, dv=3,
+                                     opts=dict(causal=True, threads=4)),
+        "half_heads_gqa_mask_bias_alibi_sinks": heads16("heads", half=True, B=2, Hkv=2, group=2, mpres=0x45,
+                                                        sink=True, bthd=True),
+        "bf16_heads_decomposed": heads16("heads_decomposed", opts=dict(causal=True, bottom_right=True)),
+        "half_varlen_sinks": heads16("varlen", half=True, seqs=((3, 4), (0, 2), (5, 1)), extra=(2, 1), sink=True,
+                                     diag=2, opts=dict(causal=True)),
+        "bf16_backward_d_scores": backward16(d_scores=True, opts=dict(causal=True)),
+        "half_backward_arbitrary": backward16(half=True, arbitrary=True),
     }
 
 
