@@ -444,8 +444,38 @@ def decode_two(seq0, seq1, tq0=1, tq1=1, causal=True):
     return bytes([9, seq0, seq1, tq0, tq1 - 1, 1 if causal else 0])
 
 
+def views(page=0, kv_heads=1, d_k=4, d_v=3, group=2, pages=6, seqs=((2, 1),), extra_stride=0, seed=1,
+          garbage=0, start=0, opts=1, extras=0, fault=0, cu_null=False):
+    """The view mode of fuzz_kv_cache (run_views): page is an index into (1, 2, 3, 4, 5, 7, 8, 16, 32);
+    seqs: (length byte, queries byte) per sequence (length byte % 8: 0 empty, 1 a page boundary, 2 one
+    short, 3 one past, >= 4: the next byte % (tokens + 1), given as a third element); garbage 0 NaN,
+    1 +inf, 2 -inf, 3 1e30; fault: 16/17 a used table entry out of range, 18 a negative length, 19 a
+    length beyond the table, 20 null key pages, 21 null lengths, 22 null tables, 23 page size 0, 15 a
+    decreasing cu_seqlens_q, 14 query heads not a multiple of kv_heads, 13 batch -1."""
+    b = bytes([0xE0, page, kv_heads - 1, d_k - 1, d_v, group - 1, pages - 1, len(seqs), extra_stride])
+    b += struct.pack("<I", seed) + bytes([garbage])
+    for s in seqs:
+        b += bytes([s[0]]) + (bytes([s[2]]) if s[0] % 8 >= 4 else b"") + bytes([s[1]])
+    b += bytes([start, opts, extras, fault])
+    if len(seqs) == 1:
+        b += bytes([1 if cu_null else 0])
+    return b
+
+
 def kv_cache_seeds():
     return {
+        # Decode through caller views (PagedKVView::nhd and ::hnd) over pages laid out by the harness.
+        "views_one_token_pages_gqa": views(seqs=((4, 2, 5), (1 | 1 << 3, 1), (0, 6)), kv_heads=2, d_k=3, d_v=5,
+                                           extra_stride=2),
+        "views_page_boundaries_shared_pages": views(page=2, seqs=((1, 2), (2, 1), (3, 0)), pages=3, garbage=3,
+                                                    extras=3),
+        "views_cache_page_16": views(page=7, seqs=((4, 2, 40), (1 | 1 << 3, 1)), pages=5, d_v=0, opts=3 | 2 << 4),
+        "views_cache_page_32_single": views(page=8, seqs=((3, 2),), cu_null=True, opts=0x08 | 1 | 3 << 4),
+        "views_table_entry_out_of_range": views(seqs=((4, 0, 9), (1, 1)), fault=16, garbage=1),
+        "views_negative_length": views(page=3, seqs=((1, 0), (2, 1)), fault=18),
+        "views_null_pages": views(page=4, seqs=((4, 1, 3),), fault=20),
+        "views_page_size_zero": views(seqs=((1, 0),), fault=23),
+        "views_gqa_heads_fault": views(kv_heads=2, group=2, seqs=((1, 0),), fault=14),
         "fork_copy_on_write": kv_cache(
             create(), append(0, 20), fork(0), decode(0), decode(1), append(0, 7), append(1, 19), decode(0, tq=3),
             decode(1, tq=2), decode_two(0, 1, 2, 1), pages=8),
