@@ -341,7 +341,7 @@ def attention_seeds():
         "bf16_big_threads": single16("attention", big=True, tq=150, tk=600, dk=4, dv=3,
                                      opts=dict(causal=True, threads=4)),
         "half_heads_gqa_mask_bias_alibi_sinks": heads16("heads", half=True, B=2, Hkv=2, group=2, mpres=0x45,
-                                                        sink=True, bthd=True),
+                                                        shapes=(1, 1, 0, 1), sink=True, bthd=True),
         "bf16_heads_decomposed": heads16("heads_decomposed", opts=dict(causal=True, bottom_right=True)),
         "half_varlen_sinks": heads16("varlen", half=True, seqs=((3, 4), (0, 2), (5, 1)), extra=(2, 1), sink=True,
                                      diag=2, opts=dict(causal=True)),
