@@ -168,6 +168,17 @@ void expect_untouched(const char* call, const std::vector<T>& v, F sentinel, con
               what, i);
 }
 
+/// The sizes of a single-head problem, read in the order T_q, T_k, d_k, d_v. Big: T_q below
+/// big_tq, T_k below big_tk, d_k 1-8, d_v 0-7; else T_q, T_k and d_k below `small`, d_v 0-8.
+void read_sizes(Reader& r, bool big, Index big_tq, Index big_tk, Index small, Index& tq, Index& tk, Index& dk,
+                Index& dv) {
+  if (big) {
+    tq = r.u16() % big_tq, tk = r.u16() % big_tk, dk = 1 + r.u8() % 8, dv = r.u8() % 8;
+  } else {
+    tq = r.u8() % small, tk = r.u8() % small, dk = r.u8() % small, dv = r.u8() % 9;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Single-head calls.
 
@@ -176,11 +187,7 @@ void single16(Call call, const ea::Options& opt, Reader& r, bool big) {
   using R16 = ea::RowMatrix<T16>;
   using RF = ea::RowMatrix<float>;
   Index tq, tk, dk, dv;
-  if (big) {
-    tq = r.u16() % 200, tk = r.u16() % 700, dk = 1 + r.u8() % 8, dv = r.u8() % 8;
-  } else {
-    tq = r.u8() % 13, tk = r.u8() % 13, dk = r.u8() % 13, dv = r.u8() % 9;
-  }
+  read_sizes(r, big, 200, 700, 13, tq, tk, dk, dv);
   const std::uint8_t fault = r.u8() % 16;  // 1: K one column wider; 2: V one row more; 3: bias a column short
   const std::uint8_t mb = r.u8();
   const bool has_bias = (mb & 3) == 1, has_alibi = ((mb >> 2) & 3) == 1, has_sink = ((mb >> 4) & 3) == 1;
@@ -428,11 +435,7 @@ void backward16(Call call, ea::Options opt, Reader& r, bool big) {
   using R16 = ea::RowMatrix<T16>;
   using RF = ea::RowMatrix<float>;
   Index tq, tk, dk, dv;
-  if (big) {
-    tq = r.u16() % 150, tk = r.u16() % 400, dk = 1 + r.u8() % 8, dv = r.u8() % 8;
-  } else {
-    tq = r.u8() % 11, tk = r.u8() % 11, dk = r.u8() % 11, dv = r.u8() % 9;
-  }
+  read_sizes(r, big, 150, 400, 11, tq, tk, dk, dv);
   const std::uint8_t mode = r.u8();
   const bool from_forward = mode % 4 != 0, with_ds = (mode >> 2) % 3 == 1;
   const bool fault = (mode >> 4) % 8 == 7;  // dOUT a column wider
